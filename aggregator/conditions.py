@@ -1,0 +1,366 @@
+"""The match language: declarative conditions on one item image (pure, no I/O).
+
+A rule's ``match`` is a mapping from attribute names to tests, all of which must hold, plus the
+combinators ``and`` (list), ``or`` (list) and ``not`` (one match). The vocabulary follows Lambda's
+event-filter patterns so that simple rules can later be pushed down into ``FilterCriteria``::
+
+    match:
+      status: departed                    # equality (numbers compare as Decimal)
+      origin: [JFK, LGA]                  # a list means "equals any of"
+      carrier: {anything-but: [HA, OO]}   # present and equal to none of them
+      tailnum: {exists: true}             # present (false: absent)
+      sk: {prefix: "PATH#"}               # string starts with
+      dep_delay: {numeric: [">", 0, "<=", 60]}
+      or:
+        - {dest: {in: [BOS]}}
+        - not: {distance: {numeric: ["<", 500]}}
+
+A test on a missing attribute is false (except ``exists: false``); a test on a value of another
+type (``prefix`` on a number, ``numeric`` on a string) is false, never an error: matching is a
+filter. Evaluation errors come only from a rule's key and delta.
+
+Attributes are top-level attribute names of the image.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+__all__ = [
+    "MISSING",
+    "All",
+    "Any_",
+    "AnythingBut",
+    "Condition",
+    "ConditionSyntaxError",
+    "Equals",
+    "Exists",
+    "MatchAll",
+    "Not",
+    "Numeric",
+    "OneOf",
+    "Prefix",
+    "parse_match",
+]
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""Sentinel returned by an image lookup for an absent attribute."""
+
+
+class ConditionSyntaxError(ValueError):
+    """An invalid ``match`` mapping; ``path`` locates the offending part (e.g. ``a.numeric``)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+def _lookup(image: Mapping[str, Any], name: str) -> Any:
+    return image.get(name, MISSING)
+
+
+def _same(expected: Any, actual: Any) -> bool:
+    """Equality without Python's cross-type surprises (True == 1, '1' != 1)."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return isinstance(expected, bool) and isinstance(actual, bool) and expected == actual
+    if isinstance(expected, Decimal):
+        return isinstance(actual, Decimal) and actual == expected
+    return type(actual) is type(expected) and actual == expected
+
+
+class Condition:
+    """Base class: ``matches(image) -> bool`` and the attribute names it reads."""
+
+    def matches(self, image: Mapping[str, Any]) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def attributes(self) -> frozenset[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class MatchAll(Condition):
+    """Matches every image (an empty or omitted ``match``)."""
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        return True
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Equals(Condition):
+    attribute: str
+    value: Any
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        return _same(self.value, _lookup(image, self.attribute))
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset((self.attribute,))
+
+
+@dataclass(frozen=True, slots=True)
+class OneOf(Condition):
+    attribute: str
+    values: tuple[Any, ...]
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        actual = _lookup(image, self.attribute)
+        return any(_same(v, actual) for v in self.values)
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset((self.attribute,))
+
+
+@dataclass(frozen=True, slots=True)
+class AnythingBut(Condition):
+    attribute: str
+    values: tuple[Any, ...]
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        actual = _lookup(image, self.attribute)
+        return actual is not MISSING and not any(_same(v, actual) for v in self.values)
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset((self.attribute,))
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix(Condition):
+    attribute: str
+    prefix: str
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        actual = _lookup(image, self.attribute)
+        return isinstance(actual, str) and actual.startswith(self.prefix)
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset((self.attribute,))
+
+
+@dataclass(frozen=True, slots=True)
+class Exists(Condition):
+    attribute: str
+    present: bool = True
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        return (_lookup(image, self.attribute) is not MISSING) is self.present
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset((self.attribute,))
+
+
+_COMPARATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Numeric(Condition):
+    attribute: str
+    bounds: tuple[tuple[str, Decimal], ...]
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        actual = _lookup(image, self.attribute)
+        if not isinstance(actual, Decimal) or isinstance(actual, bool):
+            return False
+        return all(_COMPARATORS[op](actual, bound) for op, bound in self.bounds)
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset((self.attribute,))
+
+
+@dataclass(frozen=True, slots=True)
+class All(Condition):
+    conditions: tuple[Condition, ...]
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        return all(c.matches(image) for c in self.conditions)
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset().union(*(c.attributes() for c in self.conditions))
+
+
+@dataclass(frozen=True, slots=True)
+class Any_(Condition):
+    conditions: tuple[Condition, ...]
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        return any(c.matches(image) for c in self.conditions)
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset().union(*(c.attributes() for c in self.conditions))
+
+
+@dataclass(frozen=True, slots=True)
+class Not(Condition):
+    condition: Condition
+
+    def matches(self, image: Mapping[str, Any]) -> bool:
+        return not self.condition.matches(image)
+
+    def attributes(self) -> frozenset[str]:
+        return self.condition.attributes()
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------
+
+_COMBINATORS = ("and", "or", "not")
+_OPERATORS = ("equals", "in", "anything-but", "prefix", "exists", "numeric")
+
+
+def _join(path: str, part: str | int) -> str:
+    if isinstance(part, int):
+        return f"{path}[{part}]"
+    return f"{path}.{part}" if path else part
+
+
+def _scalar(value: Any, path: str) -> Any:
+    """A literal to compare against: str, bool or Decimal (YAML ints/floats become Decimal)."""
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float | Decimal):
+        try:
+            number = Decimal(str(value))
+        except InvalidOperation:  # pragma: no cover - str() of a number always parses
+            raise ConditionSyntaxError(path, f"not a number: {value!r}") from None
+        if not number.is_finite():
+            raise ConditionSyntaxError(path, f"numbers must be finite, got {value!r}")
+        return number
+    raise ConditionSyntaxError(
+        path, f"expected a string, number or boolean, got {type(value).__name__}"
+    )
+
+
+def _scalars(value: Any, path: str, op: str) -> tuple[Any, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConditionSyntaxError(path, f"'{op}' needs a non-empty list of values")
+    return tuple(_scalar(v, _join(path, i)) for i, v in enumerate(value))
+
+
+def _numeric(attribute: str, value: Any, path: str) -> Numeric:
+    if not isinstance(value, list) or not value or len(value) % 2:
+        raise ConditionSyntaxError(
+            path, "'numeric' needs pairs of operator and number, e.g. ['>', 0, '<=', 10]"
+        )
+    bounds = []
+    for i in range(0, len(value), 2):
+        op, bound = value[i], value[i + 1]
+        if op not in _COMPARATORS:
+            raise ConditionSyntaxError(
+                _join(path, i), f"unknown comparison {op!r}; use one of = < <= > >="
+            )
+        number = _scalar(bound, _join(path, i + 1))
+        if not isinstance(number, Decimal):
+            raise ConditionSyntaxError(_join(path, i + 1), f"expected a number, got {bound!r}")
+        bounds.append((op, number))
+    return Numeric(attribute, tuple(bounds))
+
+
+def _attribute_test(attribute: str, spec: Any, path: str) -> Condition:
+    if isinstance(spec, list):
+        return OneOf(attribute, _scalars(spec, path, "in"))
+    if not isinstance(spec, Mapping):
+        return Equals(attribute, _scalar(spec, path))
+    if not spec:
+        raise ConditionSyntaxError(path, "empty test; give a value or an operator")
+    tests: list[Condition] = []
+    for op, value in spec.items():
+        op_path = _join(path, str(op))
+        if op == "equals":
+            tests.append(Equals(attribute, _scalar(value, op_path)))
+        elif op == "in":
+            tests.append(OneOf(attribute, _scalars(value, op_path, "in")))
+        elif op == "anything-but":
+            values = value if isinstance(value, list) else [value]
+            tests.append(AnythingBut(attribute, _scalars(values, op_path, "anything-but")))
+        elif op == "prefix":
+            if not isinstance(value, str):
+                raise ConditionSyntaxError(op_path, "'prefix' needs a string")
+            tests.append(Prefix(attribute, value))
+        elif op == "exists":
+            if not isinstance(value, bool):
+                raise ConditionSyntaxError(op_path, "'exists' needs true or false")
+            tests.append(Exists(attribute, value))
+        elif op == "numeric":
+            tests.append(_numeric(attribute, value, op_path))
+        else:
+            raise ConditionSyntaxError(
+                op_path, f"unknown operator {op!r}; use one of {', '.join(_OPERATORS)}"
+            )
+    return tests[0] if len(tests) == 1 else All(tuple(tests))
+
+
+def parse_match(spec: Any, path: str = "") -> Condition:
+    """Parse a ``match`` mapping into a :class:`Condition`.
+
+    Parameters
+    ----------
+    spec
+        ``None`` or ``{}`` (match everything) or a mapping as described in the module docstring.
+    path
+        Location prefix used in error messages.
+
+    Returns
+    -------
+    Condition
+        An immutable condition tree; ``cond.matches(image)`` with ``image`` a mapping of
+        attribute names to deserialized values (``Decimal`` for numbers).
+
+    Raises
+    ------
+    ConditionSyntaxError
+        With ``.path`` naming the offending part, e.g. ``dep_delay.numeric[0]``.
+
+    Examples
+    --------
+    >>> from decimal import Decimal
+    >>> parse_match({"status": "departed"}).matches({"status": "departed"})
+    True
+    >>> parse_match({"d": {"numeric": [">", 0]}}).matches({"d": Decimal("-3")})
+    False
+    """
+    if spec is None:
+        return MatchAll()
+    if not isinstance(spec, Mapping):
+        raise ConditionSyntaxError(
+            path, f"expected a mapping of attribute tests, got {type(spec).__name__}"
+        )
+    conditions: list[Condition] = []
+    for name, value in spec.items():
+        if not isinstance(name, str) or not name:
+            raise ConditionSyntaxError(path, f"attribute names must be strings, got {name!r}")
+        sub = _join(path, name)
+        if name in ("and", "or"):
+            if not isinstance(value, list) or not value:
+                raise ConditionSyntaxError(sub, f"'{name}' needs a non-empty list of matches")
+            parts = tuple(parse_match(v, _join(sub, i)) for i, v in enumerate(value))
+            conditions.append(All(parts) if name == "and" else Any_(parts))
+        elif name == "not":
+            conditions.append(Not(parse_match(value, sub)))
+        else:
+            conditions.append(_attribute_test(name, value, sub))
+    if not conditions:
+        return MatchAll()
+    return conditions[0] if len(conditions) == 1 else All(tuple(conditions))

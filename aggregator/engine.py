@@ -1,0 +1,251 @@
+"""The engine: stream records + rules -> coalesced deltas (pure: no boto3, no I/O).
+
+For each record and rule, ``delta = contribution(NewImage) - contribution(OldImage)``, where a
+contribution is ``(key, amount)`` if the image matches the rule, else nothing. A key change moves
+the amount from the old key to the new one; a value change adds the difference; an item that
+stops matching is retracted. A TTL delete retracts only for rules with ``ttl_deletes: retract``.
+Records of framework-owned items (reserved partition keys) produce no deltas.
+
+A batch's deltas are then coalesced: one amount per aggregate item, with the sequence numbers of
+the first record that touched it and of the batch's last record (what the exactly-once write
+protocol needs), and the per-record parts (to recompute the amount after a checkpoint).
+
+A rule that cannot be evaluated on a record (missing or mistyped key/delta attribute) yields a
+:class:`RecordFailure` for that (record, rule); the record's other rules still apply, and no
+failure hides another record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from .config import DEFAULT_LAYOUT, TableLayout
+from .exceptions import EvaluationError
+from .records import StreamRecord, pad_sequence_number
+from .rules import Rule, RuleSet
+
+__all__ = [
+    "AggregateRef",
+    "BatchDeltas",
+    "CoalescedDelta",
+    "Engine",
+    "RecordDelta",
+    "RecordFailure",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateRef:
+    """Identity of one aggregate item: rule name and encoded key (sort key ``rule#key``)."""
+
+    rule: str
+    key: str
+    display_key: str
+
+    @property
+    def sort_key(self) -> str:
+        return f"{self.rule}#{self.key}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordDelta:
+    """The change one record makes to one aggregate item (never zero)."""
+
+    ref: AggregateRef
+    amount: Decimal
+    sequence_number: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFailure:
+    """A rule that could not be evaluated on a record.
+
+    Attributes
+    ----------
+    sequence_number, event_id
+        Identify the stream record.
+    rule
+        The rule's name.
+    reason
+        Human-readable cause, e.g. ``NewImage: key attribute 'carrier' is missing``.
+    record
+        The raw stream record (Lambda shape), kept so it can be dead-lettered and replayed.
+    """
+
+    sequence_number: str
+    event_id: str | None
+    rule: str
+    reason: str
+    record: dict = field(repr=False, compare=False)
+
+
+@dataclass(slots=True)
+class CoalescedDelta:
+    """All of one batch's changes to one aggregate item.
+
+    Attributes
+    ----------
+    ref
+        The aggregate item.
+    amount
+        Sum of the parts (may be zero when changes cancel out).
+    first_sequence_number
+        Sequence number of the first record in the batch that touched the item.
+    parts
+        ``(sequence number, amount)`` per record, in stream order.
+    leaderboard
+        Whether the item belongs to the leaderboard index.
+    """
+
+    ref: AggregateRef
+    amount: Decimal
+    first_sequence_number: str
+    parts: list[tuple[str, Decimal]]
+    leaderboard: bool = False
+
+    def amount_after(self, sequence_number: str) -> Decimal:
+        """Sum of the parts whose sequence number is greater than ``sequence_number``."""
+        bound = pad_sequence_number(sequence_number)
+        return sum((a for s, a in self.parts if pad_sequence_number(s) > bound), start=Decimal(0))
+
+
+@dataclass(slots=True)
+class BatchDeltas:
+    """Result of :meth:`Engine.process` for one batch.
+
+    Attributes
+    ----------
+    deltas
+        Coalesced deltas keyed by aggregate sort key, in order of first touch.
+    failures
+        One entry per (record, rule) that could not be evaluated.
+    records
+        Records in the batch.
+    self_writes
+        Records of framework-owned items, skipped.
+    record_deltas
+        Number of non-zero per-record deltas before coalescing.
+    first_sequence_number, last_sequence_number
+        Of the batch (``None`` for an empty batch).
+    """
+
+    deltas: dict[str, CoalescedDelta] = field(default_factory=dict)
+    failures: list[RecordFailure] = field(default_factory=list)
+    records: int = 0
+    self_writes: int = 0
+    record_deltas: int = 0
+    first_sequence_number: str | None = None
+    last_sequence_number: str | None = None
+
+
+class Engine:
+    """Evaluates a :class:`RuleSet` over stream records.
+
+    Parameters
+    ----------
+    rules
+        The validated rules.
+    layout
+        Table layout; its reserved partition keys mark framework-owned items.
+
+    Examples
+    --------
+    >>> from aggregator.rules import RuleSet, rule
+    >>> engine = Engine(RuleSet.of(rule("total", key="ALL")))
+    >>> record = StreamRecord({"eventName": "INSERT", "dynamodb": {
+    ...     "SequenceNumber": "100", "Keys": {"pk": {"S": "a"}},
+    ...     "NewImage": {"pk": {"S": "a"}}}})
+    >>> engine.process([record]).deltas["total#ALL"].amount
+    Decimal('1')
+    """
+
+    def __init__(self, rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> None:
+        self.rules = rules
+        self.layout = layout
+        self._reserved = frozenset(layout.reserved_partition_keys)
+
+    def is_self_write(self, record: StreamRecord) -> bool:
+        """True if the record is of an item under a reserved partition key."""
+        return record.key_string(self.layout.partition_key) in self._reserved
+
+    def _rule_delta(self, rule: Rule, record: StreamRecord) -> list[tuple[AggregateRef, Decimal]]:
+        new = record.new_image
+        old = record.old_image
+        if record.is_ttl_delete and rule.ttl_deletes == "keep":
+            return []
+        changes: dict[AggregateRef, Decimal] = {}
+        for label, image, sign in (("OldImage", old, -1), ("NewImage", new, 1)):
+            try:
+                contribution = rule.contribution(image)
+            except EvaluationError as exc:
+                raise EvaluationError(f"{label}: {exc}") from None
+            if contribution is None:
+                continue
+            encoded, display, amount = contribution
+            ref = AggregateRef(rule.name, encoded, display)
+            changes[ref] = changes.get(ref, Decimal(0)) + sign * amount
+        return [(ref, amount) for ref, amount in changes.items() if amount != 0]
+
+    def record_deltas(self, record: StreamRecord) -> tuple[list[RecordDelta], list[RecordFailure]]:
+        """Per-rule deltas of one record (zero deltas dropped) and the rules that failed on it."""
+        if self.is_self_write(record):
+            return [], []
+        deltas: list[RecordDelta] = []
+        failures: list[RecordFailure] = []
+        for rule in self.rules.rules:
+            try:
+                changes = self._rule_delta(rule, record)
+            except EvaluationError as exc:
+                failures.append(
+                    RecordFailure(
+                        record.sequence_number,
+                        record.event_id,
+                        rule.name,
+                        str(exc),
+                        dict(record.raw),
+                    )
+                )
+                continue
+            deltas.extend(
+                RecordDelta(ref, amount, record.sequence_number) for ref, amount in changes
+            )
+        return deltas, failures
+
+    def process(self, records: Iterable[StreamRecord]) -> BatchDeltas:
+        """Evaluate and coalesce one batch (records of one shard, in stream order).
+
+        Returns
+        -------
+        BatchDeltas
+            Never raises for a record a rule cannot evaluate: see ``failures``.
+        """
+        batch = BatchDeltas()
+        leaderboard = {r.name for r in self.rules.rules if r.leaderboard}
+        for record in records:
+            batch.records += 1
+            if batch.first_sequence_number is None:
+                batch.first_sequence_number = record.sequence_number
+            batch.last_sequence_number = record.sequence_number
+            if self.is_self_write(record):
+                batch.self_writes += 1
+                continue
+            deltas, failures = self.record_deltas(record)
+            batch.failures.extend(failures)
+            batch.record_deltas += len(deltas)
+            for d in deltas:
+                sk = d.ref.sort_key
+                current = batch.deltas.get(sk)
+                if current is None:
+                    batch.deltas[sk] = CoalescedDelta(
+                        d.ref,
+                        d.amount,
+                        d.sequence_number,
+                        [(d.sequence_number, d.amount)],
+                        d.ref.rule in leaderboard,
+                    )
+                else:
+                    current.amount += d.amount
+                    current.parts.append((d.sequence_number, d.amount))
+        return batch

@@ -1,0 +1,169 @@
+"""The Lambda entry point: ``aggregator.handler.handler(event, context)``.
+
+Configuration (environment variables, read once per execution environment):
+
+``AGGREGATOR_TABLE_NAME`` (required)
+    The table whose stream feeds the function and that holds the ``AGGREGATES`` partition.
+``AGGREGATOR_DEFINITIONS`` (default ``definitions``)
+    A rule file or directory, relative to ``LAMBDA_TASK_ROOT`` (or the working directory).
+``AGGREGATOR_MODE`` (default ``at-least-once``)
+    The write mode, see :mod:`aggregator.writer`.
+``AGGREGATOR_MAX_WORKERS`` (default 8)
+    Concurrent ``UpdateItem`` requests per batch.
+``AGGREGATOR_ENDPOINT_URL`` (optional)
+    A DynamoDB endpoint such as DynamoDB Local.
+``POWERTOOLS_SERVICE_NAME``, ``POWERTOOLS_METRICS_NAMESPACE``, ``POWERTOOLS_LOG_LEVEL``
+    Powertools' own settings (defaults ``ddb-aggregator``, ``DdbAggregator``, ``INFO``).
+
+The handler returns ``{"batchItemFailures": [{"itemIdentifier": "<SequenceNumber>"}]}`` (empty on
+success) for ``FunctionResponseTypes: [ReportBatchItemFailures]`` (Lambda Developer Guide,
+"Configuring partial batch response with DynamoDB and Lambda"), plus ``state`` for tumbling-window
+events, which Lambda requires in the response.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+
+from .config import DEFAULT_LAYOUT
+from .engine import Engine
+from .exceptions import ConfigError
+from .processor import StreamProcessor
+from .rules import load_rules
+from .writer import make_writer
+
+__all__ = ["HandlerSettings", "build_processor", "handler", "reset"]
+
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "DdbAggregator"))
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSettings:
+    """Handler configuration with documented defaults (see the module docstring)."""
+
+    table_name: str
+    definitions: Path
+    mode: str = "at-least-once"
+    max_workers: int = 8
+    endpoint_url: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> HandlerSettings:
+        """Read the ``AGGREGATOR_*`` variables.
+
+        Raises
+        ------
+        ConfigError
+            When ``AGGREGATOR_TABLE_NAME`` is missing or ``AGGREGATOR_MAX_WORKERS`` is not a
+            positive integer.
+        """
+        env = os.environ if environ is None else environ
+        table = env.get("AGGREGATOR_TABLE_NAME")
+        if not table:
+            raise ConfigError("AGGREGATOR_TABLE_NAME is not set: name the table to aggregate")
+        definitions = Path(env.get("AGGREGATOR_DEFINITIONS", "definitions"))
+        if not definitions.is_absolute():
+            definitions = Path(env.get("LAMBDA_TASK_ROOT", os.getcwd())) / definitions
+        workers = env.get("AGGREGATOR_MAX_WORKERS", "8")
+        if not workers.isdigit() or int(workers) < 1:
+            raise ConfigError(f"AGGREGATOR_MAX_WORKERS must be a positive integer, got {workers!r}")
+        return cls(
+            table_name=table,
+            definitions=definitions,
+            mode=env.get("AGGREGATOR_MODE", "at-least-once"),
+            max_workers=int(workers),
+            endpoint_url=env.get("AGGREGATOR_ENDPOINT_URL") or None,
+        )
+
+
+def build_processor(
+    settings: HandlerSettings,
+    *,
+    client: Any | None = None,
+    metrics: Any | None = None,
+    logger: Any | None = None,
+) -> StreamProcessor:
+    """Load the rules and wire engine and writer for ``settings``.
+
+    Raises
+    ------
+    RuleError
+        When the definitions are invalid (fails the cold start, never a batch).
+    ConfigError
+        For an unknown mode.
+    """
+    rules = load_rules(settings.definitions)
+    if client is None:
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=settings.endpoint_url,
+            config=Config(retries={"mode": "standard", "max_attempts": 10}),
+        )
+    writer = make_writer(
+        settings.mode,
+        client,
+        settings.table_name,
+        layout=DEFAULT_LAYOUT,
+        max_workers=settings.max_workers,
+    )
+    return StreamProcessor(Engine(rules, DEFAULT_LAYOUT), writer, metrics=metrics, logger=logger)
+
+
+_processor: StreamProcessor | None = None
+
+
+def reset() -> None:
+    """Forget the cached processor (tests; a changed environment)."""
+    global _processor
+    _processor = None
+
+
+def _get_processor() -> StreamProcessor:
+    global _processor
+    if _processor is None:
+        _processor = build_processor(HandlerSettings.from_env(), metrics=metrics, logger=logger)
+    return _processor
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(log_event=False)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Process one DynamoDB stream batch.
+
+    Parameters
+    ----------
+    event
+        The Lambda event: ``{"Records": [...]}`` (plus ``shardId``, ``window``, ``state``,
+        ``isFinalInvokeForWindow`` with tumbling windows).
+    context
+        The Lambda context.
+
+    Returns
+    -------
+    dict
+        ``{"batchItemFailures": [...]}`` and, for tumbling-window events, ``"state"``.
+    """
+    outcome = _get_processor().process_event(event)
+    logger.info(
+        "batch processed",
+        extra={
+            "records": outcome.records,
+            "self_writes": outcome.self_writes,
+            "deltas": outcome.record_deltas,
+            "aggregate_items": outcome.aggregate_items,
+            "dead_letters": outcome.write.dead_letters,
+            "modelled_wcu": outcome.write.modelled_wcu,
+            "retry_from": outcome.retry_from,
+        },
+    )
+    return outcome.response

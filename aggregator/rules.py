@@ -1,0 +1,555 @@
+"""Rule definitions: pydantic models, YAML loading and Python registration (pure, no I/O but files).
+
+A rule says *what* to count or sum (``delta``), over *which* items (``match``), under *which*
+aggregate (``key``)::
+
+    rules:
+      - name: delay_minutes_by_carrier
+        description: Total departure delay in minutes per carrier
+        match: {status: departed}
+        key: "{carrier}"
+        delta: {attribute: dep_delay}
+        leaderboard: true
+
+Loading a file or a directory and building rules in Python give the same validated
+:class:`RuleSet`. Every validation problem raises :class:`~aggregator.exceptions.RuleError`
+whose message names the file, the rule and the field.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .conditions import MISSING, Condition, ConditionSyntaxError, MatchAll, parse_match
+from .exceptions import EvaluationError, RuleError
+
+__all__ = ["DeltaSpec", "KeyTemplate", "Rule", "RuleSet", "load_rules", "rule"]
+
+RULE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"
+
+
+# ---------------------------------------------------------------------------------------------
+# Key templates
+# ---------------------------------------------------------------------------------------------
+
+
+def escape_key_part(value: str) -> str:
+    """Escape ``%`` and ``#`` so that ``#`` stays a separator in sort keys (injective)."""
+    return value.replace("%", "%25").replace("#", "%23")
+
+
+def unescape_key_part(value: str) -> str:
+    """Inverse of :func:`escape_key_part`."""
+    return value.replace("%23", "#").replace("%25", "%")
+
+
+def format_key_value(value: Any) -> str:
+    """Render one attribute value as key text.
+
+    Strings are used as they are, numbers in plain decimal notation without exponent or trailing
+    zeros (``Decimal("1.50")`` -> ``"1.5"``, ``Decimal("1E+2")`` -> ``"100"``), booleans as
+    ``true`` / ``false``.
+
+    Raises
+    ------
+    EvaluationError
+        For any other type (lists, maps, sets, binary, null).
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Decimal):
+        return "0" if value == 0 else format(value.normalize(), "f")
+    kind = "null" if value is None else type(value).__name__
+    raise EvaluationError(
+        f"key attribute has unsupported type {kind}; use a string, number or bool"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTemplate:
+    """A key such as ``"{carrier}"``, ``"{origin}#{dest}"`` or the literal ``"TOTAL_PATHS_FOUND"``.
+
+    ``render(image)`` returns ``(encoded, display)``: ``encoded`` goes into the sort key with each
+    substituted value escaped (``%`` -> ``%25``, ``#`` -> ``%23``); ``display`` is the text with
+    raw values. Adjacent placeholders must be separated by literal text containing ``#`` so that
+    the encoding is injective.
+    """
+
+    template: str
+    literals: tuple[str, ...]
+    placeholders: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, template: str) -> KeyTemplate:
+        if not isinstance(template, str) or not template:
+            raise ValueError("key must be a non-empty string such as '{carrier}' or 'TOTAL'")
+        literals: list[str] = []
+        placeholders: list[str] = []
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as exc:
+            raise ValueError(f"invalid key template {template!r}: {exc}") from None
+        pending = ""
+        for literal, field, spec, conversion in parsed:
+            pending += literal
+            if field is None:
+                continue
+            if not field or spec or conversion or not re.fullmatch(r"[^{}!:\[\].]+", field):
+                raise ValueError(
+                    f"invalid placeholder {{{field}}} in key {template!r}: "
+                    "use a bare attribute name such as {carrier}"
+                )
+            if placeholders and "#" not in pending:
+                raise ValueError(
+                    f"placeholders in key {template!r} must be separated by '#' "
+                    "(e.g. '{origin}#{dest}') so that different items never share a key"
+                )
+            literals.append(pending)
+            placeholders.append(field)
+            pending = ""
+        literals.append(pending)
+        return cls(template, tuple(literals), tuple(placeholders))
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset(self.placeholders)
+
+    @property
+    def is_literal(self) -> bool:
+        return not self.placeholders
+
+    def render_values(self, values: Sequence[Any]) -> tuple[str, str]:
+        """Render from placeholder values in order; returns ``(encoded, display)``."""
+        encoded = [self.literals[0]]
+        display = [self.literals[0]]
+        for value, literal in zip(values, self.literals[1:], strict=True):
+            text = format_key_value(value)
+            encoded += (escape_key_part(text), literal)
+            display += (text, literal)
+        return "".join(encoded), "".join(display)
+
+    def render(self, image: Mapping[str, Any]) -> tuple[str, str]:
+        """Render the key for an image.
+
+        Raises
+        ------
+        EvaluationError
+            When a placeholder attribute is missing or of an unsupported type.
+        """
+        values = []
+        for name in self.placeholders:
+            value = image.get(name, MISSING)
+            if value is MISSING:
+                raise EvaluationError(f"key attribute {name!r} is missing")
+            try:
+                values.append(value if isinstance(value, str) else _check_key_type(value))
+            except EvaluationError as exc:
+                raise EvaluationError(f"key attribute {name!r}: {exc}") from None
+        return self.render_values(values)
+
+
+def _check_key_type(value: Any) -> Any:
+    format_key_value(value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Deltas
+# ---------------------------------------------------------------------------------------------
+
+
+def _to_decimal(value: Any) -> Decimal:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, got a boolean")
+    if isinstance(value, int | float | str | Decimal):
+        try:
+            number = Decimal(str(value))
+        except InvalidOperation:
+            raise ValueError(f"expected a number, got {value!r}") from None
+        if not number.is_finite():
+            raise ValueError(f"expected a finite number, got {value!r}")
+        return number
+    raise ValueError(f"expected a number, got {type(value).__name__}")
+
+
+class DeltaSpec(BaseModel):
+    """How much one matching item contributes: a constant or a numeric attribute.
+
+    YAML: ``delta: 1`` (the default), ``delta: "2.5"``, or ``delta: {attribute: dep_delay}``.
+    The amount is always a ``Decimal``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    constant: Decimal | None = None
+    attribute: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            return data
+        return {"constant": _to_decimal(data)}
+
+    @field_validator("constant", mode="before")
+    @classmethod
+    def _constant(cls, value: Any) -> Any:
+        return None if value is None else _to_decimal(value)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DeltaSpec:
+        if (self.constant is None) == (self.attribute is None):
+            raise ValueError("give either a number (delta: 1) or {attribute: NAME}, not both")
+        if self.attribute is not None and not self.attribute:
+            raise ValueError("attribute name must not be empty")
+        return self
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset() if self.attribute is None else frozenset((self.attribute,))
+
+    def evaluate(self, image: Mapping[str, Any]) -> Decimal:
+        """The amount for one image.
+
+        Raises
+        ------
+        EvaluationError
+            When the delta attribute is missing or not a number.
+        """
+        if self.constant is not None:
+            return self.constant
+        value = image.get(self.attribute, MISSING)
+        if value is MISSING:
+            raise EvaluationError(f"delta attribute {self.attribute!r} is missing")
+        if not isinstance(value, Decimal) or isinstance(value, bool):
+            kind = "null" if value is None else type(value).__name__
+            raise EvaluationError(f"delta attribute {self.attribute!r} is {kind}, not a number")
+        return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules
+# ---------------------------------------------------------------------------------------------
+
+
+def _parse_condition(value: Any) -> Condition:
+    if isinstance(value, Condition):
+        return value
+    return parse_match(value)  # ConditionSyntaxError is a ValueError carrying its sub-path
+
+
+def _parse_key(value: Any) -> KeyTemplate:
+    if isinstance(value, KeyTemplate):
+        return value
+    return KeyTemplate.parse(value)
+
+
+MatchField = Annotated[Condition, BeforeValidator(_parse_condition)]
+KeyField = Annotated[KeyTemplate, BeforeValidator(_parse_key)]
+
+
+class Rule(BaseModel):
+    """One aggregation rule.
+
+    Attributes
+    ----------
+    name
+        Unique within a rule set; letters, digits, ``_ . -``, starting with a letter; it prefixes
+        the sort key of every aggregate item of the rule (``"<name>#<key>"``).
+    match
+        Condition on an item image (see :mod:`aggregator.conditions`); default: every item.
+    key
+        Key template over image attributes, or a literal.
+    delta
+        Amount per matching item (``Decimal``), constant or attribute.
+    ttl_deletes
+        ``keep`` (default): a REMOVE made by DynamoDB's TTL (``userIdentity.principalId ==
+        "dynamodb.amazonaws.com"``) retracts nothing, so counters of expiring raw events do not
+        shrink. ``retract``: treat it like any delete.
+    leaderboard
+        Also put the aggregate items into the sparse ``leaderboard`` GSI for top-N queries.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    name: str = Field(pattern=RULE_NAME_PATTERN)
+    description: str = ""
+    match: MatchField = Field(default_factory=MatchAll)
+    key: KeyField
+    delta: DeltaSpec = Field(default_factory=lambda: DeltaSpec(constant=Decimal(1)))
+    ttl_deletes: Literal["keep", "retract"] = "keep"
+    leaderboard: bool = False
+
+    def attributes(self) -> frozenset[str]:
+        """Names of every image attribute this rule reads (match, key and delta)."""
+        return self.match.attributes() | self.key.attributes() | self.delta.attributes()
+
+    def contribution(self, image: Mapping[str, Any] | None) -> tuple[str, str, Decimal] | None:
+        """``(encoded key, display key, amount)`` for one image, or ``None`` if it does not match.
+
+        Raises
+        ------
+        EvaluationError
+            When the image matches but its key or delta cannot be evaluated.
+        """
+        if image is None or not self.match.matches(image):
+            return None
+        encoded, display = self.key.render(image)
+        return encoded, display, self.delta.evaluate(image)
+
+
+class RuleSet(BaseModel):
+    """A validated, ordered collection of rules with unique names.
+
+    Build with :func:`load_rules` (YAML) or :meth:`RuleSet.of` (Python).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = 1
+    rules: tuple[Rule, ...]
+
+    @field_validator("rules")
+    @classmethod
+    def _unique(cls, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+        seen: set[str] = set()
+        for r in rules:
+            if r.name in seen:
+                raise ValueError(f"duplicate rule name {r.name!r}")
+            seen.add(r.name)
+        return rules
+
+    @classmethod
+    def of(cls, *rules: Rule) -> RuleSet:
+        """A rule set from rules built in Python (see :func:`rule`).
+
+        Raises
+        ------
+        RuleError
+            On duplicate names.
+        """
+        try:
+            return cls(rules=rules)
+        except ValidationError as exc:
+            raise RuleError(
+                _format_errors(exc, "<python>", {"rules": [r.model_dump() for r in rules]})
+            ) from None
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def get(self, name: str) -> Rule:
+        """The rule called ``name``.
+
+        Raises
+        ------
+        RuleError
+            If there is none.
+        """
+        for r in self.rules:
+            if r.name == name:
+                return r
+        known = ", ".join(r.name for r in self.rules)
+        raise RuleError(f"no rule named {name!r}; known rules: {known}")
+
+    def attributes(self) -> frozenset[str]:
+        """Every image attribute any rule reads (the engine deserializes only these)."""
+        return frozenset().union(*(r.attributes() for r in self.rules))
+
+
+def rule(
+    name: str,
+    *,
+    key: str,
+    match: Mapping[str, Any] | None = None,
+    delta: int | str | Decimal | Mapping[str, Any] = 1,
+    description: str = "",
+    ttl_deletes: Literal["keep", "retract"] = "keep",
+    leaderboard: bool = False,
+) -> Rule:
+    """Build one validated rule from Python, with the same fields and checks as YAML.
+
+    Examples
+    --------
+    >>> r = rule("paths_per_player", match={"sk": {"prefix": "PATH#"}}, key="{pk}")
+    >>> r.key.placeholders
+    ('pk',)
+
+    Raises
+    ------
+    RuleError
+        Naming the rule and field, e.g. ``<python>: rule 'x', field 'key': ...``.
+    """
+    data = {
+        "name": name,
+        "description": description,
+        "match": match,
+        "key": key,
+        "delta": delta,
+        "ttl_deletes": ttl_deletes,
+        "leaderboard": leaderboard,
+    }
+    try:
+        return Rule.model_validate(data)
+    except ValidationError as exc:
+        raise RuleError(
+            _format_errors(exc, "<python>", {"rules": [data]}, prefix=("rules", 0))
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and error messages
+# ---------------------------------------------------------------------------------------------
+
+
+def _field_path(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _clean_message(msg: str) -> str:
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix) :]
+    return msg
+
+
+def _format_errors(
+    exc: ValidationError,
+    source: str,
+    data: Any,
+    prefix: tuple[Any, ...] = (),
+) -> str:
+    lines = []
+    rules_data = data.get("rules") if isinstance(data, Mapping) else None
+    for err in exc.errors(include_url=False):
+        loc = prefix + tuple(err["loc"])
+        msg = _clean_message(err["msg"])
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, ConditionSyntaxError):
+            parts = re.findall(r"\[(\d+)\]|([^.\[\]]+)", cause.path)
+            loc = loc + tuple(int(index) if index else name for index, name in parts)
+            msg = cause.message
+        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+            index = loc[1]
+            name = None
+            if isinstance(rules_data, list) and index < len(rules_data):
+                raw = rules_data[index]
+                if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
+                    name = raw["name"]
+            who = f"rule {name!r}" if name else f"rule #{index + 1}"
+            field = _field_path(loc[2:]) or "(rule)"
+            lines.append(f"{source}: {who}, field '{field}': {msg}")
+        else:
+            field = _field_path(loc) or "(top level)"
+            lines.append(f"{source}: field '{field}': {msg}")
+    return "\n".join(lines)
+
+
+def _load_file(path: Path) -> tuple[list[Rule], dict[str, str]]:
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RuleError(f"{source}: cannot read rule file: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise RuleError(f"{source}: {where}invalid YAML: {problem}") from None
+    if data is None:
+        raise RuleError(f"{source}: field 'rules': the file is empty; expected 'rules: [...]'")
+    if not isinstance(data, Mapping):
+        raise RuleError(
+            f"{source}: field '(top level)': expected a mapping with a 'rules' list, "
+            f"got {type(data).__name__}"
+        )
+    try:
+        ruleset = RuleSet.model_validate(data)
+    except ValidationError as exc:
+        raise RuleError(_format_errors(exc, source, data)) from None
+    return list(ruleset.rules), {r.name: source for r in ruleset.rules}
+
+
+def load_rules(path: str | Path | Iterable[str | Path]) -> RuleSet:
+    """Load and validate rules from a YAML file, a directory of YAML files, or several paths.
+
+    Parameters
+    ----------
+    path
+        A ``.yaml``/``.yml`` file; a directory (every ``*.yaml`` and ``*.yml`` in it, sorted by
+        name, not recursive); or an iterable of such paths. Each file holds
+        ``{version: 1, rules: [...]}`` (``version`` optional).
+
+    Returns
+    -------
+    RuleSet
+
+    Raises
+    ------
+    RuleError
+        With one line per problem, each naming the file, the rule and the field, e.g.
+        ``definitions/flights.yaml: rule 'by_carrier', field 'key': ...``; also when a rule
+        name appears in two files, or a directory has no rule files.
+    """
+    paths: list[Path] = []
+    inputs = [path] if isinstance(path, str | Path) else list(path)
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted([*p.glob("*.yaml"), *p.glob("*.yml")])
+            if not found:
+                raise RuleError(f"{p}: no rule files (*.yaml, *.yml) in this directory")
+            paths.extend(found)
+        elif p.exists():
+            paths.append(p)
+        else:
+            raise RuleError(f"{p}: no such file or directory")
+    rules: list[Rule] = []
+    origin: dict[str, str] = {}
+    errors: list[str] = []
+    for p in paths:
+        try:
+            file_rules, file_origin = _load_file(p)
+        except RuleError as exc:
+            errors.append(str(exc))
+            continue
+        for r in file_rules:
+            if r.name in origin:
+                errors.append(
+                    f"{p}: rule {r.name!r}, field 'name': duplicate rule name "
+                    f"(also defined in {origin[r.name]})"
+                )
+                continue
+            origin[r.name] = file_origin[r.name]
+            rules.append(r)
+    if errors:
+        raise RuleError("\n".join(errors))
+    return RuleSet(rules=tuple(rules))

@@ -1,0 +1,370 @@
+"""Applies coalesced deltas to the aggregates partition (the only module here that writes).
+
+Modes
+-----
+``at-least-once`` (:class:`AtLeastOnceWriter`)
+    One ``UpdateItem ... ADD #value :delta`` per aggregate item per batch, issued concurrently.
+    A batch that Lambda delivers again is added again: aggregates can over-count after retries.
+    The exactly-once mode (per-item shard checkpoints) implements the same :class:`Writer`
+    interface and takes the ``shard_id`` that this mode ignores.
+
+Cost model
+----------
+Each write's modelled capacity follows DynamoDB's pricing rules (Developer Guide, "Read/write
+capacity mode" and "Item sizes and formats"): 1 WCU per started KB of the item, and for items in
+the leaderboard GSI 1 more WCU to create the index entry or 2 (delete + put) when the indexed
+``value`` changes. ``reported_wcu`` is what the endpoint answered in ``ConsumedCapacity``;
+DynamoDB Local's figures are not AWS's, so both are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Protocol
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .config import DEFAULT_LAYOUT, TableLayout
+from .engine import BatchDeltas, CoalescedDelta, RecordFailure
+from .records import pad_sequence_number
+
+__all__ = [
+    "AtLeastOnceWriter",
+    "WriteResult",
+    "WriteStats",
+    "Writer",
+    "attribute_size",
+    "item_size",
+]
+
+MAX_ITEM_BYTES = 400 * 1024
+"""DynamoDB's item size limit (Developer Guide, "Service quotas": 400 KB)."""
+
+
+def _number_size(value: Decimal) -> int:
+    digits = value.normalize().as_tuple().digits if value != 0 else (0,)
+    return math.ceil(len(digits) / 2) + 1
+
+
+def attribute_size(value: Any) -> int:
+    """Bytes a deserialized attribute value takes, per DynamoDB's item-size rules.
+
+    Strings and binary: their UTF-8 / byte length; numbers: 1 byte per two significant digits
+    plus 1; booleans and null: 1; lists and maps: 3 bytes plus 1 per element plus their contents.
+    """
+    if isinstance(value, bool) or value is None:
+        return 1
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    if isinstance(value, Decimal | int):
+        return _number_size(Decimal(value))
+    if isinstance(value, Mapping):
+        return 3 + sum(len(k.encode()) + attribute_size(v) + 1 for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return 3 + sum(attribute_size(v) + 1 for v in value)
+    raise TypeError(f"unsupported attribute value type {type(value).__name__}")
+
+
+def item_size(item: Mapping[str, Any]) -> int:
+    """Size in bytes of an item of deserialized values: attribute names plus values."""
+    return sum(len(name.encode("utf-8")) + attribute_size(v) for name, v in item.items())
+
+
+def write_units(size_bytes: int) -> int:
+    """Standard write capacity units for writing an item of ``size_bytes`` (1 per started KB)."""
+    return max(1, math.ceil(size_bytes / 1024))
+
+
+@dataclass(slots=True)
+class WriteStats:
+    """Counters for one batch's writes.
+
+    Attributes
+    ----------
+    requests
+        DynamoDB requests sent (each attempt counts, including retries made by this module).
+    items_written
+        Aggregate items successfully updated.
+    modelled_wcu
+        Write capacity units by AWS's pricing rules (table plus leaderboard GSI).
+    reported_wcu
+        Sum of ``ConsumedCapacity.CapacityUnits`` the endpoint returned.
+    skipped_zero
+        Coalesced deltas that summed to zero and needed no write in this mode.
+    failed_items
+        Items whose update still failed after retries.
+    dead_letters
+        Dead-letter items written for records a rule could not evaluate.
+    """
+
+    requests: int = 0
+    items_written: int = 0
+    modelled_wcu: int = 0
+    reported_wcu: Decimal = Decimal(0)
+    skipped_zero: int = 0
+    failed_items: int = 0
+    dead_letters: int = 0
+
+    def add(self, other: WriteStats) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass(slots=True)
+class WriteResult:
+    """Outcome of :meth:`Writer.apply`.
+
+    ``retry_from`` is the sequence number Lambda must retry from (the smallest first sequence
+    number among items that could not be written), or ``None`` when everything was applied.
+    """
+
+    stats: WriteStats = field(default_factory=WriteStats)
+    retry_from: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+class Writer(Protocol):
+    """What the handler and runner need from a write mode."""
+
+    mode: str
+
+    def apply(self, batch: BatchDeltas, *, shard_id: str | None = None) -> WriteResult:
+        """Apply a batch's coalesced deltas; never raises for per-item write failures."""
+        ...
+
+    def write_dead_letters(
+        self, failures: list[RecordFailure], *, shard_id: str | None = None
+    ) -> WriteStats:
+        """Persist records a rule could not evaluate (idempotent per shard/sequence/rule)."""
+        ...
+
+
+class _BaseWriter:
+    mode = "base"
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        *,
+        layout: TableLayout = DEFAULT_LAYOUT,
+        max_workers: int = 8,
+        clock: Any = time.time,
+    ) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.layout = layout
+        self.max_workers = max_workers
+        self._clock = clock
+        self._pool = ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="aggregator-write"
+        )
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    # -- items ---------------------------------------------------------------------------------
+
+    def _key(self, delta: CoalescedDelta) -> dict[str, Any]:
+        return {
+            self.layout.partition_key: {"S": self.layout.aggregates_pk},
+            self.layout.sort_key: {"S": delta.ref.sort_key},
+        }
+
+    def _modelled_units(self, delta: CoalescedDelta, extra: Mapping[str, Any] | None = None) -> int:
+        lay = self.layout
+        item: dict[str, Any] = {
+            lay.partition_key: lay.aggregates_pk,
+            lay.sort_key: delta.ref.sort_key,
+            lay.value_attribute: delta.amount,
+            "rule": delta.ref.rule,
+            "key": delta.ref.display_key,
+        }
+        if delta.leaderboard:
+            item[lay.leaderboard_attribute] = delta.ref.rule
+        if extra:
+            item.update(extra)
+        units = write_units(item_size(item))
+        if delta.leaderboard and delta.amount != 0:
+            index_entry = {
+                k: item[k]
+                for k in (
+                    lay.partition_key,
+                    lay.sort_key,
+                    lay.leaderboard_attribute,
+                    lay.value_attribute,
+                )
+            }
+            units += 2 * write_units(item_size(index_entry))
+        return units
+
+    # -- dead letters --------------------------------------------------------------------------
+
+    def write_dead_letters(
+        self, failures: list[RecordFailure], *, shard_id: str | None = None
+    ) -> WriteStats:
+        """Write one dead-letter item per (record, rule) failure.
+
+        Items live under the reserved ``dead_letters_pk`` with sort key
+        ``"<shard>#<40-digit sequence number>#<rule>"`` (so writing one twice is harmless) and
+        carry ``rule``, ``reason``, ``sequence_number``, ``shard_id``, ``failed_at`` (ISO 8601,
+        UTC) and ``record`` (the stream record as JSON; when that would exceed DynamoDB's 400 KB
+        item limit, only its keys are kept and ``record_truncated`` is true).
+
+        Raises
+        ------
+        WriteError
+            When a dead letter cannot be written (the batch must then be retried).
+        """
+        from .exceptions import WriteError
+
+        stats = WriteStats()
+        shard = shard_id or "unknown-shard"
+        for failure in failures:
+            record_json = json.dumps(failure.record, default=str, sort_keys=True)
+            truncated = len(record_json.encode()) > MAX_ITEM_BYTES - 4096
+            if truncated:
+                keep = {
+                    "eventName": failure.record.get("eventName"),
+                    "dynamodb": {
+                        "Keys": failure.record.get("dynamodb", {}).get("Keys"),
+                        "SequenceNumber": failure.sequence_number,
+                    },
+                }
+                record_json = json.dumps(keep, default=str, sort_keys=True)
+            item = {
+                self.layout.partition_key: {"S": self.layout.dead_letters_pk},
+                self.layout.sort_key: {
+                    "S": f"{shard}#{pad_sequence_number(failure.sequence_number)}#{failure.rule}"
+                },
+                "rule": {"S": failure.rule},
+                "reason": {"S": failure.reason},
+                "sequence_number": {"S": failure.sequence_number},
+                "shard_id": {"S": shard},
+                "failed_at": {"S": datetime.fromtimestamp(self._clock(), UTC).isoformat()},
+                "record": {"S": record_json},
+                "record_truncated": {"BOOL": truncated},
+            }
+            stats.requests += 1
+            try:
+                self.client.put_item(TableName=self.table_name, Item=item)
+            except (ClientError, BotoCoreError) as exc:
+                raise WriteError(
+                    f"could not dead-letter record {failure.sequence_number} "
+                    f"(rule {failure.rule!r}): {exc}"
+                ) from exc
+            stats.dead_letters += 1
+        return stats
+
+
+class AtLeastOnceWriter(_BaseWriter):
+    """``ADD`` each coalesced delta with one ``UpdateItem`` per aggregate item.
+
+    Parameters
+    ----------
+    client
+        A boto3 DynamoDB *client* (thread-safe; botocore retries throttling itself).
+    table_name
+        The user's table.
+    layout
+        Attribute names and reserved partition keys.
+    max_workers
+        Concurrent ``UpdateItem`` requests per batch.
+
+    Each update is ``ADD #value :delta SET #rule = :rule, #key = :key`` (plus ``#lb = :rule`` for
+    leaderboard rules). Zero deltas are not written. Guarantee: every record is applied at least
+    once; a redelivered batch is applied again.
+    """
+
+    mode = "at-least-once"
+
+    def _update(self, delta: CoalescedDelta) -> tuple[WriteStats, str | None]:
+        lay = self.layout
+        names = {"#v": lay.value_attribute, "#r": "rule", "#k": "key"}
+        values: dict[str, Any] = {
+            ":d": {"N": str(delta.amount)},
+            ":r": {"S": delta.ref.rule},
+            ":k": {"S": delta.ref.display_key},
+        }
+        expression = "ADD #v :d SET #r = :r, #k = :k"
+        if delta.leaderboard:
+            names["#lb"] = lay.leaderboard_attribute
+            expression += ", #lb = :r"
+        stats = WriteStats(requests=1)
+        try:
+            response = self.client.update_item(
+                TableName=self.table_name,
+                Key=self._key(delta),
+                UpdateExpression=expression,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnConsumedCapacity="TOTAL",
+            )
+        except (ClientError, BotoCoreError) as exc:
+            stats.failed_items = 1
+            return stats, f"{delta.ref.sort_key}: {exc}"
+        stats.items_written = 1
+        stats.modelled_wcu = self._modelled_units(delta)
+        consumed = response.get("ConsumedCapacity") or {}
+        stats.reported_wcu = Decimal(str(consumed.get("CapacityUnits", 0)))
+        return stats, None
+
+    def apply(self, batch: BatchDeltas, *, shard_id: str | None = None) -> WriteResult:
+        """Apply every non-zero coalesced delta of ``batch`` concurrently.
+
+        Returns
+        -------
+        WriteResult
+            ``retry_from`` is the smallest ``first_sequence_number`` among failed items.
+        """
+        result = WriteResult()
+        todo = []
+        for delta in batch.deltas.values():
+            if delta.amount == 0:
+                result.stats.skipped_zero += 1
+            else:
+                todo.append(delta)
+        failed_first: list[str] = []
+        for delta, (stats, error) in zip(todo, self._pool.map(self._update, todo), strict=True):
+            result.stats.add(stats)
+            if error is not None:
+                result.errors.append(error)
+                failed_first.append(delta.first_sequence_number)
+        if failed_first:
+            result.retry_from = min(failed_first, key=pad_sequence_number)
+        return result
+
+
+WRITE_MODES = ("at-least-once",)
+"""Write modes available (``AGGREGATOR_MODE``); the exactly-once modes are added next."""
+
+
+def make_writer(
+    mode: str,
+    client: Any,
+    table_name: str,
+    *,
+    layout: TableLayout = DEFAULT_LAYOUT,
+    max_workers: int = 8,
+) -> Writer:
+    """The writer for ``mode``.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown mode, listing the available ones.
+    """
+    from .exceptions import ConfigError
+
+    if mode == "at-least-once":
+        return AtLeastOnceWriter(client, table_name, layout=layout, max_workers=max_workers)
+    raise ConfigError(f"unknown write mode {mode!r}; available: {', '.join(WRITE_MODES)}")
