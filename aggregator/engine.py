@@ -23,6 +23,7 @@ from decimal import Decimal
 
 from .config import DEFAULT_LAYOUT, TableLayout
 from .exceptions import EvaluationError
+from .numbers import add, subtract
 from .records import StreamRecord, pad_sequence_number
 from .rules import Rule, RuleSet
 
@@ -108,7 +109,11 @@ class CoalescedDelta:
     def amount_after(self, sequence_number: str) -> Decimal:
         """Sum of the parts whose sequence number is greater than ``sequence_number``."""
         bound = pad_sequence_number(sequence_number)
-        return sum((a for s, a in self.parts if pad_sequence_number(s) > bound), start=Decimal(0))
+        total = Decimal(0)
+        for seq, amount in self.parts:
+            if pad_sequence_number(seq) > bound:
+                total = add(total, amount)
+        return total
 
 
 @dataclass(slots=True)
@@ -176,7 +181,7 @@ class Engine:
         if record.is_ttl_delete and rule.ttl_deletes == "keep":
             return []
         changes: dict[AggregateRef, Decimal] = {}
-        for label, image, sign in (("OldImage", old, -1), ("NewImage", new, 1)):
+        for label, image, combine in (("OldImage", old, subtract), ("NewImage", new, add)):
             try:
                 contribution = rule.contribution(image)
             except EvaluationError as exc:
@@ -185,7 +190,7 @@ class Engine:
                 continue
             encoded, display, amount = contribution
             ref = AggregateRef(rule.name, encoded, display)
-            changes[ref] = changes.get(ref, Decimal(0)) + sign * amount
+            changes[ref] = combine(changes.get(ref, Decimal(0)), amount)
         return [(ref, amount) for ref, amount in changes.items() if amount != 0]
 
     def record_deltas(self, record: StreamRecord) -> tuple[list[RecordDelta], list[RecordFailure]]:
@@ -246,6 +251,6 @@ class Engine:
                         d.ref.rule in leaderboard,
                     )
                 else:
-                    current.amount += d.amount
+                    current.amount = add(current.amount, d.amount)
                     current.parts.append((d.sequence_number, d.amount))
         return batch

@@ -286,12 +286,9 @@ def ensure_installed(install_dir: Path | None = None, *, version: str = DEFAULT_
             try:
                 emulator = _extract_emulator(seeded, staging)
             except DynamoDBLocalError:
-                emulator = None  # truncated or foreign file: drop it, download a fresh copy
-                with contextlib.suppress(OSError):
-                    seeded.unlink()
-            else:
-                with contextlib.suppress(OSError):
-                    seeded.unlink()
+                emulator = None  # truncated or foreign file: download a fresh copy
+            with contextlib.suppress(OSError):
+                seeded.unlink()  # extracted, or unusable: either way no longer needed
         if emulator is None:
             npm = _require_npm()
             download = staging / "download"

@@ -1,0 +1,62 @@
+"""Builders for Lambda-format DynamoDB stream records used across tests."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeSerializer
+
+_SER = TypeSerializer()
+STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/2026-01-01T00:00:00.000"
+TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+
+
+def ddb_json(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Python values (numbers as int/str->Decimal) to DynamoDB JSON."""
+    if item is None:
+        return None
+    out = {}
+    for k, v in item.items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            v = Decimal(str(v))
+        out[k] = _SER.serialize(v)
+    return out
+
+
+def stream_record(
+    event: str,
+    old: dict[str, Any] | None = None,
+    new: dict[str, Any] | None = None,
+    *,
+    seq: int | str = 100,
+    ttl: bool = False,
+    keys: tuple[str, ...] = ("pk", "sk"),
+    created: int = 1_700_000_000,
+) -> dict[str, Any]:
+    """A record as Lambda delivers it (epoch-seconds ApproximateCreationDateTime)."""
+    image = new if new is not None else old
+    assert image is not None
+    dynamodb: dict[str, Any] = {
+        "ApproximateCreationDateTime": created,
+        "Keys": ddb_json({k: image[k] for k in keys if k in image}),
+        "SequenceNumber": str(seq).zfill(21),
+        "SizeBytes": 100,
+        "StreamViewType": "NEW_AND_OLD_IMAGES",
+    }
+    if new is not None:
+        dynamodb["NewImage"] = ddb_json(new)
+    if old is not None:
+        dynamodb["OldImage"] = ddb_json(old)
+    record: dict[str, Any] = {
+        "eventID": f"ev-{seq}",
+        "eventName": event,
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "eventSourceARN": STREAM_ARN,
+        "dynamodb": dynamodb,
+    }
+    if ttl:
+        record["userIdentity"] = dict(TTL_IDENTITY)
+    return record
