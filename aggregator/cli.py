@@ -107,7 +107,8 @@ def validate(paths: tuple[Path, ...]) -> None:
 
     rules = load_rules(paths)
     table = Table(title=f"{len(rules)} rule(s) valid", title_justify="left")
-    for column in ("rule", "key", "delta", "reads", "options"):
+    table.add_column("rule", no_wrap=True)
+    for column in ("key", "delta", "reads", "options"):
         table.add_column(column)
     for r in rules:
         delta = (

@@ -1,0 +1,58 @@
+"""Shared fixtures. Integration fixtures start AWS's DynamoDB Local (installed by the project)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_table_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local() -> Iterator[object]:
+    """A DynamoDB Local server for the whole test session.
+
+    Installed into ``<repo>/.cache/dynamodb-local`` (git-ignored) on first use. When it cannot
+    start, the tests that need it fail under ``CI=true`` and are skipped elsewhere with the reason.
+    """
+    from aggregator.exceptions import DynamoDBLocalError
+    from aggregator.local import DynamoDBLocal
+
+    install_dir = Path(os.environ.get("AGGREGATOR_DYNAMODB_LOCAL_DIR") or ROOT / ".cache" / "dynamodb-local")
+    server = DynamoDBLocal(install_dir=install_dir)
+    try:
+        server.start()
+    except DynamoDBLocalError as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"DynamoDB Local could not start (CI=true, so this fails): {exc}")
+        pytest.skip(f"DynamoDB Local could not start: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def ddb(dynamodb_local):
+    """A boto3 DynamoDB client for DynamoDB Local."""
+    return dynamodb_local.client("dynamodb")
+
+
+@pytest.fixture
+def streams(dynamodb_local):
+    """A boto3 DynamoDB Streams client for DynamoDB Local."""
+    return dynamodb_local.client("dynamodbstreams")
+
+
+@pytest.fixture
+def table(ddb):
+    """A fresh table (keys, stream, GSI, TTL) per test; yields ``(name, stream_arn)``."""
+    from aggregator.table import create_table
+
+    name = f"test-{os.getpid()}-{next(_table_names)}"
+    arn = create_table(ddb, name)
+    yield name, arn
+    ddb.delete_table(TableName=name)

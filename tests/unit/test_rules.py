@@ -1,0 +1,344 @@
+"""Rule loading: YAML and Python give the same RuleSet; malformed files give exact messages."""
+
+from __future__ import annotations
+
+import textwrap
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from aggregator.cli import main
+from aggregator.conditions import parse_match
+from aggregator.exceptions import RuleError
+from aggregator.rules import RuleSet, load_rules, rule
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str, name: str = "rules.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_yaml_and_python_give_the_same_ruleset(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        version: 1
+        rules:
+          - name: delay_by_carrier
+            match: {status: departed, dep_delay: {numeric: [">", 0]}}
+            key: "{carrier}"
+            delta: {attribute: dep_delay}
+            leaderboard: true
+          - name: total
+            key: TOTAL
+            delta: "2.5"
+            ttl_deletes: retract
+        """,
+    )
+    from_python = RuleSet.of(
+        rule(
+            "delay_by_carrier",
+            match={"status": "departed", "dep_delay": {"numeric": [">", 0]}},
+            key="{carrier}",
+            delta={"attribute": "dep_delay"},
+            leaderboard=True,
+        ),
+        rule("total", key="TOTAL", delta=Decimal("2.5"), ttl_deletes="retract"),
+    )
+    assert load_rules(path) == from_python
+    assert load_rules(path).get("total").delta.constant == Decimal("2.5")
+
+
+def test_directory_loads_every_yaml_file_in_name_order(tmp_path):
+    write(tmp_path, "rules: [{name: b_rule, key: B}]", "b.yaml")
+    write(tmp_path, "rules: [{name: a_rule, key: A}]", "a.yml")
+    (tmp_path / "notes.txt").write_text("not rules")
+    assert [r.name for r in load_rules(tmp_path)] == ["a_rule", "b_rule"]
+
+
+def test_shipped_definitions_are_valid():
+    names = [r.name for r in load_rules(ROOT / "definitions")]
+    assert "flights_by_carrier" in names and "paths_per_player" in names
+
+
+MALFORMED = [
+    (
+        "unknown-operator",
+        """
+        rules:
+          - name: r1
+            match: {status: {startswith: dep}}
+            key: "{carrier}"
+        """,
+        "{f}: rule 'r1', field 'match.status.startswith': unknown operator 'startswith'; "
+        "use one of equals, in, anything-but, prefix, exists, numeric",
+    ),
+    (
+        "numeric-odd-list",
+        """
+        rules:
+          - name: r1
+            match: {dep_delay: {numeric: [">", 0, "<"]}}
+            key: "{carrier}"
+        """,
+        "{f}: rule 'r1', field 'match.dep_delay.numeric': 'numeric' needs pairs of operator "
+        "and number, e.g. ['>', 0, '<=', 10]",
+    ),
+    (
+        "numeric-bad-comparison",
+        """
+        rules:
+          - name: r1
+            match: {or: [{a: 1}, {b: {numeric: ["=>", 1]}}]}
+            key: K
+        """,
+        "{f}: rule 'r1', field 'match.or[1].b.numeric[0]': unknown comparison '=>'; "
+        "use one of = < <= > >=",
+    ),
+    (
+        "missing-key",
+        """
+        rules:
+          - name: r1
+            match: {status: departed}
+        """,
+        "{f}: rule 'r1', field 'key': Field required",
+    ),
+    (
+        "adjacent-placeholders",
+        """
+        rules:
+          - name: r1
+            key: "{origin}{dest}"
+        """,
+        "{f}: rule 'r1', field 'key': placeholders in key '{{origin}}{{dest}}' must be separated "
+        "by '#' (e.g. '{{origin}}#{{dest}}') so that different items never share a key",
+    ),
+    (
+        "placeholder-with-format-spec",
+        """
+        rules:
+          - name: r1
+            key: "{origin:>5}"
+        """,
+        "{f}: rule 'r1', field 'key': invalid placeholder {{origin}} in key '{{origin:>5}}': "
+        "use a bare attribute name such as {{carrier}}",
+    ),
+    (
+        "delta-not-a-number",
+        """
+        rules:
+          - name: r1
+            key: K
+            delta: lots
+        """,
+        "{f}: rule 'r1', field 'delta': expected a number, got 'lots'",
+    ),
+    (
+        "delta-both-forms",
+        """
+        rules:
+          - name: r1
+            key: K
+            delta: {attribute: x, constant: 1}
+        """,
+        "{f}: rule 'r1', field 'delta': give either a number (delta: 1) or {{attribute: NAME}}, "
+        "not both",
+    ),
+    (
+        "unknown-rule-field",
+        """
+        rules:
+          - name: r1
+            key: K
+            filter: {a: 1}
+        """,
+        "{f}: rule 'r1', field 'filter': Extra inputs are not permitted",
+    ),
+    (
+        "bad-ttl-policy",
+        """
+        rules:
+          - name: r1
+            key: K
+            ttl_deletes: ignore
+        """,
+        "{f}: rule 'r1', field 'ttl_deletes': Input should be 'keep' or 'retract'",
+    ),
+    (
+        "bad-rule-name",
+        """
+        rules:
+          - name: "has space"
+            key: K
+        """,
+        "{f}: rule 'has space', field 'name': String should match pattern "
+        "'^[A-Za-z][A-Za-z0-9_.-]{{0,99}}$'",
+    ),
+    (
+        "unnamed-rule-uses-position",
+        """
+        rules:
+          - key: K
+          - name: ok
+            key: K
+        """,
+        "{f}: rule #1, field 'name': Field required",
+    ),
+    (
+        "duplicate-name",
+        """
+        rules:
+          - {name: r1, key: A}
+          - {name: r1, key: B}
+        """,
+        "{f}: field 'rules': duplicate rule name 'r1'",
+    ),
+    (
+        "no-rules-list",
+        """
+        version: 1
+        """,
+        "{f}: field 'rules': Field required",
+    ),
+    (
+        "yaml-syntax",
+        """
+        rules:
+          - name: r1
+            key: [unclosed
+        """,
+        "{f}: line 5, column 1: invalid YAML: expected ',' or ']', but got '<stream end>'",
+    ),
+    (
+        "top-level-list",
+        """
+        - name: r1
+          key: K
+        """,
+        "{f}: field '(top level)': expected a mapping with a 'rules' list, got list",
+    ),
+    (
+        "empty-file",
+        "",
+        "{f}: field 'rules': the file is empty; expected 'rules: [...]'",
+    ),
+    (
+        "exists-not-bool",
+        """
+        rules:
+          - name: r1
+            match: {tailnum: {exists: "yes"}}
+            key: K
+        """,
+        "{f}: rule 'r1', field 'match.tailnum.exists': 'exists' needs true or false",
+    ),
+    (
+        "bad-version",
+        """
+        version: 2
+        rules: [{name: r1, key: K}]
+        """,
+        "{f}: field 'version': Input should be 1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+def test_malformed_rule_file_message(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(RuleError) as info:
+        load_rules(path)
+    assert str(info.value) == message.format(f=path)
+
+
+def test_at_least_ten_malformed_cases():
+    assert len(MALFORMED) >= 10
+
+
+def test_duplicate_across_files_names_both(tmp_path):
+    a = write(tmp_path, "rules: [{name: r1, key: A}]", "a.yaml")
+    b = write(tmp_path, "rules: [{name: r1, key: B}]", "b.yaml")
+    with pytest.raises(RuleError) as info:
+        load_rules(tmp_path)
+    assert str(info.value) == f"{b}: rule 'r1', field 'name': duplicate rule name (also defined in {a})"
+
+
+def test_every_error_of_every_file_is_reported(tmp_path):
+    write(tmp_path, "rules: [{name: r1, key: ''}, {name: r2, key: K, delta: x}]", "a.yaml")
+    write(tmp_path, "rules: [{name: r3}]", "b.yaml")
+    with pytest.raises(RuleError) as info:
+        load_rules(tmp_path)
+    lines = str(info.value).splitlines()
+    assert [line.split(": ", 2)[1] for line in lines] == [
+        "rule 'r1', field 'key'",
+        "rule 'r2', field 'delta'",
+        "rule 'r3', field 'key'",
+    ]
+
+
+def test_missing_path():
+    with pytest.raises(RuleError, match=r"^nope\.yaml: no such file or directory$"):
+        load_rules("nope.yaml")
+
+
+def test_python_rule_errors_name_rule_and_field():
+    with pytest.raises(RuleError) as info:
+        rule("r9", key="{a}{b}")
+    assert str(info.value).startswith("<python>: rule 'r9', field 'key': placeholders in key")
+
+
+def test_match_language():
+    D = Decimal
+    cond = parse_match(
+        {
+            "status": "departed",
+            "origin": ["JFK", "LGA"],
+            "carrier": {"anything-but": ["HA"]},
+            "sk": {"prefix": "F#"},
+            "tailnum": {"exists": True},
+            "gate": {"exists": False},
+            "dep_delay": {"numeric": [">", 0, "<=", 60]},
+            "or": [{"dest": "BOS"}, {"not": {"distance": {"numeric": ["<", 500]}}}],
+        }
+    )
+    base = {
+        "status": "departed", "origin": "JFK", "carrier": "UA", "sk": "F#1", "tailnum": "N1",
+        "dep_delay": D(10), "dest": "BOS", "distance": D(100),
+    }
+    assert cond.matches(base)
+    assert not cond.matches({**base, "origin": "EWR"})
+    assert not cond.matches({**base, "carrier": "HA"})
+    assert not cond.matches({k: v for k, v in base.items() if k != "carrier"})  # anything-but
+    assert not cond.matches({**base, "sk": "G#1"})
+    assert not cond.matches({k: v for k, v in base.items() if k != "tailnum"})
+    assert not cond.matches({**base, "gate": "B1"})
+    assert not cond.matches({**base, "dep_delay": D(61)})
+    assert not cond.matches({**base, "dep_delay": "10"})  # wrong type: no match, no error
+    assert cond.matches({**base, "dest": "LAX", "distance": D(900)})
+    assert not cond.matches({**base, "dest": "LAX"})
+    # numbers compare as numbers, booleans are not numbers, strings are not numbers
+    assert parse_match({"n": 1}).matches({"n": D("1.0")})
+    assert not parse_match({"n": 1}).matches({"n": True})
+    assert not parse_match({"n": 1}).matches({"n": "1"})
+    assert parse_match({"b": True}).matches({"b": True})
+
+
+def test_validate_command_prints_summary(tmp_path):
+    result = CliRunner().invoke(main, ["validate", str(ROOT / "definitions" / "flights.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "6 rule(s) valid" in result.output
+    assert "delay_minutes_by_carrier" in result.output
+
+
+def test_validate_command_reports_errors_without_traceback(tmp_path):
+    path = write(tmp_path, "rules: [{name: r1, key: K, delta: lots}]")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert f"{path}: rule 'r1', field 'delta': expected a number, got 'lots'" in result.output
