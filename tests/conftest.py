@@ -23,7 +23,9 @@ def dynamodb_local() -> Iterator[object]:
     from aggregator.exceptions import DynamoDBLocalError
     from aggregator.local import DynamoDBLocal
 
-    install_dir = Path(os.environ.get("AGGREGATOR_DYNAMODB_LOCAL_DIR") or ROOT / ".cache" / "dynamodb-local")
+    install_dir = Path(
+        os.environ.get("AGGREGATOR_DYNAMODB_LOCAL_DIR") or ROOT / ".cache" / "dynamodb-local"
+    )
     server = DynamoDBLocal(install_dir=install_dir)
     try:
         server.start()

@@ -68,7 +68,9 @@ def test_flights_aggregates_equal_csv_ground_truth(ddb, streams, table):
     writes = replay_flights(ddb, name, flights)
     assert writes == 2 * len(flights) + sum(1 for f in flights if f.row % 50 == 7)
 
-    processor = StreamProcessor(Engine(rules, DEFAULT_LAYOUT), make_writer("at-least-once", ddb, name))
+    processor = StreamProcessor(
+        Engine(rules, DEFAULT_LAYOUT), make_writer("at-least-once", ddb, name)
+    )
     stats = StreamRunner(processor, streams, stream_arn, batch_size=100).run()
     assert stats.records - stats.self_writes == writes
     assert stats.failures == 0 and stats.retries == 0

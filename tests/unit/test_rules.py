@@ -249,7 +249,9 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("text", "message"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+@pytest.mark.parametrize(
+    ("text", "message"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED]
+)
 def test_malformed_rule_file_message(tmp_path, text, message):
     path = write(tmp_path, text)
     with pytest.raises(RuleError) as info:
@@ -266,7 +268,10 @@ def test_duplicate_across_files_names_both(tmp_path):
     b = write(tmp_path, "rules: [{name: r1, key: B}]", "b.yaml")
     with pytest.raises(RuleError) as info:
         load_rules(tmp_path)
-    assert str(info.value) == f"{b}: rule 'r1', field 'name': duplicate rule name (also defined in {a})"
+    assert (
+        str(info.value)
+        == f"{b}: rule 'r1', field 'name': duplicate rule name (also defined in {a})"
+    )
 
 
 def test_every_error_of_every_file_is_reported(tmp_path):
@@ -308,8 +313,14 @@ def test_match_language():
         }
     )
     base = {
-        "status": "departed", "origin": "JFK", "carrier": "UA", "sk": "F#1", "tailnum": "N1",
-        "dep_delay": D(10), "dest": "BOS", "distance": D(100),
+        "status": "departed",
+        "origin": "JFK",
+        "carrier": "UA",
+        "sk": "F#1",
+        "tailnum": "N1",
+        "dep_delay": D(10),
+        "dest": "BOS",
+        "distance": D(100),
     }
     assert cond.matches(base)
     assert not cond.matches({**base, "origin": "EWR"})
