@@ -248,7 +248,8 @@ def _store(table_name: str, definitions: Path, endpoint_url: str | None) -> Any:
 
 
 def _print_aggregates(title: str, aggregates: list[Any]) -> None:
-    table = Table(title=title, title_justify="left")
+    console.print(f"\n[bold]{title}[/]")
+    table = Table()
     table.add_column("#", justify="right")
     table.add_column("key")
     table.add_column("value", justify="right")
@@ -388,7 +389,8 @@ def demo(
     for name, aggregates in result.leaderboards.items():
         _print_aggregates(titles.get(name, name), aggregates)
     run_stats = result.run
-    per_k = (run_stats.write.modelled_wcu * 1000 / run_stats.records) if run_stats.records else 0
+    source_records = run_stats.records - run_stats.self_writes
+    per_k = (run_stats.write.modelled_wcu * 1000 / source_records) if source_records else 0
     summary = Table(title="Summary", title_justify="left", show_header=False)
     summary.add_column("what")
     summary.add_column("value", justify="right")
@@ -399,7 +401,10 @@ def demo(
         ("  of which framework self-writes", f"{run_stats.self_writes:,}"),
         ("deltas (per record, per rule)", f"{run_stats.record_deltas:,}"),
         ("aggregate updates (coalesced)", f"{run_stats.write.items_written:,}"),
-        ("modelled WCU", f"{run_stats.write.modelled_wcu:,} ({per_k:,.0f} per 1,000 records)"),
+        (
+            "modelled WCU (table + leaderboard index)",
+            f"{run_stats.write.modelled_wcu:,} ({per_k:,.0f} per 1,000 source records)",
+        ),
         ("dead letters", f"{run_stats.write.dead_letters:,}"),
         ("aggregates per rule", ", ".join(f"{k} {v}" for k, v in result.totals.items())),
         ("stream processing time", f"{run_stats.elapsed_seconds:.1f} s"),
