@@ -391,25 +391,26 @@ def demo(
     run_stats = result.run
     source_records = run_stats.records - run_stats.self_writes
     per_k = (run_stats.write.modelled_wcu * 1000 / source_records) if source_records else 0
-    summary = Table(title="Summary", title_justify="left", show_header=False)
-    summary.add_column("what")
-    summary.add_column("value", justify="right")
+    console.print("\n[bold]Summary[/]")
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(no_wrap=True)
+    summary.add_column(justify="right", no_wrap=True)
+    summary.add_column()
+    w = run_stats.write
     rows = [
-        ("flights replayed", f"{result.flights:,}"),
-        ("table writes (put/delete)", f"{result.writes:,} in {result.write_seconds:.1f} s"),
-        ("stream records read", f"{run_stats.records:,} in {run_stats.batches:,} batches"),
-        ("  of which framework self-writes", f"{run_stats.self_writes:,}"),
-        ("deltas (per record, per rule)", f"{run_stats.record_deltas:,}"),
-        ("aggregate updates (coalesced)", f"{run_stats.write.items_written:,}"),
-        (
-            "modelled WCU (table + leaderboard index)",
-            f"{run_stats.write.modelled_wcu:,} ({per_k:,.0f} per 1,000 source records)",
-        ),
-        ("dead letters", f"{run_stats.write.dead_letters:,}"),
-        ("aggregates per rule", ", ".join(f"{k} {v}" for k, v in result.totals.items())),
-        ("stream processing time", f"{run_stats.elapsed_seconds:.1f} s"),
-        ("total elapsed", f"{time.monotonic() - began:.1f} s"),
+        ("flights replayed", f"{result.flights:,}", ""),
+        ("table writes", f"{result.writes:,}", f"puts and deletes, {result.write_seconds:.1f} s"),
+        ("stream records", f"{run_stats.records:,}", f"in {run_stats.batches:,} batches"),
+        ("  framework self-writes", f"{run_stats.self_writes:,}", "skipped"),
+        ("deltas", f"{run_stats.record_deltas:,}", "per record and rule"),
+        ("aggregate updates", f"{w.items_written:,}", "coalesced UpdateItem ADD"),
+        ("modelled WCU", f"{w.modelled_wcu:,}", f"{per_k:,.0f} per 1,000 source records"),
+        ("  of which leaderboard index", f"{w.modelled_index_wcu:,}", "2 per changed value"),
+        ("dead letters", f"{w.dead_letters:,}", ""),
+        ("stream processing", f"{run_stats.elapsed_seconds:.1f} s", ""),
+        ("total elapsed", f"{time.monotonic() - began:.1f} s", ""),
     ]
+    rows += [(f"aggregates: {k}", f"{v:,}", "") for k, v in result.totals.items()]
     for row in rows:
         summary.add_row(*row)
     console.print(summary)

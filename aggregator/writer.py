@@ -12,8 +12,9 @@ Cost model
 ----------
 Each write's modelled capacity follows DynamoDB's pricing rules (Developer Guide, "Read/write
 capacity mode" and "Item sizes and formats"): 1 WCU per started KB of the item, and for items in
-the leaderboard GSI 1 more WCU to create the index entry or 2 (delete + put) when the indexed
-``value`` changes. ``reported_wcu`` is what the endpoint answered in ``ConsumedCapacity``;
+the leaderboard GSI 2 more per non-zero update, since changing the indexed ``value`` deletes and
+re-puts the index entry (Developer Guide, "Provisioned throughput considerations for GSIs"); the
+first write of an item costs only 1 there, so the index figure is an upper bound. ``reported_wcu`` is what the endpoint answered in ``ConsumedCapacity``;
 DynamoDB Local's figures are not AWS's, so both are kept.
 """
 
@@ -96,6 +97,8 @@ class WriteStats:
         Aggregate items successfully updated.
     modelled_wcu
         Write capacity units by AWS's pricing rules (table plus leaderboard GSI).
+    modelled_index_wcu
+        The part of ``modelled_wcu`` spent on the leaderboard GSI.
     reported_wcu
         Sum of ``ConsumedCapacity.CapacityUnits`` the endpoint returned.
     skipped_zero
@@ -109,6 +112,7 @@ class WriteStats:
     requests: int = 0
     items_written: int = 0
     modelled_wcu: int = 0
+    modelled_index_wcu: int = 0
     reported_wcu: Decimal = Decimal(0)
     skipped_zero: int = 0
     failed_items: int = 0
@@ -180,7 +184,10 @@ class _BaseWriter:
             self.layout.sort_key: {"S": delta.ref.sort_key},
         }
 
-    def _modelled_units(self, delta: CoalescedDelta, extra: Mapping[str, Any] | None = None) -> int:
+    def _modelled_units(
+        self, delta: CoalescedDelta, extra: Mapping[str, Any] | None = None
+    ) -> tuple[int, int]:
+        """``(total, index part)`` modelled WCU of one update of ``delta``'s item."""
         lay = self.layout
         item: dict[str, Any] = {
             lay.partition_key: lay.aggregates_pk,
@@ -194,6 +201,7 @@ class _BaseWriter:
         if extra:
             item.update(extra)
         units = write_units(item_size(item))
+        index_units = 0
         if delta.leaderboard and delta.amount != 0:
             index_entry = {
                 k: item[k]
@@ -204,8 +212,8 @@ class _BaseWriter:
                     lay.value_attribute,
                 )
             }
-            units += 2 * write_units(item_size(index_entry))
-        return units
+            index_units = 2 * write_units(item_size(index_entry))
+        return units + index_units, index_units
 
     # -- dead letters --------------------------------------------------------------------------
 
@@ -313,7 +321,7 @@ class AtLeastOnceWriter(_BaseWriter):
             stats.failed_items = 1
             return stats, f"{delta.ref.sort_key}: {exc}"
         stats.items_written = 1
-        stats.modelled_wcu = self._modelled_units(delta)
+        stats.modelled_wcu, stats.modelled_index_wcu = self._modelled_units(delta)
         consumed = response.get("ConsumedCapacity") or {}
         stats.reported_wcu = Decimal(str(consumed.get("CapacityUnits", 0)))
         return stats, None

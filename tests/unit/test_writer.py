@@ -93,6 +93,7 @@ def test_update_request_shape():
     assert result.stats.requests == 2 and result.stats.items_written == 2
     # table item 1 WCU each, plus 2 WCU for the leaderboard index entry of count#UA
     assert result.stats.modelled_wcu == 4
+    assert result.stats.modelled_index_wcu == 2
     assert result.stats.reported_wcu == Decimal(2)
 
 
