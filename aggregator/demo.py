@@ -17,15 +17,12 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
-from .config import DEFAULT_LAYOUT
-from .engine import Engine
 from .flights import Flight, read_flights, replay_steps
-from .processor import BatchOutcome, StreamProcessor
+from .processor import BatchOutcome, create_processor
 from .query import Aggregate, AggregateStore
 from .rules import RuleSet, load_rules
 from .runner import RunStats, StreamRunner
 from .table import create_table
-from .writer import make_writer
 
 __all__ = ["DemoResult", "replay_flights", "run_demo"]
 
@@ -102,6 +99,8 @@ def run_demo(
     end: date,
     definitions: Path,
     batch_size: int = 100,
+    mode: str = "exactly-once",
+    window_seconds: int | None = 60,
     table_name: str = "flights-demo",
     endpoint_url: str | None = None,
     top: int = 5,
@@ -118,6 +117,8 @@ def run_demo(
         The flights rule file.
     batch_size
         Stream records per Lambda-shaped event (1..1,000).
+    mode, window_seconds
+        Write mode and the runner's tumbling window length in seconds.
     endpoint_url
         Use this DynamoDB endpoint instead of starting DynamoDB Local.
     progress
@@ -149,8 +150,7 @@ def run_demo(
         )
         result.write_seconds = time.monotonic() - began
 
-        writer = make_writer("at-least-once", client, table_name)
-        processor = StreamProcessor(Engine(rules, DEFAULT_LAYOUT), writer)
+        processor = create_processor(rules, client, table_name, mode=mode)
         agg_task = progress.add_task("Aggregating the stream", total=None) if progress else None
 
         def on_batch(outcome: BatchOutcome) -> None:
@@ -158,7 +158,12 @@ def run_demo(
                 progress.advance(agg_task, outcome.records)
 
         runner = StreamRunner(
-            processor, streams, stream_arn, batch_size=batch_size, on_batch=on_batch
+            processor,
+            streams,
+            stream_arn,
+            batch_size=batch_size,
+            tumbling_window_seconds=window_seconds,
+            on_batch=on_batch,
         )
         result.run = runner.run(until_caught_up=True)
         if progress:

@@ -93,7 +93,7 @@ class CoalescedDelta:
     amount
         Sum of the parts (may be zero when changes cancel out).
     first_sequence_number
-        Sequence number of the first record in the batch that touched the item.
+        Smallest sequence number among the batch's records that touched the item.
     parts
         ``(sequence number, amount)`` per record, in stream order.
     leaderboard
@@ -133,7 +133,7 @@ class BatchDeltas:
     record_deltas
         Number of non-zero per-record deltas before coalescing.
     first_sequence_number, last_sequence_number
-        Of the batch (``None`` for an empty batch).
+        Smallest and largest sequence number in the batch (``None`` for an empty batch).
     """
 
     deltas: dict[str, CoalescedDelta] = field(default_factory=dict)
@@ -230,9 +230,18 @@ class Engine:
         leaderboard = {r.name for r in self.rules.rules if r.leaderboard}
         for record in records:
             batch.records += 1
-            if batch.first_sequence_number is None:
+            # min/max rather than position: redelivered records may come out of order (Lambda
+            # Developer Guide, "Tumbling windows": "If records are processed more than once, they
+            # might be processed out of order").
+            padded = pad_sequence_number(record.sequence_number)
+            if batch.first_sequence_number is None or padded < pad_sequence_number(
+                batch.first_sequence_number
+            ):
                 batch.first_sequence_number = record.sequence_number
-            batch.last_sequence_number = record.sequence_number
+            if batch.last_sequence_number is None or padded > pad_sequence_number(
+                batch.last_sequence_number
+            ):
+                batch.last_sequence_number = record.sequence_number
             if self.is_self_write(record):
                 batch.self_writes += 1
                 continue
@@ -253,4 +262,8 @@ class Engine:
                 else:
                     current.amount = add(current.amount, d.amount)
                     current.parts.append((d.sequence_number, d.amount))
+                    if pad_sequence_number(d.sequence_number) < pad_sequence_number(
+                        current.first_sequence_number
+                    ):
+                        current.first_sequence_number = d.sequence_number
         return batch

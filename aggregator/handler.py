@@ -6,8 +6,12 @@ Configuration (environment variables, read once per execution environment):
     The table whose stream feeds the function and that holds the ``AGGREGATES`` partition.
 ``AGGREGATOR_DEFINITIONS`` (default ``definitions``)
     A rule file or directory, relative to ``LAMBDA_TASK_ROOT`` (or the working directory).
-``AGGREGATOR_MODE`` (default ``at-least-once``)
-    The write mode, see :mod:`aggregator.writer`.
+``AGGREGATOR_MODE`` (default ``exactly-once``)
+    The write mode: ``exactly-once``, ``window`` or ``at-least-once`` (:mod:`aggregator.writer`).
+    The first two need tumbling windows on the event source mapping (for ``shardId``).
+``AGGREGATOR_CHECKPOINT_RETENTION_SECONDS`` (default 90000)
+    Age after which another shard's checkpoint on an aggregate item is pruned; must exceed the
+    mapping's ``MaximumRecordAgeInSeconds``.
 ``AGGREGATOR_MAX_WORKERS`` (default 8)
     Concurrent ``UpdateItem`` requests per batch.
 ``AGGREGATOR_ENDPOINT_URL`` (optional)
@@ -32,11 +36,10 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 
 from .config import DEFAULT_LAYOUT
-from .engine import Engine
 from .exceptions import ConfigError
-from .processor import StreamProcessor
+from .processor import StreamProcessor, create_processor
 from .rules import load_rules
-from .writer import make_writer
+from .writer import WRITE_MODES
 
 __all__ = ["HandlerSettings", "build_processor", "handler", "reset"]
 
@@ -50,9 +53,10 @@ class HandlerSettings:
 
     table_name: str
     definitions: Path
-    mode: str = "at-least-once"
+    mode: str = "exactly-once"
     max_workers: int = 8
     endpoint_url: str | None = None
+    checkpoint_retention_seconds: int = 90_000
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HandlerSettings:
@@ -71,15 +75,27 @@ class HandlerSettings:
         definitions = Path(env.get("AGGREGATOR_DEFINITIONS", "definitions"))
         if not definitions.is_absolute():
             definitions = Path(env.get("LAMBDA_TASK_ROOT", os.getcwd())) / definitions
-        workers = env.get("AGGREGATOR_MAX_WORKERS", "8")
-        if not workers.isdigit() or int(workers) < 1:
-            raise ConfigError(f"AGGREGATOR_MAX_WORKERS must be a positive integer, got {workers!r}")
+        numbers = {}
+        for name, default in (
+            ("AGGREGATOR_MAX_WORKERS", "8"),
+            ("AGGREGATOR_CHECKPOINT_RETENTION_SECONDS", "90000"),
+        ):
+            text = env.get(name, default)
+            if not text.isdigit() or int(text) < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {text!r}")
+            numbers[name] = int(text)
+        mode = env.get("AGGREGATOR_MODE", "exactly-once")
+        if mode not in WRITE_MODES:
+            raise ConfigError(
+                f"AGGREGATOR_MODE must be one of {', '.join(WRITE_MODES)}, got {mode!r}"
+            )
         return cls(
             table_name=table,
             definitions=definitions,
-            mode=env.get("AGGREGATOR_MODE", "at-least-once"),
-            max_workers=int(workers),
+            mode=mode,
+            max_workers=numbers["AGGREGATOR_MAX_WORKERS"],
             endpoint_url=env.get("AGGREGATOR_ENDPOINT_URL") or None,
+            checkpoint_retention_seconds=numbers["AGGREGATOR_CHECKPOINT_RETENTION_SECONDS"],
         )
 
 
@@ -109,14 +125,20 @@ def build_processor(
             endpoint_url=settings.endpoint_url,
             config=Config(retries={"mode": "standard", "max_attempts": 10}),
         )
-    writer = make_writer(
-        settings.mode,
+    options = {}
+    if settings.mode != "at-least-once":
+        options["checkpoint_retention_seconds"] = settings.checkpoint_retention_seconds
+    return create_processor(
+        rules,
         client,
         settings.table_name,
+        mode=settings.mode,
         layout=DEFAULT_LAYOUT,
         max_workers=settings.max_workers,
+        metrics=metrics,
+        logger=logger,
+        **options,
     )
-    return StreamProcessor(Engine(rules, DEFAULT_LAYOUT), writer, metrics=metrics, logger=logger)
 
 
 _processor: StreamProcessor | None = None

@@ -1,23 +1,50 @@
-"""One batch, end to end: Lambda-shaped event -> engine -> writer -> Lambda response.
+"""One invocation, end to end: Lambda-shaped event -> engine -> writer -> Lambda response.
 
 The Lambda handler and the local stream runner both call :meth:`StreamProcessor.process_event`,
 so what runs locally is what runs in Lambda.
+
+Flush policies
+--------------
+``batch`` (modes ``exactly-once`` and ``at-least-once``)
+    Each invocation applies its own coalesced deltas; ``state`` is passed through unchanged.
+``window`` (mode ``window``)
+    Coalesced deltas (with their sequence numbers) accumulate in the tumbling window's ``state``
+    and are applied once, with the exactly-once protocol, when Lambda says the window ends
+    (``isFinalInvokeForWindow``), when it ended early (``isWindowTerminatedEarly``: the next
+    invocation starts from a fresh state, Lambda Developer Guide / aws-lambda-go
+    ``TimeWindowProperties``), or when the state would grow past ``state_limit_bytes`` (Lambda
+    allows 1 MB per shard and terminates the window early beyond it). A failed flush raises, so
+    Lambda retries the invocation with the same input state; the checkpoints make the retry exact.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from decimal import Decimal
+from typing import Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from .engine import Engine
+from .config import DEFAULT_LAYOUT, TableLayout
+from .engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
 from .exceptions import WriteError
-from .records import StreamRecord
-from .writer import Writer, WriteStats
+from .numbers import add
+from .records import StreamRecord, pad_sequence_number
+from .rules import RuleSet
+from .writer import Writer, WriteStats, make_writer
 
-__all__ = ["BatchOutcome", "StreamProcessor"]
+__all__ = ["BatchOutcome", "StreamProcessor", "create_processor"]
+
+STATE_KEY = "aggregator"
+"""Key of our entry in the window ``state`` (a map of strings, as Lambda's typed runtimes
+model it)."""
+
+DEFAULT_STATE_LIMIT_BYTES = 256 * 1024
+"""Flush early when the serialized window state passes this size: well below Lambda's 1 MB per
+shard (Lambda Developer Guide, "Tumbling windows"), and small enough for the local runner to keep
+it in one item (DynamoDB's 400 KB item limit)."""
 
 
 @dataclass(slots=True)
@@ -38,6 +65,8 @@ class BatchOutcome:
         Sequence number Lambda must retry from, or ``None``.
     errors
         Messages of write failures.
+    flushed
+        Window mode: whether this invocation applied the window's deltas.
     """
 
     response: dict[str, Any]
@@ -49,6 +78,78 @@ class BatchOutcome:
     write: WriteStats = field(default_factory=WriteStats)
     retry_from: str | None = None
     errors: list[str] = field(default_factory=list)
+    flushed: bool = False
+
+
+# -- window state (de)serialization ------------------------------------------------------------
+
+
+def _encode_state(batch: BatchDeltas) -> str:
+    deltas = {
+        sk: [
+            d.ref.rule,
+            d.ref.key,
+            d.ref.display_key,
+            int(d.leaderboard),
+            d.first_sequence_number,
+            [[s, str(a)] for s, a in d.parts],
+        ]
+        for sk, d in batch.deltas.items()
+    }
+    return json.dumps(
+        {
+            "v": 1,
+            "first": batch.first_sequence_number,
+            "last": batch.last_sequence_number,
+            "deltas": deltas,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _decode_state(text: str | None) -> BatchDeltas:
+    batch = BatchDeltas()
+    if not text:
+        return batch
+    data = json.loads(text)
+    batch.first_sequence_number = data.get("first")
+    batch.last_sequence_number = data.get("last")
+    for sk, (rule, key, display, leaderboard, first, parts) in data["deltas"].items():
+        decoded = [(s, Decimal(a)) for s, a in parts]
+        amount = Decimal(0)
+        for _, a in decoded:
+            amount = add(amount, a)
+        batch.deltas[sk] = CoalescedDelta(
+            AggregateRef(rule, key, display), amount, first, decoded, bool(leaderboard)
+        )
+    return batch
+
+
+def _merge(into: BatchDeltas, batch: BatchDeltas) -> BatchDeltas:
+    """Fold ``batch`` (later records) into ``into``; returns ``into``."""
+    for bound in ("first_sequence_number", "last_sequence_number"):
+        ours, theirs = getattr(into, bound), getattr(batch, bound)
+        if theirs is None:
+            continue
+        pick = min if bound.startswith("first") else max
+        chosen = theirs if ours is None else pick(ours, theirs, key=pad_sequence_number)
+        setattr(into, bound, chosen)
+    for sk, d in batch.deltas.items():
+        current = into.deltas.get(sk)
+        if current is None:
+            into.deltas[sk] = CoalescedDelta(
+                d.ref, d.amount, d.first_sequence_number, list(d.parts), d.leaderboard
+            )
+            continue
+        known = {s for s, _ in current.parts}
+        for s, a in d.parts:
+            if s not in known:  # a redelivered record must not count twice in the state
+                current.parts.append((s, a))
+                current.amount = add(current.amount, a)
+        current.first_sequence_number = min(
+            current.first_sequence_number, d.first_sequence_number, key=pad_sequence_number
+        )
+    return into
 
 
 class StreamProcessor:
@@ -60,10 +161,14 @@ class StreamProcessor:
         Evaluates the rules.
     writer
         Applies coalesced deltas in the configured mode.
+    flush
+        ``"batch"`` or ``"window"`` (module docstring).
     metrics
         Optional Powertools ``Metrics``; when given, per-batch counts are added (CloudWatch EMF).
     logger
         Optional Powertools ``Logger`` for evaluation failures and write errors.
+    state_limit_bytes
+        Window mode: flush early beyond this serialized state size.
     """
 
     def __init__(
@@ -71,13 +176,17 @@ class StreamProcessor:
         engine: Engine,
         writer: Writer,
         *,
+        flush: Literal["batch", "window"] = "batch",
         metrics: Any | None = None,
         logger: Any | None = None,
+        state_limit_bytes: int = DEFAULT_STATE_LIMIT_BYTES,
     ) -> None:
         self.engine = engine
         self.writer = writer
+        self.flush = flush
         self.metrics = metrics
         self.logger = logger
+        self.state_limit_bytes = state_limit_bytes
 
     def process_event(self, event: dict[str, Any]) -> BatchOutcome:
         """Process ``event["Records"]`` (records of one shard, in order).
@@ -85,12 +194,20 @@ class StreamProcessor:
         Returns
         -------
         BatchOutcome
-            ``outcome.response`` is what the Lambda handler returns. Write failures never raise:
-            they become ``batchItemFailures`` from the smallest sequence number not yet applied
-            to every aggregate item.
+            ``outcome.response`` is what the Lambda handler returns. In batch mode write failures
+            never raise: they become ``batchItemFailures`` from the smallest sequence number not
+            yet applied to every aggregate item.
+
+        Raises
+        ------
+        ConfigError
+            In a checkpointed mode, for an event without ``shardId`` (no tumbling window).
+        WriteError
+            Window mode, when the window's flush fails (Lambda then retries the invocation).
         """
-        records = [StreamRecord(r) for r in event.get("Records") or []]
         shard_id = event.get("shardId")
+        self.writer.check_shard(shard_id)
+        records = [StreamRecord(r) for r in event.get("Records") or []]
         batch = self.engine.process(records)
         outcome = BatchOutcome(
             response={"batchItemFailures": []},
@@ -100,27 +217,23 @@ class StreamProcessor:
             aggregate_items=len(batch.deltas),
             failures=len(batch.failures),
         )
-        if "window" in event or "shardId" in event:
+        windowed = "window" in event or "shardId" in event
+        if windowed:
             outcome.response["state"] = dict(event.get("state") or {})
-
         if batch.failures:
-            if self.logger is not None:
-                for f in batch.failures:
-                    self.logger.warning(
-                        "rule could not evaluate record; dead-lettered",
-                        extra={
-                            "sequence_number": f.sequence_number,
-                            "rule": f.rule,
-                            "reason": f.reason,
-                        },
-                    )
+            self._log_failures(batch)
             try:
                 outcome.write.add(self.writer.write_dead_letters(batch.failures, shard_id=shard_id))
             except WriteError as exc:
+                if self.flush == "window":
+                    raise
                 # Nothing of this batch has been applied yet: retry all of it.
                 outcome.errors.append(str(exc))
                 outcome.retry_from = batch.first_sequence_number
-        if outcome.retry_from is None and batch.deltas:
+
+        if self.flush == "window":
+            self._window(event, batch, outcome)
+        elif outcome.retry_from is None and batch.deltas:
             result = self.writer.apply(batch, shard_id=shard_id)
             outcome.write.add(result.stats)
             outcome.errors.extend(result.errors)
@@ -135,20 +248,87 @@ class StreamProcessor:
         self._emit_metrics(outcome, records)
         return outcome
 
+    def _window(self, event: dict[str, Any], batch: BatchDeltas, outcome: BatchOutcome) -> None:
+        state = dict(event.get("state") or {})
+        pending = _merge(_decode_state(state.get(STATE_KEY)), batch)
+        encoded = _encode_state(pending)
+        final = bool(event.get("isFinalInvokeForWindow") or event.get("isWindowTerminatedEarly"))
+        if pending.deltas and (final or len(encoded.encode()) > self.state_limit_bytes):
+            result = self.writer.apply(pending, shard_id=event.get("shardId"))
+            outcome.write.add(result.stats)
+            if result.retry_from is not None:
+                raise WriteError(
+                    "window flush incomplete; Lambda retries the invocation: "
+                    + "; ".join(result.errors[:3])
+                )
+            outcome.flushed = True
+            state.pop(STATE_KEY, None)
+        elif pending.deltas:
+            state[STATE_KEY] = encoded
+        else:
+            state.pop(STATE_KEY, None)
+        outcome.response["state"] = state
+
+    def _log_failures(self, batch: BatchDeltas) -> None:
+        if self.logger is None:
+            return
+        for f in batch.failures:
+            self.logger.warning(
+                "rule could not evaluate record; dead-lettered",
+                extra={"sequence_number": f.sequence_number, "rule": f.rule, "reason": f.reason},
+            )
+
     def _emit_metrics(self, outcome: BatchOutcome, records: list[StreamRecord]) -> None:
         m = self.metrics
         if m is None:
             return
-        m.add_metric(name="RecordsReceived", unit=MetricUnit.Count, value=outcome.records)
-        m.add_metric(name="SelfWritesSkipped", unit=MetricUnit.Count, value=outcome.self_writes)
-        m.add_metric(name="Deltas", unit=MetricUnit.Count, value=outcome.record_deltas)
-        m.add_metric(
-            name="AggregateItemsWritten", unit=MetricUnit.Count, value=outcome.write.items_written
-        )
-        m.add_metric(name="ModelledWCU", unit=MetricUnit.Count, value=outcome.write.modelled_wcu)
-        m.add_metric(name="DeadLetters", unit=MetricUnit.Count, value=outcome.write.dead_letters)
-        m.add_metric(name="FailedItems", unit=MetricUnit.Count, value=outcome.write.failed_items)
+        w = outcome.write
+        counts = {
+            "RecordsReceived": outcome.records,
+            "SelfWritesSkipped": outcome.self_writes,
+            "Deltas": outcome.record_deltas,
+            "AggregateItemsWritten": w.items_written,
+            "ConditionalCheckRecoveries": w.conditional_recoveries,
+            "ThrottleRetries": w.throttle_retries,
+            "DeadLetters": w.dead_letters,
+            "FailedItems": w.failed_items,
+            "ModelledWCU": w.modelled_wcu,
+        }
+        for name, value in counts.items():
+            m.add_metric(name=name, unit=MetricUnit.Count, value=value)
         times = [t for t in (r.approximate_creation_time for r in records) if t is not None]
         if times:
             age = max(0.0, time.time() - float(max(times)))
             m.add_metric(name="NewestRecordAgeSeconds", unit=MetricUnit.Seconds, value=age)
+
+
+def create_processor(
+    rules: RuleSet,
+    client: Any,
+    table_name: str,
+    *,
+    mode: str = "exactly-once",
+    layout: TableLayout = DEFAULT_LAYOUT,
+    max_workers: int = 8,
+    metrics: Any | None = None,
+    logger: Any | None = None,
+    **writer_options: Any,
+) -> StreamProcessor:
+    """Engine, writer and flush policy for a write mode (``exactly-once``, ``window`` or
+    ``at-least-once``).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown mode.
+    """
+    writer = make_writer(
+        mode, client, table_name, layout=layout, max_workers=max_workers, **writer_options
+    )
+    return StreamProcessor(
+        Engine(rules, layout),
+        writer,
+        flush="window" if mode == "window" else "batch",
+        metrics=metrics,
+        logger=logger,
+    )

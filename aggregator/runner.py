@@ -1,29 +1,43 @@
 """Local stream runner: reads a table's stream through the DynamoDB Streams API and feeds the same
 :class:`~aggregator.processor.StreamProcessor` the Lambda handler uses.
 
-It behaves like Lambda's event source mapping for one function with ``ParallelizationFactor: 1``:
-shards are processed parents first, one batch at a time per shard, records in order; each batch
-becomes a Lambda-shaped event (``eventSourceARN``, epoch-seconds ``ApproximateCreationDateTime``);
-``batchItemFailures`` make it re-read from the lowest reported sequence number (bounded retries).
+It behaves like Lambda's event source mapping with ``ParallelizationFactor: 1``:
+
+- shards are processed parents first, one invocation at a time per shard, records in order;
+- each batch becomes a Lambda-shaped event (``eventSourceARN``, epoch-seconds
+  ``ApproximateCreationDateTime``); with tumbling windows (``tumbling_window_seconds``, as
+  ``template.yaml`` configures) events also carry ``shardId``, ``window``, ``state`` and
+  ``isFinalInvokeForWindow``; windows follow the records' insertion time, a batch never spans two
+  windows, and a window closes with a final invocation without records;
+- ``batchItemFailures`` make it re-read from the lowest reported sequence number (the retry batch
+  can extend past the failed one); a function error retries the batch, or its first half with
+  ``bisect_on_error``; both bounded by ``max_retries``;
+- with a ``positions`` store it keeps each shard's position (and open window state) in the table
+  under the reserved runner partition key, and resumes there after a restart.
+
+:class:`~aggregator.faults.RunnerFaults` injects duplicate deliveries, crashes and kills.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .exceptions import RunnerError
+from .config import DEFAULT_LAYOUT, TableLayout
+from .exceptions import ConfigError, RunnerError
+from .faults import RunnerFaults, SimulatedCrash
 from .processor import BatchOutcome, StreamProcessor
 from .records import pad_sequence_number
 from .writer import WriteStats
 
-__all__ = ["RunStats", "StreamRunner", "to_lambda_record"]
+__all__ = ["PositionStore", "RunStats", "StreamRunner", "to_lambda_record"]
 
 GET_RECORDS_LIMIT = 1000
 """``GetRecords`` returns at most 1,000 records per call (DynamoDB Streams API reference)."""
@@ -53,10 +67,19 @@ def to_lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
     return out
 
 
+def _seq(record: dict[str, Any]) -> str:
+    return record["dynamodb"]["SequenceNumber"]
+
+
+def _iso(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass(slots=True)
 class RunStats:
-    """Totals of one :meth:`StreamRunner.run` call."""
+    """Totals of one :meth:`StreamRunner.run` call (times in seconds)."""
 
+    invocations: int = 0
     batches: int = 0
     records: int = 0
     self_writes: int = 0
@@ -64,11 +87,14 @@ class RunStats:
     aggregate_items: int = 0
     failures: int = 0
     retries: int = 0
+    function_errors: int = 0
+    duplicates: int = 0
+    windows_closed: int = 0
     write: WriteStats = field(default_factory=WriteStats)
     elapsed_seconds: float = 0.0
 
     def add(self, outcome: BatchOutcome) -> None:
-        self.batches += 1
+        self.invocations += 1
         self.records += outcome.records
         self.self_writes += outcome.self_writes
         self.record_deltas += outcome.record_deltas
@@ -77,19 +103,73 @@ class RunStats:
         self.write.add(outcome.write)
 
 
+class PositionStore:
+    """Shard positions and open window state, one item per shard under the runner partition key.
+
+    Item: ``pk = <layout.runner_pk>``, ``sk = <stream ARN>#<shard id>``, ``sequence_number``
+    (last record fully processed), ``window_start`` (epoch seconds, or absent) and ``state``
+    (the window state as JSON).
+    """
+
+    def __init__(self, client: Any, table_name: str, layout: TableLayout = DEFAULT_LAYOUT) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.layout = layout
+
+    def _key(self, stream_arn: str, shard_id: str) -> dict[str, Any]:
+        return {
+            self.layout.partition_key: {"S": self.layout.runner_pk},
+            self.layout.sort_key: {"S": f"{stream_arn}#{shard_id}"},
+        }
+
+    def load(self, stream_arn: str, shard_id: str) -> tuple[str | None, int | None, dict[str, Any]]:
+        item = self.client.get_item(
+            TableName=self.table_name, Key=self._key(stream_arn, shard_id), ConsistentRead=True
+        ).get("Item")
+        if not item:
+            return None, None, {}
+        window = item.get("window_start", {}).get("N")
+        return (
+            item.get("sequence_number", {}).get("S"),
+            None if window is None else int(window),
+            json.loads(item.get("state", {}).get("S", "{}")),
+        )
+
+    def save(
+        self,
+        stream_arn: str,
+        shard_id: str,
+        sequence_number: str,
+        window_start: int | None,
+        state: dict[str, Any],
+    ) -> None:
+        item = {
+            **self._key(stream_arn, shard_id),
+            "sequence_number": {"S": sequence_number},
+            "state": {"S": json.dumps(state)},
+        }
+        if window_start is not None:
+            item["window_start"] = {"N": str(window_start)}
+        self.client.put_item(TableName=self.table_name, Item=item)
+
+
 @dataclass(slots=True)
 class _Shard:
     shard_id: str
     parent_id: str | None
-    closed: bool
     iterator: str | None = None
+    exhausted: bool = False  # the shard is closed and every record was read
+    finished: bool = False  # ... and processed, window closed
     position: str | None = None  # last sequence number fully processed
-    finished: bool = False
-    attempts: int = 0
+    buffer: list[dict[str, Any]] = field(default_factory=list)
+    window_start: int | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    loaded: bool = False
+    attempts: int = 0  # consecutive failed deliveries of the batch at the shard's position
 
 
 class StreamRunner:
-    """Poll a table's stream and process it batch by batch.
+    """Poll a table's stream and process it invocation by invocation.
 
     Parameters
     ----------
@@ -101,12 +181,22 @@ class StreamRunner:
         The table's stream ARN (``aggregator.table.table_stream_arn``).
     batch_size
         Records per event, 1 to 1,000 (``GetRecords`` limit; Lambda allows up to 10,000).
+    tumbling_window_seconds
+        Emulate Lambda's tumbling windows of this length (events then carry ``shardId``, which
+        the exactly-once modes need); ``None`` sends plain events.
     max_retries
-        Times one batch is retried after reporting failures before :class:`RunnerError`.
+        Retries of one batch (after ``batchItemFailures`` or a function error) before
+        :class:`RunnerError`.
     poll_interval
         Seconds between polls when caught up (Lambda polls each shard 4 times per second).
+    positions
+        Where to keep shard positions across restarts (``None``: in memory only).
+    faults
+        Fault injection for tests.
     on_batch
         Called with each :class:`BatchOutcome` (progress bars).
+    layout
+        Table layout; records of the runner's own position items are dropped before delivery.
     """
 
     def __init__(
@@ -116,20 +206,31 @@ class StreamRunner:
         stream_arn: str,
         *,
         batch_size: int = 100,
-        max_retries: int = 5,
+        tumbling_window_seconds: int | None = 60,
+        max_retries: int = 10,
         poll_interval: float = 0.25,
+        positions: PositionStore | None = None,
+        faults: RunnerFaults | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
+        layout: TableLayout = DEFAULT_LAYOUT,
     ) -> None:
         if not 1 <= batch_size <= GET_RECORDS_LIMIT:
             raise ValueError(f"batch_size must be 1..{GET_RECORDS_LIMIT}, got {batch_size}")
+        if tumbling_window_seconds is not None and not 1 <= tumbling_window_seconds <= 900:
+            raise ValueError("tumbling_window_seconds must be 1..900 (Lambda's range)")
         self.processor = processor
         self.streams = streams_client
         self.stream_arn = stream_arn
         self.batch_size = batch_size
+        self.window_seconds = tumbling_window_seconds
         self.max_retries = max_retries
         self.poll_interval = poll_interval
+        self.positions_store = positions
+        self.faults = faults or RunnerFaults()
         self.on_batch = on_batch
+        self.layout = layout
         self._shards: dict[str, _Shard] = {}
+        self._deliveries = 0
 
     @property
     def positions(self) -> dict[str, str | None]:
@@ -146,14 +247,10 @@ class StreamRunner:
                 kwargs["ExclusiveStartShardId"] = start
             description = self.streams.describe_stream(**kwargs)["StreamDescription"]
             for shard in description.get("Shards", []):
-                closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
-                known = self._shards.get(shard["ShardId"])
-                if known is None:
+                if shard["ShardId"] not in self._shards:
                     self._shards[shard["ShardId"]] = _Shard(
-                        shard["ShardId"], shard.get("ParentShardId"), closed
+                        shard["ShardId"], shard.get("ParentShardId")
                     )
-                else:
-                    known.closed = closed
             start = description.get("LastEvaluatedShardId")
             if not start:
                 break
@@ -171,69 +268,202 @@ class StreamRunner:
             )
         ]
 
-    def _iterator(self, shard: _Shard, at: str | None = None) -> str:
+    def _load(self, shard: _Shard) -> None:
+        if shard.loaded:
+            return
+        shard.loaded = True
+        if self.positions_store is not None:
+            shard.position, shard.window_start, shard.state = self.positions_store.load(
+                self.stream_arn, shard.shard_id
+            )
+
+    def _save(self, shard: _Shard) -> None:
+        if self.positions_store is not None and shard.position is not None:
+            self.positions_store.save(
+                self.stream_arn, shard.shard_id, shard.position, shard.window_start, shard.state
+            )
+
+    def _iterator(self, shard: _Shard) -> str:
         kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": shard.shard_id}
-        if at is not None:
-            kwargs.update(ShardIteratorType="AT_SEQUENCE_NUMBER", SequenceNumber=at)
-        elif shard.position is not None:
+        if shard.position is not None:
             kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=shard.position)
         else:
             kwargs["ShardIteratorType"] = "TRIM_HORIZON"
         return self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
 
-    # -- batches -------------------------------------------------------------------------------
-
-    def _poll_shard(self, shard: _Shard, stats: RunStats) -> int:
-        """Read and process one batch of ``shard``; returns the number of records read."""
+    def _fill(self, shard: _Shard) -> int:
+        """Read up to one ``GetRecords`` page into the shard's buffer; returns records read."""
+        if shard.exhausted or len(shard.buffer) >= self.batch_size:
+            return 0
         if shard.iterator is None:
             shard.iterator = self._iterator(shard)
         try:
-            response = self.streams.get_records(ShardIterator=shard.iterator, Limit=self.batch_size)
+            response = self.streams.get_records(
+                ShardIterator=shard.iterator, Limit=GET_RECORDS_LIMIT
+            )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ExpiredIteratorException":
-                shard.iterator = self._iterator(shard)
+            if exc.response["Error"]["Code"] in (
+                "ExpiredIteratorException",
+                "TrimmedDataAccessException",
+            ):
+                shard.iterator = None
                 return 0
             raise
-        records = response.get("Records", [])
-        next_iterator = response.get("NextShardIterator")
-        if not records:
-            shard.iterator = next_iterator
-            if next_iterator is None:
+        records = [to_lambda_record(r, self.stream_arn) for r in response.get("Records", [])]
+        shard.iterator = response.get("NextShardIterator")
+        if shard.iterator is None:
+            shard.exhausted = True
+        if self.faults.transform is not None:
+            records = [self.faults.transform(r) for r in records]
+        # Like the template's FilterCriteria, drop the runner's own bookkeeping records before
+        # any invocation (saving a position would otherwise produce a record to process, forever).
+        kept = [r for r in records if not self._is_bookkeeping(r)]
+        if records and not kept and not shard.buffer:
+            shard.position = _seq(records[-1])
+        shard.buffer.extend(kept)
+        return len(kept)
+
+    def _is_bookkeeping(self, record: dict[str, Any]) -> bool:
+        keys = record["dynamodb"].get("Keys", {})
+        value = keys.get(self.layout.partition_key, {}).get("S")
+        return value in (self.layout.runner_pk,)
+
+    # -- windows -------------------------------------------------------------------------------
+
+    def _window_of(self, record: dict[str, Any]) -> int | None:
+        if self.window_seconds is None:
+            return None
+        created = record["dynamodb"].get("ApproximateCreationDateTime")
+        seconds = int(Decimal(str(created))) if created is not None else int(time.time())
+        return seconds - seconds % self.window_seconds
+
+    def _event(self, shard: _Shard, records: list[dict[str, Any]], final: bool) -> dict[str, Any]:
+        event: dict[str, Any] = {"Records": records}
+        if self.window_seconds is not None and shard.window_start is not None:
+            event.update(
+                shardId=shard.shard_id,
+                eventSourceARN=self.stream_arn,
+                window={
+                    "start": _iso(shard.window_start),
+                    "end": _iso(shard.window_start + self.window_seconds),
+                },
+                state=dict(shard.state),
+                isFinalInvokeForWindow=final,
+                isWindowTerminatedEarly=False,
+            )
+        return event
+
+    def _close_window(self, shard: _Shard, stats: RunStats) -> None:
+        """Final invocation of the shard's open window (no records); retried until it succeeds."""
+        if self.window_seconds is None or shard.window_start is None:
+            return
+        self._invoke(shard, [], stats, final=True)
+        shard.window_start = None
+        shard.state = {}
+        stats.windows_closed += 1
+        self._save(shard)
+
+    # -- invocations ---------------------------------------------------------------------------
+
+    def _invoke(
+        self, shard: _Shard, records: list[dict[str, Any]], stats: RunStats, *, final: bool = False
+    ) -> list[dict[str, Any]]:
+        """Deliver ``records`` (and the window state) until the processor accepts them.
+
+        Returns the records that remain to be delivered again because of ``batchItemFailures``
+        (a suffix of ``records``), after updating the shard's state and position for the rest.
+        """
+        while True:
+            self._deliveries += 1
+            crash_after = self.faults.crash(self._deliveries)
+            if crash_after is not None and self.faults.client is not None:
+                self.faults.client.arm(crash_after)
+            event = self._event(shard, records, final)
+            try:
+                outcome = self.processor.process_event(event)
+            except ConfigError:
+                raise
+            except Exception as exc:  # a function error: Lambda retries the batch
+                stats.function_errors += 1
+                self.faults.log.append(f"delivery {self._deliveries}: function error {exc!r}")
+                shard.attempts += 1
+                if shard.attempts > self.max_retries:
+                    raise RunnerError(
+                        f"shard {shard.shard_id}: invocation still failing after "
+                        f"{self.max_retries} retries: {exc!r}"
+                    ) from exc
+                stats.retries += 1
+                if self.faults.client is not None:
+                    self.faults.client.disarm()
+                if self.faults.bisect_on_error and len(records) > 1:
+                    half = len(records) // 2
+                    shard.buffer[:0] = records[half:]
+                    records = records[:half]
+                continue
+            finally:
+                if self.faults.client is not None:
+                    self.faults.client.disarm()
+            stats.add(outcome)
+            if self.on_batch is not None:
+                self.on_batch(outcome)
+            failures = outcome.response.get("batchItemFailures") or []
+            if failures:
+                retry_from = pad_sequence_number(
+                    min((f["itemIdentifier"] for f in failures), key=pad_sequence_number)
+                )
+                done = [r for r in records if pad_sequence_number(_seq(r)) < retry_from]
+                rest = [r for r in records if pad_sequence_number(_seq(r)) >= retry_from]
+                shard.attempts += 1
+                stats.retries += 1
+                if shard.attempts > self.max_retries:
+                    raise RunnerError(
+                        f"shard {shard.shard_id}: batch from {retry_from.lstrip('0')} still "
+                        f"failing after {self.max_retries} retries: {'; '.join(outcome.errors[:3])}"
+                    )
+                self._accept(shard, done, outcome)
+                time.sleep(min(1.0, 0.02 * 2**shard.attempts))
+                return rest
+            shard.attempts = 0
+            self._accept(shard, records, outcome)
+            if records and self.faults.duplicate(self._deliveries):
+                stats.duplicates += 1
+                duplicate = self.processor.process_event(event)
+                stats.add(duplicate)
+            return []
+
+    def _accept(self, shard: _Shard, records: list[dict[str, Any]], outcome: BatchOutcome) -> None:
+        if "state" in outcome.response:
+            shard.state = dict(outcome.response["state"])
+        if records:
+            shard.position = max((_seq(r) for r in records), key=pad_sequence_number)
+            self._save(shard)
+
+    def _step(self, shard: _Shard, stats: RunStats, caught_up_close: bool) -> int:
+        """Deliver one batch of ``shard`` (reading first if needed); returns records delivered."""
+        self._load(shard)
+        self._fill(shard)
+        if not shard.buffer:
+            if shard.exhausted or caught_up_close:
+                self._close_window(shard, stats)
+            if shard.exhausted:
                 shard.finished = True
             return 0
-        event = {"Records": [to_lambda_record(r, self.stream_arn) for r in records]}
-        outcome = self.processor.process_event(event)
-        stats.add(outcome)
-        if self.on_batch is not None:
-            self.on_batch(outcome)
-        failures = outcome.response.get("batchItemFailures") or []
-        if failures:
-            retry_from = min((f["itemIdentifier"] for f in failures), key=pad_sequence_number)
-            shard.attempts += 1
-            stats.retries += 1
-            if shard.attempts > self.max_retries:
-                raise RunnerError(
-                    f"shard {shard.shard_id}: batch from {retry_from} still failing after "
-                    f"{self.max_retries} retries: {'; '.join(outcome.errors[:3])}"
-                )
-            time.sleep(min(2.0, 0.05 * 2**shard.attempts))
-            shard.iterator = self._iterator(shard, at=retry_from)
-            # records before the failure point are done
-            done = [
-                r
-                for r in records
-                if pad_sequence_number(r["dynamodb"]["SequenceNumber"])
-                < pad_sequence_number(retry_from)
-            ]
-            if done:
-                shard.position = done[-1]["dynamodb"]["SequenceNumber"]
-            return len(records)
-        shard.attempts = 0
-        shard.position = records[-1]["dynamodb"]["SequenceNumber"]
-        shard.iterator = next_iterator
-        if next_iterator is None:
-            shard.finished = True
-        return len(records)
+        window = self._window_of(shard.buffer[0])
+        if shard.window_start is not None and window != shard.window_start:
+            self._close_window(shard, stats)
+        shard.window_start = window
+        batch: list[dict[str, Any]] = []
+        while shard.buffer and len(batch) < self.batch_size:
+            if self._window_of(shard.buffer[0]) != window:
+                break
+            batch.append(shard.buffer.pop(0))
+        stats.batches += 1
+        rest = self._invoke(shard, batch, stats)
+        shard.buffer[:0] = rest
+        kill = self.faults.kill_after_batches
+        if kill is not None and stats.batches >= kill:
+            raise SimulatedCrash(f"runner killed after {stats.batches} batches")
+        return len(batch) - len(rest)
 
     def run(
         self,
@@ -247,8 +477,8 @@ class StreamRunner:
         Parameters
         ----------
         until_caught_up
-            Return once ``idle_polls`` consecutive passes over all shards read nothing new.
-            ``False`` runs until ``max_seconds`` (or forever).
+            Return once ``idle_polls`` consecutive passes over all shards read nothing new (open
+            windows are closed first). ``False`` runs until ``max_seconds`` (or forever).
         idle_polls
             Empty passes that count as caught up.
         max_seconds
@@ -262,25 +492,29 @@ class StreamRunner:
         ------
         RunnerError
             When a batch keeps failing after ``max_retries`` retries.
+        SimulatedCrash
+            When ``faults.kill_after_batches`` is reached.
         """
         stats = RunStats()
         started = time.monotonic()
         idle = 0
         while True:
             self._refresh_shards()
-            read = 0
+            delivered = 0
+            closed_before = stats.windows_closed
             for shard in self._ready():
-                # drain a shard before moving on, so children wait for finished parents
                 while not shard.finished:
-                    n = self._poll_shard(shard, stats)
-                    read += n
+                    n = self._step(shard, stats, caught_up_close=until_caught_up and idle > 0)
+                    delivered += n
                     if n == 0:
                         break
-            idle = 0 if read else idle + 1
+            # closing a window writes aggregates, whose own stream records must be read too
+            idle = 0 if delivered or stats.windows_closed > closed_before else idle + 1
             stats.elapsed_seconds = time.monotonic() - started
-            if until_caught_up and idle >= idle_polls:
+            open_windows = any(s.window_start is not None for s in self._shards.values())
+            if until_caught_up and idle >= idle_polls and not open_windows:
                 return stats
             if max_seconds is not None and stats.elapsed_seconds >= max_seconds:
                 return stats
-            if not read:
+            if not delivered:
                 time.sleep(self.poll_interval)

@@ -1,12 +1,16 @@
-"""Applies coalesced deltas to the aggregates partition (the only module here that writes).
+"""Applies coalesced deltas to the aggregates partition (the modules here and in
+:mod:`aggregator.checkpoint` are the only ones that write aggregates).
 
 Modes
 -----
+``exactly-once`` (default, :class:`~aggregator.checkpoint.CheckpointWriter`)
+    One conditional ``UpdateItem`` per aggregate item per batch that also records, per stream
+    shard, the sequence number up to which the item includes that shard's records.
+``window`` (``CheckpointWriter`` driven by the processor's window flush)
+    The same updates, once per tumbling window instead of once per batch.
 ``at-least-once`` (:class:`AtLeastOnceWriter`)
-    One ``UpdateItem ... ADD #value :delta`` per aggregate item per batch, issued concurrently.
-    A batch that Lambda delivers again is added again: aggregates can over-count after retries.
-    The exactly-once mode (per-item shard checkpoints) implements the same :class:`Writer`
-    interface and takes the ``shard_id`` that this mode ignores.
+    One unconditional ``UpdateItem ... ADD #value :delta`` per aggregate item per batch; a batch
+    that Lambda delivers again is added again.
 
 Cost model
 ----------
@@ -14,8 +18,9 @@ Each write's modelled capacity follows DynamoDB's pricing rules (Developer Guide
 capacity mode" and "Item sizes and formats"): 1 WCU per started KB of the item, and for items in
 the leaderboard GSI 2 more per non-zero update, since changing the indexed ``value`` deletes and
 re-puts the index entry (Developer Guide, "Provisioned throughput considerations for GSIs"); the
-first write of an item costs only 1 there, so the index figure is an upper bound. ``reported_wcu`` is what the endpoint answered in ``ConsumedCapacity``;
-DynamoDB Local's figures are not AWS's, so both are kept.
+first write of an item costs only 1 there, so the index figure is an upper bound.
+``reported_wcu`` is what the endpoint answered in ``ConsumedCapacity``; DynamoDB Local's figures
+are not AWS's, so both are kept.
 """
 
 from __future__ import annotations
@@ -103,6 +108,15 @@ class WriteStats:
         Sum of ``ConsumedCapacity.CapacityUnits`` the endpoint returned.
     skipped_zero
         Coalesced deltas that summed to zero and needed no write in this mode.
+    throttle_retries
+        Requests retried by this module after a throttling error.
+    conditional_recoveries
+        Exactly-once mode: updates whose checkpoint condition failed and were recomputed from the
+        item's checkpoint (an earlier attempt had applied part of the batch).
+    already_applied
+        Exactly-once mode: items whose checkpoint showed the batch was already applied to them.
+    pruned_checkpoints
+        Exactly-once mode: stale checkpoints of other shards removed.
     failed_items
         Items whose update still failed after retries.
     dead_letters
@@ -115,6 +129,10 @@ class WriteStats:
     modelled_index_wcu: int = 0
     reported_wcu: Decimal = Decimal(0)
     skipped_zero: int = 0
+    throttle_retries: int = 0
+    conditional_recoveries: int = 0
+    already_applied: int = 0
+    pruned_checkpoints: int = 0
     failed_items: int = 0
     dead_letters: int = 0
 
@@ -151,6 +169,28 @@ class Writer(Protocol):
         """Persist records a rule could not evaluate (idempotent per shard/sequence/rule)."""
         ...
 
+    def check_shard(self, shard_id: str | None) -> None:
+        """Raise ``ConfigError`` if this mode needs a shard id and ``shard_id`` is missing."""
+        ...
+
+
+THROTTLING_ERRORS = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "LimitExceededException",
+    }
+)
+"""Error codes retried with backoff on top of botocore's own retries (DynamoDB API reference,
+"Error handling": throttling errors are safe to retry)."""
+
+
+def _error_code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return type(exc).__name__
+
 
 class _BaseWriter:
     mode = "base"
@@ -162,12 +202,16 @@ class _BaseWriter:
         *,
         layout: TableLayout = DEFAULT_LAYOUT,
         max_workers: int = 8,
+        throttle_retries: int = 3,
+        backoff_seconds: float = 0.05,
         clock: Any = time.time,
     ) -> None:
         self.client = client
         self.table_name = table_name
         self.layout = layout
         self.max_workers = max_workers
+        self.throttle_retries = throttle_retries
+        self.backoff_seconds = backoff_seconds
         self._clock = clock
         self._pool = ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="aggregator-write"
@@ -215,8 +259,99 @@ class _BaseWriter:
             index_units = 2 * write_units(item_size(index_entry))
         return units + index_units, index_units
 
-    # -- dead letters --------------------------------------------------------------------------
+    def _update_request(self, delta: CoalescedDelta, amount: Decimal) -> dict[str, Any]:
+        """``UpdateItem`` arguments that ``ADD`` ``amount`` and set the descriptive attributes."""
+        lay = self.layout
+        names = {"#v": lay.value_attribute, "#r": "rule", "#k": "key"}
+        values: dict[str, Any] = {
+            ":d": {"N": str(amount)},
+            ":r": {"S": delta.ref.rule},
+            ":k": {"S": delta.ref.display_key},
+        }
+        expression = "ADD #v :d SET #r = :r, #k = :k"
+        if delta.leaderboard:
+            names["#lb"] = lay.leaderboard_attribute
+            expression += ", #lb = :r"
+        return {
+            "TableName": self.table_name,
+            "Key": self._key(delta),
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnConsumedCapacity": "TOTAL",
+        }
 
+    def _call(self, operation: str, request: dict[str, Any], stats: WriteStats) -> dict[str, Any]:
+        """Send one request; throttling errors are retried ``throttle_retries`` times with
+        exponential backoff (``backoff_seconds * 2**attempt``). Other errors propagate."""
+        attempt = 0
+        while True:
+            stats.requests += 1
+            try:
+                response = getattr(self.client, operation)(**request)
+            except ClientError as exc:
+                if _error_code(exc) in THROTTLING_ERRORS and attempt < self.throttle_retries:
+                    stats.throttle_retries += 1
+                    time.sleep(self.backoff_seconds * 2**attempt)
+                    attempt += 1
+                    continue
+                raise
+            consumed = response.get("ConsumedCapacity") or {}
+            stats.reported_wcu += Decimal(str(consumed.get("CapacityUnits", 0)))
+            return response
+
+    # -- batches -------------------------------------------------------------------------------
+
+    def _select(self, batch: BatchDeltas, stats: WriteStats) -> list[CoalescedDelta]:
+        return list(batch.deltas.values())
+
+    def _apply_item(
+        self, delta: CoalescedDelta, shard_id: str | None, last: str
+    ) -> WriteStats:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def check_shard(self, shard_id: str | None) -> None:
+        return None
+
+    def apply(self, batch: BatchDeltas, *, shard_id: str | None = None) -> WriteResult:
+        """Apply a batch's coalesced deltas concurrently (``max_workers`` at a time).
+
+        Returns
+        -------
+        WriteResult
+            ``retry_from`` is the smallest ``first_sequence_number`` among items that still
+            failed (after throttling retries), ``None`` when every item was written.
+
+        Raises
+        ------
+        ConfigError
+            In a checkpointed mode, when ``shard_id`` is missing.
+        """
+        self.check_shard(shard_id)
+        result = WriteResult()
+        todo = self._select(batch, result.stats)
+        last = batch.last_sequence_number or ""
+
+        def run(delta: CoalescedDelta) -> tuple[WriteStats, str | None]:
+            stats = WriteStats()
+            try:
+                stats.add(self._apply_item(delta, shard_id, last))
+            except (ClientError, BotoCoreError) as exc:
+                stats.failed_items += 1
+                return stats, f"{delta.ref.sort_key}: {exc}"
+            return stats, None
+
+        failed_first: list[str] = []
+        for delta, (stats, error) in zip(todo, self._pool.map(run, todo), strict=True):
+            result.stats.add(stats)
+            if error is not None:
+                result.errors.append(error)
+                failed_first.append(delta.first_sequence_number)
+        if failed_first:
+            result.retry_from = min(failed_first, key=pad_sequence_number)
+        return result
+
+    # -- dead letters --------------------------------------------------------------------------
     def write_dead_letters(
         self, failures: list[RecordFailure], *, shard_id: str | None = None
     ) -> WriteStats:
@@ -287,6 +422,8 @@ class AtLeastOnceWriter(_BaseWriter):
         Attribute names and reserved partition keys.
     max_workers
         Concurrent ``UpdateItem`` requests per batch.
+    throttle_retries, backoff_seconds
+        Extra retries of throttled requests after botocore's own, with exponential backoff.
 
     Each update is ``ADD #value :delta SET #rule = :rule, #key = :key`` (plus ``#lb = :rule`` for
     leaderboard rules). Zero deltas are not written. Guarantee: every record is applied at least
@@ -295,65 +432,22 @@ class AtLeastOnceWriter(_BaseWriter):
 
     mode = "at-least-once"
 
-    def _update(self, delta: CoalescedDelta) -> tuple[WriteStats, str | None]:
-        lay = self.layout
-        names = {"#v": lay.value_attribute, "#r": "rule", "#k": "key"}
-        values: dict[str, Any] = {
-            ":d": {"N": str(delta.amount)},
-            ":r": {"S": delta.ref.rule},
-            ":k": {"S": delta.ref.display_key},
-        }
-        expression = "ADD #v :d SET #r = :r, #k = :k"
-        if delta.leaderboard:
-            names["#lb"] = lay.leaderboard_attribute
-            expression += ", #lb = :r"
-        stats = WriteStats(requests=1)
-        try:
-            response = self.client.update_item(
-                TableName=self.table_name,
-                Key=self._key(delta),
-                UpdateExpression=expression,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-                ReturnConsumedCapacity="TOTAL",
-            )
-        except (ClientError, BotoCoreError) as exc:
-            stats.failed_items = 1
-            return stats, f"{delta.ref.sort_key}: {exc}"
+    def _select(self, batch: BatchDeltas, stats: WriteStats) -> list[CoalescedDelta]:
+        todo = [d for d in batch.deltas.values() if d.amount != 0]
+        stats.skipped_zero += len(batch.deltas) - len(todo)
+        return todo
+
+    def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
+        stats = WriteStats()
+        self._call("update_item", self._update_request(delta, delta.amount), stats)
         stats.items_written = 1
         stats.modelled_wcu, stats.modelled_index_wcu = self._modelled_units(delta)
-        consumed = response.get("ConsumedCapacity") or {}
-        stats.reported_wcu = Decimal(str(consumed.get("CapacityUnits", 0)))
-        return stats, None
-
-    def apply(self, batch: BatchDeltas, *, shard_id: str | None = None) -> WriteResult:
-        """Apply every non-zero coalesced delta of ``batch`` concurrently.
-
-        Returns
-        -------
-        WriteResult
-            ``retry_from`` is the smallest ``first_sequence_number`` among failed items.
-        """
-        result = WriteResult()
-        todo = []
-        for delta in batch.deltas.values():
-            if delta.amount == 0:
-                result.stats.skipped_zero += 1
-            else:
-                todo.append(delta)
-        failed_first: list[str] = []
-        for delta, (stats, error) in zip(todo, self._pool.map(self._update, todo), strict=True):
-            result.stats.add(stats)
-            if error is not None:
-                result.errors.append(error)
-                failed_first.append(delta.first_sequence_number)
-        if failed_first:
-            result.retry_from = min(failed_first, key=pad_sequence_number)
-        return result
+        return stats
 
 
-WRITE_MODES = ("at-least-once",)
-"""Write modes available (``AGGREGATOR_MODE``); the exactly-once modes are added next."""
+WRITE_MODES = ("exactly-once", "window", "at-least-once")
+"""Write modes (``AGGREGATOR_MODE``), the default first. ``window`` uses the exactly-once writer
+and applies once per tumbling window (see :class:`aggregator.processor.StreamProcessor`)."""
 
 
 def make_writer(
@@ -363,8 +457,12 @@ def make_writer(
     *,
     layout: TableLayout = DEFAULT_LAYOUT,
     max_workers: int = 8,
+    **options: Any,
 ) -> Writer:
-    """The writer for ``mode``.
+    """The writer for ``mode`` (one of :data:`WRITE_MODES`).
+
+    ``options`` go to the writer (``throttle_retries``, ``backoff_seconds``, and for the
+    checkpointed modes ``checkpoint_retention_seconds``).
 
     Raises
     ------
@@ -374,5 +472,13 @@ def make_writer(
     from .exceptions import ConfigError
 
     if mode == "at-least-once":
-        return AtLeastOnceWriter(client, table_name, layout=layout, max_workers=max_workers)
+        return AtLeastOnceWriter(
+            client, table_name, layout=layout, max_workers=max_workers, **options
+        )
+    if mode in ("exactly-once", "window"):
+        from .checkpoint import CheckpointWriter
+
+        return CheckpointWriter(
+            client, table_name, layout=layout, max_workers=max_workers, **options
+        )
     raise ConfigError(f"unknown write mode {mode!r}; available: {', '.join(WRITE_MODES)}")

@@ -1,4 +1,4 @@
-"""The Lambda handler on an event as Lambda delivers it (eventSourceARN, epoch seconds)."""
+"""The Lambda handler on events as Lambda delivers them (eventSourceARN, epoch seconds)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 
 from aggregator import handler as handler_module
+from aggregator.exceptions import ConfigError
 from aggregator.query import AggregateStore
 from aggregator.rules import load_rules
 
 pytestmark = pytest.mark.integration
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"
+RULES = load_rules(EVENTS / "rules.yaml")
+SHARD = "shardId-00000001763762400000-4f3a9b21"
 
 
 @dataclass
@@ -26,28 +29,30 @@ class LambdaContext:
     aws_request_id: str = "5f3e0a5e-0000-4000-8000-000000000001"
 
 
+def load_event(name: str) -> dict:
+    return json.loads((EVENTS / name).read_text())
+
+
 @pytest.fixture
-def configured(monkeypatch, dynamodb_local, table):
+def configure(monkeypatch, dynamodb_local, table):
     name, _ = table
-    monkeypatch.setenv("AGGREGATOR_TABLE_NAME", name)
-    monkeypatch.setenv("AGGREGATOR_DEFINITIONS", str(EVENTS / "rules.yaml"))
-    monkeypatch.setenv("AGGREGATOR_ENDPOINT_URL", dynamodb_local.endpoint_url)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+    def apply(mode: str) -> str:
+        monkeypatch.setenv("AGGREGATOR_TABLE_NAME", name)
+        monkeypatch.setenv("AGGREGATOR_DEFINITIONS", str(EVENTS / "rules.yaml"))
+        monkeypatch.setenv("AGGREGATOR_ENDPOINT_URL", dynamodb_local.endpoint_url)
+        monkeypatch.setenv("AGGREGATOR_MODE", mode)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        handler_module.reset()
+        return name
+
+    yield apply
     handler_module.reset()
-    yield name
-    handler_module.reset()
 
 
-def test_handler_applies_lambda_event(configured, ddb, capsys):
-    event = json.loads((EVENTS / "dynamodb_stream_event.json").read_text())
-
-    response = handler_module.handler(event, LambdaContext())
-
-    # THEN the batch succeeded (the poison record was dead-lettered, not retried)
-    assert response == {"batchItemFailures": []}
-    store = AggregateStore(ddb, configured, load_rules(EVENTS / "rules.yaml"))
+def expected_aggregates(store: AggregateStore) -> None:
     assert store.get("total_paths_found").value == Decimal(2)
     assert {a.key: a.value for a in store.list("paths_per_player")} == {
         "PLAYER#alice": Decimal(1),
@@ -58,50 +63,97 @@ def test_handler_applies_lambda_event(configured, ddb, capsys):
     assert {a.key: a.value for a in store.list("points_per_player")} == {
         "PLAYER#alice": Decimal("7.5")
     }
+
+
+def dead_letters(ddb, table_name: str) -> list:
+    return ddb.query(
+        TableName=table_name,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": "AGGREGATOR#DEAD_LETTERS"}},
+    )["Items"]
+
+
+def test_windowed_event_exactly_once_even_when_delivered_twice(configure, ddb, capsys):
+    # GIVEN the default (exactly-once) mode and an event with tumbling-window fields
+    table_name = configure("exactly-once")
+    event = load_event("dynamodb_stream_window_event.json")
+
+    # WHEN Lambda delivers the same batch twice
+    first = handler_module.handler(event, LambdaContext())
+    second = handler_module.handler(event, LambdaContext())
+
+    # THEN both invocations succeed, return the window state, and everything counts once
+    assert first == second == {"batchItemFailures": [], "state": {}}
+    store = AggregateStore(ddb, table_name, RULES)
+    expected_aggregates(store)
     assert [(a.key, a.value) for a in store.top("paths_per_player", 5)] in (
         [("PLAYER#alice", 1), ("PLAYER#bob", 1)],
         [("PLAYER#bob", 1), ("PLAYER#alice", 1)],
     )
-    # the poison record is in a dead-letter item keyed by shard and sequence number
-    items = ddb.query(
-        TableName=configured,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": "AGGREGATOR#DEAD_LETTERS"}},
-    )["Items"]
+    # the poison record is in one dead-letter item keyed by shard and sequence number
+    items = dead_letters(ddb, table_name)
     assert [(i["sk"]["S"], i["rule"]["S"], i["reason"]["S"]) for i in items] == [
         (
-            "unknown-shard#" + "0" * 19 + "111000000000000000003#points_per_player",
+            f"{SHARD}#" + "0" * 19 + "111000000000000000003#points_per_player",
             "points_per_player",
             "NewImage: delta attribute 'points' is str, not a number",
         )
     ]
     assert json.loads(items[0]["record"]["S"])["eventID"] == "eccbc87e4b5ce2fe28308fd9f2a7baf3"
-    # and Powertools emitted the batch's metrics as CloudWatch EMF
+    # the second delivery found every item already applied
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
-    assert emf, "no EMF metrics blob printed"
-    assert emf[-1]["RecordsReceived"] == [7.0]
-    assert emf[-1]["SelfWritesSkipped"] == [1.0]
-    assert emf[-1]["DeadLetters"] == [1.0]
-    assert emf[-1]["AggregateItemsWritten"] == [4.0]
+    assert len(emf) == 2
+    assert emf[0]["RecordsReceived"] == [7.0]
+    assert emf[0]["SelfWritesSkipped"] == [1.0]
+    assert emf[0]["DeadLetters"] == [1.0]
+    assert emf[0]["AggregateItemsWritten"] == [4.0]
+    assert emf[0]["ConditionalCheckRecoveries"] == [0.0]
+    assert emf[1]["AggregateItemsWritten"] == [0.0]
+    assert emf[1]["ConditionalCheckRecoveries"] == [4.0]
 
 
-def test_handler_returns_state_for_tumbling_window_events(configured):
-    event = json.loads((EVENTS / "dynamodb_stream_event.json").read_text())
-    event.update(
-        shardId="shardId-00000001763762400000-abcdef01",
-        window={"start": "2026-11-21T22:00:00Z", "end": "2026-11-21T22:01:00Z"},
-        state={"carried": "1"},
-        isFinalInvokeForWindow=False,
-        isWindowTerminatedEarly=False,
-    )
+def test_plain_event_in_at_least_once_mode(configure, ddb):
+    table_name = configure("at-least-once")
+    response = handler_module.handler(load_event("dynamodb_stream_event.json"), LambdaContext())
+    assert response == {"batchItemFailures": []}
+    expected_aggregates(AggregateStore(ddb, table_name, RULES))
+    assert dead_letters(ddb, table_name)[0]["sk"]["S"].startswith("unknown-shard#")
+
+
+def test_exactly_once_needs_the_shard_id(configure, ddb):
+    table_name = configure("exactly-once")
+    with pytest.raises(ConfigError, match="set TumblingWindowInSeconds"):
+        handler_module.handler(load_event("dynamodb_stream_event.json"), LambdaContext())
+    # nothing was written before the error
+    assert dead_letters(ddb, table_name) == []
+    assert list(AggregateStore(ddb, table_name, RULES).list("total_paths_found")) == []
+
+
+def test_window_mode_accumulates_in_state_and_flushes_at_window_end(configure, ddb):
+    table_name = configure("window")
+    event = load_event("dynamodb_stream_window_event.json")
+    store = AggregateStore(ddb, table_name, RULES)
+
+    # a non-final invocation keeps the deltas in the state and writes no aggregate
     response = handler_module.handler(event, LambdaContext())
     assert response["batchItemFailures"] == []
-    assert response["state"] == {"carried": "1"}
+    assert set(response["state"]) == {"aggregator"}
+    assert store.get("total_paths_found") is None
+
+    # the final invocation of the window applies them
+    final = {**event, "Records": [], "state": response["state"], "isFinalInvokeForWindow": True}
+    assert handler_module.handler(final, LambdaContext()) == {"batchItemFailures": [], "state": {}}
+    expected_aggregates(store)
+
+    # a duplicate of the final invocation changes nothing
+    assert handler_module.handler(final, LambdaContext())["state"] == {}
+    expected_aggregates(store)
 
 
-def test_missing_table_name_is_a_clear_configuration_error(monkeypatch):
-    from aggregator.exceptions import ConfigError
+def test_missing_table_name_is_a_clear_configuration_error():
     from aggregator.handler import HandlerSettings
 
     with pytest.raises(ConfigError, match="AGGREGATOR_TABLE_NAME is not set"):
         HandlerSettings.from_env({})
+    with pytest.raises(ConfigError, match="AGGREGATOR_MODE must be one of exactly-once"):
+        HandlerSettings.from_env({"AGGREGATOR_TABLE_NAME": "t", "AGGREGATOR_MODE": "twice"})

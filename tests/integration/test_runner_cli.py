@@ -97,7 +97,14 @@ def test_cli_run_and_query(dynamodb_local, ddb, table, tmp_path):
     assert result.exit_code == 0, result.output
     # 8 puts + 1 delete, then the 4 aggregate items' own stream records (skipped)
     assert " ".join(result.output.split()).startswith(
-        "processed 13 stream records in 2 batches (4 self-writes skipped): 18 deltas -> 4 aggregate"
+        "processed 13 stream records in 3 invocations (4 self-writes skipped): 18 deltas -> 4 "
+        "aggregate updates"
+    )
+    # a second run resumes from the stored positions: nothing new is counted
+    result = cli.invoke(main, ["run", *common, *defs])
+    assert result.exit_code == 0, result.output
+    assert " ".join(result.output.split()).startswith(
+        "processed 0 stream records in 0 invocations (0 self-writes skipped): 0 deltas"
     )
 
     result = cli.invoke(main, ["query", "get", "total_paths_found", *common, *defs])
