@@ -176,47 +176,73 @@ class Engine:
         return record.key_string(self.layout.partition_key) in self._reserved
 
     def _rule_delta(self, rule: Rule, record: StreamRecord) -> list[tuple[AggregateRef, Decimal]]:
-        new = record.new_image
-        old = record.old_image
         if record.is_ttl_delete and rule.ttl_deletes == "keep":
             return []
         changes: dict[AggregateRef, Decimal] = {}
-        for label, image, combine in (("OldImage", old, subtract), ("NewImage", new, add)):
+        for label, image, combine in (
+            ("OldImage", record.old_image, subtract),
+            ("NewImage", record.new_image, add),
+        ):
             try:
                 contribution = rule.contribution(image)
+                if contribution is None:
+                    continue
+                encoded, display, amount = contribution
+                ref = AggregateRef(rule.name, encoded, display)
+                changes[ref] = combine(changes.get(ref, Decimal(0)), amount)
             except EvaluationError as exc:
                 raise EvaluationError(f"{label}: {exc}") from None
-            if contribution is None:
-                continue
-            encoded, display, amount = contribution
-            ref = AggregateRef(rule.name, encoded, display)
-            changes[ref] = combine(changes.get(ref, Decimal(0)), amount)
+            except ArithmeticError:
+                raise EvaluationError(
+                    f"{label}: the delta needs more than DynamoDB's 38 significant digits"
+                ) from None
         return [(ref, amount) for ref, amount in changes.items() if amount != 0]
 
-    def record_deltas(self, record: StreamRecord) -> tuple[list[RecordDelta], list[RecordFailure]]:
-        """Per-rule deltas of one record (zero deltas dropped) and the rules that failed on it."""
-        if self.is_self_write(record):
-            return [], []
+    @staticmethod
+    def _missing_image(record: StreamRecord) -> str | None:
+        needs = {
+            "INSERT": ("NewImage",),
+            "MODIFY": ("OldImage", "NewImage"),
+            "REMOVE": ("OldImage",),
+        }
+        for image in needs.get(record.event_name, ()):
+            if image not in record.raw["dynamodb"]:
+                return (
+                    f"{record.event_name} record without {image}: the table's stream must use "
+                    "StreamViewType NEW_AND_OLD_IMAGES"
+                )
+        if record.event_name not in needs:
+            return f"unknown eventName {record.event_name!r}"
+        return None
+
+    def _evaluate(self, record: StreamRecord) -> tuple[list[RecordDelta], list[RecordFailure]]:
         deltas: list[RecordDelta] = []
         failures: list[RecordFailure] = []
+        missing = self._missing_image(record)
         for rule in self.rules.rules:
             try:
+                if missing is not None:
+                    raise EvaluationError(missing)
                 changes = self._rule_delta(rule, record)
             except EvaluationError as exc:
-                failures.append(
-                    RecordFailure(
-                        record.sequence_number,
-                        record.event_id,
-                        rule.name,
-                        str(exc),
-                        dict(record.raw),
-                    )
-                )
+                failures.append(self._failure(record, rule.name, str(exc)))
                 continue
             deltas.extend(
                 RecordDelta(ref, amount, record.sequence_number) for ref, amount in changes
             )
         return deltas, failures
+
+    @staticmethod
+    def _failure(record: StreamRecord, rule: str, reason: str) -> RecordFailure:
+        return RecordFailure(
+            record.sequence_number, record.event_id, rule, reason, dict(record.raw)
+        )
+
+    def record_deltas(self, record: StreamRecord) -> tuple[list[RecordDelta], list[RecordFailure]]:
+        """Per-rule deltas of one record (zero deltas dropped) and the rules that failed on it."""
+        if self.is_self_write(record):
+            return [], []
+        return self._evaluate(record)
 
     def process(self, records: Iterable[StreamRecord]) -> BatchDeltas:
         """Evaluate and coalesce one batch (records of one shard, in stream order).
@@ -224,7 +250,9 @@ class Engine:
         Returns
         -------
         BatchDeltas
-            Never raises for a record a rule cannot evaluate: see ``failures``.
+            Never raises for a record a rule cannot evaluate: see ``failures``. A (record, rule)
+            whose deltas would push a coalesced sum past 38 significant digits is reported
+            there too, and none of its deltas is applied.
         """
         batch = BatchDeltas()
         leaderboard = {r.name for r in self.rules.rules if r.leaderboard}
@@ -245,25 +273,49 @@ class Engine:
             if self.is_self_write(record):
                 batch.self_writes += 1
                 continue
-            deltas, failures = self.record_deltas(record)
+            deltas, failures = self._evaluate(record)
             batch.failures.extend(failures)
-            batch.record_deltas += len(deltas)
+            by_rule: dict[str, list[RecordDelta]] = {}
             for d in deltas:
-                sk = d.ref.sort_key
-                current = batch.deltas.get(sk)
-                if current is None:
-                    batch.deltas[sk] = CoalescedDelta(
-                        d.ref,
-                        d.amount,
-                        d.sequence_number,
-                        [(d.sequence_number, d.amount)],
-                        d.ref.rule in leaderboard,
+                by_rule.setdefault(d.ref.rule, []).append(d)
+            for rule_name, group in by_rule.items():
+                try:  # all of a (record, rule)'s deltas, or none
+                    sums = {
+                        d.ref.sort_key: add(
+                            batch.deltas[d.ref.sort_key].amount
+                            if d.ref.sort_key in batch.deltas
+                            else Decimal(0),
+                            d.amount,
+                        )
+                        for d in group
+                    }
+                except ArithmeticError:
+                    batch.failures.append(
+                        self._failure(
+                            record,
+                            rule_name,
+                            "the batch's sum for an aggregate needs more than DynamoDB's 38 "
+                            "significant digits",
+                        )
                     )
-                else:
-                    current.amount = add(current.amount, d.amount)
-                    current.parts.append((d.sequence_number, d.amount))
-                    if pad_sequence_number(d.sequence_number) < pad_sequence_number(
-                        current.first_sequence_number
-                    ):
-                        current.first_sequence_number = d.sequence_number
+                    continue
+                batch.record_deltas += len(group)
+                for d in group:
+                    self._coalesce(batch, d, sums[d.ref.sort_key], d.ref.rule in leaderboard)
         return batch
+
+    @staticmethod
+    def _coalesce(batch: BatchDeltas, d: RecordDelta, total: Decimal, leaderboard: bool) -> None:
+        sk = d.ref.sort_key
+        current = batch.deltas.get(sk)
+        if current is None:
+            batch.deltas[sk] = CoalescedDelta(
+                d.ref, total, d.sequence_number, [(d.sequence_number, d.amount)], leaderboard
+            )
+            return
+        current.amount = total
+        current.parts.append((d.sequence_number, d.amount))
+        if pad_sequence_number(d.sequence_number) < pad_sequence_number(
+            current.first_sequence_number
+        ):
+            current.first_sequence_number = d.sequence_number

@@ -42,6 +42,9 @@ __all__ = ["PositionStore", "RunStats", "StreamRunner", "to_lambda_record"]
 GET_RECORDS_LIMIT = 1000
 """``GetRecords`` returns at most 1,000 records per call (DynamoDB Streams API reference)."""
 
+EMPTY_PAGES_FOLLOWED = 50
+"""Empty ``GetRecords`` pages followed in one read of a closed shard before yielding."""
+
 
 def _epoch_seconds(value: Any) -> Any:
     if isinstance(value, datetime):
@@ -166,6 +169,8 @@ class _Shard:
     state: dict[str, Any] = field(default_factory=dict)
     loaded: bool = False
     attempts: int = 0  # consecutive failed deliveries of the batch at the shard's position
+    closed: bool = False
+    read_position: str | None = None  # last sequence number read into the buffer
 
 
 class StreamRunner:
@@ -251,6 +256,8 @@ class StreamRunner:
                     self._shards[shard["ShardId"]] = _Shard(
                         shard["ShardId"], shard.get("ParentShardId")
                     )
+                known = self._shards[shard["ShardId"]]
+                known.closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
             start = description.get("LastEvaluatedShardId")
             if not start:
                 break
@@ -285,34 +292,47 @@ class StreamRunner:
 
     def _iterator(self, shard: _Shard) -> str:
         kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": shard.shard_id}
-        if shard.position is not None:
-            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=shard.position)
+        after = shard.read_position or shard.position  # never re-read what is buffered
+        if after is not None:
+            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=after)
         else:
             kwargs["ShardIteratorType"] = "TRIM_HORIZON"
         return self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
 
     def _fill(self, shard: _Shard) -> int:
-        """Read up to one ``GetRecords`` page into the shard's buffer; returns records read."""
+        """Read ``GetRecords`` pages into the shard's buffer; returns records kept.
+
+        ``GetRecords`` may return an empty page in the middle of a shard (DynamoDB Streams API
+        reference: "it might take multiple calls to get to a portion of the shard that contains
+        stream records"), so a closed shard is followed until a page has records or the shard
+        ends; an open shard's empty page means caught up for now.
+        """
         if shard.exhausted or len(shard.buffer) >= self.batch_size:
             return 0
-        if shard.iterator is None:
-            shard.iterator = self._iterator(shard)
-        try:
-            response = self.streams.get_records(
-                ShardIterator=shard.iterator, Limit=GET_RECORDS_LIMIT
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in (
-                "ExpiredIteratorException",
-                "TrimmedDataAccessException",
-            ):
-                shard.iterator = None
-                return 0
-            raise
-        records = [to_lambda_record(r, self.stream_arn) for r in response.get("Records", [])]
-        shard.iterator = response.get("NextShardIterator")
-        if shard.iterator is None:
-            shard.exhausted = True
+        records: list[dict[str, Any]] = []
+        for _ in range(EMPTY_PAGES_FOLLOWED if shard.closed else 1):
+            if shard.iterator is None:
+                shard.iterator = self._iterator(shard)
+            try:
+                response = self.streams.get_records(
+                    ShardIterator=shard.iterator, Limit=GET_RECORDS_LIMIT
+                )
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] in (
+                    "ExpiredIteratorException",
+                    "TrimmedDataAccessException",
+                ):
+                    shard.iterator = None
+                    return 0
+                raise
+            records = [to_lambda_record(r, self.stream_arn) for r in response.get("Records", [])]
+            shard.iterator = response.get("NextShardIterator")
+            if shard.iterator is None:
+                shard.exhausted = True
+            if records or shard.exhausted:
+                break
+        if records:
+            shard.read_position = _seq(records[-1])
         if self.faults.transform is not None:
             records = [self.faults.transform(r) for r in records]
         # Like the template's FilterCriteria, drop the runner's own bookkeeping records before

@@ -357,3 +357,45 @@ def test_only_attributes_the_rules_read_are_deserialized():
     assert {"status", "carrier", "dep_delay", "kind", "origin", "dest"} <= set(
         record.new_image._cache
     )
+
+
+def test_record_without_needed_image_is_reported_for_every_rule():
+    raw = stream_record("MODIFY", DEP, {**DEP, "dep_delay": 20})
+    del raw["dynamodb"]["OldImage"]  # a NEW_IMAGE stream
+    deltas, failures = ENGINE.record_deltas(StreamRecord(raw))
+    assert deltas == []
+    assert {f.rule for f in failures} == {r.name for r in RULES}
+    assert failures[0].reason == (
+        "MODIFY record without OldImage: the table's stream must use StreamViewType "
+        "NEW_AND_OLD_IMAGES"
+    )
+    keys_only = stream_record("REMOVE", DEP, None)
+    del keys_only["dynamodb"]["OldImage"]
+    _, failures = ENGINE.record_deltas(StreamRecord(keys_only))
+    assert len(failures) == len(RULES)
+
+
+def test_delta_beyond_38_digits_fails_that_record_and_rule_only():
+    big = D("9" * 38)
+    # a value change whose difference needs 39 digits
+    raw = stream_record(
+        "MODIFY", {**DEP, "dep_delay": big.copy_negate()}, {**DEP, "dep_delay": big}
+    )
+    deltas, failures = ENGINE.record_deltas(StreamRecord(raw))
+    assert [d.ref.sort_key for d in deltas] == []
+    assert [(f.rule, f.reason) for f in failures] == [
+        ("delay", "NewImage: the delta needs more than DynamoDB's 38 significant digits")
+    ]
+
+
+def test_coalesced_sum_beyond_38_digits_fails_the_later_record_only():
+    big = D("9" * 38)
+    records = [
+        StreamRecord(stream_record("INSERT", None, {**DEP, "sk": "a", "dep_delay": big}, seq=1)),
+        StreamRecord(stream_record("INSERT", None, {**DEP, "sk": "b", "dep_delay": big}, seq=2)),
+    ]
+    batch = ENGINE.process(records)
+    assert batch.deltas["delay#UA"].amount == big
+    assert batch.deltas["count#UA"].amount == 2
+    assert [(f.sequence_number[-1], f.rule) for f in batch.failures] == [("2", "delay")]
+    assert batch.failures[0].reason.startswith("the batch's sum for an aggregate needs more")
