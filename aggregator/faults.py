@@ -49,6 +49,7 @@ class FaultInjectingClient:
         self.throttle = dict(throttle or {})
         self.update_calls = 0
         self.crashed = False
+        self.crashes = 0
 
     def arm(self, crash_after_updates: int) -> None:
         """Crash after ``crash_after_updates`` more successful ``UpdateItem`` calls."""
@@ -70,6 +71,7 @@ class FaultInjectingClient:
             if self.crash_after_updates is not None:
                 if self.crash_after_updates <= 0:
                     self.crashed = True
+                    self.crashes += 1
                     raise SimulatedCrash(f"crash before updating {sort_key}")
                 self.crash_after_updates -= 1
             if self.throttle.get(sort_key, 0) > 0:

@@ -1,0 +1,161 @@
+"""Shared pieces of the exactly-once tests: rules, workloads, a faulty pipeline, ground truth."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer
+
+from aggregator.config import DEFAULT_LAYOUT
+from aggregator.faults import FaultInjectingClient, RunnerFaults
+from aggregator.processor import create_processor
+from aggregator.query import AggregateStore
+from aggregator.rules import RuleSet, rule
+from aggregator.runner import PositionStore, StreamRunner
+from tests.factories import ddb_json
+
+RULES = RuleSet.of(
+    rule("paths", match={"sk": {"prefix": "PATH#"}}, key="TOTAL"),
+    rule("per_owner", match={"sk": {"prefix": "PATH#"}}, key="{owner}", leaderboard=True),
+    rule(
+        "points", match={"points": {"exists": True}}, key="{owner}", delta={"attribute": "points"}
+    ),
+    rule(
+        "gems_by_kind",
+        match={"kind": {"exists": True}},
+        key="{kind}",
+        ttl_deletes="retract",
+    ),
+)
+
+_DESER = TypeDeserializer()
+
+
+def put(ddb, table: str, item: dict[str, Any]) -> None:
+    ddb.put_item(TableName=table, Item=ddb_json(item))
+
+
+def delete(ddb, table: str, pk: str, sk: str) -> None:
+    ddb.delete_item(TableName=table, Key=ddb_json({"pk": pk, "sk": sk}))
+
+
+def standard_workload(ddb, table: str, n: int = 24) -> None:
+    """Inserts, value changes, key (owner) changes and deletes over a few owners."""
+    owners = ["ann", "bob", "cyd", "dee"]
+    for i in range(n):
+        put(
+            ddb,
+            table,
+            {
+                "pk": f"P{i % 6}",
+                "sk": f"PATH#{i}",
+                "owner": owners[i % 4],
+                "points": i % 5,
+                "kind": ["ruby", "opal"][i % 2],
+            },
+        )
+    for i in range(0, n, 3):  # value change
+        put(
+            ddb,
+            table,
+            {
+                "pk": f"P{i % 6}",
+                "sk": f"PATH#{i}",
+                "owner": owners[i % 4],
+                "points": 10 + i,
+                "kind": ["ruby", "opal"][i % 2],
+            },
+        )
+    for i in range(1, n, 4):  # key change: the path moves to another owner
+        put(
+            ddb,
+            table,
+            {
+                "pk": f"P{i % 6}",
+                "sk": f"PATH#{i}",
+                "owner": owners[(i + 1) % 4],
+                "points": i % 5,
+                "kind": "jade",
+            },
+        )
+    for i in range(2, n, 5):
+        delete(ddb, table, f"P{i % 6}", f"PATH#{i}")
+
+
+def final_items(ddb, table: str) -> list[dict[str, Any]]:
+    """The table's items outside the reserved partitions, deserialized."""
+    reserved = set(DEFAULT_LAYOUT.reserved_partition_keys)
+    items, start = [], None
+    while True:
+        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        page = ddb.scan(**kwargs)
+        for raw in page["Items"]:
+            item = {k: _DESER.deserialize(v) for k, v in raw.items()}
+            if item["pk"] not in reserved:
+                items.append(item)
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return items
+
+
+def expected_from_items(
+    items: list[dict[str, Any]], rules: RuleSet = RULES, kept: list[dict[str, Any]] = ()
+) -> dict[str, dict[str, Decimal]]:
+    """Every rule evaluated over ``items`` (plus ``kept``: TTL-deleted items whose contribution
+    stays for rules with ``ttl_deletes: keep``); zero totals dropped."""
+    totals: dict[str, dict[str, Decimal]] = {r.name: defaultdict(Decimal) for r in rules}
+    for r in rules:
+        sources = list(items) + (list(kept) if r.ttl_deletes == "keep" else [])
+        for item in sources:
+            c = r.contribution(item)
+            if c is not None:
+                totals[r.name][c[1]] += c[2]
+    return {name: {k: v for k, v in t.items() if v != 0} for name, t in totals.items()}
+
+
+def stored(ddb, table: str, rules: RuleSet = RULES) -> dict[str, dict[str, Decimal]]:
+    store = AggregateStore(ddb, table, rules)
+    return {r.name: {a.key: a.value for a in store.list(r.name) if a.value != 0} for r in rules}
+
+
+@dataclass
+class Pipeline:
+    client: FaultInjectingClient
+    faults: RunnerFaults
+    runner: StreamRunner
+
+
+def pipeline(
+    ddb,
+    streams,
+    table: str,
+    arn: str,
+    *,
+    mode: str = "exactly-once",
+    batch_size: int = 5,
+    window_seconds: int | None = 60,
+    throttle: dict[str, int] | None = None,
+    throttle_retries: int = 3,
+    rules: RuleSet = RULES,
+    **fault_options: Any,
+) -> Pipeline:
+    client = FaultInjectingClient(ddb, throttle=throttle)
+    options: dict[str, Any] = {"throttle_retries": throttle_retries, "backoff_seconds": 0.001}
+    processor = create_processor(rules, client, table, mode=mode, **options)
+    faults = RunnerFaults(client=client, **fault_options)
+    runner = StreamRunner(
+        processor,
+        streams,
+        arn,
+        batch_size=batch_size,
+        tumbling_window_seconds=window_seconds,
+        positions=PositionStore(ddb, table),
+        faults=faults,
+        poll_interval=0.05,
+    )
+    return Pipeline(client, faults, runner)
