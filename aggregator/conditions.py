@@ -19,7 +19,17 @@ A test on a missing attribute is false (except ``exists: false``); a test on a v
 type (``prefix`` on a number, ``numeric`` on a string) is false, never an error: matching is a
 filter. Evaluation errors come only from a rule's key and delta.
 
-Attributes are top-level attribute names of the image.
+Attributes are top-level attribute names of the image. A name starting with a backslash is
+taken literally without that one backslash, so attributes called ``and``, ``or`` or ``not`` can
+be tested too (and a name that itself starts with a backslash is written with two)::
+
+    match:
+      '\\not': {exists: true}     # the attribute "not", not the combinator
+      '\\or': [a, b]              # the attribute "or" equals a or b
+
+Numeric literals must be numbers DynamoDB can store (at most 38 significant digits, magnitude
+from 1E-130 to 9.9999999999999999999999999999999999999E+125, or zero); anything else could
+never equal a stored value and is rejected when the rule is loaded.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ __all__ = [
     "Numeric",
     "OneOf",
     "Prefix",
+    "dynamodb_number_problem",
     "parse_match",
 ]
 
@@ -66,6 +77,40 @@ class ConditionSyntaxError(ValueError):
         self.path = path
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+# DynamoDB Developer Guide, "Supported data types and naming rules", Number: up to 38 significant
+# digits; positive range 1E-130 to 9.9999999999999999999999999999999999999E+125, negatives alike.
+_MAX_DIGITS = 38
+_MIN_ADJUSTED_EXPONENT = -130
+_MAX_ADJUSTED_EXPONENT = 125
+
+
+def dynamodb_number_problem(number: Decimal) -> str | None:
+    """Why DynamoDB cannot store the finite ``number``, or ``None`` if it can.
+
+    Leading and trailing zeros are not significant (``1E+50`` has one digit); zero is valid.
+
+    Examples
+    --------
+    >>> dynamodb_number_problem(Decimal("-9.5E+125")) is None
+    True
+    >>> dynamodb_number_problem(Decimal("1E-131"))
+    '1E-131 is too small for DynamoDB (smallest nonzero magnitude 1E-130)'
+    """
+    if not number:
+        return None
+    digits = "".join(map(str, number.as_tuple().digits)).strip("0")
+    if len(digits) > _MAX_DIGITS:
+        return f"{len(digits)} significant digits; DynamoDB numbers have at most {_MAX_DIGITS}"
+    if number.adjusted() > _MAX_ADJUSTED_EXPONENT:
+        return (
+            f"{number} is too large for DynamoDB "
+            "(largest magnitude 9.9999999999999999999999999999999999999E+125)"
+        )
+    if number.adjusted() < _MIN_ADJUSTED_EXPONENT:
+        return f"{number} is too small for DynamoDB (smallest nonzero magnitude 1E-130)"
+    return None
 
 
 def _lookup(image: Mapping[str, Any], name: str) -> Any:
@@ -247,6 +292,9 @@ def _scalar(value: Any, path: str) -> Any:
             raise ConditionSyntaxError(path, f"not a number: {value!r}") from None
         if not number.is_finite():
             raise ConditionSyntaxError(path, f"numbers must be finite, got {value!r}")
+        problem = dynamodb_number_problem(number)
+        if problem:
+            raise ConditionSyntaxError(path, problem)
         return number
     raise ConditionSyntaxError(
         path, f"expected a string, number or boolean, got {type(value).__name__}"
@@ -352,7 +400,12 @@ def parse_match(spec: Any, path: str = "") -> Condition:
         if not isinstance(name, str) or not name:
             raise ConditionSyntaxError(path, f"attribute names must be strings, got {name!r}")
         sub = _join(path, name)
-        if name in ("and", "or"):
+        if name.startswith("\\"):
+            attribute = name[1:]
+            if not attribute:
+                raise ConditionSyntaxError(sub, "a backslash must be followed by an attribute name")
+            conditions.append(_attribute_test(attribute, value, sub))
+        elif name in ("and", "or"):
             if not isinstance(value, list) or not value:
                 raise ConditionSyntaxError(sub, f"'{name}' needs a non-empty list of matches")
             parts = tuple(parse_match(v, _join(sub, i)) for i, v in enumerate(value))

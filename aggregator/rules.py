@@ -14,15 +14,20 @@ aggregate (``key``)::
 Loading a file or a directory and building rules in Python give the same validated
 :class:`RuleSet`. Every validation problem raises :class:`~aggregator.exceptions.RuleError`
 whose message names the file, the rule and the field.
+
+Rule files are read with :class:`RuleLoader`: YAML 1.2 core-schema scalars (only ``true`` /
+``false`` are booleans, so ``yes``, ``on`` or ``NO`` stay strings; integers are decimal only;
+``12:30`` and dates stay strings), every number becomes an exact ``Decimal`` built from its text,
+and a key given twice in one mapping is an error.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,15 +37,24 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from .conditions import MISSING, Condition, ConditionSyntaxError, MatchAll, parse_match
+from .conditions import (
+    MISSING,
+    Condition,
+    ConditionSyntaxError,
+    MatchAll,
+    dynamodb_number_problem,
+    parse_match,
+)
 from .exceptions import EvaluationError, RuleError
+from .numbers import CONTEXT
 
-__all__ = ["DeltaSpec", "KeyTemplate", "Rule", "RuleSet", "load_rules", "rule"]
+__all__ = ["DeltaSpec", "KeyTemplate", "Rule", "RuleLoader", "RuleSet", "load_rules", "rule"]
 
 RULE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"
 
@@ -64,20 +78,29 @@ def format_key_value(value: Any) -> str:
     """Render one attribute value as key text.
 
     Strings are used as they are, numbers in plain decimal notation without exponent or trailing
-    zeros (``Decimal("1.50")`` -> ``"1.5"``, ``Decimal("1E+2")`` -> ``"100"``), booleans as
-    ``true`` / ``false``.
+    zeros (``Decimal("1.50")`` -> ``"1.5"``, ``Decimal("1E+2")`` -> ``"100"``) with all of
+    DynamoDB's 38 significant digits, booleans as ``true`` / ``false``.
 
     Raises
     ------
     EvaluationError
-        For any other type (lists, maps, sets, binary, null).
+        For any other type (lists, maps, sets, binary, null), and for numbers DynamoDB cannot
+        hold (more than 38 significant digits, out of range).
     """
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return value
     if isinstance(value, Decimal):
-        return "0" if value == 0 else format(value.normalize(), "f")
+        if value == 0:
+            return "0"
+        problem = "not a finite number" if not value.is_finite() else dynamodb_number_problem(value)
+        if not problem:
+            try:
+                return format(value.normalize(CONTEXT), "f")
+            except DecimalException as exc:
+                problem = f"{type(exc).__name__} in DynamoDB's 38-digit context"
+        raise EvaluationError(f"key number {value}: {problem}")
     kind = "null" if value is None else type(value).__name__
     raise EvaluationError(
         f"key attribute has unsupported type {kind}; use a string, number or bool"
@@ -138,10 +161,12 @@ class KeyTemplate:
 
     def render_values(self, values: Sequence[Any]) -> tuple[str, str]:
         """Render from placeholder values in order; returns ``(encoded, display)``."""
+        return self._assemble([format_key_value(value) for value in values])
+
+    def _assemble(self, texts: Sequence[str]) -> tuple[str, str]:
         encoded = [self.literals[0]]
         display = [self.literals[0]]
-        for value, literal in zip(values, self.literals[1:], strict=True):
-            text = format_key_value(value)
+        for text, literal in zip(texts, self.literals[1:], strict=True):
             encoded += (escape_key_part(text), literal)
             display += (text, literal)
         return "".join(encoded), "".join(display)
@@ -154,21 +179,16 @@ class KeyTemplate:
         EvaluationError
             When a placeholder attribute is missing or of an unsupported type.
         """
-        values = []
+        texts = []
         for name in self.placeholders:
             value = image.get(name, MISSING)
             if value is MISSING:
                 raise EvaluationError(f"key attribute {name!r} is missing")
             try:
-                values.append(value if isinstance(value, str) else _check_key_type(value))
+                texts.append(format_key_value(value))
             except EvaluationError as exc:
                 raise EvaluationError(f"key attribute {name!r}: {exc}") from None
-        return self.render_values(values)
-
-
-def _check_key_type(value: Any) -> Any:
-    format_key_value(value)
-    return value
+        return self._assemble(texts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,6 +206,9 @@ def _to_decimal(value: Any) -> Decimal:
             raise ValueError(f"expected a number, got {value!r}") from None
         if not number.is_finite():
             raise ValueError(f"expected a finite number, got {value!r}")
+        problem = dynamodb_number_problem(number)
+        if problem:
+            raise ValueError(problem)
         return number
     raise ValueError(f"expected a number, got {type(value).__name__}")
 
@@ -295,7 +318,7 @@ class Rule(BaseModel):
     key: KeyField
     delta: DeltaSpec = Field(default_factory=lambda: DeltaSpec(constant=Decimal(1)))
     ttl_deletes: Literal["keep", "retract"] = "keep"
-    leaderboard: bool = False
+    leaderboard: StrictBool = False
 
     def attributes(self) -> frozenset[str]:
         """Names of every image attribute this rule reads (match, key and delta)."""
@@ -329,11 +352,15 @@ class RuleSet(BaseModel):
     @field_validator("rules")
     @classmethod
     def _unique(cls, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
-        seen: set[str] = set()
-        for r in rules:
-            if r.name in seen:
-                raise ValueError(f"duplicate rule name {r.name!r}")
-            seen.add(r.name)
+        first: dict[str, int] = {}
+        duplicates: list[tuple[int, int]] = []
+        for index, r in enumerate(rules):
+            if r.name in first:
+                duplicates.append((index, first[r.name]))
+            else:
+                first[r.name] = index
+        if duplicates:
+            raise _DuplicateNames(rules, duplicates)
         return rules
 
     @classmethod
@@ -375,6 +402,15 @@ class RuleSet(BaseModel):
     def attributes(self) -> frozenset[str]:
         """Every image attribute any rule reads (the engine deserializes only these)."""
         return frozenset().union(*(r.attributes() for r in self.rules))
+
+
+class _DuplicateNames(ValueError):
+    """Rule names used twice: ``(index, index of the first rule of that name)`` pairs."""
+
+    def __init__(self, rules: Sequence[Rule], duplicates: list[tuple[int, int]]) -> None:
+        self.duplicates = duplicates
+        names = ", ".join(repr(rules[index].name) for index, _ in duplicates)
+        super().__init__(f"duplicate rule name(s) {names}")
 
 
 def rule(
@@ -439,6 +475,24 @@ def _clean_message(msg: str) -> str:
     return msg
 
 
+def _error_locations(
+    exc: ValidationError, source: str, prefix: tuple[Any, ...]
+) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """``(location, message)`` per problem, locating errors raised deep inside a validator."""
+    for err in exc.errors(include_url=False):
+        loc = prefix + tuple(err["loc"])
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, ConditionSyntaxError):
+            parts = re.findall(r"\[(\d+)\]|([^.\[\]]+)", cause.path)
+            yield loc + tuple(int(index) if index else name for index, name in parts), cause.message
+        elif isinstance(cause, _DuplicateNames):
+            where = "in this rule set" if source == "<python>" else "in this file"
+            for index, first in cause.duplicates:
+                yield (*loc, index, "name"), f"duplicate rule name (also rule #{first + 1} {where})"
+        else:
+            yield loc, _clean_message(err["msg"])
+
+
 def _format_errors(
     exc: ValidationError,
     source: str,
@@ -447,14 +501,7 @@ def _format_errors(
 ) -> str:
     lines = []
     rules_data = data.get("rules") if isinstance(data, Mapping) else None
-    for err in exc.errors(include_url=False):
-        loc = prefix + tuple(err["loc"])
-        msg = _clean_message(err["msg"])
-        cause = (err.get("ctx") or {}).get("error")
-        if isinstance(cause, ConditionSyntaxError):
-            parts = re.findall(r"\[(\d+)\]|([^.\[\]]+)", cause.path)
-            loc = loc + tuple(int(index) if index else name for index, name in parts)
-            msg = cause.message
+    for loc, msg in _error_locations(exc, source, prefix):
         if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
             index = loc[1]
             name = None
@@ -471,14 +518,105 @@ def _format_errors(
     return "\n".join(lines)
 
 
-def _load_file(path: Path) -> tuple[list[Rule], dict[str, str]]:
+# ---------------------------------------------------------------------------------------------
+# YAML
+# ---------------------------------------------------------------------------------------------
+
+_YAML_TAG = "tag:yaml.org,2002:"
+
+
+class RuleLoader(yaml.SafeLoader):
+    """A safe YAML loader with YAML 1.2 core-schema scalars, exact numbers and unique keys.
+
+    Plain scalars resolve as in the YAML 1.2 core schema, not PyYAML's YAML 1.1 rules: booleans
+    are only ``true``/``True``/``TRUE``/``false``/``False``/``FALSE`` (``yes``, ``on``, ``NO``
+    stay strings); integers are decimal digits only (``0123`` is 123, never octal; ``0x1F`` and
+    ``1_000`` stay strings); ``12:30`` and ``2024-01-01`` stay strings. Merge keys (``<<``) work.
+
+    Integers and floats become ``Decimal`` built from the scalar text, so
+    ``1.2345678901234567890123`` stays exact; ``.inf`` and ``.nan`` become infinite and NaN
+    ``Decimal`` values, which rule validation rejects. A key that appears twice in one mapping
+    raises :class:`yaml.constructor.ConstructorError` marked at the second occurrence.
+
+    Examples
+    --------
+    >>> yaml.load("a: 0.10000000000000000001\\nb: yes", Loader=RuleLoader)
+    {'a': Decimal('0.10000000000000000001'), 'b': 'yes'}
+    """
+
+    # Replaces SafeLoader's YAML 1.1 table; filled below with the YAML 1.2 core schema.
+    yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._check_unique_keys(node)
+        return super().construct_document(node)
+
+    def _check_unique_keys(self, root: yaml.Node) -> None:
+        # Before construction: merging (<<) rewrites mapping nodes in place.
+        seen_nodes: set[int] = set()
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen_nodes:
+                continue
+            seen_nodes.add(id(node))
+            if isinstance(node, yaml.SequenceNode):
+                stack.extend(node.value)
+            elif isinstance(node, yaml.MappingNode):
+                keys: dict[Any, yaml.Node] = {}
+                for key_node, value_node in node.value:
+                    stack.extend((key_node, value_node))
+                    if not isinstance(key_node, yaml.ScalarNode):
+                        continue  # unhashable: construction reports it
+                    if key_node.tag == _YAML_TAG + "merge":
+                        continue
+                    # Equal as dict keys (1 and 1.0 too): one would silently replace the other.
+                    first = keys.setdefault(self.construct_object(key_node), key_node)
+                    if first is not key_node:
+                        raise yaml.constructor.ConstructorError(
+                            None,
+                            None,
+                            f"duplicate key {key_node.value!r} "
+                            f"(also on line {first.start_mark.line + 1})",
+                            key_node.start_mark,
+                        )
+
+    def construct_number(self, node: yaml.ScalarNode) -> Decimal:
+        text = str(self.construct_scalar(node))
+        special = {".inf": "Infinity", "+.inf": "Infinity", "-.inf": "-Infinity", ".nan": "NaN"}
+        try:
+            return Decimal(special.get(text.lower(), text))
+        except InvalidOperation:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text!r} is not a decimal number", node.start_mark
+            ) from None
+
+
+for _tag, _pattern, _first in (
+    ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("int", r"^[-+]?[0-9]+$", "-+0123456789"),
+    (
+        "float",
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        "-+.0123456789",
+    ),
+    ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("merge", r"^(?:<<)$", "<"),
+):
+    RuleLoader.add_implicit_resolver(_YAML_TAG + _tag, re.compile(_pattern), list(_first))
+for _tag in ("int", "float"):
+    RuleLoader.add_constructor(_YAML_TAG + _tag, RuleLoader.construct_number)
+
+
+def _load_file(path: Path) -> list[Rule]:
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RuleError(f"{source}: cannot read rule file: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=RuleLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -495,7 +633,7 @@ def _load_file(path: Path) -> tuple[list[Rule], dict[str, str]]:
         ruleset = RuleSet.model_validate(data)
     except ValidationError as exc:
         raise RuleError(_format_errors(exc, source, data)) from None
-    return list(ruleset.rules), {r.name: source for r in ruleset.rules}
+    return list(ruleset.rules)
 
 
 def load_rules(path: str | Path | Iterable[str | Path]) -> RuleSet:
@@ -537,7 +675,7 @@ def load_rules(path: str | Path | Iterable[str | Path]) -> RuleSet:
     errors: list[str] = []
     for p in paths:
         try:
-            file_rules, file_origin = _load_file(p)
+            file_rules = _load_file(p)
         except RuleError as exc:
             errors.append(str(exc))
             continue
@@ -548,7 +686,7 @@ def load_rules(path: str | Path | Iterable[str | Path]) -> RuleSet:
                     f"(also defined in {origin[r.name]})"
                 )
                 continue
-            origin[r.name] = file_origin[r.name]
+            origin[r.name] = str(p)
             rules.append(r)
     if errors:
         raise RuleError("\n".join(errors))
