@@ -109,6 +109,13 @@ def expected_from_items(
     """Every rule evaluated over ``items`` (plus ``kept``: TTL-deleted items whose contribution
     stays for rules with ``ttl_deletes: keep``); zero totals dropped."""
     totals: dict[str, dict[str, Decimal]] = {r.name: defaultdict(Decimal) for r in rules}
+    kept = [
+        {
+            k: Decimal(v) if isinstance(v, int) and not isinstance(v, bool) else v
+            for k, v in item.items()
+        }
+        for item in kept
+    ]
     for r in rules:
         sources = list(items) + (list(kept) if r.ttl_deletes == "keep" else [])
         for item in sources:
