@@ -331,6 +331,47 @@ def query_top(
     _print_aggregates(f"top {n}: {rule}", store.top(rule, n))
 
 
+# -- dead letters ------------------------------------------------------------------------------
+
+
+@main.command("dead-letters")
+@_table_option
+@_endpoint_option
+def dead_letters_cmd(table_name: str, endpoint_url: str | None) -> None:
+    """List records a rule could not evaluate (skipped, kept for replay)."""
+    from .deadletters import list_dead_letters
+
+    letters = list(list_dead_letters(make_client("dynamodb", endpoint_url), table_name))
+    table = Table(title=f"{len(letters)} dead letter(s)", title_justify="left")
+    for column in ("shard", "sequence number", "rule", "reason", "failed at"):
+        table.add_column(column)
+    for d in letters:
+        table.add_row(d.shard_id, d.sequence_number, d.rule, d.reason, d.failed_at)
+    console.print(table)
+
+
+@main.command("replay-dead-letters")
+@_table_option
+@_definitions_option
+@_endpoint_option
+def replay_dead_letters_cmd(table_name: str, definitions: Path, endpoint_url: str | None) -> None:
+    """Re-apply dead-lettered records exactly once with the current (fixed) rules."""
+    from .deadletters import replay_dead_letters
+    from .rules import load_rules
+
+    result = replay_dead_letters(
+        make_client("dynamodb", endpoint_url), table_name, load_rules(definitions)
+    )
+    console.print(
+        f"replayed {result.replayed}, no change {result.no_change}, "
+        f"already replayed {result.already_replayed}, still failing {len(result.still_failing)}"
+    )
+    for line in result.still_failing:
+        console.print(f"  {line}", highlight=False)
+    if result.still_failing:
+        raise SystemExit(1)
+
+
 # -- demo --------------------------------------------------------------------------------------
 
 
