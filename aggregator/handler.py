@@ -123,7 +123,10 @@ def build_processor(
         client = boto3.client(
             "dynamodb",
             endpoint_url=settings.endpoint_url,
-            config=Config(retries={"mode": "standard", "max_attempts": 10}),
+            config=Config(
+                retries={"mode": "standard", "max_attempts": 10},
+                max_pool_connections=max(10, 2 * settings.max_workers),
+            ),
         )
     options = {}
     if settings.mode != "at-least-once":

@@ -19,6 +19,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from aggregator.config import DEFAULT_LAYOUT
+from aggregator.writer import WRITE_MODES
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = ROOT / "template.yaml"
@@ -120,8 +121,9 @@ def test_parameters(template: dict[str, Any]) -> None:
     assert params["TableName"]["Default"] == "ddb-aggregator"
     assert params["BatchSize"]["Default"] == 100
     assert (params["BatchSize"]["MinValue"], params["BatchSize"]["MaxValue"]) == (1, 10000)
-    assert params["AggregatorMode"]["Default"] == "at-least-once"
-    assert "at-least-once" in params["AggregatorMode"]["AllowedValues"]
+    assert params["AggregatorMode"]["Default"] == "exactly-once"
+    assert tuple(params["AggregatorMode"]["AllowedValues"]) == WRITE_MODES
+    assert params["WindowSeconds"]["Default"] == 60
     assert params["LogLevel"]["Default"] == "INFO"
 
 
@@ -171,6 +173,7 @@ def test_function_settings(function: dict[str, Any], table: tuple[str, dict[str,
         "AGGREGATOR_TABLE_NAME": {"Ref": table_name},
         "AGGREGATOR_DEFINITIONS": "definitions",
         "AGGREGATOR_MODE": {"Ref": "AggregatorMode"},
+        "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": "90000",
         "POWERTOOLS_SERVICE_NAME": "ddb-aggregator",
         "POWERTOOLS_METRICS_NAMESPACE": "DdbAggregator",
         "POWERTOOLS_LOG_LEVEL": {"Ref": "LogLevel"},
@@ -215,6 +218,8 @@ def test_stream_event_source_properties(
     assert stream_event["MaximumBatchingWindowInSeconds"] == 1
     # The per-shard ordering the aggregator relies on needs exactly one concurrent batch per shard.
     assert stream_event["ParallelizationFactor"] == 1
+    # Lambda sends shardId (needed by the checkpoints) only with tumbling windows.
+    assert stream_event["TumblingWindowInSeconds"] == {"Ref": "WindowSeconds"}
     assert stream_event["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert stream_event["BisectBatchOnFunctionError"] is True
     assert stream_event["MaximumRetryAttempts"] == 10
