@@ -17,15 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.config import DEFAULT_LAYOUT
 from aggregator.demo import replay_flights
-from aggregator.engine import Engine
+from aggregator.faults import FaultInjectingClient, RunnerFaults
 from aggregator.flights import read_flights
-from aggregator.processor import StreamProcessor
+from aggregator.processor import create_processor
 from aggregator.query import AggregateStore
 from aggregator.rules import load_rules
 from aggregator.runner import StreamRunner
-from aggregator.writer import make_writer
 
 pytestmark = pytest.mark.integration
 
@@ -61,19 +59,38 @@ def ground_truth() -> dict[str, dict[str, Decimal]]:
     }
 
 
-def test_flights_aggregates_equal_csv_ground_truth(ddb, streams, table):
+MODES = [
+    ("exactly-once", {}),
+    ("window", {}),
+    ("at-least-once", {}),
+    # the same replay with faults: crashes mid-batch, every third batch delivered twice
+    ("exactly-once", {"faults": True}),
+    ("window", {"faults": True}),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "options"), MODES, ids=[m + ("-faults" if o else "") for m, o in MODES]
+)
+def test_flights_aggregates_equal_csv_ground_truth(ddb, streams, table, mode, options):
     name, stream_arn = table
     rules = load_rules(ROOT / "definitions" / "flights.yaml")
     flights = read_flights(start=FIRST_DAY, end=LAST_DAY)
     writes = replay_flights(ddb, name, flights)
     assert writes == 2 * len(flights) + sum(1 for f in flights if f.row % 50 == 7)
 
-    processor = StreamProcessor(
-        Engine(rules, DEFAULT_LAYOUT), make_writer("at-least-once", ddb, name)
-    )
-    stats = StreamRunner(processor, streams, stream_arn, batch_size=100).run()
-    assert stats.records - stats.self_writes == writes
-    assert stats.failures == 0 and stats.retries == 0
+    client = FaultInjectingClient(ddb)
+    faults = RunnerFaults(client=client)
+    if options.get("faults"):
+        faults.crash = lambda n: 5 if client.crashes < 4 else None
+        faults.duplicate = lambda n: n % 3 == 0
+    processor = create_processor(rules, client, name, mode=mode)
+    runner = StreamRunner(processor, streams, stream_arn, batch_size=100, faults=faults)
+    stats = runner.run()
+    assert stats.records - stats.self_writes >= writes
+    assert stats.failures == 0
+    if options.get("faults"):
+        assert client.crashes == 4 and stats.duplicates > 0
 
     store = AggregateStore(ddb, name, rules)
     truth = ground_truth()
