@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint soak bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,19 @@ demo: install
 	$(BIN)/aggregator demo $(ARGS)
 
 lint: install
-	$(BIN)/ruff check aggregator tests
-	$(BIN)/ruff format --check aggregator tests
+	$(BIN)/ruff check aggregator tests bench
+	$(BIN)/ruff format --check aggregator tests bench
 
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Longer property-based soak: random writes and fault schedules, reports scenarios and drift.
+soak: install
+	AGGREGATOR_PROPERTY_EXAMPLES=$${EXAMPLES:-1000} $(BIN)/pytest -s -q tests/integration/test_property.py
+
+# WCU and requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.
+bench: install
+	$(BIN)/python -m bench.write_modes $(ARGS)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
