@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -337,6 +340,17 @@ def _port_answers(port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Ask Linux to send SIGTERM to the server when the Python process that started it dies
+    (``prctl(PR_SET_PDEATHSIG)``), so a killed test run or ``aggregator local`` leaves no Java
+    process behind; ``atexit`` alone does not run on SIGTERM or SIGKILL."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 class DynamoDBLocal:
     """A DynamoDB Local server in a child ``java`` process, listening on 127.0.0.1.
 
@@ -558,6 +572,7 @@ class DynamoDBLocal:
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         except OSError as exc:
             log_file.close()
