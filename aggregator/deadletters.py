@@ -23,6 +23,7 @@ from .engine import Engine
 from .exceptions import RuleError, WriteError
 from .records import StreamRecord
 from .rules import RuleSet
+from .writer import add_update
 
 __all__ = ["DeadLetter", "ReplayResult", "list_dead_letters", "replay_dead_letters"]
 
@@ -124,29 +125,7 @@ def replay_dead_letters(
         for delta in batch.deltas.values():
             if delta.amount == 0:
                 continue
-            names = {"#v": layout.value_attribute, "#r": "rule", "#k": "key"}
-            expression = "ADD #v :d SET #r = :r, #k = :k"
-            if delta.leaderboard:
-                names["#lb"] = layout.leaderboard_attribute
-                expression += ", #lb = :r"
-            actions.append(
-                {
-                    "Update": {
-                        "TableName": table_name,
-                        "Key": {
-                            layout.partition_key: {"S": layout.aggregates_pk},
-                            layout.sort_key: {"S": delta.ref.sort_key},
-                        },
-                        "UpdateExpression": expression,
-                        "ExpressionAttributeNames": names,
-                        "ExpressionAttributeValues": {
-                            ":d": {"N": str(delta.amount)},
-                            ":r": {"S": delta.ref.rule},
-                            ":k": {"S": delta.ref.display_key},
-                        },
-                    }
-                }
-            )
+            actions.append({"Update": add_update(table_name, layout, delta, delta.amount)})
         actions.append(
             {
                 "Delete": {

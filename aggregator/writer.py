@@ -174,6 +174,34 @@ class Writer(Protocol):
         ...
 
 
+def add_update(
+    table_name: str, layout: TableLayout, delta: CoalescedDelta, amount: Decimal
+) -> dict[str, Any]:
+    """The update of one aggregate item: ``ADD #value :amount SET #rule = :rule, #key = :key``
+    (plus ``#lb = :rule`` for leaderboard rules), as ``UpdateItem`` arguments or a
+    ``TransactWriteItems`` ``Update`` action."""
+    names = {"#v": layout.value_attribute, "#r": "rule", "#k": "key"}
+    values: dict[str, Any] = {
+        ":d": {"N": str(amount)},
+        ":r": {"S": delta.ref.rule},
+        ":k": {"S": delta.ref.display_key},
+    }
+    expression = "ADD #v :d SET #r = :r, #k = :k"
+    if delta.leaderboard:
+        names["#lb"] = layout.leaderboard_attribute
+        expression += ", #lb = :r"
+    return {
+        "TableName": table_name,
+        "Key": {
+            layout.partition_key: {"S": layout.aggregates_pk},
+            layout.sort_key: {"S": delta.ref.sort_key},
+        },
+        "UpdateExpression": expression,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+
+
 THROTTLING_ERRORS = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -261,25 +289,9 @@ class _BaseWriter:
 
     def _update_request(self, delta: CoalescedDelta, amount: Decimal) -> dict[str, Any]:
         """``UpdateItem`` arguments that ``ADD`` ``amount`` and set the descriptive attributes."""
-        lay = self.layout
-        names = {"#v": lay.value_attribute, "#r": "rule", "#k": "key"}
-        values: dict[str, Any] = {
-            ":d": {"N": str(amount)},
-            ":r": {"S": delta.ref.rule},
-            ":k": {"S": delta.ref.display_key},
-        }
-        expression = "ADD #v :d SET #r = :r, #k = :k"
-        if delta.leaderboard:
-            names["#lb"] = lay.leaderboard_attribute
-            expression += ", #lb = :r"
-        return {
-            "TableName": self.table_name,
-            "Key": self._key(delta),
-            "UpdateExpression": expression,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-            "ReturnConsumedCapacity": "TOTAL",
-        }
+        request = add_update(self.table_name, self.layout, delta, amount)
+        request["ReturnConsumedCapacity"] = "TOTAL"
+        return request
 
     def _call(self, operation: str, request: dict[str, Any], stats: WriteStats) -> dict[str, Any]:
         """Send one request; throttling errors are retried ``throttle_retries`` times with
