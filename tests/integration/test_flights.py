@@ -59,6 +59,12 @@ def ground_truth() -> dict[str, dict[str, Decimal]]:
     }
 
 
+@pytest.fixture
+def dynamodb_local(fresh_dynamodb_local):
+    """One fresh server per replay (overrides the per-module one, see tests/conftest.py)."""
+    return fresh_dynamodb_local
+
+
 MODES = [
     ("exactly-once", {}),
     ("window", {}),
