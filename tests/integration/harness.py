@@ -45,42 +45,17 @@ def delete(ddb, table: str, pk: str, sk: str) -> None:
 def standard_workload(ddb, table: str, n: int = 24) -> None:
     """Inserts, value changes, key (owner) changes and deletes over a few owners."""
     owners = ["ann", "bob", "cyd", "dee"]
+
+    def path(i: int, owner: str, points: int, kind: str) -> None:
+        item = {"pk": f"P{i % 6}", "sk": f"PATH#{i}", "owner": owner, "points": points}
+        put(ddb, table, {**item, "kind": kind})
+
     for i in range(n):
-        put(
-            ddb,
-            table,
-            {
-                "pk": f"P{i % 6}",
-                "sk": f"PATH#{i}",
-                "owner": owners[i % 4],
-                "points": i % 5,
-                "kind": ["ruby", "opal"][i % 2],
-            },
-        )
+        path(i, owners[i % 4], i % 5, ["ruby", "opal"][i % 2])
     for i in range(0, n, 3):  # value change
-        put(
-            ddb,
-            table,
-            {
-                "pk": f"P{i % 6}",
-                "sk": f"PATH#{i}",
-                "owner": owners[i % 4],
-                "points": 10 + i,
-                "kind": ["ruby", "opal"][i % 2],
-            },
-        )
+        path(i, owners[i % 4], 10 + i, ["ruby", "opal"][i % 2])
     for i in range(1, n, 4):  # key change: the path moves to another owner
-        put(
-            ddb,
-            table,
-            {
-                "pk": f"P{i % 6}",
-                "sk": f"PATH#{i}",
-                "owner": owners[(i + 1) % 4],
-                "points": i % 5,
-                "kind": "jade",
-            },
-        )
+        path(i, owners[(i + 1) % 4], i % 5, "jade")
     for i in range(2, n, 5):
         delete(ddb, table, f"P{i % 6}", f"PATH#{i}")
 
