@@ -143,9 +143,5 @@ class StreamRecord:
         value = self.raw["dynamodb"].get("ApproximateCreationDateTime")
         return None if value is None else Decimal(str(value))
 
-    @property
-    def size_bytes(self) -> int:
-        return int(self.raw["dynamodb"].get("SizeBytes", 0))
-
     def __repr__(self) -> str:
         return f"StreamRecord({self.event_name} #{self.sequence_number} {dict(self.keys)!r})"
