@@ -113,7 +113,7 @@ def replay_dead_letters(
             result.still_failing.append(f"{where}: the stored record was truncated (> 400 KB)")
             continue
         try:
-            engine = Engine(RuleSet.of(rule), layout)
+            engine = Engine(rules.lineage(rule.name), layout)
         except RuleError as exc:  # pragma: no cover - a rule from a valid set is valid alone
             result.still_failing.append(f"{where}: {exc}")
             continue

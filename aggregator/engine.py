@@ -17,6 +17,7 @@ failure hides another record.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -24,8 +25,8 @@ from decimal import Decimal
 from .config import DEFAULT_LAYOUT, TableLayout
 from .exceptions import EvaluationError
 from .numbers import add, subtract
-from .records import StreamRecord, pad_sequence_number
-from .rules import Rule, RuleSet
+from .records import Image, StreamRecord, pad_sequence_number
+from .rules import Bucket, Rule, RuleSet
 
 __all__ = [
     "AggregateRef",
@@ -39,11 +40,16 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class AggregateRef:
-    """Identity of one aggregate item: rule name and encoded key (sort key ``rule#key``)."""
+    """Identity of one aggregate item: rule name and encoded key (sort key ``rule#key``).
+
+    For windowed rules ``key`` ends with ``#<granularity>#<bucket start>`` and ``bucket``
+    describes the bucket (its TTL included); ``display_key`` is the key without it.
+    """
 
     rule: str
     key: str
     display_key: str
+    bucket: Bucket | None = None
 
     @property
     def sort_key(self) -> str:
@@ -129,7 +135,13 @@ class BatchDeltas:
     records
         Records in the batch.
     self_writes
-        Records of framework-owned items, skipped.
+        Records of framework-owned items, skipped (source aggregates of derived rules are not
+        self-writes: derived rules evaluate them).
+    derived_inputs
+        Records of source aggregates that derived rules evaluated.
+    expired
+        Per-record deltas skipped because their bucket was past its retention (TTL at or
+        before ``now``); ``expired_retractions`` counts the negative ones among them.
     record_deltas
         Number of non-zero per-record deltas before coalescing.
     first_sequence_number, last_sequence_number
@@ -140,6 +152,9 @@ class BatchDeltas:
     failures: list[RecordFailure] = field(default_factory=list)
     records: int = 0
     self_writes: int = 0
+    derived_inputs: int = 0
+    expired: int = 0
+    expired_retractions: int = 0
     record_deltas: int = 0
     first_sequence_number: str | None = None
     last_sequence_number: str | None = None
@@ -170,12 +185,35 @@ class Engine:
         self.rules = rules
         self.layout = layout
         self._reserved = frozenset(layout.reserved_partition_keys)
+        self._base = rules.base_rules
+        self._derived = {source: rules.derived_from(source) for source in rules.sources}
+
+    def source_of(self, record: StreamRecord) -> str | None:
+        """The rule whose aggregate item the record is of, if a derived rule reads that rule."""
+        if record.key_string(self.layout.partition_key) != self.layout.aggregates_pk:
+            return None
+        sort_key = record.key_string(self.layout.sort_key) or ""
+        source = sort_key.partition("#")[0]
+        return source if source in self._derived else None
 
     def is_self_write(self, record: StreamRecord) -> bool:
-        """True if the record is of an item under a reserved partition key."""
-        return record.key_string(self.layout.partition_key) in self._reserved
+        """True if the record is of an item under a reserved partition key, except aggregate
+        items that a derived rule reads."""
+        if record.key_string(self.layout.partition_key) not in self._reserved:
+            return False
+        return self.source_of(record) is None
 
-    def _rule_delta(self, rule: Rule, record: StreamRecord) -> list[tuple[AggregateRef, Decimal]]:
+    def _aggregate_image(self, image: Image | None) -> Image | None:
+        # A source aggregate at zero counts as absent: whether a zero item exists depends on the
+        # write mode (exactly-once writes ADD 0 to move checkpoints), never on the data.
+        if image is None:
+            return None
+        value = image.get(self.layout.value_attribute)
+        return None if value is None or value == 0 else image
+
+    def _rule_delta(
+        self, rule: Rule, record: StreamRecord, derived: bool
+    ) -> list[tuple[AggregateRef, Decimal]]:
         if record.is_ttl_delete and rule.ttl_deletes == "keep":
             return []
         changes: dict[AggregateRef, Decimal] = {}
@@ -183,13 +221,12 @@ class Engine:
             ("OldImage", record.old_image, subtract),
             ("NewImage", record.new_image, add),
         ):
+            if derived:
+                image = self._aggregate_image(image)
             try:
-                contribution = rule.contribution(image)
-                if contribution is None:
-                    continue
-                encoded, display, amount = contribution
-                ref = AggregateRef(rule.name, encoded, display)
-                changes[ref] = combine(changes.get(ref, Decimal(0)), amount)
+                for c in rule.contributions(image):
+                    ref = AggregateRef(rule.name, c.key, c.display, c.bucket)
+                    changes[ref] = combine(changes.get(ref, Decimal(0)), c.amount)
             except EvaluationError as exc:
                 raise EvaluationError(f"{label}: {exc}") from None
             except ArithmeticError:
@@ -219,11 +256,13 @@ class Engine:
         deltas: list[RecordDelta] = []
         failures: list[RecordFailure] = []
         missing = self._missing_image(record)
-        for rule in self.rules.rules:
+        source = self.source_of(record)
+        rules = self._base if source is None else self._derived[source]
+        for rule in rules:
             try:
                 if missing is not None:
                     raise EvaluationError(missing)
-                changes = self._rule_delta(rule, record)
+                changes = self._rule_delta(rule, record, derived=source is not None)
             except EvaluationError as exc:
                 failures.append(self._failure(record, rule.name, str(exc)))
                 continue
@@ -244,8 +283,12 @@ class Engine:
             return [], []
         return self._evaluate(record)
 
-    def process(self, records: Iterable[StreamRecord]) -> BatchDeltas:
+    def process(self, records: Iterable[StreamRecord], *, now: float | None = None) -> BatchDeltas:
         """Evaluate and coalesce one batch (records of one shard, in stream order).
+
+        ``now`` (epoch seconds, default the current time) decides which time buckets have
+        expired: a delta aimed at a bucket whose TTL (bucket end + retention) is at or before
+        ``now`` is skipped and counted in ``expired``, so an expired bucket is never recreated.
 
         Returns
         -------
@@ -256,6 +299,7 @@ class Engine:
         """
         batch = BatchDeltas()
         leaderboard = {r.name for r in self.rules.rules if r.leaderboard}
+        clock = time.time() if now is None else now
         for record in records:
             batch.records += 1
             # min/max rather than position: redelivered records may come out of order (Lambda
@@ -273,8 +317,11 @@ class Engine:
             if self.is_self_write(record):
                 batch.self_writes += 1
                 continue
+            if self.source_of(record) is not None:
+                batch.derived_inputs += 1
             deltas, failures = self._evaluate(record)
             batch.failures.extend(failures)
+            deltas = self._drop_expired(batch, deltas, clock)
             by_rule: dict[str, list[RecordDelta]] = {}
             for d in deltas:
                 by_rule.setdefault(d.ref.rule, []).append(d)
@@ -303,6 +350,20 @@ class Engine:
                 for d in group:
                     self._coalesce(batch, d, sums[d.ref.sort_key], d.ref.rule in leaderboard)
         return batch
+
+    @staticmethod
+    def _drop_expired(
+        batch: BatchDeltas, deltas: list[RecordDelta], now: float
+    ) -> list[RecordDelta]:
+        kept = []
+        for d in deltas:
+            bucket = d.ref.bucket
+            if bucket is not None and bucket.expires is not None and bucket.expires <= now:
+                batch.expired += 1
+                batch.expired_retractions += d.amount < 0
+                continue
+            kept.append(d)
+        return kept
 
     @staticmethod
     def _coalesce(batch: BatchDeltas, d: RecordDelta, total: Decimal, leaderboard: bool) -> None:

@@ -32,7 +32,7 @@ from .engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
 from .exceptions import WriteError
 from .numbers import add
 from .records import StreamRecord, pad_sequence_number
-from .rules import RuleSet
+from .rules import Bucket, RuleSet
 from .writer import Writer, WriteStats, make_writer
 
 __all__ = ["BatchOutcome", "StreamProcessor", "create_processor"]
@@ -59,6 +59,11 @@ class BatchOutcome:
     records, self_writes, record_deltas, aggregate_items, failures
         Records in the batch, framework-owned records skipped, non-zero per-record deltas,
         coalesced aggregate items, and (record, rule) evaluation failures (dead-lettered).
+    derived_inputs
+        Records of source aggregates that derived rules evaluated.
+    expired, expired_retractions
+        Deltas skipped because their time bucket was past its retention, and how many of them
+        were retractions.
     write
         The writer's counters.
     retry_from
@@ -75,6 +80,9 @@ class BatchOutcome:
     record_deltas: int = 0
     aggregate_items: int = 0
     failures: int = 0
+    derived_inputs: int = 0
+    expired: int = 0
+    expired_retractions: int = 0
     write: WriteStats = field(default_factory=WriteStats)
     retry_from: str | None = None
     errors: list[str] = field(default_factory=list)
@@ -93,6 +101,7 @@ def _encode_state(batch: BatchDeltas) -> str:
             int(d.leaderboard),
             d.first_sequence_number,
             [[s, str(a)] for s, a in d.parts],
+            _encode_bucket(d.ref.bucket),
         ]
         for sk, d in batch.deltas.items()
     }
@@ -114,15 +123,26 @@ def _decode_state(text: str | None) -> BatchDeltas:
     data = json.loads(text)
     batch.first_sequence_number = data.get("first")
     batch.last_sequence_number = data.get("last")
-    for sk, (rule, key, display, leaderboard, first, parts) in data["deltas"].items():
+    for sk, (rule, key, display, leaderboard, first, parts, *rest) in data["deltas"].items():
         decoded = [(s, Decimal(a)) for s, a in parts]
         amount = Decimal(0)
         for _, a in decoded:
             amount = add(amount, a)
+        bucket = _decode_bucket(rest[0] if rest else None)
         batch.deltas[sk] = CoalescedDelta(
-            AggregateRef(rule, key, display), amount, first, decoded, bool(leaderboard)
+            AggregateRef(rule, key, display, bucket), amount, first, decoded, bool(leaderboard)
         )
     return batch
+
+
+def _encode_bucket(bucket: Bucket | None) -> list[Any] | None:
+    if bucket is None:
+        return None
+    return [bucket.granularity, bucket.start, bucket.text, bucket.expires]
+
+
+def _decode_bucket(data: list[Any] | None) -> Bucket | None:
+    return None if data is None else Bucket(*data)
 
 
 def _merge(into: BatchDeltas, batch: BatchDeltas) -> BatchDeltas:
@@ -169,6 +189,8 @@ class StreamProcessor:
         Optional Powertools ``Logger`` for evaluation failures and write errors.
     state_limit_bytes
         Window mode: flush early beyond this serialized state size.
+    clock
+        Returns the current time in epoch seconds (decides which time buckets have expired).
     """
 
     def __init__(
@@ -180,7 +202,9 @@ class StreamProcessor:
         metrics: Any | None = None,
         logger: Any | None = None,
         state_limit_bytes: int = DEFAULT_STATE_LIMIT_BYTES,
+        clock: Any = time.time,
     ) -> None:
+        self.clock = clock
         self.engine = engine
         self.writer = writer
         self.flush = flush
@@ -208,7 +232,7 @@ class StreamProcessor:
         shard_id = event.get("shardId")
         self.writer.check_shard(shard_id)
         records = [StreamRecord(r) for r in event.get("Records") or []]
-        batch = self.engine.process(records)
+        batch = self.engine.process(records, now=self.clock())
         outcome = BatchOutcome(
             response={"batchItemFailures": []},
             records=batch.records,
@@ -216,6 +240,9 @@ class StreamProcessor:
             record_deltas=batch.record_deltas,
             aggregate_items=len(batch.deltas),
             failures=len(batch.failures),
+            derived_inputs=batch.derived_inputs,
+            expired=batch.expired,
+            expired_retractions=batch.expired_retractions,
         )
         windowed = "window" in event or "shardId" in event
         if windowed:
@@ -287,6 +314,8 @@ class StreamProcessor:
             "RecordsReceived": outcome.records,
             "SelfWritesSkipped": outcome.self_writes,
             "Deltas": outcome.record_deltas,
+            "DerivedInputs": outcome.derived_inputs,
+            "ExpiredBucketDeltasSkipped": outcome.expired,
             "AggregateItemsWritten": w.items_written,
             "ConditionalCheckRecoveries": w.conditional_recoveries,
             "ThrottleRetries": w.throttle_retries,
@@ -312,10 +341,14 @@ def create_processor(
     max_workers: int = 8,
     metrics: Any | None = None,
     logger: Any | None = None,
+    clock: Any = time.time,
     **writer_options: Any,
 ) -> StreamProcessor:
     """Engine, writer and flush policy for a write mode (``exactly-once``, ``window`` or
     ``at-least-once``).
+
+    ``clock`` (epoch seconds, default ``time.time``) is shared by the engine (expired time
+    buckets) and the writer (checkpoint ages); tests pass a simulated one.
 
     Raises
     ------
@@ -323,7 +356,13 @@ def create_processor(
         For an unknown mode.
     """
     writer = make_writer(
-        mode, client, table_name, layout=layout, max_workers=max_workers, **writer_options
+        mode,
+        client,
+        table_name,
+        layout=layout,
+        max_workers=max_workers,
+        clock=clock,
+        **writer_options,
     )
     return StreamProcessor(
         Engine(rules, layout),
@@ -331,4 +370,5 @@ def create_processor(
         flush="window" if mode == "window" else "batch",
         metrics=metrics,
         logger=logger,
+        clock=clock,
     )

@@ -23,13 +23,14 @@ and a key given twice in one mapping is an error.
 
 from __future__ import annotations
 
+import itertools
 import re
 import string
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, DecimalException, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import yaml
 from pydantic import (
@@ -39,6 +40,7 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -53,8 +55,27 @@ from .conditions import (
 )
 from .exceptions import EvaluationError, RuleError
 from .numbers import CONTEXT
+from .windows import (
+    EVENT_TIME_UNITS,
+    EventTimeUnit,
+    Granularity,
+    bucket_text,
+    event_time_seconds,
+    parse_duration,
+)
 
-__all__ = ["DeltaSpec", "KeyTemplate", "Rule", "RuleLoader", "RuleSet", "load_rules", "rule"]
+__all__ = [
+    "Bucket",
+    "Contribution",
+    "DeltaSpec",
+    "KeyTemplate",
+    "Rule",
+    "RuleLoader",
+    "RuleSet",
+    "Window",
+    "load_rules",
+    "rule",
+]
 
 RULE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"
 
@@ -268,6 +289,152 @@ class DeltaSpec(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------
+# Time windows
+# ---------------------------------------------------------------------------------------------
+
+
+def _parse_granularity(value: Any) -> Granularity:
+    return Granularity.parse(value)
+
+
+GranularityField = Annotated[Granularity, BeforeValidator(_parse_granularity)]
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """The time bucket of one windowed aggregate item.
+
+    Attributes
+    ----------
+    granularity
+        Its label: ``minute``, ``hour``, ``day`` or ``"<n>s"``.
+    start
+        Bucket start, epoch seconds (UTC-aligned).
+    text
+        ``start`` as fixed-width UTC text, ``2013-01-01T05:00:00Z`` (sorts in time order).
+    expires
+        The item's TTL, epoch seconds: bucket end plus the rule's retention; ``None`` when the
+        rule keeps buckets forever.
+    """
+
+    granularity: str
+    start: int
+    text: str
+    expires: int | None
+
+    def suffix(self) -> str:
+        """The sort-key suffix after the key: ``"<granularity>#<bucket start text>"``."""
+        return f"{self.granularity}#{self.text}"
+
+
+class Window(BaseModel):
+    """Time bucketing of a rule: each matching item counts in one bucket per granularity.
+
+    YAML::
+
+        window:
+          time: insertUtcTime          # the event-time attribute of the image
+          unit: epoch_milliseconds     # epoch_seconds | epoch_milliseconds | iso8601
+          granularities: [hour, minute]
+          retention: 25h               # optional; "90m", "2d", "1h30m" or seconds
+
+    Attributes
+    ----------
+    time
+        Image attribute holding the event time.
+    unit
+        One of :data:`aggregator.windows.EVENT_TIME_UNITS`. ISO 8601 times need a UTC offset.
+    granularities
+        One or more bucket sizes (``minute``, ``hour``, ``day`` or whole seconds), finest last
+        after validation sorts them coarsest first; each size must be a multiple of every smaller
+        one so that window queries can combine them.
+    retention
+        Seconds a bucket is kept after its end: its items get ``ttl = bucket end + retention``
+        (epoch seconds), and deltas aimed at a bucket past that are skipped and counted, never
+        recreating an expired bucket. ``None``: buckets are kept forever.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    time: str = Field(min_length=1)
+    unit: EventTimeUnit
+    granularities: tuple[GranularityField, ...] = Field(min_length=1)
+    retention: int | None = None
+
+    @field_validator("unit", mode="before")
+    @classmethod
+    def _unit(cls, value: Any) -> Any:
+        if value not in EVENT_TIME_UNITS:
+            raise ValueError(f"unit must be one of {', '.join(EVENT_TIME_UNITS)}, got {value!r}")
+        return value
+
+    @field_validator("granularities", mode="before")
+    @classmethod
+    def _listify(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str | int | Decimal) else value
+
+    @field_validator("granularities")
+    @classmethod
+    def _nested(cls, value: tuple[Granularity, ...]) -> tuple[Granularity, ...]:
+        ordered = tuple(sorted(value, key=lambda g: g.seconds, reverse=True))
+        sizes = [g.seconds for g in ordered]
+        if len(set(sizes)) != len(sizes):
+            raise ValueError("a granularity is listed twice")
+        for coarse, fine in itertools.pairwise(ordered):
+            if coarse.seconds % fine.seconds:
+                raise ValueError(
+                    f"{coarse.label} ({coarse.seconds} s) is not a multiple of {fine.label} "
+                    f"({fine.seconds} s); window queries need nested buckets"
+                )
+        return ordered
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _retention(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
+
+    @property
+    def finest(self) -> Granularity:
+        return self.granularities[-1]
+
+    def granularity(self, label: str) -> Granularity:
+        """The granularity called ``label``.
+
+        Raises
+        ------
+        ValueError
+            If the window has none of that name.
+        """
+        for g in self.granularities:
+            if g.label == label:
+                return g
+        known = ", ".join(g.label for g in self.granularities)
+        raise ValueError(f"no granularity {label!r}; this rule has {known}")
+
+    def buckets(self, image: Mapping[str, Any]) -> list[Bucket]:
+        """One bucket per granularity for an image's event time.
+
+        Raises
+        ------
+        EvaluationError
+            When the time attribute is missing or not a valid time in the declared unit.
+        """
+        value = image.get(self.time, MISSING)
+        if value is MISSING:
+            raise EvaluationError(f"time attribute {self.time!r} is missing")
+        try:
+            seconds = event_time_seconds(value, self.unit)
+        except EvaluationError as exc:
+            raise EvaluationError(f"time attribute {self.time!r}: {exc}") from None
+        out = []
+        for g in self.granularities:
+            start = g.start(seconds)
+            expires = None if self.retention is None else start + g.seconds + self.retention
+            out.append(Bucket(g.label, start, bucket_text(start), expires))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Rules
 # ---------------------------------------------------------------------------------------------
 
@@ -308,6 +475,16 @@ class Rule(BaseModel):
         shrink. ``retract``: treat it like any delete.
     leaderboard
         Also put the aggregate items into the sparse ``leaderboard`` GSI for top-N queries.
+    window
+        Optional :class:`Window`: count per time bucket of an event-time attribute; the sort key
+        becomes ``"<name>#<key>#<granularity>#<bucket start>"``.
+    source
+        Optional name of another rule whose aggregates are this rule's input (a *derived*
+        rule): its images are the source aggregate item before and after each change, with
+        attributes ``value`` (the counter), ``key`` (the source key as text) and ``rule``, plus
+        ``granularity`` and ``bucket`` for windowed sources. A source aggregate whose value is 0
+        counts as absent. ``key: "{value}"`` gives a histogram (how many keys have each value),
+        a literal key a distinct count (how many keys have a non-zero value).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -319,23 +496,51 @@ class Rule(BaseModel):
     delta: DeltaSpec = Field(default_factory=lambda: DeltaSpec(constant=Decimal(1)))
     ttl_deletes: Literal["keep", "retract"] = "keep"
     leaderboard: StrictBool = False
+    window: Window | None = None
+    source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
+
+    @property
+    def is_derived(self) -> bool:
+        return self.source is not None
 
     def attributes(self) -> frozenset[str]:
-        """Names of every image attribute this rule reads (match, key and delta)."""
-        return self.match.attributes() | self.key.attributes() | self.delta.attributes()
+        """Names of every image attribute this rule reads (match, key, delta and time)."""
+        names = self.match.attributes() | self.key.attributes() | self.delta.attributes()
+        return names | ({self.window.time} if self.window else set())
 
-    def contribution(self, image: Mapping[str, Any] | None) -> tuple[str, str, Decimal] | None:
-        """``(encoded key, display key, amount)`` for one image, or ``None`` if it does not match.
+    def contributions(self, image: Mapping[str, Any] | None) -> list[Contribution]:
+        """What one image adds: one :class:`Contribution` (one per granularity for windowed
+        rules), or none if the image does not match.
 
         Raises
         ------
         EvaluationError
-            When the image matches but its key or delta cannot be evaluated.
+            When the image matches but its key, delta or event time cannot be evaluated.
         """
         if image is None or not self.match.matches(image):
-            return None
+            return []
         encoded, display = self.key.render(image)
-        return encoded, display, self.delta.evaluate(image)
+        amount = self.delta.evaluate(image)
+        if self.window is None:
+            return [Contribution(encoded, display, amount, None)]
+        return [
+            Contribution(f"{encoded}#{b.suffix()}", display, amount, b)
+            for b in self.window.buckets(image)
+        ]
+
+
+class Contribution(NamedTuple):
+    """What one image adds to one aggregate item of a rule.
+
+    ``key`` is the encoded sort-key part after ``"<rule>#"`` (with ``"#<granularity>#<bucket>"``
+    for windowed rules), ``display`` the key with raw values, ``bucket`` the time bucket or
+    ``None``.
+    """
+
+    key: str
+    display: str
+    amount: Decimal
+    bucket: Bucket | None
 
 
 class RuleSet(BaseModel):
@@ -351,7 +556,7 @@ class RuleSet(BaseModel):
 
     @field_validator("rules")
     @classmethod
-    def _unique(cls, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+    def _unique(cls, rules: tuple[Rule, ...], info: ValidationInfo) -> tuple[Rule, ...]:
         first: dict[str, int] = {}
         duplicates: list[tuple[int, int]] = []
         for index, r in enumerate(rules):
@@ -361,6 +566,11 @@ class RuleSet(BaseModel):
                 first[r.name] = index
         if duplicates:
             raise _DuplicateNames(rules, duplicates)
+        # one file of several: the graph is checked once all files are loaded
+        partial = bool(info.context and info.context.get("partial"))
+        problems = [] if partial else graph_problems(rules)
+        if problems:
+            raise _GraphProblems(rules, problems)
         return rules
 
     @classmethod
@@ -403,6 +613,78 @@ class RuleSet(BaseModel):
         """Every image attribute any rule reads (the engine deserializes only these)."""
         return frozenset().union(*(r.attributes() for r in self.rules))
 
+    @property
+    def base_rules(self) -> tuple[Rule, ...]:
+        """Rules over the user's items (not derived)."""
+        return tuple(r for r in self.rules if r.source is None)
+
+    @property
+    def derived_rules(self) -> tuple[Rule, ...]:
+        """Rules whose input is another rule's aggregates."""
+        return tuple(r for r in self.rules if r.source is not None)
+
+    def derived_from(self, source: str) -> tuple[Rule, ...]:
+        """The derived rules reading ``source``'s aggregates."""
+        return tuple(r for r in self.rules if r.source == source)
+
+    def lineage(self, name: str) -> RuleSet:
+        """The rule called ``name`` with the chain of rules it derives from (sources first), as
+        a rule set of its own: an engine over it evaluates that rule alone.
+
+        Raises
+        ------
+        RuleError
+            If there is no such rule.
+        """
+        chain = [self.get(name)]
+        while chain[0].source is not None:
+            chain.insert(0, self.get(chain[0].source))
+        return RuleSet(rules=tuple(chain))
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Names of rules that some derived rule reads, sorted: their aggregate items' stream
+        records must reach the handler (see :func:`aggregator.filters.filter_criteria`)."""
+        return tuple(sorted({r.source for r in self.rules if r.source is not None}))
+
+
+def graph_problems(rules: Sequence[Rule]) -> list[tuple[int, str]]:
+    """Problems of the derived-rule graph as ``(rule index, message)``: unknown sources and
+    cycles (each cycle reported once, at its first rule, naming every rule on it)."""
+    index = {r.name: i for i, r in enumerate(rules)}
+    problems: list[tuple[int, str]] = []
+    for i, r in enumerate(rules):
+        if r.source is not None and r.source not in index:
+            known = ", ".join(sorted(index)) or "none"
+            problems.append((i, f"unknown source rule {r.source!r}; known rules: {known}"))
+    reported: set[str] = set()
+    for r in rules:
+        path = [r.name]
+        current = r
+        while current.source is not None and current.source in index:
+            if current.source in path:
+                cycle = [*path[path.index(current.source) :], current.source]
+                if not reported.intersection(cycle):
+                    reported.update(cycle)
+                    first = min(cycle[:-1], key=index.__getitem__)
+                    start = cycle.index(first)
+                    ordered = cycle[start:-1] + cycle[:start] + [first]
+                    problems.append(
+                        (index[first], "derived rules form a cycle: " + " -> ".join(ordered))
+                    )
+                break
+            path.append(current.source)
+            current = rules[index[current.source]]
+    return sorted(problems)
+
+
+class _GraphProblems(ValueError):
+    """Unknown sources or cycles among derived rules: ``(index, message)`` pairs."""
+
+    def __init__(self, rules: Sequence[Rule], problems: list[tuple[int, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"rule {rules[i].name!r}: {m}" for i, m in problems))
+
 
 class _DuplicateNames(ValueError):
     """Rule names used twice: ``(index, index of the first rule of that name)`` pairs."""
@@ -422,14 +704,22 @@ def rule(
     description: str = "",
     ttl_deletes: Literal["keep", "retract"] = "keep",
     leaderboard: bool = False,
+    window: Mapping[str, Any] | None = None,
+    source: str | None = None,
 ) -> Rule:
     """Build one validated rule from Python, with the same fields and checks as YAML.
+
+    ``window`` takes the YAML mapping (``{"time": "ts", "unit": "epoch_seconds",
+    "granularities": ["hour", "minute"], "retention": "25h"}``); ``source`` names the rule a
+    derived rule reads (the graph is checked when the rules form a :class:`RuleSet`).
 
     Examples
     --------
     >>> r = rule("paths_per_player", match={"sk": {"prefix": "PATH#"}}, key="{pk}")
     >>> r.key.placeholders
     ('pk',)
+    >>> rule("players_by_paths", source="paths_per_player", key="{value}").source
+    'paths_per_player'
 
     Raises
     ------
@@ -444,6 +734,8 @@ def rule(
         "delta": delta,
         "ttl_deletes": ttl_deletes,
         "leaderboard": leaderboard,
+        "window": window,
+        "source": source,
     }
     try:
         return Rule.model_validate(data)
@@ -485,6 +777,9 @@ def _error_locations(
         if isinstance(cause, ConditionSyntaxError):
             parts = re.findall(r"\[(\d+)\]|([^.\[\]]+)", cause.path)
             yield loc + tuple(int(index) if index else name for index, name in parts), cause.message
+        elif isinstance(cause, _GraphProblems):
+            for index, message in cause.problems:
+                yield (*loc, index, "source"), message
         elif isinstance(cause, _DuplicateNames):
             where = "in this rule set" if source == "<python>" else "in this file"
             for index, first in cause.duplicates:
@@ -630,7 +925,7 @@ def _load_file(path: Path) -> list[Rule]:
             f"got {type(data).__name__}"
         )
     try:
-        ruleset = RuleSet.model_validate(data)
+        ruleset = RuleSet.model_validate(data, context={"partial": True})
     except ValidationError as exc:
         raise RuleError(_format_errors(exc, source, data)) from None
     return list(ruleset.rules)
@@ -688,6 +983,12 @@ def load_rules(path: str | Path | Iterable[str | Path]) -> RuleSet:
                 continue
             origin[r.name] = str(p)
             rules.append(r)
+    if not errors:
+        for index, message in graph_problems(rules):
+            errors.append(
+                f"{origin[rules[index].name]}: rule {rules[index].name!r}, "
+                f"field 'source': {message}"
+            )
     if errors:
         raise RuleError("\n".join(errors))
     return RuleSet(rules=tuple(rules))

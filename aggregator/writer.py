@@ -178,8 +178,10 @@ def add_update(
     table_name: str, layout: TableLayout, delta: CoalescedDelta, amount: Decimal
 ) -> dict[str, Any]:
     """The update of one aggregate item: ``ADD #value :amount SET #rule = :rule, #key = :key``
-    (plus ``#lb = :rule`` for leaderboard rules), as ``UpdateItem`` arguments or a
-    ``TransactWriteItems`` ``Update`` action."""
+    (plus ``#lb = :rule`` for leaderboard rules, and ``granularity``, ``bucket`` and the TTL
+    attribute for time buckets), as ``UpdateItem`` arguments or a ``TransactWriteItems``
+    ``Update`` action. Every attribute but the counter is the same on every update of the item,
+    so repeating an update never changes them."""
     names = {"#v": layout.value_attribute, "#r": "rule", "#k": "key"}
     values: dict[str, Any] = {
         ":d": {"N": str(amount)},
@@ -190,6 +192,15 @@ def add_update(
     if delta.leaderboard:
         names["#lb"] = layout.leaderboard_attribute
         expression += ", #lb = :r"
+    bucket = delta.ref.bucket
+    if bucket is not None:
+        names.update({"#g": "granularity", "#b": "bucket"})
+        values.update({":g": {"S": bucket.granularity}, ":b": {"S": bucket.text}})
+        expression += ", #g = :g, #b = :b"
+        if bucket.expires is not None:
+            names["#ttl"] = layout.ttl_attribute
+            values[":ttl"] = {"N": str(bucket.expires)}
+            expression += ", #ttl = :ttl"
     return {
         "TableName": table_name,
         "Key": {
@@ -270,6 +281,11 @@ class _BaseWriter:
         }
         if delta.leaderboard:
             item[lay.leaderboard_attribute] = delta.ref.rule
+        bucket = delta.ref.bucket
+        if bucket is not None:
+            item.update(granularity=bucket.granularity, bucket=bucket.text)
+            if bucket.expires is not None:
+                item[lay.ttl_attribute] = Decimal(bucket.expires)
         if extra:
             item.update(extra)
         units = write_units(item_size(item))

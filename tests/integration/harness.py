@@ -94,9 +94,8 @@ def expected_from_items(
     for r in rules:
         sources = list(items) + (list(kept) if r.ttl_deletes == "keep" else [])
         for item in sources:
-            c = r.contribution(item)
-            if c is not None:
-                totals[r.name][c[1]] += c[2]
+            for c in r.contributions(item):
+                totals[r.name][c.display] += c.amount
     return {name: {k: v for k, v in t.items() if v != 0} for name, t in totals.items()}
 
 

@@ -454,11 +454,14 @@ def test_yaml_numbers_are_exact(tmp_path):
     assert r1.match.matches({"x": x, "n": Decimal("0.3")})
     assert not r1.match.matches({"x": Decimal("0.1"), "n": Decimal("0.3")})
     assert not r1.match.matches({"x": x, "n": Decimal("0.30000000000000000001")})
-    assert r1.contribution({"x": x, "n": Decimal(0)}) == (
-        "0.10000000000000000001",
-        "0.10000000000000000001",
-        Decimal("1.2345678901234567890123"),
-    )
+    assert r1.contributions({"x": x, "n": Decimal(0)}) == [
+        (
+            "0.10000000000000000001",
+            "0.10000000000000000001",
+            Decimal("1.2345678901234567890123"),
+            None,
+        )
+    ]
 
 
 def test_yaml_1_1_booleans_octals_and_times_stay_strings(tmp_path):
