@@ -1,22 +1,44 @@
-"""Read API over the ``AGGREGATES`` partition: one aggregate, all of a rule, top-N.
+"""Read API over the ``AGGREGATES`` partition: one aggregate, all of a rule, top-N, histograms
+and counts over time ranges and sliding windows.
 
 Every call reports the requests it made (``AggregateStore.requests``) so costs can be shown.
+
+Window queries
+--------------
+A windowed rule keeps one item per key, granularity and bucket, with sort keys
+``"<rule>#<key>#<granularity>#<bucket start>"`` that sort in time order.
+:meth:`AggregateStore.window` covers ``[start, end)`` with the coarsest buckets that fit inside
+it and the finer ones only at the edges (:func:`aggregator.windows.plan_range`); each run of
+buckets of one granularity is one ``Query`` with ``sk BETWEEN``. With ``hour`` and ``minute``
+buckets a 24-hour window reads at most 3 Query requests and 83 items (23 hours and up to 60
+minutes), and a Query's read units are charged on the items' total size (1 RCU per started 4 KB
+for a strongly consistent read: DynamoDB Developer Guide, "Read consumption for Query"), where
+``BatchGetItem`` of 24 hour keys and up to 59 minute keys (the approach of this framework's seed
+article) rounds every item up to 4 KB, i.e. up to 83 RCU, and asks for keys whether or not a
+bucket was ever written.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .config import DEFAULT_LAYOUT, TableLayout
 from .exceptions import QueryError, RuleError
+from .numbers import add
 from .rules import Rule, RuleSet, unescape_key_part
+from .windows import RangePart, bucket_text, plan_range
 
-__all__ = ["Aggregate", "AggregateStore"]
+__all__ = ["Aggregate", "AggregateStore", "HistogramBucket", "WindowResult"]
+
+_DESERIALIZER = TypeDeserializer()
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +55,76 @@ class Aggregate:
         The counter, ``Decimal``.
     sort_key
         The item's sort key (``"<rule>#<encoded key>"``).
+    granularity, bucket, expires
+        For windowed rules: the bucket's granularity label, its start as UTC text
+        (``2013-01-01T05:00:00Z``) and its TTL in epoch seconds (``None`` without retention).
     """
 
     rule: str
     key: str
     value: Decimal
     sort_key: str
+    granularity: str | None = None
+    bucket: str | None = None
+    expires: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramBucket:
+    """One row of a histogram: how many source keys (``count``) have the value ``value``.
+
+    ``value`` is the derived rule's key: a ``Decimal`` when it is a number, else the text.
+    """
+
+    value: Decimal | str
+    count: Decimal
+
+
+@dataclass(slots=True)
+class WindowResult:
+    """A count or sum over a time range, from :meth:`AggregateStore.window`.
+
+    Attributes
+    ----------
+    rule, key
+        What was read.
+    start, end
+        The range actually covered, ``[start, end)``, epoch seconds on boundaries of the rule's
+        finest granularity.
+    value
+        The sum of the buckets in the range (a count for ``delta: 1``).
+    parts
+        The runs of buckets read, one ``Query`` each (more when a run spans several 1 MB pages).
+    requests
+        ``Query`` requests sent.
+    items_read
+        Bucket items returned (buckets never written have no item and cost nothing).
+    read_units
+        Modelled read capacity units: per request, 1 per started 4 KB of the items' total size
+        (strongly consistent reads).
+    complete
+        ``False`` when part of the range lies in buckets already past the rule's retention,
+        which may have been deleted by TTL (the value then undercounts).
+    """
+
+    rule: str
+    key: str
+    start: int
+    end: int
+    value: Decimal = Decimal(0)
+    parts: list[RangePart] | None = None
+    requests: int = 0
+    items_read: int = 0
+    read_units: int = 0
+    complete: bool = True
+
+    @property
+    def start_text(self) -> str:
+        return bucket_text(self.start)
+
+    @property
+    def end_text(self) -> str:
+        return bucket_text(self.end)
 
 
 def _s(value: Mapping[str, Any] | None) -> str | None:
@@ -120,7 +206,16 @@ class AggregateStore:
         if key is None:
             key = unescape_key_part(sk[len(rule) + 1 :])
         value = item.get(self.layout.value_attribute, {}).get("N", "0")
-        return Aggregate(rule, key, Decimal(value), sk)
+        ttl = item.get(self.layout.ttl_attribute, {}).get("N")
+        return Aggregate(
+            rule,
+            key,
+            Decimal(value),
+            sk,
+            _s(item.get("granularity")),
+            _s(item.get("bucket")),
+            None if ttl is None else int(Decimal(ttl)),
+        )
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
         self.requests += 1
@@ -214,3 +309,157 @@ class AggregateStore:
             value = Decimal(item[lay.value_attribute]["N"])
             out.append(Aggregate(rule, unescape_key_part(sk[len(rule) + 1 :]), value, sk))
         return out
+
+    # -- histograms ----------------------------------------------------------------------------
+
+    def histogram(self, rule: str) -> list[HistogramBucket]:
+        """Every aggregate of ``rule`` as ``(value, count)`` rows sorted by value (numerically
+        when every key is a number), zero counts left out.
+
+        Meant for derived rules keyed by their source's value (``key: "{value}"``): a row says
+        how many source keys have that value ("how many players found exactly 3 paths").
+
+        Raises
+        ------
+        QueryError
+            For an unknown rule or a failed request.
+        """
+        rows: list[HistogramBucket] = []
+        for a in self.list(rule):
+            if a.value == 0:
+                continue
+            try:
+                value: Decimal | str = Decimal(a.key)
+            except ArithmeticError:
+                value = a.key
+            rows.append(HistogramBucket(value, a.value))
+        if all(isinstance(r.value, Decimal) for r in rows):
+            return sorted(rows, key=lambda r: r.value)
+        return sorted(rows, key=lambda r: str(r.value))
+
+    # -- time windows --------------------------------------------------------------------------
+
+    def window(
+        self,
+        rule: str,
+        key: str | Sequence[Any] | Mapping[str, Any] = (),
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        last: int | None = None,
+        now: float | None = None,
+    ) -> WindowResult:
+        """The sum of a windowed rule's buckets for one key over a time range.
+
+        Give either ``start`` and ``end`` (epoch seconds, ``[start, end)``) or ``last`` (a
+        duration in seconds) with an optional ``end`` (default ``now``). An edge that is not on a
+        boundary of the rule's finest granularity moves up to the next one, so the finest
+        bucket holding ``end`` counts in full and the one holding ``start`` does not: with
+        minute buckets, ``last=24h`` at 10:30:27 covers ``[10:31 yesterday, 10:31 today)``.
+
+        ``now`` (epoch seconds, default the current time) decides which buckets have expired:
+        items whose TTL is at or before ``now`` are ignored, as DynamoDB may delete them at any
+        moment (DynamoDB Developer Guide, "Time to Live": expired items can be read until they
+        are deleted).
+
+        Returns
+        -------
+        WindowResult
+            With the covered range, the value, and the requests, items and read units spent.
+
+        Raises
+        ------
+        QueryError
+            For an unknown or unwindowed rule, a key that does not fit, a bad range (``last``
+            not a whole number of finest buckets, ``end`` before ``start``, both or neither of
+            ``start``/``last``), or a failed request.
+        """
+        spec = self._rule(rule).window
+        if spec is None:
+            raise QueryError(f"rule {rule!r} has no window; window queries need time buckets")
+        clock = time.time() if now is None else now
+        finest = spec.finest
+        if (start is None) == (last is None):
+            raise QueryError("give either start (with end) or last")
+        if last is not None:
+            if last <= 0 or last % finest.seconds:
+                raise QueryError(
+                    f"last must be a positive multiple of the finest granularity "
+                    f"({finest.label}, {finest.seconds} s), got {last} s"
+                )
+            hi = finest.ceil(math.ceil(clock) if end is None else end)
+            lo = hi - last
+        else:
+            if end is None:
+                raise QueryError("give end with start")
+            lo, hi = finest.ceil(start), finest.ceil(end)  # type: ignore[arg-type]
+            if hi < lo:
+                raise QueryError(f"end ({end}) is before start ({start})")
+        prefix = self.sort_key(rule, key)
+        result = WindowResult(rule, self._display(rule, key), lo, hi)
+        result.parts = plan_range(spec.granularities, lo, hi)
+        total = Decimal(0)
+        for part in result.parts:
+            g = part.granularity
+            if (
+                spec.retention is not None
+                and part.first_bucket + g.seconds + spec.retention <= clock
+            ):
+                result.complete = False
+            items, requests, units = self._range(
+                f"{prefix}#{g.label}#{bucket_text(part.first_bucket)}",
+                f"{prefix}#{g.label}#{bucket_text(part.last_bucket)}",
+            )
+            result.requests += requests
+            result.read_units += units
+            result.items_read += len(items)
+            for item in items:
+                ttl = item.get(self.layout.ttl_attribute, {}).get("N")
+                if ttl is not None and Decimal(ttl) <= Decimal(str(clock)):
+                    continue
+                total = add(total, Decimal(item.get(self.layout.value_attribute, {}).get("N", "0")))
+        result.value = total
+        return result
+
+    def _display(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any]) -> str:
+        template = self._rule(rule).key
+        sk = self.sort_key(rule, key)
+        if template.is_literal:
+            return template.template
+        return unescape_key_part(sk[len(rule) + 1 :])
+
+    def _range(self, low: str, high: str) -> tuple[list[dict[str, Any]], int, int]:
+        """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``."""
+        from .writer import item_size
+
+        items: list[dict[str, Any]] = []
+        requests = units = 0
+        start: dict[str, Any] | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :low AND :high",
+                "ExpressionAttributeNames": {
+                    "#pk": self.layout.partition_key,
+                    "#sk": self.layout.sort_key,
+                },
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": self.layout.aggregates_pk},
+                    ":low": {"S": low},
+                    ":high": {"S": high},
+                },
+                "ConsistentRead": True,
+            }
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            response = self._call("query", **kwargs)
+            requests += 1
+            page = response.get("Items", [])
+            size = sum(
+                item_size({k: _DESERIALIZER.deserialize(v) for k, v in item.items()})
+                for item in page
+            )
+            units += max(1, math.ceil(size / 4096))
+            items.extend(page)
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                return items, requests, units

@@ -499,6 +499,15 @@ class Rule(BaseModel):
     window: Window | None = None
     source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
 
+    @model_validator(mode="after")
+    def _window_without_leaderboard(self) -> Rule:
+        if self.window is not None and self.leaderboard:
+            raise ValueError(
+                "leaderboard cannot be combined with window: the index would rank buckets of "
+                "all times together"
+            )
+        return self
+
     @property
     def is_derived(self) -> bool:
         return self.source is not None
