@@ -1,6 +1,7 @@
 """The ``aggregator`` command (click + rich).
 
-Commands: ``validate``, ``local``, ``create-table``, ``run``, ``query get|list|top``, ``demo``.
+Commands: ``validate``, ``filter-criteria``, ``local``, ``create-table``, ``run``,
+``query get|list|top|histogram|window``, ``dead-letters``, ``replay-dead-letters``, ``demo``.
 Errors print one clear message and exit non-zero; no tracebacks for expected problems.
 """
 
@@ -119,10 +120,48 @@ def validate(paths: tuple[Path, ...]) -> None:
             options.append("leaderboard")
         if r.ttl_deletes != "keep":
             options.append(f"ttl_deletes={r.ttl_deletes}")
+        if r.source is not None:
+            options.append(f"source={r.source}")
+        if r.window is not None:
+            from .windows import format_duration
+
+            w = r.window
+            labels = "+".join(g.label for g in w.granularities)
+            kept = "forever" if w.retention is None else format_duration(w.retention)
+            options.append(f"per {labels} of {w.time}, kept {kept}")
         table.add_row(
             r.name, r.key.template, delta, ", ".join(sorted(r.attributes())), " ".join(options)
         )
     console.print(table)
+
+
+@main.command("filter-criteria")
+@_definitions_option
+@click.option(
+    "--check",
+    "template",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Check this SAM template's stream filters instead of printing them",
+)
+def filter_criteria_cmd(definitions: Path, template: Path | None) -> None:
+    """Print the event source mapping's FilterCriteria for the rules (JSON), or --check that a
+    template carries them. Derived rules need their source aggregates let through."""
+    import json
+
+    from .filters import check_template, filter_criteria
+    from .rules import load_rules
+
+    rules = load_rules(definitions)
+    if template is None:
+        click.echo(json.dumps(filter_criteria(rules), indent=2))
+        return
+    problems = check_template(template, rules)
+    for problem in problems:
+        err_console.print(problem, highlight=False)
+    if problems:
+        raise SystemExit(1)
+    console.print(f"{template}: stream filters match the rules in {definitions}")
 
 
 # -- local -------------------------------------------------------------------------------------
@@ -329,6 +368,95 @@ def query_top(
     """The N largest aggregates of RULE (leaderboard index when the rule has one)."""
     store = _store(table_name, definitions, endpoint_url)
     _print_aggregates(f"top {n}: {rule}", store.top(rule, n))
+
+
+@query.command("histogram")
+@click.argument("rule")
+@_table_option
+@_definitions_option
+@_endpoint_option
+def query_histogram(
+    rule: str, table_name: str, definitions: Path, endpoint_url: str | None
+) -> None:
+    """How many source keys have each value: RULE is a derived rule keyed by "{value}"."""
+    store = _store(table_name, definitions, endpoint_url)
+    rows = store.histogram(rule)
+    table = Table(title=f"{rule} ({store.requests} request(s))", title_justify="left")
+    table.add_column("value", justify="right")
+    table.add_column("count", justify="right")
+    table.add_column("")
+    peak = max((r.count for r in rows), default=0)
+    for r in rows:
+        bar = "#" * (int(40 * r.count / peak) if peak > 0 and r.count > 0 else 0)
+        table.add_row(str(r.value), f"{r.count:,}", bar)
+    console.print(table)
+
+
+def _instant(value: str | None) -> int | None:
+    """Epoch seconds from ``1357016400`` or an ISO 8601 time with an offset."""
+    if value is None:
+        return None
+    from .exceptions import QueryError
+    from .windows import parse_instant
+
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        return parse_instant(value)
+    except AggregatorError as exc:
+        raise QueryError(f"bad time: {exc}") from None
+
+
+@query.command("window")
+@click.argument("rule")
+@click.argument("values", nargs=-1)
+@click.option("--last", default=None, help="Sliding window length, e.g. 24h, 90m, 1h30m")
+@click.option("--start", default=None, help="Range start (ISO 8601 with offset, or epoch s)")
+@click.option("--end", default=None, help="Range end, exclusive (default: now with --last)")
+@_table_option
+@_definitions_option
+@_endpoint_option
+def query_window(
+    rule: str,
+    values: tuple[str, ...],
+    last: str | None,
+    start: str | None,
+    end: str | None,
+    table_name: str,
+    definitions: Path,
+    endpoint_url: str | None,
+) -> None:
+    """Count or sum of a windowed RULE for one key (its placeholder values) over --last D
+    (ending now or at --end) or over [--start, --end)."""
+    from .exceptions import QueryError
+    from .windows import parse_duration
+
+    try:
+        seconds = None if last is None else parse_duration(last)
+    except ValueError as exc:
+        raise QueryError(f"--last: {exc}") from None
+    store = _store(table_name, definitions, endpoint_url)
+    result = store.window(
+        rule, list(values), start=_instant(start), end=_instant(end), last=seconds
+    )
+    table = Table(title=f"{rule} {result.key}", title_justify="left", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("range", f"[{result.start_text}, {result.end_text})")
+    table.add_row("value", f"{result.value:,}")
+    runs = ", ".join(f"{p.buckets} {p.granularity.label}" for p in result.parts or [])
+    table.add_row("buckets", runs or "none")
+    table.add_row(
+        "cost",
+        f"{result.requests} Query request(s), {result.items_read} item(s) read, "
+        f"{result.read_units} RCU (modelled, strongly consistent)",
+    )
+    console.print(table)
+    if not result.complete:
+        err_console.print(
+            "warning: part of the range is past the rule's retention; expired buckets may "
+            "already be deleted, so the value can be too small"
+        )
 
 
 # -- dead letters ------------------------------------------------------------------------------

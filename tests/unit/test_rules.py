@@ -629,7 +629,7 @@ def test_match_language():
 def test_validate_command_prints_summary(tmp_path):
     result = CliRunner().invoke(main, ["validate", str(ROOT / "definitions" / "flights.yaml")])
     assert result.exit_code == 0, result.output
-    assert "6 rule(s) valid" in result.output
+    assert "8 rule(s) valid" in result.output
     assert "delay_minutes_by_carrier" in result.output
 
 

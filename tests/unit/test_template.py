@@ -19,6 +19,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from aggregator.config import DEFAULT_LAYOUT
+from aggregator.filters import check_template
+from aggregator.rules import load_rules
 from aggregator.writer import WRITE_MODES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,13 +233,39 @@ def test_stream_event_source_properties(
 
 def test_stream_filter_drops_the_frameworks_own_partitions(stream_event: dict[str, Any]) -> None:
     filters = stream_event["FilterCriteria"]["Filters"]
-    assert len(filters) == 1
     pattern = json.loads(filters[0]["Pattern"])
     assert pattern == {
         "dynamodb": {"Keys": {"pk": {"S": [{"anything-but": list(RESERVED_PARTITION_KEYS)}]}}}
     }
     anything_but = pattern["dynamodb"]["Keys"]["pk"]["S"][0]["anything-but"]
     assert tuple(anything_but) == RESERVED_PARTITION_KEYS
+
+
+def test_stream_filter_lets_exactly_the_derived_rules_sources_through(
+    stream_event: dict[str, Any],
+) -> None:
+    rules = load_rules(ROOT / "definitions")
+    assert rules.sources == ("flights_by_plane", "paths_per_player")
+    assert check_template(TEMPLATE_PATH, rules) == []
+    filters = [json.loads(f["Pattern"]) for f in stream_event["FilterCriteria"]["Filters"]]
+    assert filters[1] == {
+        "dynamodb": {
+            "Keys": {
+                "pk": {"S": ["AGGREGATES"]},
+                "sk": {"S": [{"prefix": "flights_by_plane#"}, {"prefix": "paths_per_player#"}]},
+            }
+        }
+    }
+
+
+def test_filter_check_reports_a_template_missing_a_source(tmp_path) -> None:
+    text = TEMPLATE_PATH.read_text(encoding="utf-8")
+    stale = tmp_path / "template.yaml"
+    stale.write_text(text.replace('{"prefix": "flights_by_plane#"}, ', ""), encoding="utf-8")
+    problems = check_template(stale, load_rules(ROOT / "definitions"))
+    assert len(problems) == 1
+    assert "AggregatorFunction.Stream: FilterCriteria differ" in problems[0]
+    assert "flights_by_plane#" in problems[0]
 
 
 def test_outputs(template: dict[str, Any]) -> None:

@@ -1,0 +1,154 @@
+"""The event source mapping's ``FilterCriteria``, rendered from the rules, and a check of a SAM
+template against it.
+
+Lambda drops stream records that match no filter before invoking the function (Lambda Developer
+Guide, "Lambda event filtering"; filters are ORed, at most 5 per event source mapping by default,
+each pattern at most 4,096 characters). The filters here let through:
+
+1. every record whose partition key is not one of the framework's reserved ones, and
+2. records of aggregate items whose sort key starts with ``"<source>#"`` for each rule that a
+   derived rule reads (their images are the derived rules' input).
+
+Everything else the framework writes (other aggregates, runner positions, dead letters) never
+reaches the function; the engine applies the same rule again (:meth:`Engine.is_self_write`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import DEFAULT_LAYOUT, TableLayout
+from .exceptions import ConfigError
+from .rules import RuleSet
+
+__all__ = ["MAX_PATTERN_CHARS", "check_template", "filter_criteria", "filter_patterns"]
+
+MAX_PATTERN_CHARS = 4096
+"""Longest filter pattern Lambda accepts (Lambda Developer Guide, "Lambda event filtering")."""
+
+
+def filter_patterns(rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> list[dict[str, Any]]:
+    """The filter patterns (as objects) for ``rules``: one for the user's items, and one for
+    the source aggregates of derived rules when there are any.
+
+    Raises
+    ------
+    ConfigError
+        When a pattern would exceed :data:`MAX_PATTERN_CHARS`.
+    """
+    pk, sk = layout.partition_key, layout.sort_key
+    patterns: list[dict[str, Any]] = [
+        {
+            "dynamodb": {
+                "Keys": {pk: {"S": [{"anything-but": list(layout.reserved_partition_keys)}]}}
+            }
+        }
+    ]
+    if rules.sources:
+        patterns.append(
+            {
+                "dynamodb": {
+                    "Keys": {
+                        pk: {"S": [layout.aggregates_pk]},
+                        sk: {"S": [{"prefix": f"{source}#"} for source in rules.sources]},
+                    }
+                }
+            }
+        )
+    for pattern in patterns:
+        if len(_compact(pattern)) > MAX_PATTERN_CHARS:
+            raise ConfigError(
+                f"the filter pattern for sources {', '.join(rules.sources)} is longer than "
+                f"{MAX_PATTERN_CHARS} characters; shorten the source rules' names"
+            )
+    return patterns
+
+
+def _compact(pattern: dict[str, Any]) -> str:
+    return json.dumps(pattern, separators=(", ", ": "))
+
+
+def filter_criteria(rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> dict[str, Any]:
+    """``{"Filters": [{"Pattern": "<json>"}, ...]}`` as the template's ``FilterCriteria`` takes
+    it (patterns are JSON strings)."""
+    return {"Filters": [{"Pattern": _compact(p)} for p in filter_patterns(rules, layout)]}
+
+
+class _TemplateLoader(yaml.SafeLoader):
+    """Reads CloudFormation YAML, keeping short-form intrinsic functions (``!Ref``) as plain
+    values: only the filter patterns matter here."""
+
+
+def _any_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node)
+    return loader.construct_mapping(node)  # type: ignore[arg-type]
+
+
+_TemplateLoader.add_multi_constructor("!", _any_tag)
+
+
+def template_filters(path: str | Path) -> dict[str, list[Any]]:
+    """The filter patterns of every ``DynamoDB`` event in a SAM template, by
+    ``"<function>.<event>"``, each pattern parsed from its JSON string.
+
+    Raises
+    ------
+    ConfigError
+        When the file cannot be read or parsed, or a pattern is not JSON.
+    """
+    try:
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_TemplateLoader)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the template: {exc}") from None
+    found: dict[str, list[Any]] = {}
+    for name, resource in (data.get("Resources") or {}).items():
+        events = ((resource or {}).get("Properties") or {}).get("Events") or {}
+        for event_name, event in events.items():
+            if (event or {}).get("Type") != "DynamoDB":
+                continue
+            criteria = (event.get("Properties") or {}).get("FilterCriteria") or {}
+            patterns = []
+            for f in criteria.get("Filters") or []:
+                try:
+                    patterns.append(json.loads(f["Pattern"]))
+                except (KeyError, TypeError, json.JSONDecodeError) as exc:
+                    raise ConfigError(
+                        f"{path}: {name}.{event_name}: a filter pattern is not JSON: {exc}"
+                    ) from None
+            found[f"{name}.{event_name}"] = patterns
+    return found
+
+
+def check_template(
+    path: str | Path, rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT
+) -> list[str]:
+    """Problems with the template's stream filters for ``rules`` (empty when they match).
+
+    Every DynamoDB stream event of the template must carry exactly the patterns of
+    :func:`filter_patterns`, in any order.
+
+    Raises
+    ------
+    ConfigError
+        When the template cannot be read.
+    """
+    expected = filter_patterns(rules, layout)
+    events = template_filters(path)
+    if not events:
+        return [f"{path}: no DynamoDB stream event found"]
+    problems = []
+    key = _compact
+    for where, patterns in events.items():
+        if sorted(map(key, patterns)) != sorted(map(key, expected)):
+            problems.append(
+                f"{path}: {where}: FilterCriteria differ from the rules'; expected\n"
+                + json.dumps(filter_criteria(rules, layout), indent=2)
+            )
+    return problems
