@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -31,7 +32,26 @@ RULES = RuleSet.of(
     ),
 )
 
+# The same rules plus a windowed rule and two rules derived from per_owner (a histogram of
+# owners by number of paths, and the number of owners with at least one path).
+WIDE_RULES = RuleSet.of(
+    *RULES.rules,
+    rule(
+        "points_by_hour",
+        match={"ts": {"exists": True}},
+        key="{owner}",
+        delta={"attribute": "points"},
+        window={"time": "ts", "unit": "epoch_seconds", "granularities": ["hour", "minute"]},
+    ),
+    rule("owners_by_paths", source="per_owner", key="{value}"),
+    rule("active_owners", source="per_owner", key="ACTIVE"),
+)
+
 _DESER = TypeDeserializer()
+
+
+def _utc_text(epoch_seconds: int) -> str:
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def put(ddb, table: str, item: dict[str, Any]) -> None:
@@ -82,7 +102,11 @@ def expected_from_items(
     items: list[dict[str, Any]], rules: RuleSet = RULES, kept: list[dict[str, Any]] = ()
 ) -> dict[str, dict[str, Decimal]]:
     """Every rule evaluated over ``items`` (plus ``kept``: TTL-deleted items whose contribution
-    stays for rules with ``ttl_deletes: keep``); zero totals dropped."""
+    stays for rules with ``ttl_deletes: keep``); zero totals dropped.
+
+    Windowed rules (whose time attribute is in epoch seconds here) are keyed
+    ``"<key>@<granularity>@<bucket start>"`` with buckets computed here by integer arithmetic;
+    derived rules are evaluated over the expected aggregates of their source (value != 0)."""
     totals: dict[str, dict[str, Decimal]] = {r.name: defaultdict(Decimal) for r in rules}
     kept = [
         {
@@ -91,17 +115,47 @@ def expected_from_items(
         }
         for item in kept
     ]
-    for r in rules:
+    sizes = {"minute": 60, "hour": 3600, "day": 86400}
+    for r in rules.base_rules:
         sources = list(items) + (list(kept) if r.ttl_deletes == "keep" else [])
         for item in sources:
-            for c in r.contributions(item):
-                totals[r.name][c.display] += c.amount
+            if not r.match.matches(item):
+                continue
+            key = r.key.render(item)[1]
+            amount = r.delta.evaluate(item)
+            if r.window is None:
+                totals[r.name][key] += amount
+                continue
+            for g in r.window.granularities:
+                size = sizes[g.label]
+                start = int(item[r.window.time]) // size * size
+                totals[r.name][f"{key}@{g.label}@{_utc_text(start)}"] += amount
+    done = {r.name for r in rules.base_rules}
+    while len(done) < len(rules):
+        for r in rules.derived_rules:
+            if r.name in done or r.source not in done:
+                continue
+            for key, value in totals[r.source].items():
+                if value == 0:
+                    continue
+                image = {"value": value, "key": key, "rule": r.source}
+                if r.match.matches(image):
+                    totals[r.name][r.key.render(image)[1]] += r.delta.evaluate(image)
+            done.add(r.name)
     return {name: {k: v for k, v in t.items() if v != 0} for name, t in totals.items()}
 
 
 def stored(ddb, table: str, rules: RuleSet = RULES) -> dict[str, dict[str, Decimal]]:
+    """Stored non-zero aggregates per rule (windowed ones keyed ``key@granularity@bucket``)."""
     store = AggregateStore(ddb, table, rules)
-    return {r.name: {a.key: a.value for a in store.list(r.name) if a.value != 0} for r in rules}
+    out: dict[str, dict[str, Decimal]] = {}
+    for r in rules:
+        out[r.name] = {}
+        for a in store.list(r.name):
+            if a.value != 0:
+                key = a.key if a.bucket is None else f"{a.key}@{a.granularity}@{a.bucket}"
+                out[r.name][key] = a.value
+    return out
 
 
 @dataclass

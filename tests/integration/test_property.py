@@ -1,5 +1,7 @@
 """Property: under random writes and random faults, every aggregate equals the rules evaluated
-over the table's final items (TTL-deleted items still count for ``ttl_deletes: keep`` rules).
+over the table's final items (TTL-deleted items still count for ``ttl_deletes: keep`` rules),
+including a windowed rule (hour and minute buckets of an event time that moves between buckets)
+and two rules derived from another rule's aggregates (a histogram and a distinct count).
 
 CI runs ``AGGREGATOR_PROPERTY_EXAMPLES`` scenarios (default 100). A longer soak::
 
@@ -20,6 +22,7 @@ from aggregator.faults import SimulatedCrash
 from aggregator.records import TTL_PRINCIPAL
 from aggregator.table import create_table
 from tests.integration.harness import (
+    WIDE_RULES,
     delete,
     expected_from_items,
     final_items,
@@ -34,6 +37,7 @@ EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_EXAMPLES", "100"))
 _names = itertools.count()
 REPORT = {"scenarios": 0, "drift": 0, "records": 0, "faults": 0}
 
+HOUR = 1_700_000_000 // 3600 * 3600  # an hour boundary; event times straddle it
 item_ids = st.integers(0, 5)
 put_op = st.tuples(
     st.just("put"),
@@ -41,6 +45,7 @@ put_op = st.tuples(
     st.sampled_from(["ann", "bob", "cyd"]),
     st.integers(-3, 9),
     st.sampled_from(["ruby", "opal", None]),
+    st.sampled_from([None, HOUR - 61, HOUR - 1, HOUR, HOUR + 59, HOUR + 60]),
 )
 delete_op = st.tuples(st.sampled_from(["delete", "ttl_delete"]), item_ids)
 ops = st.lists(st.one_of(put_op, put_op, delete_op), min_size=1, max_size=30)
@@ -54,7 +59,9 @@ scenario = st.fixed_dictionaries(
         "bisect": st.booleans(),
         "kill_after": st.one_of(st.none(), st.integers(1, 6)),
         "throttle": st.dictionaries(
-            st.sampled_from(["per_owner#ann", "paths#TOTAL", "gems_by_kind#opal"]),
+            st.sampled_from(
+                ["per_owner#ann", "paths#TOTAL", "gems_by_kind#opal", "active_owners#ACTIVE"]
+            ),
             st.integers(1, 2),
             max_size=2,
         ),
@@ -76,10 +83,12 @@ def apply_ops(ddb, name: str, operations) -> list[dict[str, Any]]:
     kept: list[dict[str, Any]] = []
     for op in operations:
         if op[0] == "put":
-            _, i, owner, points, kind = op
+            _, i, owner, points, kind, ts = op
             item = {"pk": f"P{i}", "sk": f"PATH#{i}", "owner": owner, "points": points}
             if kind:
                 item["kind"] = kind
+            if ts is not None:
+                item["ts"] = ts
             put(ddb, name, item)
             current[i] = item
         elif op[1] in current:
@@ -115,6 +124,7 @@ def test_aggregates_equal_rules_over_final_items(ddb, streams, case):
             "duplicate": lambda n: n in case["duplicates"],
             "crash": lambda n: crashes.get(n),
             "transform": mark_ttl,
+            "rules": WIDE_RULES,
         }
         first = pipeline(ddb, streams, name, arn, kill_after_batches=case["kill_after"], **options)
         try:
@@ -126,8 +136,8 @@ def test_aggregates_equal_rules_over_final_items(ddb, streams, case):
         REPORT["scenarios"] += 1
         REPORT["records"] += stats.records
         REPORT["faults"] += stats.function_errors + stats.retries + stats.duplicates
-        expected = expected_from_items(final_items(ddb, name), kept=kept)
-        actual = stored(ddb, name)
+        expected = expected_from_items(final_items(ddb, name), WIDE_RULES, kept=kept)
+        actual = stored(ddb, name, WIDE_RULES)
         if actual != expected:
             REPORT["drift"] += 1
         assert actual == expected
