@@ -89,6 +89,9 @@ class RunStats:
     record_deltas: int = 0
     aggregate_items: int = 0
     failures: int = 0
+    derived_inputs: int = 0
+    expired: int = 0
+    expired_retractions: int = 0
     retries: int = 0
     function_errors: int = 0
     duplicates: int = 0
@@ -103,6 +106,9 @@ class RunStats:
         self.record_deltas += outcome.record_deltas
         self.aggregate_items += outcome.aggregate_items
         self.failures += outcome.failures
+        self.derived_inputs += outcome.derived_inputs
+        self.expired += outcome.expired
+        self.expired_retractions += outcome.expired_retractions
         self.write.add(outcome.write)
 
 

@@ -19,6 +19,7 @@ from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any, Literal
 
 from .exceptions import EvaluationError
+from .numbers import CONTEXT
 
 __all__ = [
     "EVENT_TIME_UNITS",
@@ -64,7 +65,7 @@ def parse_duration(value: Any) -> int:
         raise ValueError(f"expected a duration such as '25h' or a number of seconds, got {value!r}")
     if isinstance(value, int | Decimal):
         number = Decimal(value)
-        if number != number.to_integral_value() or number <= 0:
+        if not number.is_finite() or number != number.to_integral_value() or number <= 0:
             raise ValueError(f"a duration in seconds must be a positive integer, got {value}")
         return int(number)
     if isinstance(value, str):
@@ -123,7 +124,8 @@ def parse_instant(text: str) -> int:
         raise EvaluationError(f"{text!r} is not an ISO 8601 time") from None
     if moment.tzinfo is None:
         raise EvaluationError(
-            f"{text!r} has no UTC offset; write it as e.g. {text}Z or {text}+00:00"
+            f"{text!r} has no UTC offset; write a time with one, e.g. 2013-01-01T05:00:00Z or "
+            "2013-01-01T00:00:00-05:00"
         )
     delta = moment - EPOCH
     return delta.days * 86400 + delta.seconds
@@ -152,9 +154,11 @@ def event_time_seconds(value: Any, unit: EventTimeUnit) -> int:
     else:
         if not isinstance(value, Decimal) or not value.is_finite():
             raise EvaluationError(f"expected a number of {unit.split('_')[1]}, got {_kind(value)}")
-        scaled = value if unit == "epoch_seconds" else value / 1000
+        # DynamoDB numbers have up to 38 digits: scale and floor in that context, not the
+        # default 28-digit one (which could round up past a second boundary)
+        scaled = value if unit == "epoch_seconds" else value.scaleb(-3, CONTEXT)
         try:
-            seconds = int(scaled.to_integral_value(rounding=ROUND_FLOOR))
+            seconds = int(scaled.to_integral_value(rounding=ROUND_FLOOR, context=CONTEXT))
         except (InvalidOperation, OverflowError):
             raise EvaluationError(f"{value} is not a usable time") from None
     if not MIN_EPOCH <= seconds <= MAX_EPOCH:
@@ -192,7 +196,7 @@ class Granularity:
             return cls(value, NAMED_GRANULARITIES[value])
         if isinstance(value, int | Decimal) and not isinstance(value, bool):
             number = Decimal(value)
-            if number == number.to_integral_value() and number > 0:
+            if number.is_finite() and number == number.to_integral_value() and number > 0:
                 seconds = int(number)
                 for name, size in NAMED_GRANULARITIES.items():
                     if size == seconds:

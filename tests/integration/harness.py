@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -177,10 +178,15 @@ def pipeline(
     throttle: dict[str, int] | None = None,
     throttle_retries: int = 3,
     rules: RuleSet = RULES,
+    clock: Any = time.time,
     **fault_options: Any,
 ) -> Pipeline:
     client = FaultInjectingClient(ddb, throttle=throttle)
-    options: dict[str, Any] = {"throttle_retries": throttle_retries, "backoff_seconds": 0.001}
+    options: dict[str, Any] = {
+        "throttle_retries": throttle_retries,
+        "backoff_seconds": 0.001,
+        "clock": clock,
+    }
     processor = create_processor(rules, client, table, mode=mode, **options)
     faults = RunnerFaults(client=client, **fault_options)
     runner = StreamRunner(
