@@ -19,10 +19,12 @@ from .exceptions import (
     RunnerError,
     WriteError,
 )
+from .filters import check_template, filter_criteria
 from .processor import BatchOutcome, StreamProcessor
-from .query import Aggregate, AggregateStore
+from .query import Aggregate, AggregateStore, HistogramBucket, WindowResult
 from .records import StreamRecord
-from .rules import Rule, RuleSet, load_rules, rule
+from .rules import Bucket, Rule, RuleSet, Window, load_rules, rule
+from .windows import Granularity, parse_duration
 from .writer import AtLeastOnceWriter, WriteResult, WriteStats, make_writer
 
 __all__ = [
@@ -34,11 +36,14 @@ __all__ = [
     "AtLeastOnceWriter",
     "BatchDeltas",
     "BatchOutcome",
+    "Bucket",
     "CoalescedDelta",
     "ConfigError",
     "DynamoDBLocalError",
     "Engine",
     "EvaluationError",
+    "Granularity",
+    "HistogramBucket",
     "QueryError",
     "RecordFailure",
     "Rule",
@@ -48,11 +53,16 @@ __all__ = [
     "StreamProcessor",
     "StreamRecord",
     "TableLayout",
+    "Window",
+    "WindowResult",
     "WriteError",
     "WriteResult",
     "WriteStats",
+    "check_template",
+    "filter_criteria",
     "load_rules",
     "make_writer",
+    "parse_duration",
     "rule",
 ]
 

@@ -4,7 +4,11 @@ For each record and rule, ``delta = contribution(NewImage) - contribution(OldIma
 contribution is ``(key, amount)`` if the image matches the rule, else nothing. A key change moves
 the amount from the old key to the new one; a value change adds the difference; an item that
 stops matching is retracted. A TTL delete retracts only for rules with ``ttl_deletes: retract``.
-Records of framework-owned items (reserved partition keys) produce no deltas.
+Records of framework-owned items (reserved partition keys) produce no deltas, except records of
+aggregates that derived rules read: those are evaluated by the derived rules only (their images
+are the source aggregate item; a value of 0 counts as absent), and user items by the other
+rules only. Windowed rules contribute once per granularity; deltas aimed at time buckets past
+their retention are skipped and counted (``BatchDeltas.expired``).
 
 A batch's deltas are then coalesced: one amount per aggregate item, with the sequence numbers of
 the first record that touched it and of the batch's last record (what the exactly-once write

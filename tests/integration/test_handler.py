@@ -13,6 +13,7 @@ from aggregator import handler as handler_module
 from aggregator.exceptions import ConfigError
 from aggregator.query import AggregateStore
 from aggregator.rules import load_rules
+from tests.factories import stream_record
 
 pytestmark = pytest.mark.integration
 
@@ -157,3 +158,46 @@ def test_missing_table_name_is_a_clear_configuration_error():
         HandlerSettings.from_env({})
     with pytest.raises(ConfigError, match="AGGREGATOR_MODE must be one of exactly-once"):
         HandlerSettings.from_env({"AGGREGATOR_TABLE_NAME": "t", "AGGREGATOR_MODE": "twice"})
+
+
+def test_derived_rules_read_their_source_aggregates_and_nothing_else(
+    configure, ddb, capsys, monkeypatch
+):
+    # GIVEN the Cloud Adventure definitions, whose derived rules read paths_per_player
+    table_name = configure("exactly-once")
+    definitions = EVENTS.parents[1] / "definitions" / "cloud_adventure.yaml"
+    monkeypatch.setenv("AGGREGATOR_DEFINITIONS", str(definitions))
+    handler_module.reset()
+    source = {"pk": "AGGREGATES", "sk": "paths_per_player#ann", "rule": "paths_per_player"}
+    other = {"pk": "AGGREGATES", "sk": "total_paths_found#TOTAL_PATHS_FOUND"}
+    runner = {"pk": "AGGREGATOR#RUNNER", "sk": "arn#shard", "sequence_number": "1"}
+    records = [
+        # ann's aggregate goes 2 -> 3 and bob's appears with 1
+        stream_record("MODIFY", {**source, "value": 2}, {**source, "value": 3}, seq=1),
+        stream_record(
+            "INSERT",
+            new={**source, "sk": "paths_per_player#bob", "key": "bob", "value": 1},
+            seq=2,
+        ),
+        # other aggregates and the runner's bookkeeping are self-writes
+        stream_record("MODIFY", {**other, "value": 5}, {**other, "value": 6}, seq=3),
+        stream_record("INSERT", new=runner, seq=4),
+    ]
+    event = {"Records": records, "shardId": SHARD, "window": {"start": "x", "end": "y"}}
+
+    # WHEN the handler runs
+    assert handler_module.handler(event, LambdaContext()) == {"batchItemFailures": [], "state": {}}
+
+    # THEN the histogram moved ann from bucket 2 to 3, and the player count grew by bob only
+    store = AggregateStore(ddb, table_name, load_rules(definitions))
+    assert {a.key: a.value for a in store.list("players_by_paths_found")} == {
+        "1": Decimal(1),
+        "2": Decimal(-1),
+        "3": Decimal(1),
+    }
+    assert store.get("total_players", "TOTAL_PLAYERS").value == Decimal(1)
+    assert list(store.list("total_paths_found")) == []
+    assert list(store.list("paths_per_player")) == []
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert emf[0]["SelfWritesSkipped"] == [2.0]
+    assert emf[0]["DerivedInputs"] == [2.0]
