@@ -289,9 +289,14 @@ def run(
     except KeyboardInterrupt:
         console.print("interrupted")
         return
+    extras = ""
+    if stats.derived_inputs:
+        extras += f", {stats.derived_inputs} source aggregates read by derived rules"
+    if stats.expired:
+        extras += f", {stats.expired} deltas to expired buckets skipped"
     console.print(
         f"processed {stats.records} stream records in {stats.invocations} invocations "
-        f"({stats.self_writes} self-writes skipped): {stats.record_deltas} deltas -> "
+        f"({stats.self_writes} self-writes skipped{extras}): {stats.record_deltas} deltas -> "
         f"{stats.write.items_written} aggregate updates, "
         f"{stats.write.modelled_wcu} WCU (modelled), "
         f"{stats.write.dead_letters} dead letters, {stats.elapsed_seconds:.1f} s"

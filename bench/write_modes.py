@@ -197,6 +197,7 @@ class RunFigures:
     table: str
     stream_records: int = 0
     self_writes: int = 0
+    derived_inputs: int = 0
     record_deltas: int = 0
     coalesced_items: int = 0
     batches: int = 0
@@ -226,7 +227,9 @@ class RunFigures:
 
     @property
     def source_records(self) -> int:
-        return self.stream_records - self.self_writes
+        """Records of the user's items: neither self-writes nor the source aggregates that
+        derived rules read (those are the framework's own writes too)."""
+        return self.stream_records - self.self_writes - self.derived_inputs
 
     @property
     def table_wcu(self) -> int:
@@ -315,8 +318,9 @@ def run_one(
     processor = build_processor(strategy, rules, counting, table)
 
     def on_batch(outcome: BatchOutcome) -> None:
-        if outcome.records > outcome.self_writes:
-            figures.source_batches.append(outcome.records - outcome.self_writes)
+        own = outcome.self_writes + outcome.derived_inputs
+        if outcome.records > own:
+            figures.source_batches.append(outcome.records - own)
 
     runner = StreamRunner(
         processor,
@@ -335,6 +339,7 @@ def run_one(
     w = stats.write
     figures.stream_records = stats.records
     figures.self_writes = stats.self_writes
+    figures.derived_inputs = stats.derived_inputs
     figures.record_deltas = stats.record_deltas
     figures.coalesced_items = stats.aggregate_items
     figures.batches = stats.batches
