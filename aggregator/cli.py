@@ -594,8 +594,30 @@ def demo(
     }
     for name, aggregates in result.leaderboards.items():
         _print_aggregates(titles.get(name, name), aggregates)
+    for name, rows in result.histograms.items():
+        console.print(f"\n[bold]{name}[/] (how many keys have each value; first rows)")
+        table = Table()
+        table.add_column("value", justify="right")
+        table.add_column("count", justify="right")
+        for row in rows[:12]:
+            table.add_row(str(row.value), f"{row.count:,}")
+        if len(rows) > 12:
+            table.add_row("…", f"{len(rows) - 12} more values")
+        console.print(table)
+    if result.windows:
+        first = result.windows[0]
+        console.print(
+            f"\n[bold]{first.rule}[/] over [{first.start_text}, {first.end_text}) "
+            "(one window query per key)"
+        )
+        table = Table()
+        for column in ("key", "value", "requests", "items read"):
+            table.add_column(column, justify="left" if column == "key" else "right")
+        for w in result.windows:
+            table.add_row(w.key, f"{w.value:,}", str(w.requests), str(w.items_read))
+        console.print(table)
     run_stats = result.run
-    source_records = run_stats.records - run_stats.self_writes
+    source_records = run_stats.records - run_stats.self_writes - run_stats.derived_inputs
     per_k = (run_stats.write.modelled_wcu * 1000 / source_records) if source_records else 0
     console.print("\n[bold]Summary[/]")
     summary = Table.grid(padding=(0, 2))
@@ -608,6 +630,11 @@ def demo(
         ("table writes", f"{result.writes:,}", f"puts and deletes, {result.write_seconds:.1f} s"),
         ("stream records", f"{run_stats.records:,}", f"in {run_stats.batches:,} batches"),
         ("  framework self-writes", f"{run_stats.self_writes:,}", "skipped"),
+        (
+            "  source aggregates",
+            f"{run_stats.derived_inputs:,}",
+            "read by derived rules",
+        ),
         ("deltas", f"{run_stats.record_deltas:,}", "per record and rule"),
         ("aggregate updates", f"{w.items_written:,}", "coalesced UpdateItem ADD"),
         ("modelled WCU", f"{w.modelled_wcu:,}", f"{per_k:,.0f} per 1,000 source records"),

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from boto3.dynamodb.types import TypeSerializer
 
 from .flights import Flight, read_flights, replay_steps
 from .processor import BatchOutcome, create_processor
-from .query import Aggregate, AggregateStore
+from .query import Aggregate, AggregateStore, HistogramBucket, WindowResult
 from .rules import RuleSet, load_rules
 from .runner import RunStats, StreamRunner
 from .table import create_table
@@ -40,6 +40,10 @@ class DemoResult:
     write_seconds: float = 0.0
     run: RunStats = field(default_factory=RunStats)
     leaderboards: dict[str, list[Aggregate]] = field(default_factory=dict)
+    histograms: dict[str, list[HistogramBucket]] = field(default_factory=dict)
+    """Derived rules keyed by their source's value: how many keys have each value."""
+    windows: list[WindowResult] = field(default_factory=list)
+    """Windowed rules: each key's count over the first day replayed (one window query each)."""
     totals: dict[str, int] = field(default_factory=dict)
     endpoint_url: str = ""
 
@@ -173,8 +177,17 @@ def run_demo(
             progress.update(agg_task, total=result.run.records, completed=result.run.records)
 
         store = AggregateStore(client, table_name, rules)
+        first_day = int(datetime(start.year, start.month, start.day, tzinfo=UTC).timestamp())
         for rule in rules:
             if rule.leaderboard:
                 result.leaderboards[rule.name] = store.top(rule.name, top)
-            result.totals[rule.name] = sum(1 for a in store.list(rule.name) if a.value != 0)
+            if rule.source is not None and rule.key.template == "{value}":
+                result.histograms[rule.name] = store.histogram(rule.name)
+            aggregates = [a for a in store.list(rule.name) if a.value != 0]
+            if rule.window is not None and len(rule.key.placeholders) == 1:
+                for key in sorted({a.key for a in aggregates}):
+                    result.windows.append(
+                        store.window(rule.name, key, start=first_day, end=first_day + 86400)
+                    )
+            result.totals[rule.name] = len(aggregates)
     return result
