@@ -230,8 +230,13 @@ class AggregateStore:
         Raises
         ------
         QueryError
-            For an unknown rule, a key that does not fit, or a failed request.
+            For an unknown rule, a windowed rule, a key that does not fit, or a failed request.
         """
+        if self._rule(rule).window is not None:
+            raise QueryError(
+                f"rule {rule!r} keeps time buckets: read them with window() "
+                "(aggregator query window) or list()"
+            )
         sk = self.sort_key(rule, key)
         response = self._call(
             "get_item",

@@ -81,6 +81,7 @@ class Simulation:
     clock: Clock
     t0: int
     checked: list
+    mode: str = "exactly-once"
 
     def drain(self):
         return pipeline(
@@ -91,11 +92,12 @@ class Simulation:
             batch_size=50,
             rules=RULES,
             clock=self.clock,
+            mode=self.mode,
         ).runner.run()
 
 
-@pytest.fixture(scope="module")
-def simulation(dynamodb_local):
+@pytest.fixture(scope="module", params=["exactly-once", "window", "at-least-once"])
+def simulation(dynamodb_local, request):
     """37 hours of events written and processed hour by hour with a simulated clock, with
     sliding counts checked along the way (shared by this module's tests, which run in order)."""
     from aggregator.table import create_table
@@ -108,9 +110,8 @@ def simulation(dynamodb_local):
     # simulated time starts a week from now at an hour boundary, so bucket TTLs lie in the future
     # for real (DynamoDB Local does not promise to expire items, but AWS would); 17 s past it
     t0 = (int(time.time()) // 3600 + 24 * 7) * 3600 + 17
-    sim = Simulation(
-        ddb, streams, name, arn, AggregateStore(ddb, name, RULES), [], Clock(t0), t0, []
-    )
+    store = AggregateStore(ddb, name, RULES)
+    sim = Simulation(ddb, streams, name, arn, store, [], Clock(t0), t0, [], request.param)
     for hour in range(HOURS):
         for _ in range(rng.randint(20, 100)):
             millis = (t0 + hour * 3600) * 1000 + rng.randint(0, 3600 * 1000 - 1)

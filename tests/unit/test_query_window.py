@@ -1,0 +1,151 @@
+"""AggregateStore.window and histogram against a stub client: the Query requests it plans, and
+its errors (no DynamoDB needed)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from aggregator.exceptions import QueryError
+from aggregator.query import AggregateStore
+from aggregator.rules import RuleSet, rule
+
+RULES = RuleSet.of(
+    rule(
+        "events",
+        key="{provider}",
+        window={
+            "time": "ts",
+            "unit": "epoch_seconds",
+            "granularities": ["hour", "minute"],
+            "retention": "25h",
+        },
+    ),
+    rule("per_player", key="{pk}"),
+    rule("players_by_paths", source="per_player", key="{value}"),
+)
+T = 1_357_016_400  # 2013-01-01T05:00:00Z
+
+
+class StubClient:
+    """Answers Query with the items whose sort key lies in the BETWEEN range."""
+
+    def __init__(self, items: dict[str, dict[str, Any]]) -> None:
+        self.items = items
+        self.requests: list[dict[str, Any]] = []
+
+    def query(self, **kwargs: Any) -> dict[str, Any]:
+        self.requests.append(kwargs)
+        values = kwargs["ExpressionAttributeValues"]
+        if ":low" in values:
+            low, high = values[":low"]["S"], values[":high"]["S"]
+            keys = sorted(k for k in self.items if low <= k <= high)
+        else:
+            keys = sorted(k for k in self.items if k.startswith(values[":prefix"]["S"]))
+        return {"Items": [{"sk": {"S": k}, **self.items[k]} for k in keys]}
+
+
+def bucket(value: int, ttl: int | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {"value": {"N": str(value)}}
+    if ttl is not None:
+        item["ttl"] = {"N": str(ttl)}
+    return item
+
+
+def test_sliding_window_reads_hour_run_and_minute_edges_in_three_queries():
+    items = {
+        "events#p1#minute#2013-01-01T04:58:00Z": bucket(100),  # before the window
+        "events#p1#minute#2013-01-01T04:59:00Z": bucket(1),
+        "events#p1#hour#2013-01-01T05:00:00Z": bucket(10),
+        "events#p1#hour#2013-01-02T03:00:00Z": bucket(20),
+        "events#p1#hour#2013-01-02T04:00:00Z": bucket(1000),  # read as minutes instead
+        "events#p1#minute#2013-01-02T04:00:00Z": bucket(2),
+        "events#p1#minute#2013-01-02T04:58:00Z": bucket(3),
+        "events#p1#minute#2013-01-02T04:59:00Z": bucket(500),  # at the end: excluded
+        "events#p2#minute#2013-01-02T04:00:00Z": bucket(7000),  # another key
+    }
+    client = StubClient(items)
+    store = AggregateStore(client, "t", RULES)
+    now = T + 86400 - 61.5  # 2013-01-02T04:58:58.5Z: the window ends at 04:59
+    result = store.window("events", "p1", last=86400, now=now)
+    assert (result.start_text, result.end_text) == ("2013-01-01T04:59:00Z", "2013-01-02T04:59:00Z")
+    assert result.value == Decimal(1 + 10 + 20 + 2 + 3)
+    assert [(p.granularity.label, p.buckets) for p in result.parts] == [
+        ("minute", 1),
+        ("hour", 23),
+        ("minute", 59),
+    ]
+    assert (result.requests, result.items_read, result.complete) == (3, 5, True)
+    ranges = [
+        (r["ExpressionAttributeValues"][":low"]["S"], r["ExpressionAttributeValues"][":high"]["S"])
+        for r in client.requests
+    ]
+    assert ranges == [
+        ("events#p1#minute#2013-01-01T04:59:00Z", "events#p1#minute#2013-01-01T04:59:00Z"),
+        ("events#p1#hour#2013-01-01T05:00:00Z", "events#p1#hour#2013-01-02T03:00:00Z"),
+        ("events#p1#minute#2013-01-02T04:00:00Z", "events#p1#minute#2013-01-02T04:58:00Z"),
+    ]
+    assert all(r["ConsistentRead"] for r in client.requests)
+
+
+def test_expired_buckets_are_not_counted_and_the_result_says_incomplete():
+    items = {
+        "events#p1#hour#2013-01-01T05:00:00Z": bucket(10, ttl=T + 3600 + 90000),
+        "events#p1#hour#2013-01-01T06:00:00Z": bucket(5, ttl=T + 7200 + 90000),
+    }
+    store = AggregateStore(StubClient(items), "t", RULES)
+    now = T + 3600 + 90000  # the first bucket's TTL: expired at that very second
+    result = store.window("events", "p1", start=T, end=T + 7200, now=now)
+    assert result.value == Decimal(5)
+    assert not result.complete
+    fresh = store.window("events", "p1", start=T, end=T + 7200, now=T + 7200)
+    assert (fresh.value, fresh.complete) == (Decimal(15), True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"last": 90}, "multiple of the finest granularity"),
+        ({"last": 0}, "multiple of the finest granularity"),
+        ({"start": T, "last": 3600}, "either start"),
+        ({}, "either start"),
+        ({"start": T}, "give end with start"),
+        ({"start": T + 60, "end": T}, "before start"),
+    ],
+)
+def test_bad_ranges_are_query_errors(kwargs, message):
+    store = AggregateStore(StubClient({}), "t", RULES)
+    with pytest.raises(QueryError, match=message):
+        store.window("events", "p1", now=T, **kwargs)
+
+
+def test_window_needs_a_windowed_rule_and_get_refuses_one():
+    store = AggregateStore(StubClient({}), "t", RULES)
+    with pytest.raises(QueryError, match="has no window"):
+        store.window("per_player", "ann", last=3600, now=T)
+    with pytest.raises(QueryError, match="keeps time buckets"):
+        store.get("events", "p1")
+
+
+def test_unaligned_edges_move_up_to_the_next_minute():
+    store = AggregateStore(StubClient({}), "t", RULES)
+    result = store.window("events", "p1", start=T + 1, end=T + 60, now=T + 60)
+    assert (result.start, result.end) == (T + 60, T + 60) and result.parts == []
+    assert result.requests == 0 and result.value == 0
+
+
+def test_histogram_sorts_numerically_and_drops_zero_counts():
+    items = {
+        "players_by_paths#10": bucket(1),
+        "players_by_paths#2": bucket(3),
+        "players_by_paths#9": bucket(0),
+        "players_by_paths#-1": bucket(2),
+    }
+    rows = AggregateStore(StubClient(items), "t", RULES).histogram("players_by_paths")
+    assert [(r.value, r.count) for r in rows] == [
+        (Decimal(-1), Decimal(2)),
+        (Decimal(2), Decimal(3)),
+        (Decimal(10), Decimal(1)),
+    ]
