@@ -280,7 +280,17 @@ class StreamProcessor:
         pending = _merge(_decode_state(state.get(STATE_KEY)), batch)
         encoded = _encode_state(pending)
         final = bool(event.get("isFinalInvokeForWindow") or event.get("isWindowTerminatedEarly"))
-        if pending.deltas and (final or len(encoded.encode()) > self.state_limit_bytes):
+        flushing = final or len(encoded.encode()) > self.state_limit_bytes
+        if flushing:
+            # a bucket may have passed its retention while its deltas waited in the state
+            now = self.clock()
+            for sk, d in list(pending.deltas.items()):
+                bucket = d.ref.bucket
+                if bucket is not None and bucket.expires is not None and bucket.expires <= now:
+                    del pending.deltas[sk]
+                    outcome.expired += len(d.parts)
+                    outcome.expired_retractions += sum(1 for _, a in d.parts if a < 0)
+        if pending.deltas and flushing:
             result = self.writer.apply(pending, shard_id=event.get("shardId"))
             outcome.write.add(result.stats)
             if result.retry_from is not None:
