@@ -104,9 +104,14 @@ def _definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def validate(paths: tuple[Path, ...]) -> None:
     """Check rule files; print a summary of the rules or every error (file, rule, field)."""
+    from .engine import derived_attribute_problems
+    from .exceptions import RuleError
     from .rules import load_rules
 
     rules = load_rules(paths)
+    problems = derived_attribute_problems(rules)
+    if problems:
+        raise RuleError("\n".join(problems))
     table = Table(title=f"{len(rules)} rule(s) valid", title_justify="left")
     table.add_column("rule", no_wrap=True)
     for column in ("key", "delta", "reads", "options"):
@@ -404,7 +409,7 @@ def _instant(value: str | None) -> int | None:
     from .exceptions import QueryError
     from .windows import parse_instant
 
-    if value.lstrip("-").isdigit():
+    if value.isdigit() or (value[:1] == "-" and value[1:].isdigit()):
         return int(value)
     try:
         return parse_instant(value)

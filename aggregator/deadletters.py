@@ -123,7 +123,9 @@ def replay_dead_letters(
             continue
         actions: list[dict[str, Any]] = []
         for delta in batch.deltas.values():
-            if delta.amount == 0:
+            # the lineage's source rules evaluate user items too when the dead letter's rule was
+            # a base rule that has since become derived: apply the dead letter's rule only
+            if delta.amount == 0 or delta.ref.rule != letter.rule:
                 continue
             actions.append({"Update": add_update(table_name, layout, delta, delta.amount)})
         actions.append(

@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from .config import DEFAULT_LAYOUT, TableLayout
-from .exceptions import EvaluationError
+from .exceptions import ConfigError, EvaluationError
 from .numbers import add, subtract
 from .records import Image, StreamRecord, pad_sequence_number
 from .rules import Bucket, Rule, RuleSet
 
 __all__ = [
+    "MAX_SORT_KEY_BYTES",
     "AggregateRef",
     "BatchDeltas",
     "CoalescedDelta",
@@ -40,6 +41,33 @@ __all__ = [
     "RecordDelta",
     "RecordFailure",
 ]
+
+
+MAX_SORT_KEY_BYTES = 1024
+"""Longest sort key value DynamoDB accepts (Developer Guide, "Service, account, and table
+quotas": sort key length 1 to 1,024 bytes). A longer aggregate key is a record failure
+(dead-lettered), not a write that fails on every retry."""
+
+
+def derived_attribute_problems(rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> list[str]:
+    """Derived rules reading attributes their source's aggregate items never have: a typo such
+    as ``{vlaue}``, or ``bucket`` / ``granularity`` of a source without a window."""
+    problems = []
+    for r in rules.derived_rules:
+        assert r.source is not None
+        source = rules.get(r.source)
+        known = {layout.partition_key, layout.sort_key, layout.value_attribute, "key", "rule"}
+        if source.window is not None:
+            known |= {"granularity", "bucket"}
+            if source.window.retention is not None:
+                known.add(layout.ttl_attribute)
+        unknown = sorted(r.attributes() - known)
+        if unknown:
+            problems.append(
+                f"rule {r.name!r}, field 'source': reads {', '.join(map(repr, unknown))}, which "
+                f"the aggregates of {r.source!r} do not have; they have {', '.join(sorted(known))}"
+            )
+    return problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +214,9 @@ class Engine:
     """
 
     def __init__(self, rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> None:
+        problems = derived_attribute_problems(rules, layout)
+        if problems:
+            raise ConfigError("\n".join(problems))
         self.rules = rules
         self.layout = layout
         self._reserved = frozenset(layout.reserved_partition_keys)
@@ -230,6 +261,12 @@ class Engine:
             try:
                 for c in rule.contributions(image):
                     ref = AggregateRef(rule.name, c.key, c.display, c.bucket)
+                    size = len(ref.sort_key.encode("utf-8"))
+                    if size > MAX_SORT_KEY_BYTES:
+                        raise EvaluationError(
+                            f"the aggregate's sort key would be {size} bytes, over DynamoDB's "
+                            f"{MAX_SORT_KEY_BYTES}-byte limit for a sort key"
+                        )
                     changes[ref] = combine(changes.get(ref, Decimal(0)), c.amount)
             except EvaluationError as exc:
                 raise EvaluationError(f"{label}: {exc}") from None

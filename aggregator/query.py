@@ -337,6 +337,8 @@ class AggregateStore:
                 value: Decimal | str = Decimal(a.key)
             except ArithmeticError:
                 value = a.key
+            if isinstance(value, Decimal) and (not value.is_finite() or "_" in a.key):
+                value = a.key  # "NaN", "Infinity", "1_000": text, not numbers
             rows.append(HistogramBucket(value, a.value))
         if all(isinstance(r.value, Decimal) for r in rows):
             return sorted(rows, key=lambda r: r.value)
@@ -397,9 +399,9 @@ class AggregateStore:
         else:
             if end is None:
                 raise QueryError("give end with start")
-            lo, hi = finest.ceil(start), finest.ceil(end)  # type: ignore[arg-type]
-            if hi < lo:
+            if end < start:  # type: ignore[operator]
                 raise QueryError(f"end ({end}) is before start ({start})")
+            lo, hi = finest.ceil(start), finest.ceil(end)  # type: ignore[arg-type]
         prefix = self.sort_key(rule, key)
         result = WindowResult(rule, self._display(rule, key), lo, hi)
         result.parts = plan_range(spec.granularities, lo, hi)

@@ -638,7 +638,8 @@ class RuleSet(BaseModel):
 
     def lineage(self, name: str) -> RuleSet:
         """The rule called ``name`` with the chain of rules it derives from (sources first), as
-        a rule set of its own: an engine over it evaluates that rule alone.
+        a rule set of its own: over records of its source's aggregates, an engine built on it
+        evaluates that rule alone (over user items it also evaluates the chain's base rule).
 
         Raises
         ------

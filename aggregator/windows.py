@@ -183,7 +183,8 @@ class Granularity:
 
     @classmethod
     def parse(cls, value: Any) -> Granularity:
-        """``"hour"`` / ``"minute"`` / ``"day"`` / a positive number of seconds (``300``).
+        """``"hour"`` / ``"minute"`` / ``"day"`` / a positive number of seconds (``300`` or
+        ``"300s"``).
 
         Raises
         ------
@@ -194,6 +195,8 @@ class Granularity:
             return value
         if isinstance(value, str) and value in NAMED_GRANULARITIES:
             return cls(value, NAMED_GRANULARITIES[value])
+        if isinstance(value, str) and re.fullmatch(r"[1-9][0-9]*s", value):
+            return cls.parse(Decimal(value[:-1]))  # the label form, "300s"
         if isinstance(value, int | Decimal) and not isinstance(value, bool):
             number = Decimal(value)
             if number.is_finite() and number == number.to_integral_value() and number > 0:

@@ -117,6 +117,9 @@ class WriteStats:
         Exactly-once mode: items whose checkpoint showed the batch was already applied to them.
     pruned_checkpoints
         Exactly-once mode: stale checkpoints of other shards removed.
+    expired_skipped
+        Items not written because their time bucket passed its retention between evaluation and
+        writing (an ``ADD`` would recreate a bucket that TTL may have deleted).
     failed_items
         Items whose update still failed after retries.
     dead_letters
@@ -133,6 +136,7 @@ class WriteStats:
     conditional_recoveries: int = 0
     already_applied: int = 0
     pruned_checkpoints: int = 0
+    expired_skipped: int = 0
     failed_items: int = 0
     dead_letters: int = 0
 
@@ -357,7 +361,14 @@ class _BaseWriter:
         """
         self.check_shard(shard_id)
         result = WriteResult()
-        todo = self._select(batch, result.stats)
+        now = self._clock()
+        todo = []
+        for delta in self._select(batch, result.stats):
+            bucket = delta.ref.bucket
+            if bucket is not None and bucket.expires is not None and bucket.expires <= now:
+                result.stats.expired_skipped += 1
+                continue
+            todo.append(delta)
         last = batch.last_sequence_number or ""
 
         def run(delta: CoalescedDelta) -> tuple[WriteStats, str | None]:

@@ -11,7 +11,7 @@ import pytest
 
 from aggregator.config import DEFAULT_LAYOUT, TableLayout
 from aggregator.engine import AggregateRef, CoalescedDelta, Engine
-from aggregator.exceptions import RuleError
+from aggregator.exceptions import ConfigError, RuleError
 from aggregator.processor import _decode_state, _encode_state
 from aggregator.records import StreamRecord
 from aggregator.rules import Bucket, RuleSet, load_rules, rule
@@ -380,18 +380,44 @@ def test_derived_rule_over_a_windowed_source_sees_granularity_and_bucket():
     }
 
 
-def test_derived_rule_failure_names_the_image_and_attribute():
-    # a derived rule keyed on an attribute aggregate items do not have
+def test_derived_rule_reading_attributes_aggregates_lack_is_a_config_error():
+    # a typo, and a bucket of a source without a window: caught before any record is read
     rules = RuleSet.of(
         rule("src", key="{pk}"),
         rule("bad", source="src", key="{carrier}"),
+        rule("worse", source="src", key="{bucket}"),
     )
+    with pytest.raises(ConfigError) as info:
+        Engine(rules)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("rule 'bad', field 'source': reads 'carrier', which the aggregates")
+    assert "rule 'worse', field 'source': reads 'bucket'" in lines[1]
+    assert "they have key, pk, rule, sk, value" in lines[1]
+
+
+def test_derived_rule_failure_names_the_image_and_attribute():
+    # the source's bucket exists but is not in the unit the derived window declares
+    rules = RuleSet.of(
+        rule(
+            "src",
+            key="{pk}",
+            window={"time": "ts", "unit": "epoch_seconds", "granularities": ["hour"]},
+        ),
+        rule(
+            "bad",
+            source="src",
+            key="{key}",
+            window={"time": "bucket", "unit": "epoch_seconds", "granularities": ["day"]},
+        ),
+    )
+    image = {**aggregate(1, source="src"), "bucket": "2013-01-01T05:00:00Z", "granularity": "hour"}
     deltas, failures = Engine(rules).record_deltas(
-        StreamRecord(stream_record("INSERT", None, aggregate(1, source="src")))
+        StreamRecord(stream_record("INSERT", None, image))
     )
     assert deltas == []
     assert [(f.rule, f.reason) for f in failures] == [
-        ("bad", "NewImage: key attribute 'carrier' is missing")
+        ("bad", "NewImage: time attribute 'bucket': expected a number of seconds, got str")
     ]
 
 
