@@ -95,10 +95,11 @@ def test_cli_run_and_query(dynamodb_local, ddb, table, tmp_path):
 
     result = cli.invoke(main, ["run", *common, *defs])
     assert result.exit_code == 0, result.output
-    # 8 puts + 1 delete, then the 4 aggregate items' own stream records (skipped)
+    # 8 puts + 1 delete; then the 4 aggregate items' own stream records: the 3 players' are the
+    # derived rules' input, which write 4 more (3 histogram buckets and the player count)
     assert " ".join(result.output.split()).startswith(
-        "processed 13 stream records in 3 invocations (4 self-writes skipped): 18 deltas -> 4 "
-        "aggregate updates"
+        "processed 17 stream records in 4 invocations (5 self-writes skipped, 3 source "
+        "aggregates read by derived rules): 24 deltas -> 8 aggregate updates"
     )
     # a second run resumes from the stored positions: nothing new is counted
     result = cli.invoke(main, ["run", *common, *defs])
@@ -154,4 +155,6 @@ def test_shipped_cloud_adventure_rules_load():
     assert [r.name for r in load_rules(ROOT / "definitions" / "cloud_adventure.yaml")] == [
         "total_paths_found",
         "paths_per_player",
+        "players_by_paths_found",
+        "total_players",
     ]
