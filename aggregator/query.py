@@ -258,25 +258,29 @@ class AggregateStore:
             For an unknown rule or a failed request.
         """
         self._rule(rule)
+        condition = "begins_with(#sk, :prefix)"
+        for page in self._pages(condition, {":prefix": {"S": f"{rule}#"}}):
+            for item in page:
+                yield self._aggregate(item, rule)
+
+    def _pages(self, sort_key_condition: str, values: dict[str, Any]) -> Iterator[list[Any]]:
+        """Pages (1 MB each) of a strongly consistent ``Query`` on the aggregates partition
+        with ``sort_key_condition`` over ``#sk``; raw DynamoDB-JSON items."""
         start: dict[str, Any] | None = None
         while True:
             kwargs: dict[str, Any] = {
-                "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
+                "KeyConditionExpression": f"#pk = :pk AND {sort_key_condition}",
                 "ExpressionAttributeNames": {
                     "#pk": self.layout.partition_key,
                     "#sk": self.layout.sort_key,
                 },
-                "ExpressionAttributeValues": {
-                    ":pk": {"S": self.layout.aggregates_pk},
-                    ":prefix": {"S": f"{rule}#"},
-                },
+                "ExpressionAttributeValues": {":pk": {"S": self.layout.aggregates_pk}, **values},
                 "ConsistentRead": True,
             }
             if start:
                 kwargs["ExclusiveStartKey"] = start
             response = self._call("query", **kwargs)
-            for item in response.get("Items", []):
-                yield self._aggregate(item, rule)
+            yield response.get("Items", [])
             start = response.get("LastEvaluatedKey")
             if not start:
                 return
@@ -441,32 +445,13 @@ class AggregateStore:
 
         items: list[dict[str, Any]] = []
         requests = units = 0
-        start: dict[str, Any] | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :low AND :high",
-                "ExpressionAttributeNames": {
-                    "#pk": self.layout.partition_key,
-                    "#sk": self.layout.sort_key,
-                },
-                "ExpressionAttributeValues": {
-                    ":pk": {"S": self.layout.aggregates_pk},
-                    ":low": {"S": low},
-                    ":high": {"S": high},
-                },
-                "ConsistentRead": True,
-            }
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            response = self._call("query", **kwargs)
+        values = {":low": {"S": low}, ":high": {"S": high}}
+        for page in self._pages("#sk BETWEEN :low AND :high", values):
             requests += 1
-            page = response.get("Items", [])
             size = sum(
                 item_size({k: _DESERIALIZER.deserialize(v) for k, v in item.items()})
                 for item in page
             )
             units += max(1, math.ceil(size / 4096))
             items.extend(page)
-            start = response.get("LastEvaluatedKey")
-            if not start:
-                return items, requests, units
+        return items, requests, units

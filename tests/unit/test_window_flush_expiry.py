@@ -7,23 +7,9 @@ from decimal import Decimal
 
 from aggregator.engine import Engine
 from aggregator.processor import StreamProcessor
-from aggregator.rules import RuleSet, rule
 from aggregator.writer import WriteResult, WriteStats
 from tests.factories import stream_record
-
-RULES = RuleSet.of(
-    rule(
-        "events",
-        key="{p}",
-        window={
-            "time": "ts",
-            "unit": "epoch_seconds",
-            "granularities": ["hour", "minute"],
-            "retention": 120,
-        },
-    )
-)
-T = 1_357_016_400  # 2013-01-01T05:00:00Z
+from tests.unit.test_limits import WINDOWED, T
 
 
 class RecordingWriter:
@@ -46,7 +32,9 @@ class RecordingWriter:
 def test_flush_drops_buckets_that_expired_while_waiting_in_the_state():
     clock = {"now": T + 30}
     writer = RecordingWriter()
-    processor = StreamProcessor(Engine(RULES), writer, flush="window", clock=lambda: clock["now"])
+    processor = StreamProcessor(
+        Engine(WINDOWED), writer, flush="window", clock=lambda: clock["now"]
+    )
     record = stream_record("INSERT", new={"pk": "e1", "sk": "E", "p": "a", "ts": T + 5})
     event = {"Records": [record], "shardId": "s-1", "window": {"start": "a", "end": "b"}}
     first = processor.process_event(event)
