@@ -398,8 +398,7 @@ class Engine:
     ) -> list[RecordDelta]:
         kept = []
         for d in deltas:
-            bucket = d.ref.bucket
-            if bucket is not None and bucket.expires is not None and bucket.expires <= now:
+            if d.ref.bucket is not None and d.ref.bucket.expired(now):
                 batch.expired += 1
                 batch.expired_retractions += d.amount < 0
                 continue

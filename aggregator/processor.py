@@ -285,8 +285,7 @@ class StreamProcessor:
             # a bucket may have passed its retention while its deltas waited in the state
             now = self.clock()
             for sk, d in list(pending.deltas.items()):
-                bucket = d.ref.bucket
-                if bucket is not None and bucket.expires is not None and bucket.expires <= now:
+                if d.ref.bucket is not None and d.ref.bucket.expired(now):
                     del pending.deltas[sk]
                     outcome.expired += len(d.parts)
                     outcome.expired_retractions += sum(1 for _, a in d.parts if a < 0)

@@ -407,37 +407,31 @@ class AggregateStore:
                 raise QueryError(f"end ({end}) is before start ({start})")
             lo, hi = finest.ceil(start), finest.ceil(end)  # type: ignore[arg-type]
         prefix = self.sort_key(rule, key)
-        result = WindowResult(rule, self._display(rule, key), lo, hi)
+        template = self._rule(rule).key
+        display = (
+            template.template if template.is_literal else unescape_key_part(prefix[len(rule) + 1 :])
+        )
+        result = WindowResult(rule, display, lo, hi)
         result.parts = plan_range(spec.granularities, lo, hi)
         total = Decimal(0)
         for part in result.parts:
-            g = part.granularity
-            if (
-                spec.retention is not None
-                and part.first_bucket + g.seconds + spec.retention <= clock
-            ):
+            first = spec.bucket(part.granularity, part.first_bucket)
+            last = spec.bucket(part.granularity, part.last_bucket)
+            # coarser buckets outlive the finer ones inside them: the first is the oldest
+            if first.expired(clock):
                 result.complete = False
             items, requests, units = self._range(
-                f"{prefix}#{g.label}#{bucket_text(part.first_bucket)}",
-                f"{prefix}#{g.label}#{bucket_text(part.last_bucket)}",
+                f"{prefix}#{first.suffix()}", f"{prefix}#{last.suffix()}"
             )
             result.requests += requests
             result.read_units += units
             result.items_read += len(items)
             for item in items:
-                ttl = item.get(self.layout.ttl_attribute, {}).get("N")
-                if ttl is not None and Decimal(ttl) <= Decimal(str(clock)):
-                    continue
-                total = add(total, Decimal(item.get(self.layout.value_attribute, {}).get("N", "0")))
+                a = self._aggregate(item, rule)
+                if a.expires is None or a.expires > clock:
+                    total = add(total, a.value)
         result.value = total
         return result
-
-    def _display(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any]) -> str:
-        template = self._rule(rule).key
-        sk = self.sort_key(rule, key)
-        if template.is_literal:
-            return template.template
-        return unescape_key_part(sk[len(rule) + 1 :])
 
     def _range(self, low: str, high: str) -> tuple[list[dict[str, Any]], int, int]:
         """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``."""

@@ -293,11 +293,7 @@ class DeltaSpec(BaseModel):
 # ---------------------------------------------------------------------------------------------
 
 
-def _parse_granularity(value: Any) -> Granularity:
-    return Granularity.parse(value)
-
-
-GranularityField = Annotated[Granularity, BeforeValidator(_parse_granularity)]
+GranularityField = Annotated[Granularity, BeforeValidator(Granularity.parse)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +321,11 @@ class Bucket:
     def suffix(self) -> str:
         """The sort-key suffix after the key: ``"<granularity>#<bucket start text>"``."""
         return f"{self.granularity}#{self.text}"
+
+    def expired(self, now: float) -> bool:
+        """Whether the bucket is past its retention at ``now`` (epoch seconds): its TTL is at or
+        before ``now``, so DynamoDB may delete it at any moment."""
+        return self.expires is not None and self.expires <= now
 
 
 class Window(BaseModel):
@@ -411,6 +412,12 @@ class Window(BaseModel):
         known = ", ".join(g.label for g in self.granularities)
         raise ValueError(f"no granularity {label!r}; this rule has {known}")
 
+    def bucket(self, granularity: Granularity, start: int) -> Bucket:
+        """The bucket of ``granularity`` starting at ``start`` (epoch seconds, aligned), with
+        its TTL."""
+        expires = None if self.retention is None else start + granularity.seconds + self.retention
+        return Bucket(granularity.label, start, bucket_text(start), expires)
+
     def buckets(self, image: Mapping[str, Any]) -> list[Bucket]:
         """One bucket per granularity for an image's event time.
 
@@ -426,12 +433,7 @@ class Window(BaseModel):
             seconds = event_time_seconds(value, self.unit)
         except EvaluationError as exc:
             raise EvaluationError(f"time attribute {self.time!r}: {exc}") from None
-        out = []
-        for g in self.granularities:
-            start = g.start(seconds)
-            expires = None if self.retention is None else start + g.seconds + self.retention
-            out.append(Bucket(g.label, start, bucket_text(start), expires))
-        return out
+        return [self.bucket(g, g.start(seconds)) for g in self.granularities]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -625,12 +627,12 @@ class RuleSet(BaseModel):
     @property
     def base_rules(self) -> tuple[Rule, ...]:
         """Rules over the user's items (not derived)."""
-        return tuple(r for r in self.rules if r.source is None)
+        return tuple(r for r in self.rules if not r.is_derived)
 
     @property
     def derived_rules(self) -> tuple[Rule, ...]:
         """Rules whose input is another rule's aggregates."""
-        return tuple(r for r in self.rules if r.source is not None)
+        return tuple(r for r in self.rules if r.is_derived)
 
     def derived_from(self, source: str) -> tuple[Rule, ...]:
         """The derived rules reading ``source``'s aggregates."""

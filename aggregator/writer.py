@@ -364,8 +364,7 @@ class _BaseWriter:
         now = self._clock()
         todo = []
         for delta in self._select(batch, result.stats):
-            bucket = delta.ref.bucket
-            if bucket is not None and bucket.expires is not None and bucket.expires <= now:
+            if delta.ref.bucket is not None and delta.ref.bucket.expired(now):
                 result.stats.expired_skipped += 1
                 continue
             todo.append(delta)
