@@ -234,9 +234,14 @@ class Engine:
     def is_self_write(self, record: StreamRecord) -> bool:
         """True if the record is of an item under a reserved partition key, except aggregate
         items that a derived rule reads."""
+        return self._classify(record)[0]
+
+    def _classify(self, record: StreamRecord) -> tuple[bool, str | None]:
+        """``(self-write, source rule)`` of a record, reading its keys once."""
         if record.key_string(self.layout.partition_key) not in self._reserved:
-            return False
-        return self.source_of(record) is None
+            return False, None
+        source = self.source_of(record)
+        return source is None, source
 
     def _aggregate_image(self, image: Image | None) -> Image | None:
         # A source aggregate at zero counts as absent: whether a zero item exists depends on the
@@ -293,11 +298,12 @@ class Engine:
             return f"unknown eventName {record.event_name!r}"
         return None
 
-    def _evaluate(self, record: StreamRecord) -> tuple[list[RecordDelta], list[RecordFailure]]:
+    def _evaluate(
+        self, record: StreamRecord, source: str | None
+    ) -> tuple[list[RecordDelta], list[RecordFailure]]:
         deltas: list[RecordDelta] = []
         failures: list[RecordFailure] = []
         missing = self._missing_image(record)
-        source = self.source_of(record)
         rules = self._base if source is None else self._derived[source]
         for rule in rules:
             try:
@@ -320,9 +326,10 @@ class Engine:
 
     def record_deltas(self, record: StreamRecord) -> tuple[list[RecordDelta], list[RecordFailure]]:
         """Per-rule deltas of one record (zero deltas dropped) and the rules that failed on it."""
-        if self.is_self_write(record):
+        self_write, source = self._classify(record)
+        if self_write:
             return [], []
-        return self._evaluate(record)
+        return self._evaluate(record, source)
 
     def process(self, records: Iterable[StreamRecord], *, now: float | None = None) -> BatchDeltas:
         """Evaluate and coalesce one batch (records of one shard, in stream order).
@@ -355,12 +362,13 @@ class Engine:
                 batch.last_sequence_number
             ):
                 batch.last_sequence_number = record.sequence_number
-            if self.is_self_write(record):
+            self_write, source = self._classify(record)
+            if self_write:
                 batch.self_writes += 1
                 continue
-            if self.source_of(record) is not None:
+            if source is not None:
                 batch.derived_inputs += 1
-            deltas, failures = self._evaluate(record)
+            deltas, failures = self._evaluate(record, source)
             batch.failures.extend(failures)
             deltas = self._drop_expired(batch, deltas, clock)
             by_rule: dict[str, list[RecordDelta]] = {}
