@@ -144,9 +144,9 @@ def check_template(
     if not events:
         return [f"{path}: no DynamoDB stream event found"]
     problems = []
-    key = _compact
+    wanted = sorted(map(_compact, expected))
     for where, patterns in events.items():
-        if sorted(map(key, patterns)) != sorted(map(key, expected)):
+        if sorted(map(_compact, patterns)) != wanted:
             problems.append(
                 f"{path}: {where}: FilterCriteria differ from the rules'; expected\n"
                 + json.dumps(filter_criteria(rules, layout), indent=2)

@@ -51,7 +51,8 @@ WIDE_RULES = RuleSet.of(
 _DESER = TypeDeserializer()
 
 
-def _utc_text(epoch_seconds: int) -> str:
+def utc_text(epoch_seconds: int) -> str:
+    """Fixed-width UTC text of an instant, computed here with the standard library."""
     return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -130,7 +131,7 @@ def expected_from_items(
             for g in r.window.granularities:
                 size = sizes[g.label]
                 start = int(item[r.window.time]) // size * size
-                totals[r.name][f"{key}@{g.label}@{_utc_text(start)}"] += amount
+                totals[r.name][f"{key}@{g.label}@{utc_text(start)}"] += amount
     done = {r.name for r in rules.base_rules}
     while len(done) < len(rules):
         for r in rules.derived_rules:

@@ -26,7 +26,7 @@ from aggregator.cli import main
 from aggregator.query import AggregateStore
 from aggregator.rules import load_rules
 from tests.factories import ddb_json
-from tests.integration.harness import delete, pipeline, put
+from tests.integration.harness import delete, pipeline, put, utc_text
 
 pytestmark = pytest.mark.integration
 
@@ -191,11 +191,11 @@ def test_hour_and_minute_buckets_carry_the_retention_as_ttl(simulation):
     minute_start = e.seconds // 60 * 60
     hour_start = e.seconds // 3600 * 3600
     by_bucket = {(a.granularity, a.bucket): a for a in items}
-    minute = by_bucket[("minute", _text(minute_start))]
-    hour = by_bucket[("hour", _text(hour_start))]
+    minute = by_bucket[("minute", utc_text(minute_start))]
+    hour = by_bucket[("hour", utc_text(hour_start))]
     assert minute.expires == minute_start + 60 + 90000
     assert hour.expires == hour_start + 3600 + 90000
-    assert hour.sort_key == f"{RULE}#{e.provider}#hour#{_text(hour_start)}"
+    assert hour.sort_key == f"{RULE}#{e.provider}#hour#{utc_text(hour_start)}"
     # per provider, the hour buckets add up to all of its events, and so do the minute buckets
     for provider in PROVIDERS:
         mine = [a for a in store.list(RULE) if a.key == provider]
@@ -218,7 +218,7 @@ def test_retractions_to_expired_buckets_are_skipped_and_never_recreate_them(simu
         ),
     )
     recent = events[-1]
-    minute_key = f"{RULE}#{first.provider}#minute#{_text(first.seconds // 60 * 60)}"
+    minute_key = f"{RULE}#{first.provider}#minute#{utc_text(first.seconds // 60 * 60)}"
     before = {a.sort_key: a.value for a in store.list(RULE)}
     # TTL has deleted the first event's minute bucket (DynamoDB Local has no TTL: do it here)
     ddb.delete_item(TableName=name, Key=ddb_json({"pk": "AGGREGATES", "sk": minute_key}))
@@ -229,8 +229,8 @@ def test_retractions_to_expired_buckets_are_skipped_and_never_recreate_them(simu
     after = {a.sort_key: a.value for a in store.list(RULE)}
     assert minute_key not in after  # not recreated with -1 and a fresh TTL
     recent_keys = {
-        f"{RULE}#{recent.provider}#minute#{_text(recent.seconds // 60 * 60)}",
-        f"{RULE}#{recent.provider}#hour#{_text(recent.seconds // 3600 * 3600)}",
+        f"{RULE}#{recent.provider}#minute#{utc_text(recent.seconds // 60 * 60)}",
+        f"{RULE}#{recent.provider}#hour#{utc_text(recent.seconds // 3600 * 3600)}",
     }
     changed = {k for k in after if after[k] != before.get(k)}
     assert changed == recent_keys
@@ -267,11 +267,5 @@ def test_window_command_prints_the_count_and_its_cost(simulation, dynamodb_local
     assert result.exit_code == 0, result.output
     expected = brute_force(events, provider, end - DAY, end)
     assert f"{expected:,}" in result.output
-    assert f"[{_text(end - DAY)}, {_text(end)})" in result.output
+    assert f"[{utc_text(end - DAY)}, {utc_text(end)})" in result.output
     assert "Query request(s)" in result.output
-
-
-def _text(epoch: int) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
