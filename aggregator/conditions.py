@@ -40,7 +40,10 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from .text import quote
+
 __all__ = [
+    "MAX_MATCH_DEPTH",
     "MISSING",
     "All",
     "Any_",
@@ -70,13 +73,38 @@ MISSING: Any = _Missing()
 """Sentinel returned by an image lookup for an absent attribute."""
 
 
-class ConditionSyntaxError(ValueError):
-    """An invalid ``match`` mapping; ``path`` locates the offending part (e.g. ``a.numeric``)."""
+MatchPath = tuple[str | int, ...]
+"""Where in a ``match`` mapping: attribute names, operators and list indexes, outermost first."""
 
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
+
+class ConditionSyntaxError(ValueError):
+    """An invalid ``match`` mapping.
+
+    Attributes
+    ----------
+    parts
+        The offending part's :data:`MatchPath`, e.g. ``("a.b", "numeric", 0)``: exact even when
+        attribute names contain dots or brackets.
+    path
+        The same as text, e.g. ``a.b.numeric[0]``.
+    message
+        What is wrong, one line.
+    """
+
+    def __init__(self, path: str | MatchPath, message: str) -> None:
+        self.parts: MatchPath = (
+            tuple(path) if isinstance(path, tuple) else ((path,) if path else ())
+        )
+        self.path = _path_text(self.parts)
         self.message = message
-        super().__init__(f"{path}: {message}" if path else message)
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+def _path_text(parts: MatchPath) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 # DynamoDB Developer Guide, "Supported data types and naming rules", Number: up to 38 significant
@@ -274,14 +302,17 @@ class Not(Condition):
 _COMBINATORS = ("and", "or", "not")
 _OPERATORS = ("equals", "in", "anything-but", "prefix", "exists", "numeric")
 
+MAX_MATCH_DEPTH = 32
+"""Deepest nesting of ``and`` / ``or`` / ``not`` in one ``match``. Real conditions nest a few
+levels; the limit keeps parsing and evaluation (both recursive) far from Python's recursion
+limit whatever a rule file holds."""
 
-def _join(path: str, part: str | int) -> str:
-    if isinstance(part, int):
-        return f"{path}[{part}]"
-    return f"{path}.{part}" if path else part
+
+def _join(path: MatchPath, part: str | int) -> MatchPath:
+    return (*path, part)
 
 
-def _scalar(value: Any, path: str) -> Any:
+def _scalar(value: Any, path: MatchPath) -> Any:
     """A literal to compare against: str, bool or Decimal (YAML ints/floats become Decimal)."""
     if isinstance(value, bool | str):
         return value
@@ -289,9 +320,9 @@ def _scalar(value: Any, path: str) -> Any:
         try:
             number = Decimal(str(value))
         except InvalidOperation:  # pragma: no cover - str() of a number always parses
-            raise ConditionSyntaxError(path, f"not a number: {value!r}") from None
+            raise ConditionSyntaxError(path, f"not a number: {quote(value)}") from None
         if not number.is_finite():
-            raise ConditionSyntaxError(path, f"numbers must be finite, got {value!r}")
+            raise ConditionSyntaxError(path, f"numbers must be finite, got {quote(value)}")
         problem = dynamodb_number_problem(number)
         if problem:
             raise ConditionSyntaxError(path, problem)
@@ -301,13 +332,13 @@ def _scalar(value: Any, path: str) -> Any:
     )
 
 
-def _scalars(value: Any, path: str, op: str) -> tuple[Any, ...]:
+def _scalars(value: Any, path: MatchPath, op: str) -> tuple[Any, ...]:
     if not isinstance(value, list) or not value:
         raise ConditionSyntaxError(path, f"'{op}' needs a non-empty list of values")
     return tuple(_scalar(v, _join(path, i)) for i, v in enumerate(value))
 
 
-def _numeric(attribute: str, value: Any, path: str) -> Numeric:
+def _numeric(attribute: str, value: Any, path: MatchPath) -> Numeric:
     if not isinstance(value, list) or not value or len(value) % 2:
         raise ConditionSyntaxError(
             path, "'numeric' needs pairs of operator and number, e.g. ['>', 0, '<=', 10]"
@@ -317,16 +348,16 @@ def _numeric(attribute: str, value: Any, path: str) -> Numeric:
         op, bound = value[i], value[i + 1]
         if op not in _COMPARATORS:
             raise ConditionSyntaxError(
-                _join(path, i), f"unknown comparison {op!r}; use one of = < <= > >="
+                _join(path, i), f"unknown comparison {quote(op)}; use one of = < <= > >="
             )
         number = _scalar(bound, _join(path, i + 1))
         if not isinstance(number, Decimal):
-            raise ConditionSyntaxError(_join(path, i + 1), f"expected a number, got {bound!r}")
+            raise ConditionSyntaxError(_join(path, i + 1), f"expected a number, got {quote(bound)}")
         bounds.append((op, number))
     return Numeric(attribute, tuple(bounds))
 
 
-def _attribute_test(attribute: str, spec: Any, path: str) -> Condition:
+def _attribute_test(attribute: str, spec: Any, path: MatchPath) -> Condition:
     if isinstance(spec, list):
         return OneOf(attribute, _scalars(spec, path, "in"))
     if not isinstance(spec, Mapping):
@@ -355,7 +386,7 @@ def _attribute_test(attribute: str, spec: Any, path: str) -> Condition:
             tests.append(_numeric(attribute, value, op_path))
         else:
             raise ConditionSyntaxError(
-                op_path, f"unknown operator {op!r}; use one of {', '.join(_OPERATORS)}"
+                op_path, f"unknown operator {quote(op)}; use one of {', '.join(_OPERATORS)}"
             )
     return tests[0] if len(tests) == 1 else All(tuple(tests))
 
@@ -379,7 +410,9 @@ def parse_match(spec: Any, path: str = "") -> Condition:
     Raises
     ------
     ConditionSyntaxError
-        With ``.path`` naming the offending part, e.g. ``dep_delay.numeric[0]``.
+        With ``.path`` naming the offending part, e.g. ``dep_delay.numeric[0]``; also when
+        ``and`` / ``or`` / ``not`` nest more than :data:`MAX_MATCH_DEPTH` levels deep (the path
+        then names the combinator one level too deep).
 
     Examples
     --------
@@ -389,6 +422,11 @@ def parse_match(spec: Any, path: str = "") -> Condition:
     >>> parse_match({"d": {"numeric": [">", 0]}}).matches({"d": Decimal("-3")})
     False
     """
+    return _parse_match(spec, (path,) if path else (), 0)
+
+
+def _parse_match(spec: Any, path: MatchPath, depth: int) -> Condition:
+    """:func:`parse_match` at ``depth`` combinators below the top."""
     if spec is None:
         return MatchAll()
     if not isinstance(spec, Mapping):
@@ -398,20 +436,28 @@ def parse_match(spec: Any, path: str = "") -> Condition:
     conditions: list[Condition] = []
     for name, value in spec.items():
         if not isinstance(name, str) or not name:
-            raise ConditionSyntaxError(path, f"attribute names must be strings, got {name!r}")
+            raise ConditionSyntaxError(
+                path, f"attribute names must be non-empty strings, got {quote(name)}"
+            )
         sub = _join(path, name)
         if name.startswith("\\"):
             attribute = name[1:]
             if not attribute:
                 raise ConditionSyntaxError(sub, "a backslash must be followed by an attribute name")
             conditions.append(_attribute_test(attribute, value, sub))
+        elif name in _COMBINATORS and depth >= MAX_MATCH_DEPTH:
+            raise ConditionSyntaxError(
+                sub,
+                f"'and', 'or' and 'not' nest more than {MAX_MATCH_DEPTH} levels deep; "
+                "write the condition flatter",
+            )
         elif name in ("and", "or"):
             if not isinstance(value, list) or not value:
                 raise ConditionSyntaxError(sub, f"'{name}' needs a non-empty list of matches")
-            parts = tuple(parse_match(v, _join(sub, i)) for i, v in enumerate(value))
+            parts = tuple(_parse_match(v, _join(sub, i), depth + 1) for i, v in enumerate(value))
             conditions.append(All(parts) if name == "and" else Any_(parts))
         elif name == "not":
-            conditions.append(Not(parse_match(value, sub)))
+            conditions.append(Not(_parse_match(value, sub, depth + 1)))
         else:
             conditions.append(_attribute_test(name, value, sub))
     if not conditions:

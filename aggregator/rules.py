@@ -19,13 +19,19 @@ Rule files are read with :class:`RuleLoader`: YAML 1.2 core-schema scalars (only
 ``false`` are booleans, so ``yes``, ``on`` or ``NO`` stay strings; integers are decimal only;
 ``12:30`` and dates stay strings), every number becomes an exact ``Decimal`` built from its text,
 and a key given twice in one mapping is an error.
+
+Loading is hardened against hostile or broken files: a file over :data:`MAX_RULE_FILE_BYTES`, a
+file that is not UTF-8, control characters, a document expanding to more than
+:data:`MAX_YAML_NODES` nodes through aliases or merge keys ("billion laughs"), a recursive
+alias, or nesting deeper than :data:`MAX_YAML_DEPTH` is rejected in bounded time and memory,
+with one line per problem naming the file (and the line and column, or the rule and field).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
-import string
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, DecimalException, InvalidOperation
@@ -53,8 +59,10 @@ from .conditions import (
     dynamodb_number_problem,
     parse_match,
 )
-from .exceptions import EvaluationError, RuleError
+from .config import DEFAULT_LAYOUT, TableLayout
+from .exceptions import EvaluationError, FailureCause, RuleError
 from .numbers import CONTEXT
+from .text import MAX_QUOTED_CHARS, MAX_REASON_CHARS, quote
 from .windows import (
     EVENT_TIME_UNITS,
     EventTimeUnit,
@@ -65,6 +73,10 @@ from .windows import (
 )
 
 __all__ = [
+    "MAX_RULE_FILE_BYTES",
+    "MAX_SORT_KEY_BYTES",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
     "Bucket",
     "Contribution",
     "DeltaSpec",
@@ -73,11 +85,76 @@ __all__ = [
     "RuleLoader",
     "RuleSet",
     "Window",
+    "derived_attribute_indexes",
+    "derived_attribute_problems",
     "load_rules",
     "rule",
 ]
 
 RULE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"
+
+MAX_SORT_KEY_BYTES = 1024
+"""Longest sort key DynamoDB accepts, in UTF-8 bytes (DynamoDB Developer Guide, "Service,
+account, and table quotas": sort key length 1 to 1,024 bytes). A rule whose literal key text
+alone cannot fit is rejected when it loads; longer keys built from item values are record
+failures (dead-lettered) in the engine."""
+
+BUCKET_TEXT_BYTES = len("2013-01-01T05:00:00Z")
+"""Length of a bucket start in a windowed aggregate's sort key (fixed-width UTC text)."""
+
+MAX_RULE_FILE_BYTES = 1024 * 1024
+"""Largest rule file read (1 MiB); a larger one is rejected before parsing."""
+
+MAX_YAML_NODES = 100_000
+"""Most YAML nodes a rule file may expand to, aliases (``*a``) and merge keys (``<<: *a``)
+counted with their full expansion (a few hundred bytes of nested aliases can otherwise expand
+to billions of nodes). The shipped definitions have a few hundred."""
+
+MAX_YAML_DEPTH = 100
+"""Deepest nesting of YAML collections, through aliases too. Rule files need about 10 levels;
+a match with ``and`` nested :data:`~aggregator.conditions.MAX_MATCH_DEPTH` times needs about 70,
+so that limit (with its clearer message) is met first. Keeps the recursive composer, merge-key
+flattening and validation far from Python's recursion limit."""
+
+
+def _plain(value: Any) -> str:
+    """A number for a message: as it is (``1E+20``) when short, else a bounded quote."""
+    text = str(value)
+    return text if len(text) <= MAX_QUOTED_CHARS else quote(text)
+
+
+def _name(name: Any) -> str:
+    """A rule name for a message: valid names (at most 100 characters) are quoted whole."""
+    return quote(name, limit=100)
+
+
+def _names(names: Iterable[str], most: int = 20) -> str:
+    """Comma-separated rule names, at most ``most`` of them (then how many there are)."""
+    listed = list(names)
+    shown = ", ".join(listed[:most]) or "none"
+    return shown if len(listed) <= most else f"{shown}, … ({len(listed)} rules)"
+
+
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+"""Every character :meth:`str.splitlines` splits at."""
+
+
+def _one_line(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """``text`` on one line (each line break escaped, ``\\n``), cut at ``limit`` characters."""
+    text = _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _unencodable(text: str) -> str | None:
+    """Why UTF-8 (so DynamoDB) cannot hold ``text``: a lone surrogate, or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"holds {quote(text[exc.start])} at character {exc.start + 1}, a lone surrogate "
+            "that UTF-8 cannot encode"
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,11 +198,19 @@ def format_key_value(value: Any) -> str:
                 return format(value.normalize(CONTEXT), "f")
             except DecimalException as exc:
                 problem = f"{type(exc).__name__} in DynamoDB's 38-digit context"
-        raise EvaluationError(f"key number {value}: {problem}")
+        raise EvaluationError(f"key number {_plain(value)}: {problem}")
     kind = "null" if value is None else type(value).__name__
     raise EvaluationError(
-        f"key attribute has unsupported type {kind}; use a string, number or bool"
+        f"key attribute has unsupported type {kind}; use a string, number or bool",
+        FailureCause.WRONG_TYPE,
     )
+
+
+_KEY_TOKEN = re.compile(r"\{([^{}]*)\}|([{}])|([^{}]+)")
+"""A key's parts: a placeholder (its name), a stray brace, or literal text."""
+
+_FORMAT_SYNTAX = re.compile(r"[!:\[\].]")
+"""``str.format`` syntax a placeholder must not use: conversions, specs, indexes, attributes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,27 +229,60 @@ class KeyTemplate:
 
     @classmethod
     def parse(cls, template: str) -> KeyTemplate:
+        """Parse a key: literal text and ``{attribute}`` placeholders, nothing else.
+
+        Literal text may not contain ``{`` or ``}`` (doubled braces are no escape here), and a
+        placeholder holds a bare attribute name: not empty, no spaces around it, no format
+        syntax (``!`` ``:`` ``[`` ``]`` ``.``).
+
+        Raises
+        ------
+        ValueError
+            For anything else, with a one-line message quoting at most a prefix of the key.
+        """
         if not isinstance(template, str) or not template:
             raise ValueError("key must be a non-empty string such as '{carrier}' or 'TOTAL'")
+        shown = quote(template)
+        problem = _unencodable(template)
+        if problem:
+            raise ValueError(f"key {shown} {problem}")
         literals: list[str] = []
         placeholders: list[str] = []
-        try:
-            parsed = list(string.Formatter().parse(template))
-        except ValueError as exc:
-            raise ValueError(f"invalid key template {template!r}: {exc}") from None
         pending = ""
-        for literal, field, spec, conversion in parsed:
-            pending += literal
-            if field is None:
+        for token in _KEY_TOKEN.finditer(template):
+            field, brace, text = token.groups()
+            if text is not None:
+                pending += text
                 continue
-            if not field or spec or conversion or not re.fullmatch(r"[^{}!:\[\].]+", field):
+            if brace is not None:
+                doubled = template[token.start() : token.start() + 2] in ("{{", "}}")
+                hint = "doubled braces are no escape in keys; " if doubled else ""
                 raise ValueError(
-                    f"invalid placeholder {{{field}}} in key {template!r}: "
-                    "use a bare attribute name such as {carrier}"
+                    f"stray {brace!r} at character {token.start() + 1} of key {shown}: {hint}"
+                    "a key holds literal text and placeholders such as {carrier}, no other "
+                    "braces"
+                )
+            if not field.strip():
+                raise ValueError(
+                    f"empty placeholder {{{field}}} in key {shown}: put an attribute name "
+                    "inside, such as {carrier}"
+                )
+            if field != field.strip():
+                raise ValueError(
+                    f"placeholder {quote('{' + field + '}')} in key {shown} has spaces around "
+                    f"its attribute name; write {quote('{' + field.strip() + '}')}"
+                )
+            if _FORMAT_SYNTAX.search(field):
+                name = "{" + re.split(r"[!:]", field, maxsplit=1)[0] + "}"  # as str.format sees it
+                if len(name) > MAX_QUOTED_CHARS or not name.isprintable():
+                    name = quote(name)
+                raise ValueError(
+                    f"invalid placeholder {name} in key {shown}: use a bare attribute name such "
+                    "as {carrier}"
                 )
             if placeholders and "#" not in pending:
                 raise ValueError(
-                    f"placeholders in key {template!r} must be separated by '#' "
+                    f"placeholders in key {shown} must be separated by '#' "
                     "(e.g. '{origin}#{dest}') so that different items never share a key"
                 )
             literals.append(pending)
@@ -204,11 +322,13 @@ class KeyTemplate:
         for name in self.placeholders:
             value = image.get(name, MISSING)
             if value is MISSING:
-                raise EvaluationError(f"key attribute {name!r} is missing")
+                raise EvaluationError(
+                    f"key attribute {quote(name)} is missing", FailureCause.MISSING_ATTRIBUTE
+                )
             try:
                 texts.append(format_key_value(value))
             except EvaluationError as exc:
-                raise EvaluationError(f"key attribute {name!r}: {exc}") from None
+                raise EvaluationError(f"key attribute {quote(name)}: {exc}", exc.cause) from None
         return self._assemble(texts)
 
 
@@ -224,9 +344,9 @@ def _to_decimal(value: Any) -> Decimal:
         try:
             number = Decimal(str(value))
         except InvalidOperation:
-            raise ValueError(f"expected a number, got {value!r}") from None
+            raise ValueError(f"expected a number, got {quote(value)}") from None
         if not number.is_finite():
-            raise ValueError(f"expected a finite number, got {value!r}")
+            raise ValueError(f"expected a finite number, got {quote(value)}")
         problem = dynamodb_number_problem(number)
         if problem:
             raise ValueError(problem)
@@ -238,7 +358,8 @@ class DeltaSpec(BaseModel):
     """How much one matching item contributes: a constant or a numeric attribute.
 
     YAML: ``delta: 1`` (the default), ``delta: "2.5"``, or ``delta: {attribute: dep_delay}``.
-    The amount is always a ``Decimal``.
+    The amount is always a ``Decimal``. A constant must be a nonzero number DynamoDB can store
+    (``0``, ``"0"``, ``0.0`` and ``-0`` count nothing and are rejected).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -264,6 +385,11 @@ class DeltaSpec(BaseModel):
             raise ValueError("give either a number (delta: 1) or {attribute: NAME}, not both")
         if self.attribute is not None and not self.attribute:
             raise ValueError("attribute name must not be empty")
+        if self.constant is not None and self.constant == 0:
+            raise ValueError(
+                f"a delta of {_plain(self.constant)} counts nothing; give a nonzero number such "
+                "as 1, or {attribute: NAME}"
+            )
         return self
 
     def attributes(self) -> frozenset[str]:
@@ -281,10 +407,16 @@ class DeltaSpec(BaseModel):
             return self.constant
         value = image.get(self.attribute, MISSING)
         if value is MISSING:
-            raise EvaluationError(f"delta attribute {self.attribute!r} is missing")
+            raise EvaluationError(
+                f"delta attribute {quote(self.attribute)} is missing",
+                FailureCause.MISSING_ATTRIBUTE,
+            )
         if not isinstance(value, Decimal) or isinstance(value, bool):
             kind = "null" if value is None else type(value).__name__
-            raise EvaluationError(f"delta attribute {self.attribute!r} is {kind}, not a number")
+            raise EvaluationError(
+                f"delta attribute {quote(self.attribute)} is {kind}, not a number",
+                FailureCause.WRONG_TYPE,
+            )
         return value
 
 
@@ -359,14 +491,16 @@ class Window(BaseModel):
 
     time: str = Field(min_length=1)
     unit: EventTimeUnit
-    granularities: tuple[GranularityField, ...] = Field(min_length=1)
+    granularities: tuple[GranularityField, ...]
     retention: int | None = None
 
     @field_validator("unit", mode="before")
     @classmethod
     def _unit(cls, value: Any) -> Any:
         if value not in EVENT_TIME_UNITS:
-            raise ValueError(f"unit must be one of {', '.join(EVENT_TIME_UNITS)}, got {value!r}")
+            raise ValueError(
+                f"unit must be one of {', '.join(EVENT_TIME_UNITS)}, got {quote(value)}"
+            )
         return value
 
     @field_validator("granularities", mode="before")
@@ -377,6 +511,8 @@ class Window(BaseModel):
     @field_validator("granularities")
     @classmethod
     def _nested(cls, value: tuple[Granularity, ...]) -> tuple[Granularity, ...]:
+        if not value:  # checked here: a min_length would repeat every item's own error
+            raise ValueError("give at least one granularity, e.g. [hour, minute]")
         ordered = tuple(sorted(value, key=lambda g: g.seconds, reverse=True))
         sizes = [g.seconds for g in ordered]
         if len(set(sizes)) != len(sizes):
@@ -410,7 +546,7 @@ class Window(BaseModel):
             if g.label == label:
                 return g
         known = ", ".join(g.label for g in self.granularities)
-        raise ValueError(f"no granularity {label!r}; this rule has {known}")
+        raise ValueError(f"no granularity {quote(label)}; this rule has {known}")
 
     def bucket(self, granularity: Granularity, start: int) -> Bucket:
         """The bucket of ``granularity`` starting at ``start`` (epoch seconds, aligned), with
@@ -428,17 +564,29 @@ class Window(BaseModel):
         """
         value = image.get(self.time, MISSING)
         if value is MISSING:
-            raise EvaluationError(f"time attribute {self.time!r} is missing")
+            raise EvaluationError(
+                f"time attribute {quote(self.time)} is missing", FailureCause.MISSING_ATTRIBUTE
+            )
         try:
             seconds = event_time_seconds(value, self.unit)
         except EvaluationError as exc:
-            raise EvaluationError(f"time attribute {self.time!r}: {exc}") from None
+            raise EvaluationError(f"time attribute {quote(self.time)}: {exc}", exc.cause) from None
         return [self.bucket(g, g.start(seconds)) for g in self.granularities]
 
 
 # ---------------------------------------------------------------------------------------------
 # Rules
 # ---------------------------------------------------------------------------------------------
+
+
+class _FieldError(ValueError):
+    """A problem found by a whole-rule check that belongs to one field: ``path`` names it
+    (``key``), so messages say ``field 'key'`` rather than ``field '(rule)'``."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.parts: tuple[str | int, ...] = (path,)
+        self.message = message
+        super().__init__(message)
 
 
 def _parse_condition(value: Any) -> Condition:
@@ -508,7 +656,40 @@ class Rule(BaseModel):
                 "leaderboard cannot be combined with window: the index would rank buckets of "
                 "all times together"
             )
+        problem = self._sort_key_problem()
+        if problem:
+            raise _FieldError("key", problem)
         return self
+
+    def _sort_key_problem(self) -> str | None:
+        """Why no aggregate of this rule could have a sort key DynamoDB accepts, or ``None``.
+
+        The sort key is ``<name>#<key>`` (``<name>#<key>#<granularity>#<bucket start>`` for
+        windowed rules) and must be at most :data:`MAX_SORT_KEY_BYTES` UTF-8 bytes (DynamoDB
+        Developer Guide, "Service, account, and table quotas": sort key length 1 to 1,024
+        bytes). Literal key text goes in as it is (only substituted values are escaped), so the
+        rule name, the literal parts of the key and, for windowed rules, the suffix of the
+        longest granularity label are a lower bound: reached by a literal key, and by a
+        templated one whose values are empty.
+        """
+        prefix = len(self.name.encode("utf-8")) + 1
+        literal = sum(len(part.encode("utf-8")) for part in self.key.literals)
+        suffix = 0
+        if self.window is not None:
+            label = max((g.label for g in self.window.granularities), key=len)
+            suffix = len(f"#{label}#".encode()) + BUCKET_TEXT_BYTES
+        size = prefix + literal + suffix
+        if size <= MAX_SORT_KEY_BYTES:
+            return None
+        parts = f"'{self.name}#': {prefix}, key"
+        parts += f": {literal}" if self.key.is_literal else f" outside its placeholders: {literal}"
+        if suffix:
+            parts += f", '#{label}#YYYY-MM-DDTHH:MM:SSZ': {suffix}"
+        at_least = "" if self.key.is_literal else "at least "
+        return (
+            f"the aggregate's sort key would be {at_least}{size} bytes ({parts}), over "
+            f"DynamoDB's {MAX_SORT_KEY_BYTES}-byte limit for a sort key"
+        )
 
     @property
     def is_derived(self) -> bool:
@@ -617,8 +798,8 @@ class RuleSet(BaseModel):
         for r in self.rules:
             if r.name == name:
                 return r
-        known = ", ".join(r.name for r in self.rules)
-        raise RuleError(f"no rule named {name!r}; known rules: {known}")
+        known = _names(r.name for r in self.rules)
+        raise RuleError(f"no rule named {quote(name, limit=100)}; known rules: {known}")
 
     def attributes(self) -> frozenset[str]:
         """Every image attribute any rule reads (the engine deserializes only these)."""
@@ -667,8 +848,8 @@ def graph_problems(rules: Sequence[Rule]) -> list[tuple[int, str]]:
     problems: list[tuple[int, str]] = []
     for i, r in enumerate(rules):
         if r.source is not None and r.source not in index:
-            known = ", ".join(sorted(index)) or "none"
-            problems.append((i, f"unknown source rule {r.source!r}; known rules: {known}"))
+            known = _names(sorted(index))
+            problems.append((i, f"unknown source rule {_name(r.source)}; known rules: {known}"))
     reported: set[str] = set()
     for r in rules:
         path = [r.name]
@@ -690,12 +871,67 @@ def graph_problems(rules: Sequence[Rule]) -> list[tuple[int, str]]:
     return sorted(problems)
 
 
+def derived_attribute_indexes(
+    rules: Sequence[Rule], layout: TableLayout = DEFAULT_LAYOUT
+) -> list[tuple[int, str]]:
+    """Derived rules reading attributes their source's aggregate items never have, as
+    ``(rule index, message)``: a typo such as ``{vlaue}``, or ``bucket`` / ``granularity`` of a
+    source without a window. Rules whose source is unknown are skipped
+    (:func:`graph_problems` reports them).
+
+    An aggregate item has ``layout``'s partition key, sort key and value attribute, ``key`` and
+    ``rule``; a windowed source's also ``granularity`` and ``bucket``, and with a retention
+    ``layout.ttl_attribute``.
+    """
+    index = {r.name: i for i, r in enumerate(rules)}
+    problems: list[tuple[int, str]] = []
+    for i, r in enumerate(rules):
+        if r.source is None or r.source not in index:
+            continue
+        source = rules[index[r.source]]
+        known = {layout.partition_key, layout.sort_key, layout.value_attribute, "key", "rule"}
+        if source.window is not None:
+            known |= {"granularity", "bucket"}
+            if source.window.retention is not None:
+                known.add(layout.ttl_attribute)
+        unknown = sorted(r.attributes() - known)
+        if unknown:
+            reads = ", ".join(quote(name) for name in unknown[:10])
+            if len(unknown) > 10:
+                reads += f", … ({len(unknown)} attributes)"
+            problems.append(
+                (
+                    i,
+                    f"reads {reads}, which the aggregates of {_name(r.source)} do not have; "
+                    f"they have {', '.join(sorted(known))}",
+                )
+            )
+    return problems
+
+
+def derived_attribute_problems(
+    rules: RuleSet | Sequence[Rule], layout: TableLayout = DEFAULT_LAYOUT
+) -> list[str]:
+    """Derived rules reading attributes their source's aggregate items never have, one line
+    each: ``rule 'bad', field 'source': reads 'carrier', which the aggregates of 'src' do not
+    have; they have key, pk, rule, sk, value``.
+
+    :func:`load_rules` reports these (with the file) for rules from files; the engine checks
+    rule sets built in Python. See :func:`derived_attribute_indexes` for what aggregates have.
+    """
+    listed = tuple(rules)
+    return [
+        f"rule {_name(listed[i].name)}, field 'source': {message}"
+        for i, message in derived_attribute_indexes(listed, layout)
+    ]
+
+
 class _GraphProblems(ValueError):
     """Unknown sources or cycles among derived rules: ``(index, message)`` pairs."""
 
     def __init__(self, rules: Sequence[Rule], problems: list[tuple[int, str]]) -> None:
         self.problems = problems
-        super().__init__("; ".join(f"rule {rules[i].name!r}: {m}" for i, m in problems))
+        super().__init__("; ".join(f"rule {_name(rules[i].name)}: {m}" for i, m in problems))
 
 
 class _DuplicateNames(ValueError):
@@ -762,13 +998,31 @@ def rule(
 # ---------------------------------------------------------------------------------------------
 
 
+MAX_PROBLEMS_PER_FILE = 200
+"""Most problem lines reported for one file (then a count of the rest)."""
+
+
+def _source_name(path: Path | str) -> str:
+    """A file name for messages, on one line."""
+    return _one_line(str(path), limit=10 * MAX_REASON_CHARS)
+
+
+_PLAIN_FIELD = re.compile(r"[^\s.\[\]'\"]+|\\")
+"""A location part shown as it is; others (dots, brackets, quotes, spaces, control
+characters, long names) are quoted so that the dotted path stays unambiguous."""
+
+
 def _field_path(loc: Sequence[Any]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)
+            plain = text.isprintable() and _PLAIN_FIELD.fullmatch(text)
+            if len(text) > MAX_QUOTED_CHARS or not plain:
+                text = quote(text)  # an odd attribute name of a match, an unknown field...
+            out += ("." if out else "") + text
     return out
 
 
@@ -786,9 +1040,8 @@ def _error_locations(
     for err in exc.errors(include_url=False):
         loc = prefix + tuple(err["loc"])
         cause = (err.get("ctx") or {}).get("error")
-        if isinstance(cause, ConditionSyntaxError):
-            parts = re.findall(r"\[(\d+)\]|([^.\[\]]+)", cause.path)
-            yield loc + tuple(int(index) if index else name for index, name in parts), cause.message
+        if isinstance(cause, ConditionSyntaxError | _FieldError):
+            yield loc + cause.parts, cause.message
         elif isinstance(cause, _GraphProblems):
             for index, message in cause.problems:
                 yield (*loc, index, "source"), message
@@ -806,6 +1059,9 @@ def _format_errors(
     data: Any,
     prefix: tuple[Any, ...] = (),
 ) -> str:
+    """One line per problem: ``<source>: rule 'x', field 'f': <message>`` (``rule #n`` for a
+    rule without a usable name; ``<source>: field 'f': ...`` outside the rules). At most
+    :data:`MAX_PROBLEMS_PER_FILE` lines, then one counting the rest."""
     lines = []
     rules_data = data.get("rules") if isinstance(data, Mapping) else None
     for loc, msg in _error_locations(exc, source, prefix):
@@ -816,12 +1072,15 @@ def _format_errors(
                 raw = rules_data[index]
                 if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
                     name = raw["name"]
-            who = f"rule {name!r}" if name else f"rule #{index + 1}"
+            who = f"rule {_name(name)}" if name else f"rule #{index + 1}"
             field = _field_path(loc[2:]) or "(rule)"
-            lines.append(f"{source}: {who}, field '{field}': {msg}")
+            lines.append(_one_line(f"{source}: {who}, field '{field}': {msg}"))
         else:
             field = _field_path(loc) or "(top level)"
-            lines.append(f"{source}: field '{field}': {msg}")
+            lines.append(_one_line(f"{source}: field '{field}': {msg}"))
+    if len(lines) > MAX_PROBLEMS_PER_FILE:
+        rest = len(lines) - MAX_PROBLEMS_PER_FILE
+        lines[MAX_PROBLEMS_PER_FILE:] = [f"{source}: … and {rest} more problem(s)"]
     return "\n".join(lines)
 
 
@@ -831,6 +1090,23 @@ def _format_errors(
 
 _YAML_TAG = "tag:yaml.org,2002:"
 
+_INT_PATTERN = r"^[-+]?[0-9]+$"
+_FLOAT_PATTERN = (
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_NUMBER = re.compile(f"{_INT_PATTERN}|{_FLOAT_PATTERN}")
+
+
+class RuleFileLimitError(yaml.MarkedYAMLError):
+    """A rule file's YAML is well-formed but unacceptable: it expands past
+    :data:`MAX_YAML_NODES`, nests past :data:`MAX_YAML_DEPTH`, refers to itself through an
+    alias, or holds a string UTF-8 cannot encode. ``problem`` says which, ``problem_mark``
+    where."""
+
+    def __init__(self, problem: str, mark: yaml.Mark | None) -> None:
+        super().__init__(None, None, problem, mark)
+
 
 class RuleLoader(yaml.SafeLoader):
     """A safe YAML loader with YAML 1.2 core-schema scalars, exact numbers and unique keys.
@@ -838,12 +1114,21 @@ class RuleLoader(yaml.SafeLoader):
     Plain scalars resolve as in the YAML 1.2 core schema, not PyYAML's YAML 1.1 rules: booleans
     are only ``true``/``True``/``TRUE``/``false``/``False``/``FALSE`` (``yes``, ``on``, ``NO``
     stay strings); integers are decimal digits only (``0123`` is 123, never octal; ``0x1F`` and
-    ``1_000`` stay strings); ``12:30`` and ``2024-01-01`` stay strings. Merge keys (``<<``) work.
+    ``1_000`` stay strings); ``12:30`` and ``2024-01-01`` stay strings. Anchors, aliases and
+    merge keys (``<<: *base``, ``<<: [*a, *b]``) work.
 
     Integers and floats become ``Decimal`` built from the scalar text, so
     ``1.2345678901234567890123`` stays exact; ``.inf`` and ``.nan`` become infinite and NaN
-    ``Decimal`` values, which rule validation rejects. A key that appears twice in one mapping
-    raises :class:`yaml.constructor.ConstructorError` marked at the second occurrence.
+    ``Decimal`` values, which rule validation rejects; an explicit ``!!int`` / ``!!float`` must
+    be written like a core-schema number. A key that appears twice in one mapping raises
+    :class:`yaml.constructor.ConstructorError` marked at the second occurrence.
+
+    Before anything is constructed (and before the duplicate-key check), the composed document
+    is measured: :class:`RuleFileLimitError` when it expands to more than
+    :data:`MAX_YAML_NODES` nodes through aliases and merge keys, nests deeper than
+    :data:`MAX_YAML_DEPTH` (also through aliases), contains itself through an alias, or holds a
+    lone surrogate (``"\\ud800"``). Composition itself stops at the same limits, so a file of
+    10,000 nested ``[`` never reaches Python's recursion limit.
 
     Examples
     --------
@@ -854,9 +1139,85 @@ class RuleLoader(yaml.SafeLoader):
     # Replaces SafeLoader's YAML 1.1 table; filled below with the YAML 1.2 core schema.
     yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
 
+    _composing_depth = 0
+    _composed_nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        # PyYAML composes recursively (three frames per level): stop well before the
+        # recursion limit, and stop a huge flat document before it is all in memory.
+        depth = self._composing_depth + 1
+        self._composed_nodes += 1
+        if depth > MAX_YAML_DEPTH:
+            raise RuleFileLimitError(_too_deep(), self.peek_event().start_mark)
+        if self._composed_nodes > MAX_YAML_NODES:
+            raise RuleFileLimitError(_too_many(aliases=False), self.peek_event().start_mark)
+        self._composing_depth = depth
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._composing_depth = depth - 1
+
     def construct_document(self, node: yaml.Node) -> Any:
+        self._check_expansion(node)
         self._check_unique_keys(node)
         return super().construct_document(node)
+
+    @staticmethod
+    def _check_expansion(root: yaml.Node) -> None:
+        """Measure the document as construction would expand it, in time linear in its
+        distinct nodes (iterative, memoized by node identity).
+
+        Raises
+        ------
+        RuleFileLimitError
+            Over :data:`MAX_YAML_NODES` nodes or :data:`MAX_YAML_DEPTH` levels once aliases
+            and merge keys are expanded, a node containing itself, or a lone surrogate.
+        """
+        size: dict[int, int] = {}  # node id -> expanded node count, once finished
+        height: dict[int, int] = {}  # node id -> expanded nesting depth, once finished
+        open_nodes: set[int] = set()  # expanded, not finished: the current path
+        shared = False
+        stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+        while stack:
+            node, finished = stack.pop()
+            key = id(node)
+            children: list[yaml.Node] = []
+            if isinstance(node, yaml.SequenceNode):
+                children = node.value
+            elif isinstance(node, yaml.MappingNode):
+                children = [part for pair in node.value for part in pair]
+            if finished:
+                open_nodes.discard(key)
+                total = 1 + sum(size[id(child)] for child in children)
+                levels = 1 + max((height[id(child)] for child in children), default=0)
+                if total > MAX_YAML_NODES:
+                    raise RuleFileLimitError(_too_many(aliases=shared), node.start_mark)
+                if levels > MAX_YAML_DEPTH:
+                    raise RuleFileLimitError(_too_deep(), node.start_mark)
+                size[key], height[key] = total, levels
+                continue
+            if key in size:
+                shared = True
+                continue
+            if key in open_nodes:
+                raise RuleFileLimitError(
+                    "a collection contains itself through an alias (a recursive structure); "
+                    "rule files must be trees",
+                    node.start_mark,
+                )
+            if isinstance(node, yaml.ScalarNode):
+                problem = _unencodable(node.value) if isinstance(node.value, str) else None
+                if problem:
+                    raise RuleFileLimitError(f"the text {problem}", node.start_mark)
+                size[key], height[key] = 1, 1
+                continue
+            open_nodes.add(key)
+            stack.append((node, True))
+            for child in children:
+                if id(child) in size:
+                    shared = True
+                else:
+                    stack.append((child, False))
 
     def _check_unique_keys(self, root: yaml.Node) -> None:
         # Before construction: merging (<<) rewrites mapping nodes in place.
@@ -883,7 +1244,7 @@ class RuleLoader(yaml.SafeLoader):
                         raise yaml.constructor.ConstructorError(
                             None,
                             None,
-                            f"duplicate key {key_node.value!r} "
+                            f"duplicate key {quote(key_node.value)} "
                             f"(also on line {first.start_mark.line + 1})",
                             key_node.start_mark,
                         )
@@ -891,23 +1252,39 @@ class RuleLoader(yaml.SafeLoader):
     def construct_number(self, node: yaml.ScalarNode) -> Decimal:
         text = str(self.construct_scalar(node))
         special = {".inf": "Infinity", "+.inf": "Infinity", "-.inf": "-Infinity", ".nan": "NaN"}
-        try:
-            return Decimal(special.get(text.lower(), text))
-        except InvalidOperation:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{text!r} is not a decimal number", node.start_mark
-            ) from None
+        if _NUMBER.match(text):
+            try:
+                return Decimal(special.get(text.lower(), text))
+            except InvalidOperation:  # pragma: no cover - the pattern admits decimals only
+                pass
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{quote(text)} is not a decimal number", node.start_mark
+        )
+
+
+def _too_many(*, aliases: bool) -> str:
+    if aliases:
+        return (
+            f"the document expands to more than {MAX_YAML_NODES} YAML nodes through aliases "
+            "('&a'/'*a') or merge keys ('<<'); write the rules out instead"
+        )
+    return (
+        f"the document has more than {MAX_YAML_NODES} YAML nodes; split the rules into "
+        "several files"
+    )
+
+
+def _too_deep() -> str:
+    return (
+        f"the document nests more than {MAX_YAML_DEPTH} levels deep (aliases included); "
+        "rule files need far fewer"
+    )
 
 
 for _tag, _pattern, _first in (
     ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
-    ("int", r"^[-+]?[0-9]+$", "-+0123456789"),
-    (
-        "float",
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
-        "-+.0123456789",
-    ),
+    ("int", _INT_PATTERN, "-+0123456789"),
+    ("float", _FLOAT_PATTERN, "-+.0123456789"),
     ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     ("merge", r"^(?:<<)$", "<"),
 ):
@@ -916,19 +1293,101 @@ for _tag in ("int", "float"):
     RuleLoader.add_constructor(_YAML_TAG + _tag, RuleLoader.construct_number)
 
 
-def _load_file(path: Path) -> list[Rule]:
-    source = str(path)
+def _position(text: str | bytes, offset: int) -> tuple[int, int]:
+    """1-based ``(line, column)`` of ``offset`` in ``text`` (columns in characters)."""
+    newline = "\n" if isinstance(text, str) else b"\n"
+    line_start = text.rfind(newline, 0, offset) + 1  # type: ignore[arg-type]
+    before = text[line_start:offset]
+    if isinstance(before, bytes):
+        before = before.decode("utf-8", errors="replace")
+    return text.count(newline, 0, offset) + 1, len(before) + 1  # type: ignore[arg-type]
+
+
+def _read_rule_file(path: Path, source: str) -> str:
+    """The text of a rule file: at most :data:`MAX_RULE_FILE_BYTES`, strictly UTF-8 (a
+    leading byte order mark is allowed).
+
+    Raises
+    ------
+    RuleError
+        When it cannot be read, is too large, or is not UTF-8 (naming line, column, byte
+        offset and the bad byte).
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            raw = file.read(MAX_RULE_FILE_BYTES + 1)
+            if len(raw) > MAX_RULE_FILE_BYTES:
+                size = os.fstat(file.fileno()).st_size
+                shown = f"{size} bytes" if size > MAX_RULE_FILE_BYTES else "larger"
+                raise RuleError(
+                    f"{source}: the file is {shown}, over the {MAX_RULE_FILE_BYTES}-byte (1 MiB) "
+                    "limit for a rule file; split the rules into several files"
+                )
     except OSError as exc:
-        raise RuleError(f"{source}: cannot read rule file: {exc.strerror or exc}") from None
+        raise RuleError(
+            f"{source}: cannot read rule file: {_one_line(exc.strerror or str(exc))}"
+        ) from None
     try:
-        data = yaml.load(text, Loader=RuleLoader)  # a SafeLoader subclass
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, column = _position(raw, exc.start)
+        hint = ""
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            hint = " (it starts with a UTF-16 byte order mark)"
+        raise RuleError(
+            f"{source}: line {line}, column {column} (byte {exc.start}): byte "
+            f"0x{raw[exc.start]:02x} is not valid UTF-8 ({exc.reason}); rule files must be "
+            f"UTF-8{hint}"
+        ) from None
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    """The YAML document of a rule file, through :class:`RuleLoader`.
+
+    Raises
+    ------
+    RuleError
+        One line with line and column: syntax errors, control characters, the loader's limits;
+        never a ``RecursionError``.
+    """
+    try:
+        return yaml.load(text, Loader=RuleLoader)  # a SafeLoader subclass
+    except yaml.reader.ReaderError as exc:
+        line, column = _position(text, exc.position)
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        escape = f"\\x{char:02x}" if char < 0x100 else f"\\u{char:04x}"
+        raise RuleError(
+            f"{source}: line {line}, column {column}: invalid YAML: character "
+            f"{chr(char)!r} (U+{char:04X}) is not allowed in YAML; remove it, or write "
+            f'"{escape}" inside a double-quoted string'
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise RuleError(f"{source}: {where}invalid YAML: {problem}") from None
+        context_mark = getattr(exc, "context_mark", None)
+        if isinstance(exc, yaml.composer.ComposerError) and exc.context and context_mark:
+            # "second occurrence" / "but found another document" need their first half
+            problem = f"{exc.context} on line {context_mark.line + 1}, {problem}"
+        problem = _one_line(problem, limit=300)
+        kind = "" if isinstance(exc, RuleFileLimitError) else "invalid YAML: "
+        raise RuleError(f"{source}: {where}{kind}{problem}") from None
+    except RecursionError:  # only when called near the recursion limit: the depth limit is far
+        raise RuleError(
+            f"{source}: the document nests too deeply to read; rule files need far fewer levels"
+        ) from None
+
+
+def _load_file(path: Path) -> list[Rule]:
+    """The rules of one file (the derived-rule graph is checked by :func:`load_rules`).
+
+    Raises
+    ------
+    RuleError
+        One line per problem, each naming the file.
+    """
+    source = _source_name(path)
+    data = _parse_yaml(_read_rule_file(path, source), source)
     if data is None:
         raise RuleError(f"{source}: field 'rules': the file is empty; expected 'rules: [...]'")
     if not isinstance(data, Mapping):
@@ -936,14 +1395,23 @@ def _load_file(path: Path) -> list[Rule]:
             f"{source}: field '(top level)': expected a mapping with a 'rules' list, "
             f"got {type(data).__name__}"
         )
+    problems = []
+    if isinstance(data.get("rules"), list) and not data["rules"]:
+        problems.append(f"{source}: field 'rules': the list is empty; give at least one rule")
     try:
         ruleset = RuleSet.model_validate(data, context={"partial": True})
     except ValidationError as exc:
-        raise RuleError(_format_errors(exc, source, data)) from None
+        problems.append(_format_errors(exc, source, data))
+    except RecursionError:  # as above; validation recurses less deeply than composing
+        problems.append(f"{source}: the rules nest too deeply to validate")
+    if problems:
+        raise RuleError("\n".join(problems))
     return list(ruleset.rules)
 
 
-def load_rules(path: str | Path | Iterable[str | Path]) -> RuleSet:
+def load_rules(
+    path: str | Path | Iterable[str | Path], *, layout: TableLayout = DEFAULT_LAYOUT
+) -> RuleSet:
     """Load and validate rules from a YAML file, a directory of YAML files, or several paths.
 
     Parameters
@@ -951,18 +1419,25 @@ def load_rules(path: str | Path | Iterable[str | Path]) -> RuleSet:
     path
         A ``.yaml``/``.yml`` file; a directory (every ``*.yaml`` and ``*.yml`` in it, sorted by
         name, not recursive); or an iterable of such paths. Each file holds
-        ``{version: 1, rules: [...]}`` (``version`` optional).
+        ``{version: 1, rules: [...]}`` (``version`` optional) with at least one rule.
+    layout
+        The table layout: names the attributes of aggregate items that derived rules may read
+        (:func:`derived_attribute_indexes`).
 
     Returns
     -------
     RuleSet
+        At least one rule.
 
     Raises
     ------
     RuleError
-        With one line per problem, each naming the file, the rule and the field, e.g.
-        ``definitions/flights.yaml: rule 'by_carrier', field 'key': ...``; also when a rule
-        name appears in two files, or a directory has no rule files.
+        With one line per problem, each naming the file (and the rule and field, or the line
+        and column), e.g. ``definitions/flights.yaml: rule 'by_carrier', field 'key': ...``;
+        also when a rule name appears in two files, a derived rule's source is unknown, forms a
+        cycle or lacks an attribute the rule reads, a directory has no rule files, or the paths
+        hold no rule at all. Files are read within the limits of :class:`RuleLoader` and
+        :data:`MAX_RULE_FILE_BYTES`.
     """
     paths: list[Path] = []
     inputs = [path] if isinstance(path, str | Path) else list(path)
@@ -971,12 +1446,14 @@ def load_rules(path: str | Path | Iterable[str | Path]) -> RuleSet:
         if p.is_dir():
             found = sorted([*p.glob("*.yaml"), *p.glob("*.yml")])
             if not found:
-                raise RuleError(f"{p}: no rule files (*.yaml, *.yml) in this directory")
+                raise RuleError(
+                    f"{_source_name(p)}: no rule files (*.yaml, *.yml) in this directory"
+                )
             paths.extend(found)
         elif p.exists():
             paths.append(p)
         else:
-            raise RuleError(f"{p}: no such file or directory")
+            raise RuleError(f"{_source_name(p)}: no such file or directory")
     rules: list[Rule] = []
     origin: dict[str, str] = {}
     errors: list[str] = []
@@ -989,18 +1466,22 @@ def load_rules(path: str | Path | Iterable[str | Path]) -> RuleSet:
         for r in file_rules:
             if r.name in origin:
                 errors.append(
-                    f"{p}: rule {r.name!r}, field 'name': duplicate rule name "
-                    f"(also defined in {origin[r.name]})"
+                    f"{_source_name(p)}: rule {_name(r.name)}, field 'name': duplicate rule "
+                    f"name (also defined in {origin[r.name]})"
                 )
                 continue
-            origin[r.name] = str(p)
+            origin[r.name] = _source_name(p)
             rules.append(r)
     if not errors:
-        for index, message in graph_problems(rules):
+        problems = graph_problems(rules) or derived_attribute_indexes(rules, layout)
+        for index, message in problems:
             errors.append(
-                f"{origin[rules[index].name]}: rule {rules[index].name!r}, "
+                f"{origin[rules[index].name]}: rule {_name(rules[index].name)}, "
                 f"field 'source': {message}"
             )
     if errors:
         raise RuleError("\n".join(errors))
+    if not rules:
+        where = ", ".join(_source_name(p) for p in paths) or "no paths given"
+        raise RuleError(f"{where}: no rules; give at least one rule")
     return RuleSet(rules=tuple(rules))

@@ -18,8 +18,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any, Literal
 
-from .exceptions import EvaluationError
+from .exceptions import EvaluationError, FailureCause
 from .numbers import CONTEXT
+from .text import MAX_QUOTED_CHARS, quote
 
 __all__ = [
     "EVENT_TIME_UNITS",
@@ -48,8 +49,20 @@ NAMED_GRANULARITIES = {"minute": 60, "hour": 3600, "day": 86400}
 MIN_EPOCH = -62135596800  # 0001-01-01T00:00:00Z
 MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
 
-_DURATION_PART = re.compile(r"(\d+)([smhd])")
+MAX_DURATION = MAX_EPOCH - MIN_EPOCH + 1
+"""Longest duration or granularity, in seconds: the whole span of bucket times (years
+0001..9999). Anything longer means nothing, and checking before ``int()`` keeps a rule file's
+``1E+999999999`` from building a billion-digit integer."""
+
+_DURATION_PART = re.compile(r"([0-9]+)([smhd])")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _plain(value: Any) -> str:
+    """A number (or time text) for a message: as it is (``1E+20``) when short, else a bounded
+    quote (:func:`aggregator.text.quote`), so an attribute of 250 KB never floods a message."""
+    text = str(value)
+    return text if len(text) <= MAX_QUOTED_CHARS else quote(text)
 
 
 def parse_duration(value: Any) -> int:
@@ -59,28 +72,42 @@ def parse_duration(value: Any) -> int:
     Raises
     ------
     ValueError
-        For anything else, for zero and for negative durations.
+        For anything else, for zero and for negative durations, and for durations longer than
+        :data:`MAX_DURATION` (years 0001..9999).
     """
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as '25h' or a number of seconds, got {value!r}")
+        raise ValueError(
+            f"expected a duration such as '25h' or a number of seconds, got {quote(value)}"
+        )
     if isinstance(value, int | Decimal):
         number = Decimal(value)
         if not number.is_finite() or number != number.to_integral_value() or number <= 0:
-            raise ValueError(f"a duration in seconds must be a positive integer, got {value}")
+            raise ValueError(
+                f"a duration in seconds must be a positive integer, got {_plain(value)}"
+            )
+        if number > MAX_DURATION:
+            raise ValueError(_too_long(value))
         return int(number)
     if isinstance(value, str):
         text = value.strip()
-        if text.isdigit():
-            return parse_duration(int(text))
+        if re.fullmatch(r"[0-9]+", text):
+            return parse_duration(Decimal(text))
         parts = _DURATION_PART.findall(text)
         if parts and "".join(n + u for n, u in parts) == text:
-            seconds = sum(int(n) * _DURATION_UNITS[u] for n, u in parts)
+            seconds = sum(Decimal(n) * _DURATION_UNITS[u] for n, u in parts)
+            if seconds > MAX_DURATION:
+                raise ValueError(_too_long(value))
             if seconds > 0:
-                return seconds
+                return int(seconds)
     raise ValueError(
         f"expected a duration such as '25h', '1h30m', '2d', '90s' or a number of seconds, "
-        f"got {value!r}"
+        f"got {quote(value)}"
     )
+
+
+def _too_long(value: Any) -> str:
+    shown = quote(value) if isinstance(value, str) else f"{_plain(value)} s"
+    return f"{shown} is longer than the {MAX_DURATION} s from year 0001 to 9999"
 
 
 def format_duration(seconds: int) -> str:
@@ -121,10 +148,10 @@ def parse_instant(text: str) -> int:
     try:
         moment = datetime.fromisoformat(text)
     except (TypeError, ValueError):
-        raise EvaluationError(f"{text!r} is not an ISO 8601 time") from None
+        raise EvaluationError(f"{quote(text)} is not an ISO 8601 time") from None
     if moment.tzinfo is None:
         raise EvaluationError(
-            f"{text!r} has no UTC offset; write a time with one, e.g. 2013-01-01T05:00:00Z or "
+            f"{quote(text)} has no UTC offset; write a time with one, e.g. 2013-01-01T05:00:00Z or "
             "2013-01-01T00:00:00-05:00"
         )
     delta = moment - EPOCH
@@ -149,20 +176,25 @@ def event_time_seconds(value: Any, unit: EventTimeUnit) -> int:
     """
     if unit == "iso8601":
         if not isinstance(value, str):
-            raise EvaluationError(f"expected an ISO 8601 string, got {_kind(value)}")
+            raise EvaluationError(
+                f"expected an ISO 8601 string, got {_kind(value)}", FailureCause.WRONG_TYPE
+            )
         seconds = parse_instant(value)
     else:
         if not isinstance(value, Decimal) or not value.is_finite():
-            raise EvaluationError(f"expected a number of {unit.split('_')[1]}, got {_kind(value)}")
+            raise EvaluationError(
+                f"expected a number of {unit.split('_')[1]}, got {_kind(value)}",
+                FailureCause.WRONG_TYPE,
+            )
         # DynamoDB numbers have up to 38 digits: scale and floor in that context, not the
         # default 28-digit one (which could round up past a second boundary)
         scaled = value if unit == "epoch_seconds" else value.scaleb(-3, CONTEXT)
         try:
             seconds = int(scaled.to_integral_value(rounding=ROUND_FLOOR, context=CONTEXT))
         except (InvalidOperation, OverflowError):
-            raise EvaluationError(f"{value} is not a usable time") from None
+            raise EvaluationError(f"{_plain(value)} is not a usable time") from None
     if not MIN_EPOCH <= seconds <= MAX_EPOCH:
-        raise EvaluationError(f"time {value} ({unit}) is outside years 0001..9999")
+        raise EvaluationError(f"time {_plain(value)} ({unit}) is outside years 0001..9999")
     return seconds
 
 
@@ -189,7 +221,7 @@ class Granularity:
         Raises
         ------
         ValueError
-            For anything else.
+            For anything else, and for sizes over :data:`MAX_DURATION`.
         """
         if isinstance(value, Granularity):
             return value
@@ -200,6 +232,8 @@ class Granularity:
         if isinstance(value, int | Decimal) and not isinstance(value, bool):
             number = Decimal(value)
             if number.is_finite() and number == number.to_integral_value() and number > 0:
+                if number > MAX_DURATION:
+                    raise ValueError(f"granularity {_too_long(value)}")
                 seconds = int(number)
                 for name, size in NAMED_GRANULARITIES.items():
                     if size == seconds:
@@ -207,7 +241,7 @@ class Granularity:
                 return cls(f"{seconds}s", seconds)
         raise ValueError(
             f"granularity must be minute, hour, day or a positive whole number of seconds, "
-            f"got {value!r}"
+            f"got {quote(value)}"
         )
 
     def start(self, epoch_seconds: int) -> int:
