@@ -2,32 +2,176 @@
 
 Commands: ``validate``, ``filter-criteria``, ``local``, ``create-table``, ``run``,
 ``query get|list|top|histogram|window``, ``dead-letters``, ``replay-dead-letters``, ``demo``.
-Errors print one clear message and exit non-zero; no tracebacks for expected problems.
+
+Errors never show a traceback. :class:`_Group` (the boundary every command runs through) prints
+one line per problem on stderr and exits with
+
+* 1 for expected problems: the package's own errors (:class:`AggregatorError`), AWS errors
+  (``ClientError`` with the operation, the error code and a hint; no region, no credentials, an
+  endpoint that cannot be reached, invalid request parameters), see :func:`describe_error`;
+* 2 for click's usage errors (printed by click) and for unexpected exceptions, reported as
+  ``error: internal error: <type>: <message>``; with ``AGGREGATOR_DEBUG=1`` those propagate, so
+  the traceback shows;
+* 130 after Ctrl-C (``interrupted``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import date
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+    PartialCredentialsError,
+    ProfileNotFound,
+    ReadTimeoutError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from .exceptions import AggregatorError
+from .exceptions import AggregatorError, ConfigError
+from .text import bound, quote
 
 console = Console()
 err_console = Console(stderr=True)
 
+DEBUG_ENV = "AGGREGATOR_DEBUG"
+"""Environment variable: ``1`` lets unexpected exceptions propagate with their traceback."""
+EXIT_ERROR = 1
+"""Exit code for expected problems (bad input, AWS errors)."""
+EXIT_INTERNAL = 2
+"""Exit code for unexpected exceptions (a bug); click uses 2 for usage errors as well."""
+EXIT_INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT), as shells report it."""
+
+DEFAULT_MAX_ATTEMPTS = 10
+"""Retries of a throttled or failed request (botocore "standard" mode) after the first attempt;
+``AWS_MAX_ATTEMPTS`` (total attempts) overrides it."""
+CONNECT_TIMEOUT_SECONDS = 5
+"""Seconds to wait for a TCP connection to the endpoint (botocore's default is 60)."""
+MESSAGE_CHARS = 300
+"""Longest AWS message (or exception text) quoted in an error line."""
+
+_META_TABLE = "aggregator.table"
+_META_CLIENTS = "aggregator.clients"
+_STREAM_OPERATIONS = frozenset({"DescribeStream", "GetRecords", "GetShardIterator", "ListStreams"})
+_THROTTLING_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+    }
+)
+_CREDENTIAL_CODES = {
+    "UnrecognizedClientException": "the AWS credentials were not recognised",
+    "InvalidClientTokenId": "the AWS credentials were not recognised",
+    "InvalidSignatureException": "the request signature was rejected (wrong secret key?)",
+    "SignatureDoesNotMatch": "the request signature was rejected (wrong secret key?)",
+    "MissingAuthenticationTokenException": "the request carried no credentials",
+    "ExpiredTokenException": "the AWS credentials have expired",
+    "ExpiredToken": "the AWS credentials have expired",
+}
+_SERVER_CODES = frozenset(
+    {"InternalServerError", "InternalFailure", "ServiceUnavailable", "ServiceUnavailableException"}
+)
+
+
+# -- AWS clients -------------------------------------------------------------------------------
+
+
+def _retries() -> dict[str, Any]:
+    """botocore's retry settings: ``AWS_MAX_ATTEMPTS`` (total attempts, the first included, as
+    the AWS SDKs read it) when set, else :data:`DEFAULT_MAX_ATTEMPTS` retries."""
+    value = os.environ.get("AWS_MAX_ATTEMPTS", "").strip()
+    if not value:
+        return {"mode": "standard", "max_attempts": DEFAULT_MAX_ATTEMPTS}
+    if not value.isascii() or not value.isdigit() or int(value) < 1:
+        raise ConfigError(
+            f"AWS_MAX_ATTEMPTS must be a whole number of at least 1, got {quote(value)}"
+        )
+    return {"mode": "standard", "total_max_attempts": int(value)}
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_local_endpoint(endpoint_url: str) -> None:
+    """Fail at once when ``endpoint_url`` is a loopback address nothing listens on (a stopped
+    DynamoDB Local) instead of after every retry; other hosts are left to botocore."""
+    parts = urlsplit(endpoint_url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return  # botocore reports the malformed URL
+    if parts.hostname is None or not _is_loopback(parts.hostname):
+        return
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_SECONDS):
+            pass
+    except OSError as exc:
+        raise EndpointConnectionError(endpoint_url=endpoint_url, error=exc) from exc
+
+
+def _remember_client(service: str, client: Any) -> None:
+    """Note the client's region and endpoint in the click context, for error messages."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta.setdefault(_META_CLIENTS, {})[service] = (
+            client.meta.region_name,
+            client.meta.endpoint_url,
+        )
+
 
 def make_client(service: str, endpoint_url: str | None, region: str | None = None) -> Any:
     """A boto3 client; with an ``endpoint_url`` (DynamoDB Local) dummy credentials are used
-    when none are configured."""
+    when none are configured, and the region defaults to ``us-east-1``.
+
+    Failed requests are retried 10 times in botocore's "standard" mode (or tried
+    ``AWS_MAX_ATTEMPTS`` times in all, when set); a connection must open within 5 s. A loopback
+    ``endpoint_url`` is probed with one TCP connect first, so a stopped DynamoDB Local is
+    reported at once rather than after the retries.
+
+    Raises
+    ------
+    botocore.exceptions.NoRegionError
+        Without ``endpoint_url`` when neither ``region``, ``AWS_REGION``, ``AWS_DEFAULT_REGION``
+        nor the AWS config profile names a region.
+    botocore.exceptions.EndpointConnectionError
+        When ``endpoint_url`` is a loopback address nothing listens on.
+    ConfigError
+        When ``AWS_MAX_ATTEMPTS`` is not a whole number of at least 1.
+    ValueError
+        When ``endpoint_url`` is not a URL (botocore's "Invalid endpoint").
+    """
     import boto3
     from botocore.config import Config
 
@@ -36,25 +180,204 @@ def make_client(service: str, endpoint_url: str | None, region: str | None = Non
         "region_name": region
         or os.environ.get("AWS_REGION")
         or os.environ.get("AWS_DEFAULT_REGION"),
-        "config": Config(retries={"mode": "standard", "max_attempts": 10}, max_pool_connections=32),
+        "config": Config(
+            retries=_retries(),
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            max_pool_connections=32,
+        ),
     }
     if endpoint_url:
+        _check_local_endpoint(endpoint_url)
         kwargs["region_name"] = kwargs["region_name"] or "us-east-1"
         session = boto3.session.Session()
         if session.get_credentials() is None:
             kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
-    return boto3.client(service, **kwargs)
+    client = boto3.client(service, **kwargs)
+    _remember_client(service, client)
+    return client
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def _aws_cause(exc: BaseException) -> ClientError | BotoCoreError | None:
+    """The AWS SDK error ``exc`` is, or wraps through ``raise ... from`` (``__cause__``, any
+    depth), if any. An error merely raised while another was handled (``__context__``) is not
+    taken as wrapping it: its own message is the deliberate one."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ClientError | BotoCoreError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None
+
+
+def _target(meta: Mapping[str, Any], operation: str | None) -> tuple[str, str, str]:
+    """``(table, region, endpoint)`` as known to the command, for messages."""
+    table = meta.get(_META_TABLE)
+    service = "dynamodbstreams" if operation in _STREAM_OPERATIONS else "dynamodb"
+    clients = meta.get(_META_CLIENTS, {})
+    region, endpoint = clients.get(service) or clients.get("dynamodb") or (None, None)
+    return (
+        f"table {quote(table)}" if table else "the table",
+        region or "(unknown region)",
+        endpoint or "(unknown endpoint)",
+    )
+
+
+def _describe_client_error(exc: ClientError, meta: Mapping[str, Any]) -> str:
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code") or "UnknownError")
+    message = bound(str(error.get("Message") or ""), MESSAGE_CHARS)
+    operation = exc.operation_name or "request"
+    retries = exc.response.get("ResponseMetadata", {}).get("RetryAttempts")
+    after = f", still after {retries} retries" if retries else " after retries"
+    table, region, endpoint = _target(meta, exc.operation_name)
+    head = f"{operation} failed ({code})"
+    aws = f" ({message})" if message else ""
+    if code == "ResourceNotFoundException":
+        subject = f"the stream of {table}" if operation in _STREAM_OPERATIONS else table
+        return (
+            f"{head}: {subject} not found in region {region} at endpoint {endpoint}; "
+            "does the table exist, and are the region (AWS_REGION) and --endpoint-url right?"
+        )
+    if code in ("AccessDeniedException", "AccessDenied"):
+        return (
+            f"{head}: access denied{aws}; do the credentials in use have permission for "
+            f"dynamodb:{operation} on {table} in region {region}?"
+        )
+    if code in _CREDENTIAL_CODES:
+        return (
+            f"{head}: {_CREDENTIAL_CODES[code]}{aws}; check or refresh the credentials "
+            "(AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, aws sso "
+            "login), or pass --endpoint-url for DynamoDB Local"
+        )
+    if code in _THROTTLING_CODES:
+        return (
+            f"{head}: throttled by DynamoDB on {table}{after}; retry later, or raise the "
+            "table's capacity (or switch it to on-demand)"
+        )
+    if code == "ValidationException":
+        return f"{head}: invalid request: {message or 'no details given'}"
+    if code == "ResourceInUseException":
+        return (
+            f"{head}: {table} already exists or is being created, updated or deleted{aws}; "
+            "wait until it is ACTIVE or choose another name"
+        )
+    if code in _SERVER_CODES:
+        return f"{head}: DynamoDB failed{after}{aws}; retry later"
+    return f"{head}: {message or 'no message'}"
+
+
+def _describe_botocore_error(exc: BotoCoreError) -> str:
+    text = bound(str(exc), MESSAGE_CHARS)
+    if isinstance(exc, NoRegionError):
+        return "no AWS region: set AWS_REGION or pass --endpoint-url for DynamoDB Local"
+    if isinstance(exc, NoCredentialsError):
+        return (
+            "no AWS credentials: configure a profile (aws configure, AWS_PROFILE) or set "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or pass --endpoint-url for DynamoDB Local"
+        )
+    if isinstance(exc, PartialCredentialsError | ProfileNotFound):
+        return f"AWS credentials: {text}; check AWS_PROFILE and the AWS config files"
+    if isinstance(exc, BotoConnectionError | HTTPClientError):
+        url = str(exc.kwargs.get("endpoint_url") or "(unknown endpoint)")
+        host = urlsplit(url).hostname or ""
+        advice = (
+            "is DynamoDB Local running? (aggregator local --port <port> starts it)"
+            if _is_loopback(host)
+            else "check the network (DNS, proxy) and the region"
+        )
+        if isinstance(exc, ConnectTimeoutError):
+            return f"cannot reach the DynamoDB endpoint {url} (connect timeout): {advice}"
+        if isinstance(exc, EndpointConnectionError):
+            return f"cannot reach the DynamoDB endpoint {url}: {advice}"
+        if isinstance(exc, ReadTimeoutError):
+            return f"no answer from the DynamoDB endpoint {url} in time, after retries: {advice}"
+        return f"connection to the DynamoDB endpoint {url} failed ({text}): {advice}"
+    if isinstance(exc, ParamValidationError):
+        report = str(exc.kwargs.get("report") or text)
+        return f"invalid request parameters: {bound('; '.join(report.splitlines()), MESSAGE_CHARS)}"
+    return f"AWS SDK error ({type(exc).__name__}): {text}"
+
+
+def describe_error(exc: BaseException, meta: Mapping[str, Any] | None = None) -> tuple[str, int]:
+    """The error line(s) (without the ``error:`` prefix) and the exit code for ``exc``.
+
+    Parameters
+    ----------
+    exc
+        Any exception a command raised.
+    meta
+        The click context's ``meta``; :func:`make_client` and the ``--table`` option note the
+        region, endpoint and table there, which messages about AWS errors name.
+
+    Returns
+    -------
+    tuple[str, int]
+        An AWS SDK error, or a package error raised from one, gives one line naming the
+        operation, the error code and a hint, and exit code 1. Another :class:`AggregatorError`
+        gives its message (one line per problem) and 1. Anything else gives
+        ``internal error: <type>: <message>`` and 2.
+    """
+    meta = meta or {}
+    cause = _aws_cause(exc)
+    if isinstance(cause, ClientError):
+        return _describe_client_error(cause, meta), EXIT_ERROR
+    if isinstance(cause, BotoCoreError):
+        return _describe_botocore_error(cause), EXIT_ERROR
+    if isinstance(exc, AggregatorError):
+        return str(exc), EXIT_ERROR
+    text = bound(str(exc), MESSAGE_CHARS)
+    return (
+        f"internal error: {type(exc).__name__}{': ' + text if text else ''} "
+        f"(set {DEBUG_ENV}=1 to see the traceback)",
+        EXIT_INTERNAL,
+    )
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _print_error(message: str) -> None:
+    """``error: <message>`` on stderr, never re-wrapped and never read as rich markup."""
+    line = Text("error:", style="bold red")
+    line.append(f" {message}")
+    err_console.print(line, highlight=False, soft_wrap=True)
+
+
+def _quiet_broken_pipe() -> None:
+    """After a closed pipe (``aggregator query list ... | head``), point stdout at /dev/null so
+    the interpreter's final flush does not complain."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 class _Group(click.Group):
-    """Turns the package's own errors into a message and exit code 1."""
+    """The boundary of every command: errors become one line on stderr and an exit code (see
+    the module docstring); click's own exceptions pass through to click."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except AggregatorError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-            sys.exit(1)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            err_console.print("interrupted", highlight=False)
+            sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+            sys.exit(EXIT_ERROR)
+        except Exception as exc:
+            message, code = describe_error(exc, ctx.meta)
+            if code == EXIT_INTERNAL and _debug():
+                raise
+            _print_error(message)
+            sys.exit(code)
 
 
 @click.group(cls=_Group)
@@ -66,10 +389,69 @@ def main() -> None:
 # -- shared options ----------------------------------------------------------------------------
 
 
+def _option_label(ctx: click.Context, param: click.Parameter) -> str:
+    """``--table``, or ``--table (from AGGREGATOR_TABLE_NAME)`` when the value came from there."""
+    label = param.opts[0] if param.opts else str(param.name)
+    envvar = getattr(param, "envvar", None)
+    if (
+        param.name is not None
+        and isinstance(envvar, str)
+        and ctx.get_parameter_source(param.name) == click.core.ParameterSource.ENVIRONMENT
+    ):
+        label += f" (from {envvar})"
+    return label
+
+
+def _check_table_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Validate a table name option before anything runs, and note it for error messages.
+
+    Raises
+    ------
+    ConfigError
+        When the name breaks DynamoDB's naming rules.
+    """
+    if value is None:
+        return None
+    from .table import validate_table_name
+
+    try:
+        validate_table_name(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{_option_label(ctx, param)}: {exc}") from None
+    ctx.meta[_META_TABLE] = value
+    return value
+
+
+def _check_endpoint_url(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    """Reject an ``--endpoint-url`` that is not an http(s) URL with a host.
+
+    Raises
+    ------
+    ConfigError
+        When the value is not such a URL.
+    """
+    if not value:
+        return None
+    parts = urlsplit(value)
+    try:
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number in 0..65535
+        valid = False
+    if not valid:
+        raise ConfigError(
+            f"{_option_label(ctx, param)}: {quote(value)} is not an http(s) URL with a host; "
+            "e.g. http://127.0.0.1:8000 for DynamoDB Local"
+        )
+    return value
+
+
 def _endpoint_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--endpoint-url",
         envvar="AGGREGATOR_ENDPOINT_URL",
+        callback=_check_endpoint_url,
         help="DynamoDB endpoint, e.g. http://127.0.0.1:8000 for DynamoDB Local "
         "[env AGGREGATOR_ENDPOINT_URL]",
     )(f)
@@ -81,6 +463,7 @@ def _table_option(f: Callable[..., Any]) -> Callable[..., Any]:
         "table_name",
         envvar="AGGREGATOR_TABLE_NAME",
         required=True,
+        callback=_check_table_name,
         help="Table name [env AGGREGATOR_TABLE_NAME]",
     )(f)
 
@@ -104,14 +487,9 @@ def _definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def validate(paths: tuple[Path, ...]) -> None:
     """Check rule files; print a summary of the rules or every error (file, rule, field)."""
-    from .engine import derived_attribute_problems
-    from .exceptions import RuleError
     from .rules import load_rules
 
-    rules = load_rules(paths)
-    problems = derived_attribute_problems(rules)
-    if problems:
-        raise RuleError("\n".join(problems))
+    rules = load_rules(paths)  # every check, the derived rules' attributes included
     table = Table(title=f"{len(rules)} rule(s) valid", title_justify="left")
     table.add_column("rule", no_wrap=True)
     for column in ("key", "delta", "reads", "options"):
@@ -163,7 +541,7 @@ def filter_criteria_cmd(definitions: Path, template: Path | None) -> None:
         return
     problems = check_template(template, rules)
     for problem in problems:
-        err_console.print(problem, highlight=False)
+        err_console.print(Text(problem), highlight=False, soft_wrap=True)
     if problems:
         raise SystemExit(1)
     console.print(f"{template}: stream filters match the rules in {definitions}")
@@ -173,7 +551,9 @@ def filter_criteria_cmd(definitions: Path, template: Path | None) -> None:
 
 
 @main.command()
-@click.option("--port", type=int, default=None, help="Port (default: a free one)")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one)"
+)
 @click.option(
     "--install-dir",
     type=click.Path(path_type=Path),
@@ -181,11 +561,19 @@ def filter_criteria_cmd(definitions: Path, template: Path | None) -> None:
     help="Where DynamoDB Local is cached [env AGGREGATOR_DYNAMODB_LOCAL_DIR]",
 )
 @click.option("--install-only", is_flag=True, help="Install DynamoDB Local and exit")
-@click.option("--create-table", "table_name", default=None, help="Also create this table")
+@click.option(
+    "--create-table",
+    "table_name",
+    default=None,
+    callback=_check_table_name,
+    help="Also create this table (name checked before DynamoDB Local starts)",
+)
 def local(
     port: int | None, install_dir: Path | None, install_only: bool, table_name: str | None
 ) -> None:
-    """Install (first time) and run AWS's DynamoDB Local until interrupted."""
+    """Install (first time) and run AWS's DynamoDB Local until interrupted (Ctrl-C).
+
+    The server is stopped whenever the command ends, also when creating the table fails."""
     from .local import DynamoDBLocal, ensure_installed
 
     if install_only:
@@ -215,7 +603,7 @@ def create_table_cmd(table_name: str, endpoint_url: str | None) -> None:
     from .table import create_table
 
     arn = create_table(make_client("dynamodb", endpoint_url), table_name)
-    console.print(f"table {table_name} ready; stream {arn}")
+    console.print(f"table {table_name} ready; stream {arn}", soft_wrap=True)  # ARN unbroken
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -289,11 +677,7 @@ def run(
         tumbling_window_seconds=window_seconds or None,
         positions=PositionStore(client, table_name) if resume else None,
     )
-    try:
-        stats = runner.run(until_caught_up=not follow)
-    except KeyboardInterrupt:
-        console.print("interrupted")
-        return
+    stats = runner.run(until_caught_up=not follow)  # Ctrl-C: "interrupted", exit 130 (_Group)
     extras = ""
     if stats.derived_inputs:
         extras += f", {stats.derived_inputs} source aggregates read by derived rules"
@@ -465,7 +849,9 @@ def query_window(
     if not result.complete:
         err_console.print(
             "warning: part of the range is past the rule's retention; expired buckets may "
-            "already be deleted, so the value can be too small"
+            "already be deleted, so the value can be too small",
+            highlight=False,
+            soft_wrap=True,
         )
 
 
@@ -476,15 +862,36 @@ def query_window(
 @_table_option
 @_endpoint_option
 def dead_letters_cmd(table_name: str, endpoint_url: str | None) -> None:
-    """List records a rule could not evaluate (skipped, kept for replay)."""
+    """List records a rule could not evaluate, and malformed records (rule *): skipped, kept
+    with their cause; replayable ones apply with replay-dead-letters once the rules are fixed."""
     from .deadletters import list_dead_letters
 
     letters = list(list_dead_letters(make_client("dynamodb", endpoint_url), table_name))
-    table = Table(title=f"{len(letters)} dead letter(s)", title_justify="left")
-    for column in ("shard", "sequence number", "rule", "reason", "failed at"):
+    replayable = sum(d.replayable for d in letters)
+    table = Table(
+        title=f"{len(letters)} dead letter(s), {replayable} replayable", title_justify="left"
+    )
+    for column in (
+        "shard",
+        "sequence number",
+        "rule",
+        "cause",
+        "replayable",
+        "reason",
+        "failed at",
+    ):
         table.add_column(column)
     for d in letters:
-        table.add_row(d.shard_id, d.sequence_number, d.rule, d.reason, d.failed_at)
+        kept = "yes" if d.replayable else f"no ({d.record_form})"
+        table.add_row(
+            d.shard_id,
+            d.sequence_number or "(none)",
+            d.rule,
+            d.cause,
+            kept,
+            d.reason,
+            d.failed_at,
+        )
     console.print(table)
 
 

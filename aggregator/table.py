@@ -8,13 +8,64 @@ supports it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from .config import DEFAULT_LAYOUT, TableLayout
+from .exceptions import ConfigError
+from .text import quote
 
-__all__ = ["create_table", "table_stream_arn"]
+__all__ = [
+    "TABLE_NAME_RULE",
+    "NoStreamError",
+    "create_table",
+    "table_stream_arn",
+    "validate_table_name",
+]
+
+TABLE_NAME_RULE = "3 to 255 characters from a-z, A-Z, 0-9, '_', '-' and '.'"
+"""DynamoDB's rule for table names (DynamoDB Developer Guide, "Supported data types and naming
+rules in Amazon DynamoDB", Naming rules)."""
+
+_TABLE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+_TABLE_NAME_CHAR_RE = re.compile(r"[A-Za-z0-9_.-]")
+_TABLE_ARN_RE = re.compile(r"arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:[0-9]{12}:table/(?P<name>.*)")
+
+
+class NoStreamError(ConfigError, ValueError):
+    """The table has no stream enabled (also a ``ValueError``, which it used to be)."""
+
+
+def validate_table_name(name: str) -> None:
+    """Check ``name`` against DynamoDB's naming rules before any request is made.
+
+    A table name has 3 to 255 characters from ``a-z``, ``A-Z``, ``0-9``, ``_``, ``-`` and ``.``
+    (DynamoDB Developer Guide, "Supported data types and naming rules in Amazon DynamoDB"). The
+    table's ARN (``arn:aws:dynamodb:<region>:<account>:table/<name>``), which DynamoDB accepts in
+    place of the name, passes when its name part does.
+
+    Raises
+    ------
+    ConfigError
+        When ``name`` breaks the rules; the message quotes a bounded prefix of the name and says
+        what is wrong (length, or which characters are not allowed).
+    """
+    arn = _TABLE_ARN_RE.fullmatch(name)
+    plain = arn.group("name") if arn else name
+    if _TABLE_NAME_RE.fullmatch(plain):
+        return
+    part = "the ARN's table name " if arn else ""
+    if not 3 <= len(plain) <= 255:
+        problem = f"{part}has {len(plain)} character{'' if len(plain) == 1 else 's'}"
+    else:
+        bad = sorted({c for c in plain if not _TABLE_NAME_CHAR_RE.fullmatch(c)})
+        shown = ", ".join(repr(c) for c in bad[:10]) + (", …" if len(bad) > 10 else "")
+        problem = f"{part}has {shown}, which {'is' if len(bad) == 1 else 'are'} not allowed"
+    raise ConfigError(
+        f"invalid DynamoDB table name {quote(name)}: {problem}; use {TABLE_NAME_RULE}"
+    )
 
 
 def create_table(
@@ -42,9 +93,16 @@ def create_table(
 
     Raises
     ------
+    ConfigError
+        When ``table_name`` breaks DynamoDB's naming rules (see :func:`validate_table_name`);
+        checked before any request is sent.
     botocore.exceptions.ClientError
         For any error other than an existing table with ``exist_ok``.
+    botocore.exceptions.BotoCoreError
+        When the endpoint cannot be reached, the waiter gives up, or the SDK is misconfigured
+        (no region, no credentials).
     """
+    validate_table_name(table_name)
     try:
         client.create_table(
             TableName=table_name,
@@ -93,11 +151,16 @@ def table_stream_arn(client: Any, table_name: str) -> str:
 
     Raises
     ------
-    ValueError
-        When the table has no stream enabled.
+    NoStreamError
+        When the table has no stream enabled (a ``ConfigError`` and a ``ValueError``).
+    botocore.exceptions.ClientError
+        When ``DescribeTable`` fails (e.g. ``ResourceNotFoundException`` for a missing table).
     """
     description = client.describe_table(TableName=table_name)["Table"]
     arn = description.get("LatestStreamArn")
     if not arn:
-        raise ValueError(f"table {table_name!r} has no stream; enable NEW_AND_OLD_IMAGES")
+        raise NoStreamError(
+            f"table {quote(table_name)} has no stream; enable it with view type "
+            "NEW_AND_OLD_IMAGES (aggregator create-table and template.yaml do)"
+        )
     return arn
