@@ -25,9 +25,16 @@ lint: install
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-# Longer property-based soak: random writes and fault schedules, reports scenarios and drift.
+# Longer property-based soak: random writes, fault schedules and malformed records, in parts of
+# 100 scenarios spread over WORKERS processes (pytest-xdist), each part on its own DynamoDB Local;
+# prints the scenarios, records, faults and drift of all parts. EXAMPLES=10000 for a long one.
+EXAMPLES ?= 1000
+WORKERS ?= 2
 soak: install
-	AGGREGATOR_PROPERTY_EXAMPLES=$${EXAMPLES:-1000} $(BIN)/pytest -s -q tests/integration/test_property.py
+	rm -rf .cache/soak
+	AGGREGATOR_PROPERTY_EXAMPLES=$(EXAMPLES) AGGREGATOR_SOAK_DIR=.cache/soak \
+		$(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) tests/integration/test_property.py
+	$(BIN)/python -m tests.integration.soak_report .cache/soak $(EXAMPLES)
 
 # WCU and requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.
 bench: install

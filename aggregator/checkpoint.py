@@ -45,7 +45,7 @@ from .engine import CoalescedDelta
 from .exceptions import ConfigError, WriteError
 from .numbers import add
 from .records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
-from .writer import WriteStats, _BaseWriter, _error_code
+from .writer import WriteStats, _BaseWriter, error_code
 
 __all__ = ["CHECKPOINT_PREFIX", "CheckpointWriter", "checkpoint_attribute", "parse_checkpoint"]
 
@@ -162,7 +162,7 @@ class CheckpointWriter(_BaseWriter):
             try:
                 response = self._call("update_item", request, stats)
             except ClientError as exc:
-                if _error_code(exc) != "ConditionalCheckFailedException":
+                if error_code(exc) != "ConditionalCheckFailedException":
                     raise
                 # a failed conditional write still consumes write capacity (the item's size)
                 total, index = self._modelled_units(delta, self._checkpoint_extra(shard_id, last))

@@ -1,36 +1,144 @@
-"""Dead-lettered records: list them, and replay them exactly once after the rules are fixed.
+"""Dead letters: write them so that none is ever lost or blocks a shard, list them, and replay
+them exactly once after the rules are fixed.
 
-A (record, rule) that a rule could not evaluate is written by the writer under the reserved
-``dead_letters_pk`` (sort key ``<shard>#<40-digit sequence number>#<rule>``) and skipped, so the
-shard never blocks. Replaying evaluates that one rule, as it is defined now, on the stored record
-and applies its deltas in one ``TransactWriteItems`` together with the deletion of the dead-letter
-item (condition: it still exists). A second replay, or two concurrent ones, therefore apply
-nothing twice. Transactions cost 2 WCU per item (Developer Guide, "Read/write capacity mode"),
-which is fine for the rare dead letter.
+Writing (:class:`DeadLetterWriter`)
+-----------------------------------
+A (record, rule) that a rule could not evaluate, and a record that could not be read at all
+(rule ``*``), is written under the reserved ``dead_letters_pk`` with sort key
+``<shard>#<40-digit sequence number>#<rule>`` (``<shard>#unsequenced-<sha256>#*`` for a record
+without a valid sequence number), so writing one twice is harmless. The item carries ``rule``,
+``cause`` (:class:`~aggregator.exceptions.FailureCause`), ``reason`` (one line, at most 1,000
+characters, quoting values by a short prefix), ``sequence_number``, ``shard_id``, ``failed_at``
+(ISO 8601 UTC), ``replayable``, ``record_sha256`` and ``record_bytes`` (of the record's canonical
+JSON), and the record itself in the first form that fits DynamoDB's 400 KB item limit (Developer
+Guide, "Service, account, and table quotas"; the item's size is measured by DynamoDB's rules,
+attribute names included, before writing):
+
+``json``    the record as JSON text (attribute ``record``);
+``zlib``    the same, zlib-compressed (attribute ``record_zlib``, binary);
+``keys``    only ``eventName``, ``eventID`` and ``dynamodb.Keys`` / ``SequenceNumber`` (the record
+            is not replayable then; the digest identifies it);
+``digest``  nothing but the digest and size.
+
+Last resort. A put that fails for a transient reason (throttling, a 5xx, the network) fails the
+batch: Lambda retries it (bounded by the event source mapping's ``MaximumRetryAttempts`` and
+``MaximumRecordAgeInSeconds``, after which Lambda sends the batch's metadata to the on-failure
+destination). A put that DynamoDB rejects for good (e.g. ``ValidationException``) is retried once
+as a minimal dead letter (``digest`` form, short reason). If that is rejected too, the dead letter
+is sent as a message to the last-resort queue (the template's on-failure SQS queue, environment
+variable ``AGGREGATOR_ON_FAILURE_QUEUE_URL``) and the shard moves on; without a queue, or if the
+message cannot be sent, the batch fails and Lambda's retry limits apply. Each step is counted
+(``WriteStats.dead_letters_compacted``, ``dead_letter_fallbacks``, ``dead_letters_to_queue``,
+and the EMF metrics of the same names).
+
+Replaying
+---------
+Replaying evaluates the letter's rule, as it is defined now, on the stored record and applies its
+deltas in one ``TransactWriteItems`` together with the deletion of the dead-letter item
+(condition: it still exists). A second replay, or two concurrent ones, therefore apply nothing
+twice. Transactions cost 2 WCU per item (Developer Guide, "Read/write capacity mode"), which is
+fine for the rare dead letter. Malformed records and records not stored whole are not replayable.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Protocol
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from .config import DEFAULT_LAYOUT, TableLayout
-from .engine import Engine
-from .exceptions import RuleError, WriteError
-from .records import StreamRecord
+from .engine import RECORD_RULE, Engine, RecordFailure
+from .exceptions import FailureCause, RuleError, WriteError
+from .records import MalformedRecord, pad_sequence_number, parse_record, record_digest
 from .rules import RuleSet
-from .writer import add_update
+from .text import bound
+from .writer import (
+    MAX_ITEM_BYTES,
+    THROTTLING_ERRORS,
+    WriteStats,
+    add_update,
+    error_code,
+    item_size,
+)
 
-__all__ = ["DeadLetter", "ReplayResult", "list_dead_letters", "replay_dead_letters"]
+__all__ = [
+    "DeadLetter",
+    "DeadLetterWriter",
+    "LastResort",
+    "ReplayResult",
+    "SqsLastResort",
+    "list_dead_letters",
+    "replay_dead_letters",
+]
+
+RECORD_FORMS = ("json", "zlib", "keys", "digest")
+"""How a dead letter keeps its record, most complete first (module docstring)."""
+
+TRANSIENT_ERRORS = THROTTLING_ERRORS | {
+    "InternalServerError",
+    "ServiceUnavailable",
+    "InternalFailure",
+    "TransactionInProgressException",
+    "RequestTimeout",
+}
+"""Error codes that fail the batch (Lambda retries it) instead of taking the fallback path."""
+
+_ITEM_MARGIN_BYTES = 1024
+"""Kept free under the 400 KB limit: the size model is DynamoDB's, but a margin costs nothing."""
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):  # the Streams API's binaries; Lambda sends base64
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, Decimal):
+        return str(value)
+    return str(value)
+
+
+def record_json(raw: Any) -> str:
+    """The record as JSON text in Lambda's shape (binaries as base64)."""
+    return json.dumps(raw, default=_json_default, sort_keys=True, separators=(",", ":"))
+
+
+class LastResort(Protocol):
+    """Where a dead letter goes when DynamoDB rejects even its minimal form."""
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Deliver ``message`` (a small JSON-serializable mapping) or raise."""
+        ...
+
+
+class SqsLastResort:
+    """Sends last-resort dead letters to an SQS queue (the template's on-failure queue).
+
+    Messages are JSON objects: ``{"source": "ddb-aggregator", "kind": "dead-letter", "table",
+    "shard_id", "sequence_number", "rule", "cause", "reason", "record_sha256", "record_bytes",
+    "keys"}`` (``keys`` only when small), far below SQS's message size limit.
+    """
+
+    def __init__(self, client: Any, queue_url: str) -> None:
+        self.client = client
+        self.queue_url = queue_url
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.client.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps(message))
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """One dead-lettered (record, rule). ``failed_at`` is ISO 8601 UTC."""
+    """One dead-lettered (record, rule) as stored. ``failed_at`` is ISO 8601 UTC.
+
+    ``record`` is the stored record (``None`` when only its keys or digest were kept: see
+    ``record_form``); ``replayable`` says whether :func:`replay_dead_letters` can apply it.
+    """
 
     sort_key: str
     shard_id: str
@@ -38,8 +146,12 @@ class DeadLetter:
     rule: str
     reason: str
     failed_at: str
-    record: dict[str, Any] = field(repr=False)
-    record_truncated: bool = False
+    record: Any = field(repr=False)
+    cause: str = FailureCause.INVALID_VALUE.value
+    record_form: str = "json"
+    record_sha256: str = ""
+    record_bytes: int = 0
+    replayable: bool = True
 
 
 @dataclass(slots=True)
@@ -50,6 +162,210 @@ class ReplayResult:
     no_change: int = 0
     already_replayed: int = 0
     still_failing: list[str] = field(default_factory=list)
+
+
+class DeadLetterWriter:
+    """Writes dead letters (module docstring) with DynamoDB ``PutItem``.
+
+    Parameters
+    ----------
+    client
+        A boto3 DynamoDB client.
+    table_name, layout
+        Where the dead letters go (``layout.dead_letters_pk``).
+    last_resort
+        Optional :class:`LastResort` (e.g. :class:`SqsLastResort`).
+    clock
+        Epoch seconds for ``failed_at``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        *,
+        layout: TableLayout = DEFAULT_LAYOUT,
+        last_resort: LastResort | None = None,
+        clock: Any = time.time,
+    ) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.layout = layout
+        self.last_resort = last_resort
+        self._clock = clock
+
+    def sort_key(self, failure: RecordFailure, shard: str, digest: str) -> str:
+        position = (
+            pad_sequence_number(failure.sequence_number)
+            if failure.sequence_number is not None
+            else f"unsequenced-{digest[:40]}"
+        )
+        return f"{shard}#{position}#{failure.rule}"
+
+    def items(self, failure: RecordFailure, shard: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(item, minimal item)`` for one failure, as plain values (``str``, ``bytes``,
+        ``bool``, ``Decimal``); the item keeps the record in the first form that fits."""
+        lay = self.layout
+        text = record_json(failure.record)
+        digest = record_digest(failure.record)
+        size = len(text.encode("utf-8", "surrogatepass"))
+        base: dict[str, Any] = {
+            lay.partition_key: lay.dead_letters_pk,
+            lay.sort_key: self.sort_key(failure, shard, digest),
+            "rule": failure.rule,
+            "cause": str(failure.cause),
+            "reason": bound(failure.reason),
+            "shard_id": shard,
+            "failed_at": datetime.fromtimestamp(self._clock(), UTC).isoformat(),
+            "record_sha256": digest,
+            "record_bytes": Decimal(size),
+        }
+        if failure.sequence_number is not None:
+            base["sequence_number"] = failure.sequence_number
+        minimal = {**base, "reason": bound(failure.reason, 200), "record_form": "digest"}
+        minimal["replayable"] = False
+        budget = MAX_ITEM_BYTES - _ITEM_MARGIN_BYTES
+        candidates: list[dict[str, Any]] = [{"record_form": "json", "record": text}]
+        if size > budget // 2:
+            packed = zlib.compress(text.encode("utf-8", "surrogatepass"), 6)
+            candidates.append({"record_form": "zlib", "record_zlib": packed})
+        keys = _keys_only(failure.record)
+        if keys is not None:
+            candidates.append({"record_form": "keys", "record_keys": record_json(keys)})
+        for extra in candidates:
+            item = {**base, **extra}
+            item["replayable"] = failure.replayable and extra["record_form"] in ("json", "zlib")
+            if item_size(item) <= budget:
+                return item, minimal
+        return minimal, minimal
+
+    def write(self, failures: list[RecordFailure], *, shard_id: str | None = None) -> WriteStats:
+        """Write one dead letter per failure.
+
+        Returns
+        -------
+        WriteStats
+            ``dead_letters`` written (to the table or the last-resort queue), and
+            ``dead_letters_compacted``, ``dead_letter_fallbacks``, ``dead_letters_to_queue``.
+
+        Raises
+        ------
+        WriteError
+            When a dead letter could not be recorded anywhere, or DynamoDB failed transiently:
+            the batch must then be retried (nothing of it has been applied yet).
+        """
+        stats = WriteStats()
+        shard = shard_id or "unknown-shard"
+        for failure in failures:
+            item, minimal = self.items(failure, shard)
+            if item["record_form"] != "json":
+                stats.dead_letters_compacted += 1
+            try:
+                self._put(item, stats)
+            except ClientError as exc:
+                if error_code(exc) in TRANSIENT_ERRORS:
+                    raise self._error(failure, exc) from exc
+                stats.dead_letter_fallbacks += 1
+                try:
+                    self._put(minimal, stats)
+                except ClientError as again:
+                    if error_code(again) in TRANSIENT_ERRORS:
+                        raise self._error(failure, again) from again
+                    self._send_last_resort(failure, minimal, again, stats)
+                    continue
+                except BotoCoreError as again:
+                    raise self._error(failure, again) from again
+            except BotoCoreError as exc:
+                raise self._error(failure, exc) from exc
+            stats.dead_letters += 1
+        return stats
+
+    def _put(self, item: dict[str, Any], stats: WriteStats) -> None:
+        stats.requests += 1
+        self.client.put_item(TableName=self.table_name, Item=_to_dynamodb(item))
+
+    def _send_last_resort(
+        self,
+        failure: RecordFailure,
+        minimal: dict[str, Any],
+        exc: BaseException,
+        stats: WriteStats,
+    ) -> None:
+        if self.last_resort is None:
+            raise WriteError(
+                f"could not dead-letter record {failure.sequence_number} (rule {failure.rule!r}) "
+                f"and no last-resort queue is configured: {bound(str(exc), 300)}"
+            ) from exc
+        keys = _keys_only(failure.record)
+        message = {
+            "source": "ddb-aggregator",
+            "kind": "dead-letter",
+            "table": self.table_name,
+            "shard_id": minimal["shard_id"],
+            "sequence_number": failure.sequence_number,
+            "rule": failure.rule,
+            "cause": str(failure.cause),
+            "reason": minimal["reason"],
+            "record_sha256": minimal["record_sha256"],
+            "record_bytes": int(minimal["record_bytes"]),
+            "dynamodb_error": bound(str(exc), 300),
+        }
+        if keys is not None and len(record_json(keys)) <= 4096:
+            message["keys"] = json.loads(record_json(keys))
+        try:
+            self.last_resort.send(message)
+        except (ClientError, BotoCoreError) as sent:
+            raise WriteError(
+                f"could not dead-letter record {failure.sequence_number} (rule {failure.rule!r}) "
+                f"in the table or the last-resort queue: {bound(str(sent), 300)}"
+            ) from sent
+        stats.dead_letters += 1
+        stats.dead_letters_to_queue += 1
+
+    @staticmethod
+    def _error(failure: RecordFailure, exc: BaseException) -> WriteError:
+        return WriteError(
+            f"could not dead-letter record {failure.sequence_number} "
+            f"(rule {failure.rule!r}): {bound(str(exc), 300)}"
+        )
+
+
+def _keys_only(raw: Any) -> dict[str, Any] | None:
+    """The identifying part of a record, or ``None`` when it has none."""
+    if not isinstance(raw, dict):
+        return None
+    dynamodb = raw.get("dynamodb")
+    out: dict[str, Any] = {"eventName": raw.get("eventName"), "eventID": raw.get("eventID")}
+    if isinstance(dynamodb, dict):
+        out["dynamodb"] = {
+            "Keys": dynamodb.get("Keys"),
+            "SequenceNumber": dynamodb.get("SequenceNumber"),
+        }
+    return out
+
+
+def _to_dynamodb(item: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in item.items():
+        if isinstance(value, bool):
+            out[name] = {"BOOL": value}
+        elif isinstance(value, Decimal):
+            out[name] = {"N": str(value)}
+        elif isinstance(value, bytes):
+            out[name] = {"B": value}
+        else:
+            out[name] = {"S": value}
+    return out
+
+
+def _stored_record(item: dict[str, Any]) -> Any:
+    if "record" in item:
+        return json.loads(item["record"]["S"])
+    if "record_zlib" in item:
+        return json.loads(zlib.decompress(item["record_zlib"]["B"]).decode("utf-8"))
+    if "record_keys" in item:
+        return json.loads(item["record_keys"]["S"])
+    return None
 
 
 def list_dead_letters(
@@ -69,15 +385,22 @@ def list_dead_letters(
             kwargs["ExclusiveStartKey"] = start
         page = client.query(**kwargs)
         for item in page.get("Items", []):
+            form = item.get("record_form", {}).get("S", "json")
+            if item.get("record_truncated", {}).get("BOOL"):  # written before record_form
+                form = "keys"
             yield DeadLetter(
                 sort_key=item[layout.sort_key]["S"],
                 shard_id=item["shard_id"]["S"],
-                sequence_number=item["sequence_number"]["S"],
+                sequence_number=item.get("sequence_number", {}).get("S", ""),
                 rule=item["rule"]["S"],
                 reason=item["reason"]["S"],
                 failed_at=item["failed_at"]["S"],
-                record=json.loads(item["record"]["S"]),
-                record_truncated=item.get("record_truncated", {}).get("BOOL", False),
+                record=_stored_record(item),
+                cause=item.get("cause", {}).get("S", FailureCause.INVALID_VALUE.value),
+                record_form=form,
+                record_sha256=item.get("record_sha256", {}).get("S", ""),
+                record_bytes=int(item.get("record_bytes", {}).get("N", "0")),
+                replayable=item.get("replayable", {}).get("BOOL", form in ("json", "zlib")),
             )
         start = page.get("LastEvaluatedKey")
         if not start:
@@ -93,8 +416,9 @@ def replay_dead_letters(
 ) -> ReplayResult:
     """Re-apply every dead letter whose rule now evaluates, exactly once.
 
-    Dead letters whose rule still fails, no longer exists, or whose record was truncated stay in
-    place and are reported in ``still_failing``.
+    Dead letters whose rule still fails or no longer exists, and those that are not replayable
+    (a malformed record, a record kept only by its keys or digest), stay in place and are
+    reported in ``still_failing``.
 
     Raises
     ------
@@ -105,19 +429,28 @@ def replay_dead_letters(
     by_name = {r.name: r for r in rules}
     for letter in list_dead_letters(client, table_name, layout=layout):
         where = f"{letter.sort_key}"
+        if not letter.replayable or letter.rule == RECORD_RULE:
+            why = (
+                "the record is malformed"
+                if letter.cause == FailureCause.MALFORMED_RECORD
+                else f"only the record's {letter.record_form} were kept (it did not fit 400 KB)"
+            )
+            result.still_failing.append(f"{where}: not replayable: {why}")
+            continue
         rule = by_name.get(letter.rule)
         if rule is None:
             result.still_failing.append(f"{where}: rule {letter.rule!r} is not defined any more")
             continue
-        if letter.record_truncated:
-            result.still_failing.append(f"{where}: the stored record was truncated (> 400 KB)")
+        parsed = parse_record(letter.record)
+        if isinstance(parsed, MalformedRecord):
+            result.still_failing.append(f"{where}: not replayable: {parsed.reason}")
             continue
         try:
             engine = Engine(rules.lineage(rule.name), layout)
         except RuleError as exc:  # pragma: no cover - a rule from a valid set is valid alone
             result.still_failing.append(f"{where}: {exc}")
             continue
-        batch = engine.process([StreamRecord(letter.record)])
+        batch = engine.process([parsed])
         if batch.failures:
             result.still_failing.append(f"{where}: {batch.failures[0].reason}")
             continue

@@ -25,12 +25,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from .config import DEFAULT_LAYOUT, TableLayout
-from .exceptions import ConfigError, EvaluationError
+from .exceptions import ConfigError, EvaluationError, FailureCause
 from .numbers import add, subtract
-from .records import Image, StreamRecord, pad_sequence_number
-from .rules import Bucket, Rule, RuleSet
+from .records import Image, MalformedRecord, StreamRecord, pad_sequence_number
+from .rules import MAX_SORT_KEY_BYTES, Bucket, Rule, RuleSet, derived_attribute_problems
+from .text import bound
 
 __all__ = [
     "MAX_SORT_KEY_BYTES",
@@ -41,33 +43,6 @@ __all__ = [
     "RecordDelta",
     "RecordFailure",
 ]
-
-
-MAX_SORT_KEY_BYTES = 1024
-"""Longest sort key value DynamoDB accepts (Developer Guide, "Service, account, and table
-quotas": sort key length 1 to 1,024 bytes). A longer aggregate key is a record failure
-(dead-lettered), not a write that fails on every retry."""
-
-
-def derived_attribute_problems(rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> list[str]:
-    """Derived rules reading attributes their source's aggregate items never have: a typo such
-    as ``{vlaue}``, or ``bucket`` / ``granularity`` of a source without a window."""
-    problems = []
-    for r in rules.derived_rules:
-        assert r.source is not None
-        source = rules.get(r.source)
-        known = {layout.partition_key, layout.sort_key, layout.value_attribute, "key", "rule"}
-        if source.window is not None:
-            known |= {"granularity", "bucket"}
-            if source.window.retention is not None:
-                known.add(layout.ttl_attribute)
-        unknown = sorted(r.attributes() - known)
-        if unknown:
-            problems.append(
-                f"rule {r.name!r}, field 'source': reads {', '.join(map(repr, unknown))}, which "
-                f"the aggregates of {r.source!r} do not have; they have {', '.join(sorted(known))}"
-            )
-    return problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,27 +72,43 @@ class RecordDelta:
     sequence_number: str
 
 
+RECORD_RULE = "*"
+"""The ``rule`` of a failure that concerns the whole record (a malformed record): no rule name
+can be ``*``."""
+
+
 @dataclass(frozen=True, slots=True)
 class RecordFailure:
-    """A rule that could not be evaluated on a record.
+    """A rule that could not be evaluated on a record, or a record that could not be read.
 
     Attributes
     ----------
     sequence_number, event_id
-        Identify the stream record.
+        Identify the stream record; ``sequence_number`` is ``None`` only for a malformed record
+        without a usable one.
     rule
-        The rule's name.
+        The rule's name, or :data:`RECORD_RULE` for a malformed record.
     reason
-        Human-readable cause, e.g. ``NewImage: key attribute 'carrier' is missing``.
+        One line of at most 1,000 characters that quotes values by a short prefix only, e.g.
+        ``NewImage: key attribute 'carrier' is missing``.
+    cause
+        Its class (:class:`~aggregator.exceptions.FailureCause`).
     record
-        The raw stream record (Lambda shape), kept so it can be dead-lettered and replayed.
+        The raw stream record (Lambda shape, or whatever was delivered), kept so it can be
+        dead-lettered and replayed.
     """
 
-    sequence_number: str
+    sequence_number: str | None
     event_id: str | None
     rule: str
     reason: str
-    record: dict = field(repr=False, compare=False)
+    record: Any = field(repr=False, compare=False)
+    cause: FailureCause = FailureCause.INVALID_VALUE
+
+    @property
+    def replayable(self) -> bool:
+        """Whether replaying it after fixing the rules can succeed (the record is readable)."""
+        return self.cause != FailureCause.MALFORMED_RECORD
 
 
 @dataclass(slots=True)
@@ -171,6 +162,8 @@ class BatchDeltas:
         self-writes: derived rules evaluate them).
     derived_inputs
         Records of source aggregates that derived rules evaluated.
+    malformed
+        Records that could not be read as stream records (one failure each).
     expired
         Per-record deltas skipped because their bucket was past its retention (TTL at or
         before ``now``); ``expired_retractions`` counts the negative ones among them.
@@ -185,6 +178,7 @@ class BatchDeltas:
     records: int = 0
     self_writes: int = 0
     derived_inputs: int = 0
+    malformed: int = 0
     expired: int = 0
     expired_retractions: int = 0
     record_deltas: int = 0
@@ -257,27 +251,34 @@ class Engine:
         if record.is_ttl_delete and rule.ttl_deletes == "keep":
             return []
         changes: dict[AggregateRef, Decimal] = {}
+        reads = rule.attributes()
         for label, image, combine in (
             ("OldImage", record.old_image, subtract),
             ("NewImage", record.new_image, add),
         ):
-            if derived:
-                image = self._aggregate_image(image)
             try:
+                if image is not None:
+                    # every attribute the rule reads, whatever the order of its tests: a
+                    # malformed value fails the rule deterministically
+                    image.check(reads | {self.layout.value_attribute} if derived else reads)
+                if derived:
+                    image = self._aggregate_image(image)
                 for c in rule.contributions(image):
                     ref = AggregateRef(rule.name, c.key, c.display, c.bucket)
                     size = len(ref.sort_key.encode("utf-8"))
                     if size > MAX_SORT_KEY_BYTES:
                         raise EvaluationError(
                             f"the aggregate's sort key would be {size} bytes, over DynamoDB's "
-                            f"{MAX_SORT_KEY_BYTES}-byte limit for a sort key"
+                            f"{MAX_SORT_KEY_BYTES}-byte limit for a sort key",
+                            FailureCause.LIMIT_EXCEEDED,
                         )
                     changes[ref] = combine(changes.get(ref, Decimal(0)), c.amount)
             except EvaluationError as exc:
-                raise EvaluationError(f"{label}: {exc}") from None
+                raise EvaluationError(f"{label}: {exc}", exc.cause) from None
             except ArithmeticError:
                 raise EvaluationError(
-                    f"{label}: the delta needs more than DynamoDB's 38 significant digits"
+                    f"{label}: the delta needs more than DynamoDB's 38 significant digits",
+                    FailureCause.LIMIT_EXCEEDED,
                 ) from None
         return [(ref, amount) for ref, amount in changes.items() if amount != 0]
 
@@ -308,10 +309,10 @@ class Engine:
         for rule in rules:
             try:
                 if missing is not None:
-                    raise EvaluationError(missing)
+                    raise EvaluationError(missing, FailureCause.MISSING_IMAGE)
                 changes = self._rule_delta(rule, record, derived=source is not None)
             except EvaluationError as exc:
-                failures.append(self._failure(record, rule.name, str(exc)))
+                failures.append(self._failure(record, rule.name, str(exc), exc.cause))
                 continue
             deltas.extend(
                 RecordDelta(ref, amount, record.sequence_number) for ref, amount in changes
@@ -319,9 +320,22 @@ class Engine:
         return deltas, failures
 
     @staticmethod
-    def _failure(record: StreamRecord, rule: str, reason: str) -> RecordFailure:
+    def _failure(
+        record: StreamRecord, rule: str, reason: str, cause: FailureCause
+    ) -> RecordFailure:
         return RecordFailure(
-            record.sequence_number, record.event_id, rule, reason, dict(record.raw)
+            record.sequence_number, record.event_id, rule, bound(reason), dict(record.raw), cause
+        )
+
+    @staticmethod
+    def _malformed(record: MalformedRecord) -> RecordFailure:
+        return RecordFailure(
+            record.sequence_number,
+            record.event_id,
+            RECORD_RULE,
+            f"malformed stream record: {record.reason}",
+            record.raw,
+            FailureCause.MALFORMED_RECORD,
         )
 
     def record_deltas(self, record: StreamRecord) -> tuple[list[RecordDelta], list[RecordFailure]]:
@@ -331,8 +345,14 @@ class Engine:
             return [], []
         return self._evaluate(record, source)
 
-    def process(self, records: Iterable[StreamRecord], *, now: float | None = None) -> BatchDeltas:
+    def process(
+        self, records: Iterable[StreamRecord | MalformedRecord], *, now: float | None = None
+    ) -> BatchDeltas:
         """Evaluate and coalesce one batch (records of one shard, in stream order).
+
+        A :class:`~aggregator.records.MalformedRecord` (see :func:`aggregator.records.parse_event`)
+        becomes one failure with rule :data:`RECORD_RULE` and cause ``malformed-record``; its
+        sequence number, when it has a valid one, still counts for the batch's first and last.
 
         ``now`` (epoch seconds, default the current time) decides which time buckets have
         expired: a delta aimed at a bucket whose TTL (bucket end + retention) is at or before
@@ -353,15 +373,20 @@ class Engine:
             # min/max rather than position: redelivered records may come out of order (Lambda
             # Developer Guide, "Tumbling windows": "If records are processed more than once, they
             # might be processed out of order").
-            padded = pad_sequence_number(record.sequence_number)
-            if batch.first_sequence_number is None or padded < pad_sequence_number(
-                batch.first_sequence_number
-            ):
-                batch.first_sequence_number = record.sequence_number
-            if batch.last_sequence_number is None or padded > pad_sequence_number(
-                batch.last_sequence_number
-            ):
-                batch.last_sequence_number = record.sequence_number
+            if record.sequence_number is not None:
+                padded = pad_sequence_number(record.sequence_number)
+                if batch.first_sequence_number is None or padded < pad_sequence_number(
+                    batch.first_sequence_number
+                ):
+                    batch.first_sequence_number = record.sequence_number
+                if batch.last_sequence_number is None or padded > pad_sequence_number(
+                    batch.last_sequence_number
+                ):
+                    batch.last_sequence_number = record.sequence_number
+            if isinstance(record, MalformedRecord):
+                batch.malformed += 1
+                batch.failures.append(self._malformed(record))
+                continue
             self_write, source = self._classify(record)
             if self_write:
                 batch.self_writes += 1
@@ -392,6 +417,7 @@ class Engine:
                             rule_name,
                             "the batch's sum for an aggregate needs more than DynamoDB's 38 "
                             "significant digits",
+                            FailureCause.LIMIT_EXCEEDED,
                         )
                     )
                     continue

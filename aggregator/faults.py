@@ -110,7 +110,8 @@ class RunnerFaults:
         Stop the runner (raise :class:`SimulatedCrash`) after this many batches in total,
         simulating a killed process; a new runner resumes from the stored positions.
     transform
-        Applied to each Lambda-shaped record before delivery (e.g. to mark TTL deletes).
+        Applied to each Lambda-shaped record at every delivery (e.g. to mark TTL deletes or to
+        corrupt a record); positions and retries follow the records as read.
     client
         The :class:`FaultInjectingClient` to arm for crashes.
     """

@@ -16,6 +16,9 @@ Configuration (environment variables, read once per execution environment):
     Concurrent ``UpdateItem`` requests per batch.
 ``AGGREGATOR_ENDPOINT_URL`` (optional)
     A DynamoDB endpoint such as DynamoDB Local.
+``AGGREGATOR_ON_FAILURE_QUEUE_URL`` (optional; the template sets its on-failure queue)
+    The last resort for a dead letter that DynamoDB rejects even in its minimal form: it is
+    sent there as an SQS message and the shard moves on (:mod:`aggregator.deadletters`).
 ``POWERTOOLS_SERVICE_NAME``, ``POWERTOOLS_METRICS_NAMESPACE``, ``POWERTOOLS_LOG_LEVEL``
     Powertools' own settings (defaults ``ddb-aggregator``, ``DdbAggregator``, ``INFO``).
 
@@ -36,6 +39,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 
 from .config import DEFAULT_LAYOUT
+from .deadletters import SqsLastResort
 from .exceptions import ConfigError
 from .processor import StreamProcessor, create_processor
 from .rules import load_rules
@@ -57,6 +61,7 @@ class HandlerSettings:
     max_workers: int = 8
     endpoint_url: str | None = None
     checkpoint_retention_seconds: int = 90_000
+    on_failure_queue_url: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HandlerSettings:
@@ -96,6 +101,7 @@ class HandlerSettings:
             max_workers=numbers["AGGREGATOR_MAX_WORKERS"],
             endpoint_url=env.get("AGGREGATOR_ENDPOINT_URL") or None,
             checkpoint_retention_seconds=numbers["AGGREGATOR_CHECKPOINT_RETENTION_SECONDS"],
+            on_failure_queue_url=env.get("AGGREGATOR_ON_FAILURE_QUEUE_URL") or None,
         )
 
 
@@ -103,10 +109,14 @@ def build_processor(
     settings: HandlerSettings,
     *,
     client: Any | None = None,
+    sqs_client: Any | None = None,
     metrics: Any | None = None,
     logger: Any | None = None,
 ) -> StreamProcessor:
-    """Load the rules and wire engine and writer for ``settings``.
+    """Load the rules and wire engine, writer and dead letters for ``settings``.
+
+    ``sqs_client`` is used for the last-resort queue (built when the setting names a queue and
+    none is given).
 
     Raises
     ------
@@ -128,7 +138,14 @@ def build_processor(
                 max_pool_connections=max(10, 2 * settings.max_workers),
             ),
         )
-    options = {}
+    last_resort = None
+    if settings.on_failure_queue_url:
+        if sqs_client is None:
+            import boto3
+
+            sqs_client = boto3.client("sqs")
+        last_resort = SqsLastResort(sqs_client, settings.on_failure_queue_url)
+    options: dict[str, Any] = {}
     if settings.mode != "at-least-once":
         options["checkpoint_retention_seconds"] = settings.checkpoint_retention_seconds
     return create_processor(
@@ -140,6 +157,7 @@ def build_processor(
         max_workers=settings.max_workers,
         metrics=metrics,
         logger=logger,
+        last_resort=last_resort,
         **options,
     )
 

@@ -20,19 +20,23 @@ Flush policies
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from .config import DEFAULT_LAYOUT, TableLayout
+from .deadletters import DeadLetterWriter, LastResort
 from .engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
-from .exceptions import WriteError
+from .exceptions import ConfigError, EventError, WriteError
 from .numbers import add
-from .records import StreamRecord, pad_sequence_number
+from .records import StreamRecord, pad_sequence_number, parse_event
 from .rules import Bucket, RuleSet
+from .text import bound, quote
 from .writer import Writer, WriteStats, make_writer
 
 __all__ = ["BatchOutcome", "StreamProcessor", "create_processor"]
@@ -40,6 +44,11 @@ __all__ = ["BatchOutcome", "StreamProcessor", "create_processor"]
 STATE_KEY = "aggregator"
 """Key of our entry in the window ``state`` (a map of strings, as Lambda's typed runtimes
 model it)."""
+
+SHARD_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+"""What a ``shardId`` may look like (``shardId-00000001580000000000-0a1b2c3d``): it names the
+checkpoint attribute ``ck#<shardId>`` and the dead letters' sort keys, so anything else is
+refused before any write."""
 
 DEFAULT_STATE_LIMIT_BYTES = 256 * 1024
 """Flush early when the serialized window state passes this size: well below Lambda's 1 MB per
@@ -61,6 +70,10 @@ class BatchOutcome:
         coalesced aggregate items, and (record, rule) evaluation failures (dead-lettered).
     derived_inputs
         Records of source aggregates that derived rules evaluated.
+    malformed
+        Records that could not be read as stream records (dead-lettered with rule ``*``).
+    failure_causes
+        Dead-lettered (record, rule) failures per :class:`~aggregator.exceptions.FailureCause`.
     expired, expired_retractions
         Deltas skipped because their time bucket was past its retention, and how many of them
         were retractions.
@@ -81,6 +94,8 @@ class BatchOutcome:
     aggregate_items: int = 0
     failures: int = 0
     derived_inputs: int = 0
+    malformed: int = 0
+    failure_causes: Counter[str] = field(default_factory=Counter)
     expired: int = 0
     expired_retractions: int = 0
     write: WriteStats = field(default_factory=WriteStats)
@@ -147,13 +162,13 @@ def _decode_bucket(data: list[Any] | None) -> Bucket | None:
 
 def _merge(into: BatchDeltas, batch: BatchDeltas) -> BatchDeltas:
     """Fold ``batch`` (later records) into ``into``; returns ``into``."""
-    for bound in ("first_sequence_number", "last_sequence_number"):
-        ours, theirs = getattr(into, bound), getattr(batch, bound)
+    for end in ("first_sequence_number", "last_sequence_number"):
+        ours, theirs = getattr(into, end), getattr(batch, end)
         if theirs is None:
             continue
-        pick = min if bound.startswith("first") else max
+        pick = min if end.startswith("first") else max
         chosen = theirs if ours is None else pick(ours, theirs, key=pad_sequence_number)
-        setattr(into, bound, chosen)
+        setattr(into, end, chosen)
     for sk, d in batch.deltas.items():
         current = into.deltas.get(sk)
         if current is None:
@@ -181,6 +196,9 @@ class StreamProcessor:
         Evaluates the rules.
     writer
         Applies coalesced deltas in the configured mode.
+    dead_letters
+        Records what the rules cannot evaluate (:class:`~aggregator.deadletters.DeadLetterWriter`);
+        by default one on the writer's client and table.
     flush
         ``"batch"`` or ``"window"`` (module docstring).
     metrics
@@ -197,6 +215,7 @@ class StreamProcessor:
         self,
         engine: Engine,
         writer: Writer,
+        dead_letters: DeadLetterWriter | None = None,
         *,
         flush: Literal["batch", "window"] = "batch",
         metrics: Any | None = None,
@@ -207,6 +226,11 @@ class StreamProcessor:
         self.clock = clock
         self.engine = engine
         self.writer = writer
+        if dead_letters is None and hasattr(writer, "client"):
+            dead_letters = DeadLetterWriter(
+                writer.client, writer.table_name, layout=engine.layout, clock=clock
+            )
+        self.dead_letters = dead_letters
         self.flush = flush
         self.metrics = metrics
         self.logger = logger
@@ -222,16 +246,28 @@ class StreamProcessor:
             never raise: they become ``batchItemFailures`` from the smallest sequence number not
             yet applied to every aggregate item.
 
+        Every record is validated at the edge (:func:`aggregator.records.parse_event`): a record
+        that cannot be read, or that a rule cannot evaluate, is dead-lettered and skipped.
+
         Raises
         ------
+        EventError
+            For an event that is not a DynamoDB stream event at all, or whose ``shardId`` is
+            not a shard id (nothing is written).
         ConfigError
             In a checkpointed mode, for an event without ``shardId`` (no tumbling window).
         WriteError
-            Window mode, when the window's flush fails (Lambda then retries the invocation).
+            Window mode, when the window's flush or a dead letter fails (Lambda then retries the
+            invocation); any mode, when a dead letter fails and no record of the batch has a
+            sequence number to report in ``batchItemFailures``.
         """
+        records = parse_event(event)
         shard_id = event.get("shardId")
+        if shard_id is not None and not (
+            isinstance(shard_id, str) and SHARD_ID_PATTERN.fullmatch(shard_id)
+        ):
+            raise EventError(f"not a DynamoDB stream event: shardId {quote(shard_id)} is invalid")
         self.writer.check_shard(shard_id)
-        records = [StreamRecord(r) for r in event.get("Records") or []]
         batch = self.engine.process(records, now=self.clock())
         outcome = BatchOutcome(
             response={"batchItemFailures": []},
@@ -241,6 +277,8 @@ class StreamProcessor:
             aggregate_items=len(batch.deltas),
             failures=len(batch.failures),
             derived_inputs=batch.derived_inputs,
+            malformed=batch.malformed,
+            failure_causes=Counter(str(f.cause) for f in batch.failures),
             expired=batch.expired,
             expired_retractions=batch.expired_retractions,
         )
@@ -249,10 +287,12 @@ class StreamProcessor:
             outcome.response["state"] = dict(event.get("state") or {})
         if batch.failures:
             self._log_failures(batch)
+            if self.dead_letters is None:
+                raise ConfigError("records need dead letters but the processor has no writer")
             try:
-                outcome.write.add(self.writer.write_dead_letters(batch.failures, shard_id=shard_id))
+                outcome.write.add(self.dead_letters.write(batch.failures, shard_id=shard_id))
             except WriteError as exc:
-                if self.flush == "window":
+                if self.flush == "window" or batch.first_sequence_number is None:
                     raise
                 # Nothing of this batch has been applied yet: retry all of it.
                 outcome.errors.append(str(exc))
@@ -270,7 +310,10 @@ class StreamProcessor:
             if self.logger is not None:
                 self.logger.error(
                     "batch partially applied; reporting failure",
-                    extra={"retry_from": outcome.retry_from, "errors": outcome.errors[:10]},
+                    extra={
+                        "retry_from": outcome.retry_from,
+                        "errors": [bound(e, 300) for e in outcome.errors[:10]],
+                    },
                 )
         self._emit_metrics(outcome, records)
         return outcome
@@ -311,10 +354,15 @@ class StreamProcessor:
         for f in batch.failures:
             self.logger.warning(
                 "rule could not evaluate record; dead-lettered",
-                extra={"sequence_number": f.sequence_number, "rule": f.rule, "reason": f.reason},
+                extra={
+                    "sequence_number": f.sequence_number,
+                    "rule": f.rule,
+                    "cause": str(f.cause),
+                    "reason": bound(f.reason, 300),  # quotes values by a short prefix only
+                },
             )
 
-    def _emit_metrics(self, outcome: BatchOutcome, records: list[StreamRecord]) -> None:
+    def _emit_metrics(self, outcome: BatchOutcome, records: list[Any]) -> None:
         m = self.metrics
         if m is None:
             return
@@ -329,12 +377,32 @@ class StreamProcessor:
             "ConditionalCheckRecoveries": w.conditional_recoveries,
             "ThrottleRetries": w.throttle_retries,
             "DeadLetters": w.dead_letters,
+            "MalformedRecords": outcome.malformed,
+            "DeadLettersCompacted": w.dead_letters_compacted,
+            "DeadLetterFallbacks": w.dead_letter_fallbacks,
+            "DeadLettersToQueue": w.dead_letters_to_queue,
             "FailedItems": w.failed_items,
             "ModelledWCU": w.modelled_wcu,
         }
         for name, value in counts.items():
             m.add_metric(name=name, unit=MetricUnit.Count, value=value)
-        times = [t for t in (r.approximate_creation_time for r in records) if t is not None]
+        namespace = getattr(m, "namespace", None)
+        for cause, count in sorted(outcome.failure_causes.items()):
+            # one metric with a Cause dimension (its own EMF blob, so the batch metrics above
+            # keep their dimensions)
+            with single_metric(
+                name="DeadLettersByCause",
+                unit=MetricUnit.Count,
+                value=count,
+                namespace=namespace,
+                default_dimensions=getattr(m, "default_dimensions", None),
+            ) as metric:
+                metric.add_dimension(name="Cause", value=cause)
+        times = [
+            t
+            for t in (r.approximate_creation_time for r in records if isinstance(r, StreamRecord))
+            if t is not None
+        ]
         if times:
             age = max(0.0, time.time() - float(max(times)))
             m.add_metric(name="NewestRecordAgeSeconds", unit=MetricUnit.Seconds, value=age)
@@ -351,10 +419,14 @@ def create_processor(
     metrics: Any | None = None,
     logger: Any | None = None,
     clock: Any = time.time,
+    last_resort: LastResort | None = None,
     **writer_options: Any,
 ) -> StreamProcessor:
-    """Engine, writer and flush policy for a write mode (``exactly-once``, ``window`` or
-    ``at-least-once``).
+    """Engine, writer, dead-letter writer and flush policy for a write mode (``exactly-once``,
+    ``window`` or ``at-least-once``).
+
+    ``last_resort`` receives dead letters that DynamoDB rejects even in their minimal form
+    (:mod:`aggregator.deadletters`).
 
     ``clock`` (epoch seconds, default ``time.time``) is shared by the engine (expired time
     buckets) and the writer (checkpoint ages); tests pass a simulated one.
@@ -376,6 +448,7 @@ def create_processor(
     return StreamProcessor(
         Engine(rules, layout),
         writer,
+        DeadLetterWriter(client, table_name, layout=layout, last_resort=last_resort, clock=clock),
         flush="window" if mode == "window" else "batch",
         metrics=metrics,
         logger=logger,

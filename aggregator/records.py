@@ -10,19 +10,65 @@ Input is a record as Lambda delivers it (``event["Records"][i]``)::
      "userIdentity": {"type": "Service", "principalId": "dynamodb.amazonaws.com"}}  # TTL only
 
 The local runner converts Streams API records (whose ``ApproximateCreationDateTime`` is a
-``datetime``) into this shape. Images deserialize one attribute at a time, on first access, with
-Powertools' boto3-free deserializer (numbers become 38-digit ``Decimal``).
+``datetime``) into this shape.
+
+Validation happens once, at the edge (:func:`parse_record`, :func:`parse_event`):
+
+* the event must be a stream event (a mapping with a ``Records`` list whose records do not name
+  another ``eventSource``), or :class:`~aggregator.exceptions.EventError` is raised: nothing in it
+  could be dead-lettered;
+* each record's envelope is checked with a pydantic model: ``eventName`` one of ``INSERT``,
+  ``MODIFY``, ``REMOVE``; ``dynamodb`` a mapping with a ``SequenceNumber`` of 1 to 40 digits,
+  ``Keys`` a mapping of key attributes typed ``S``, ``N`` or ``B``, images (when present) that
+  are mappings. A record that fails becomes a
+  :class:`MalformedRecord` (dead-lettered, never raised, never blocking the shard);
+* attribute values are checked strictly when first read (:func:`deserialize_value`): a JSON
+  object with exactly one known type tag, numbers that DynamoDB could store (so
+  ``{"N": "NaN"}``, ``"Infinity"``, ``""`` and ``"abc"`` are errors with their true reason),
+  base64 binaries, non-empty sets. Only the attributes some rule reads are ever deserialized, and
+  the engine deserializes every attribute a rule reads before evaluating it, so a malformed
+  value fails exactly the rules that read it, whatever the order of their tests; a malformed
+  value no rule reads changes nothing. Powertools' deserializer is not used: it reads ``""`` as
+  0 and ``{"S": 1}`` as 1.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import json
+import re
 from collections.abc import Iterator, Mapping
-from decimal import Decimal
-from typing import Any
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any, Literal
 
-from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
-__all__ = ["SEQUENCE_NUMBER_WIDTH", "TTL_PRINCIPAL", "Image", "StreamRecord", "pad_sequence_number"]
+from .conditions import dynamodb_number_problem
+from .exceptions import EvaluationError, EventError, FailureCause
+from .text import bound, quote
+
+__all__ = [
+    "SEQUENCE_NUMBER_WIDTH",
+    "TTL_PRINCIPAL",
+    "Image",
+    "MalformedRecord",
+    "StreamRecord",
+    "deserialize_value",
+    "pad_sequence_number",
+    "parse_event",
+    "parse_record",
+    "record_digest",
+]
 
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"
 """``userIdentity.principalId`` of REMOVE records made by TTL (DynamoDB Developer Guide,
@@ -32,12 +78,112 @@ SEQUENCE_NUMBER_WIDTH = 40
 """Sequence numbers are numeric strings of 21 to 40 digits (DynamoDB Streams API reference,
 ``StreamRecord.SequenceNumber``); zero-padded to 40 they compare correctly as text."""
 
-_DESERIALIZER = TypeDeserializer()
+MAX_NESTING = 32
+"""DynamoDB nests lists and maps at most 32 levels deep (Developer Guide, "Supported data types
+and naming rules", Document types)."""
+
+_SEQUENCE = re.compile(r"[0-9]{1,40}")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_TAGS = ("S", "N", "B", "BOOL", "NULL", "L", "M", "SS", "NS", "BS")
 
 
 def pad_sequence_number(sequence_number: str) -> str:
     """Zero-pad a sequence number to 40 digits so text order equals numeric order."""
     return sequence_number.zfill(SEQUENCE_NUMBER_WIDTH)
+
+
+def _invalid(message: str, cause: FailureCause = FailureCause.INVALID_VALUE) -> EvaluationError:
+    return EvaluationError(message, cause)
+
+
+def _number(text: Any) -> Decimal:
+    if not isinstance(text, str):
+        raise _invalid(f"a number must be sent as a string, got {_kind(text)}")
+    if not _NUMBER.fullmatch(text):
+        raise _invalid(f"{quote(text)} is not a number")
+    number = Decimal(text)
+    problem = dynamodb_number_problem(number)
+    if problem:
+        raise _invalid(f"{quote(text)} is not a DynamoDB number: {bound(problem, 120)}")
+    return number
+
+
+def _binary(value: Any) -> bytes:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if not isinstance(value, str):
+        raise _invalid(f"a binary must be base64 text, got {_kind(value)}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid(f"{quote(value)} is not base64") from None
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _invalid(f"a string attribute holds {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def deserialize_value(value: Any, depth: int = 0) -> Any:
+    """One attribute value from DynamoDB JSON, strictly.
+
+    ``{"S": "a"}`` -> ``"a"``; ``{"N": "1.50"}`` -> ``Decimal("1.50")``; ``{"B": "AAE="}`` ->
+    ``b"\\x00\\x01"`` (base64 text, or bytes as boto3 returns them); ``{"BOOL": true}``;
+    ``{"NULL": true}`` -> ``None``; ``{"L": [...]}`` -> ``list``; ``{"M": {...}}`` -> ``dict``;
+    ``{"SS"|"NS"|"BS": [...]}`` -> ``set`` (non-empty, as DynamoDB requires).
+
+    Raises
+    ------
+    EvaluationError
+        With cause ``invalid-value`` for anything DynamoDB could not have stored: not exactly
+        one known type tag, a number that is not a finite DynamoDB number (``NaN``,
+        ``Infinity``, ``""``, ``"abc"``, over 38 significant digits, out of range), a payload of
+        the wrong JSON type, invalid base64, an empty set, nesting deeper than 32 levels. The
+        message quotes at most a short prefix of the value.
+    """
+    if not isinstance(value, Mapping):
+        raise _invalid(
+            f'{quote(value)} is not DynamoDB JSON (expected an object such as {{"S": "text"}})'
+        )
+    if len(value) != 1:
+        tags = ", ".join(map(repr, list(value)[:5]))
+        raise _invalid(f"expected exactly one type tag, got {len(value)} ({tags})")
+    ((tag, payload),) = value.items()
+    if tag == "S":
+        return _string(payload)
+    if tag == "N":
+        return _number(payload)
+    if tag == "B":
+        return _binary(payload)
+    if tag == "BOOL":
+        if not isinstance(payload, bool):
+            raise _invalid(f"BOOL holds {_kind(payload)}, not true or false")
+        return payload
+    if tag == "NULL":
+        if payload is not True:
+            raise _invalid(f"NULL must be true, got {quote(payload)}")
+        return None
+    if tag in ("L", "M"):
+        if depth >= MAX_NESTING:
+            raise _invalid(f"nested deeper than DynamoDB's {MAX_NESTING} levels")
+        if tag == "L":
+            if not isinstance(payload, list):
+                raise _invalid(f"L holds {_kind(payload)}, not a list")
+            return [deserialize_value(v, depth + 1) for v in payload]
+        if not isinstance(payload, Mapping):
+            raise _invalid(f"M holds {_kind(payload)}, not an object")
+        return {str(k): deserialize_value(v, depth + 1) for k, v in payload.items()}
+    if tag in ("SS", "NS", "BS"):
+        if not isinstance(payload, list) or not payload:
+            raise _invalid(f"{tag} must be a non-empty list, got {quote(payload)}")
+        element = {"SS": _string, "NS": _number, "BS": _binary}[tag]
+        return {element(v) for v in payload}
+    raise _invalid(f"unknown type tag {quote(tag)}; DynamoDB JSON uses {', '.join(_TAGS)}")
 
 
 class Image(Mapping[str, Any]):
@@ -46,11 +192,17 @@ class Image(Mapping[str, Any]):
     ``image["dep_delay"]`` -> ``Decimal("12")``; ``image.get("missing")`` -> ``None``.
     Values of type ``N`` become ``Decimal``, ``S`` ``str``, ``BOOL`` ``bool``, ``NULL`` ``None``,
     sets ``set``, ``L`` ``list``, ``M`` ``dict``, ``B`` ``bytes``.
+
+    Raises
+    ------
+    EvaluationError
+        On reading an attribute whose value is malformed (:func:`deserialize_value`); the message
+        names the attribute.
     """
 
     __slots__ = ("_cache", "_raw")
 
-    def __init__(self, raw: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(self, raw: Mapping[str, Any]) -> None:
         self._raw = raw
         self._cache: dict[str, Any] = {}
 
@@ -59,9 +211,25 @@ class Image(Mapping[str, Any]):
             return self._cache[name]
         except KeyError:
             pass
-        value = _DESERIALIZER.deserialize(self._raw[name])  # KeyError when absent
+        raw = self._raw[name]  # KeyError when absent
+        try:
+            value = deserialize_value(raw)
+        except EvaluationError as exc:
+            raise EvaluationError(f"attribute {name!r}: {exc}", exc.cause) from None
         self._cache[name] = value
         return value
+
+    def check(self, names: frozenset[str] | set[str]) -> None:
+        """Deserialize every attribute of ``names`` that is present.
+
+        Raises
+        ------
+        EvaluationError
+            For the first malformed one (in name order, so the reason is deterministic).
+        """
+        for name in sorted(names):
+            if name in self._raw and name not in self._cache:
+                self[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self._raw
@@ -73,26 +241,161 @@ class Image(Mapping[str, Any]):
         return len(self._raw)
 
     @property
-    def raw(self) -> Mapping[str, Mapping[str, Any]]:
+    def raw(self) -> Mapping[str, Any]:
         """The DynamoDB-JSON attribute map as delivered."""
         return self._raw
 
     def __repr__(self) -> str:
-        return f"Image({dict(self._raw)!r})"
+        return f"Image({len(self._raw)} attributes)"
 
 
-class StreamRecord:
-    """One stream record (Lambda event shape). Cheap to build; images are lazy.
+# -- the edge: envelope validation -------------------------------------------------------------
+
+_AttributeMap = dict[str, Any]  # values are checked when a rule reads them
+
+
+class _KeyValue(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    S: str | None = None
+    N: str | None = None
+    B: str | bytes | None = None
+
+    @model_validator(mode="after")
+    def _one_tag(self) -> _KeyValue:
+        if len(self.model_fields_set) != 1:
+            raise ValueError("a key attribute needs exactly one type tag: S, N or B")
+        return self
+
+
+class _StreamData(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    SequenceNumber: Annotated[str, StringConstraints(pattern=r"^[0-9]{1,40}$")]
+    Keys: dict[str, _KeyValue]
+    # absent is fine (the view type or the event decides), an explicit null is not
+    NewImage: _AttributeMap = Field(default=None)  # type: ignore[assignment]
+    OldImage: _AttributeMap = Field(default=None)  # type: ignore[assignment]
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    eventName: Literal["INSERT", "MODIFY", "REMOVE"]
+    dynamodb: _StreamData
+    userIdentity: dict[str, Any] | None = None
+    eventID: str | None = None
+
+
+def _problem(exc: ValidationError) -> str:
+    """One line naming the first invalid part of a record and what it holds."""
+    err = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in err["loc"]) or "(record)"
+    if err["type"] == "missing":
+        return f"{where} is missing"
+    if where == "dynamodb.SequenceNumber":
+        return f"{where} must be a string of 1 to 40 digits, got {quote(err.get('input'))}"
+    if where == "eventName":
+        return f"{where} must be INSERT, MODIFY or REMOVE, got {quote(err.get('input'))}"
+    return f"{where}: {err['msg']}, got {quote(err.get('input'), 24)}"
+
+
+def record_digest(raw: Any) -> str:
+    """SHA-256 (hex) of a record's canonical JSON: identifies a record that is not stored
+    whole."""
+    text = json.dumps(raw, default=str, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedRecord:
+    """A record of a stream event that cannot be read as a stream record.
+
+    Attributes
+    ----------
+    raw
+        What was delivered (any JSON value).
+    reason
+        One line, values quoted by prefix only.
+    sequence_number
+        Its ``dynamodb.SequenceNumber`` when that is a string of 1 to 40 digits, else ``None``
+        (then the dead letter is keyed by :func:`record_digest`).
+    event_id
+        Its ``eventID`` when that is a string.
+    """
+
+    raw: Any
+    reason: str
+    sequence_number: str | None
+    event_id: str | None
+
+
+def parse_record(raw: Any) -> StreamRecord | MalformedRecord:
+    """Validate one record's envelope (module docstring) and wrap it.
+
+    Never raises: a record that fails is returned as a :class:`MalformedRecord`.
+    """
+    try:
+        _Envelope.model_validate(raw)
+    except ValidationError as exc:
+        dynamodb = raw.get("dynamodb") if isinstance(raw, Mapping) else None
+        sequence = dynamodb.get("SequenceNumber") if isinstance(dynamodb, Mapping) else None
+        event_id = raw.get("eventID") if isinstance(raw, Mapping) else None
+        return MalformedRecord(
+            raw,
+            bound(_problem(exc), 300),
+            sequence if isinstance(sequence, str) and _SEQUENCE.fullmatch(sequence) else None,
+            event_id if isinstance(event_id, str) else None,
+        )
+    return StreamRecord(raw, validated=True)
+
+
+def parse_event(event: Any) -> list[StreamRecord | MalformedRecord]:
+    """The records of a Lambda event for a DynamoDB stream, each validated.
 
     Raises
     ------
-    KeyError
-        On construction, if the record lacks ``eventName`` or ``dynamodb.SequenceNumber``.
+    EventError
+        When ``event`` is not a DynamoDB stream event at all: not a mapping, no ``Records`` list,
+        or a record naming another ``eventSource`` (an SQS or Kinesis event sent to the
+        function by mistake).
+    """
+    if not isinstance(event, Mapping):
+        raise EventError(f"not a DynamoDB stream event: the event is {_kind(event)}, not an object")
+    records = event.get("Records", [] if "shardId" in event else None)
+    if not isinstance(records, list):
+        raise EventError(
+            "not a DynamoDB stream event: no 'Records' list "
+            f"(keys: {', '.join(map(str, list(event)[:8]))})"
+        )
+    for raw in records:
+        source = raw.get("eventSource") if isinstance(raw, Mapping) else None
+        if source is not None and source != "aws:dynamodb":
+            raise EventError(
+                f"not a DynamoDB stream event: a record comes from {quote(source)}; "
+                "only aws:dynamodb records are processed"
+            )
+    return [parse_record(raw) for raw in records]
+
+
+class StreamRecord:
+    """One stream record (Lambda event shape) with a valid envelope. Cheap to build; images are
+    lazy.
+
+    Use :func:`parse_record` at the edge (it never raises); constructing directly validates too.
+
+    Raises
+    ------
+    EvaluationError
+        With cause ``malformed-record``, on construction, if the envelope is invalid (module
+        docstring).
     """
 
     __slots__ = ("_new", "_old", "event_name", "raw", "sequence_number")
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: Mapping[str, Any], *, validated: bool = False) -> None:
+        if not validated:
+            try:
+                _Envelope.model_validate(raw)
+            except ValidationError as exc:
+                raise EvaluationError(_problem(exc), FailureCause.MALFORMED_RECORD) from None
         self.raw = raw
         self.event_name: str = raw["eventName"]
         self.sequence_number: str = raw["dynamodb"]["SequenceNumber"]
@@ -141,7 +444,13 @@ class StreamRecord:
     def approximate_creation_time(self) -> Decimal | None:
         """``ApproximateCreationDateTime`` in epoch seconds (``Decimal``), if present."""
         value = self.raw["dynamodb"].get("ApproximateCreationDateTime")
-        return None if value is None else Decimal(str(value))
+        if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
+            return None
+        try:
+            number = Decimal(str(value))
+        except InvalidOperation:
+            return None
+        return number if number.is_finite() else None
 
     def __repr__(self) -> str:
         return f"StreamRecord({self.event_name} #{self.sequence_number} {dict(self.keys)!r})"

@@ -339,8 +339,6 @@ class StreamRunner:
                 break
         if records:
             shard.read_position = _seq(records[-1])
-        if self.faults.transform is not None:
-            records = [self.faults.transform(r) for r in records]
         # Like the template's FilterCriteria, drop the runner's own bookkeeping records before
         # any invocation (saving a position would otherwise produce a record to process, forever).
         kept = [r for r in records if not self._is_bookkeeping(r)]
@@ -364,6 +362,10 @@ class StreamRunner:
         return seconds - seconds % self.window_seconds
 
     def _event(self, shard: _Shard, records: list[dict[str, Any]], final: bool) -> dict[str, Any]:
+        # the transform (a test's view of what Lambda delivers: TTL marks, corrupted records)
+        # applies at delivery; positions, windows and retries follow the records as read
+        if self.faults.transform is not None:
+            records = [self.faults.transform(r) for r in records]
         event: dict[str, Any] = {"Records": records}
         if self.window_seconds is not None and shard.window_start is not None:
             event.update(

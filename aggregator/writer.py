@@ -25,20 +25,18 @@ are not AWS's, so both are kept.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .config import DEFAULT_LAYOUT, TableLayout
-from .engine import BatchDeltas, CoalescedDelta, RecordFailure
+from .engine import BatchDeltas, CoalescedDelta
 from .records import pad_sequence_number
 
 __all__ = [
@@ -123,7 +121,16 @@ class WriteStats:
     failed_items
         Items whose update still failed after retries.
     dead_letters
-        Dead-letter items written for records a rule could not evaluate.
+        Dead letters recorded (in the table, or in the last-resort queue) for records a rule
+        could not evaluate and malformed records.
+    dead_letters_compacted
+        Dead letters whose record did not fit whole as JSON (stored compressed, by keys only, or
+        by digest only; :mod:`aggregator.deadletters`).
+    dead_letter_fallbacks
+        Dead letters rejected by DynamoDB and written again in their minimal form.
+    dead_letters_to_queue
+        Dead letters sent to the last-resort queue because DynamoDB rejected even the minimal
+        form.
     """
 
     requests: int = 0
@@ -139,6 +146,9 @@ class WriteStats:
     expired_skipped: int = 0
     failed_items: int = 0
     dead_letters: int = 0
+    dead_letters_compacted: int = 0
+    dead_letter_fallbacks: int = 0
+    dead_letters_to_queue: int = 0
 
     def add(self, other: WriteStats) -> None:
         for name in self.__slots__:
@@ -165,12 +175,6 @@ class Writer(Protocol):
 
     def apply(self, batch: BatchDeltas, *, shard_id: str | None = None) -> WriteResult:
         """Apply a batch's coalesced deltas; never raises for per-item write failures."""
-        ...
-
-    def write_dead_letters(
-        self, failures: list[RecordFailure], *, shard_id: str | None = None
-    ) -> WriteStats:
-        """Persist records a rule could not evaluate (idempotent per shard/sequence/rule)."""
         ...
 
     def check_shard(self, shard_id: str | None) -> None:
@@ -229,7 +233,8 @@ THROTTLING_ERRORS = frozenset(
 "Error handling": throttling errors are safe to retry)."""
 
 
-def _error_code(exc: BaseException) -> str:
+def error_code(exc: BaseException) -> str:
+    """The error code of a botocore ``ClientError`` (else the exception's type name)."""
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code", ""))
     return type(exc).__name__
@@ -322,7 +327,7 @@ class _BaseWriter:
             try:
                 response = getattr(self.client, operation)(**request)
             except ClientError as exc:
-                if _error_code(exc) in THROTTLING_ERRORS and attempt < self.throttle_retries:
+                if error_code(exc) in THROTTLING_ERRORS and attempt < self.throttle_retries:
                     stats.throttle_retries += 1
                     time.sleep(self.backoff_seconds * 2**attempt)
                     attempt += 1
@@ -388,63 +393,6 @@ class _BaseWriter:
         if failed_first:
             result.retry_from = min(failed_first, key=pad_sequence_number)
         return result
-
-    # -- dead letters --------------------------------------------------------------------------
-    def write_dead_letters(
-        self, failures: list[RecordFailure], *, shard_id: str | None = None
-    ) -> WriteStats:
-        """Write one dead-letter item per (record, rule) failure.
-
-        Items live under the reserved ``dead_letters_pk`` with sort key
-        ``"<shard>#<40-digit sequence number>#<rule>"`` (so writing one twice is harmless) and
-        carry ``rule``, ``reason``, ``sequence_number``, ``shard_id``, ``failed_at`` (ISO 8601,
-        UTC) and ``record`` (the stream record as JSON; when that would exceed DynamoDB's 400 KB
-        item limit, only its keys are kept and ``record_truncated`` is true).
-
-        Raises
-        ------
-        WriteError
-            When a dead letter cannot be written (the batch must then be retried).
-        """
-        from .exceptions import WriteError
-
-        stats = WriteStats()
-        shard = shard_id or "unknown-shard"
-        for failure in failures:
-            record_json = json.dumps(failure.record, default=str, sort_keys=True)
-            truncated = len(record_json.encode()) > MAX_ITEM_BYTES - 4096
-            if truncated:
-                keep = {
-                    "eventName": failure.record.get("eventName"),
-                    "dynamodb": {
-                        "Keys": failure.record.get("dynamodb", {}).get("Keys"),
-                        "SequenceNumber": failure.sequence_number,
-                    },
-                }
-                record_json = json.dumps(keep, default=str, sort_keys=True)
-            item = {
-                self.layout.partition_key: {"S": self.layout.dead_letters_pk},
-                self.layout.sort_key: {
-                    "S": f"{shard}#{pad_sequence_number(failure.sequence_number)}#{failure.rule}"
-                },
-                "rule": {"S": failure.rule},
-                "reason": {"S": failure.reason},
-                "sequence_number": {"S": failure.sequence_number},
-                "shard_id": {"S": shard},
-                "failed_at": {"S": datetime.fromtimestamp(self._clock(), UTC).isoformat()},
-                "record": {"S": record_json},
-                "record_truncated": {"BOOL": truncated},
-            }
-            stats.requests += 1
-            try:
-                self.client.put_item(TableName=self.table_name, Item=item)
-            except (ClientError, BotoCoreError) as exc:
-                raise WriteError(
-                    f"could not dead-letter record {failure.sequence_number} "
-                    f"(rule {failure.rule!r}): {exc}"
-                ) from exc
-            stats.dead_letters += 1
-        return stats
 
 
 class AtLeastOnceWriter(_BaseWriter):

@@ -100,38 +100,52 @@ def final_items(ddb, table: str) -> list[dict[str, Any]]:
             return items
 
 
+def contribution(r, item: dict[str, Any] | None) -> dict[str, Decimal]:
+    """What base rule ``r`` counts for one item (deserialized), keyed as :func:`stored` keys
+    its aggregates; windowed rules' buckets are computed here by integer arithmetic."""
+    out: dict[str, Decimal] = defaultdict(Decimal)
+    if item is None or not r.match.matches(item):
+        return out
+    key = r.key.render(item)[1]
+    amount = r.delta.evaluate(item)
+    if r.window is None:
+        out[key] += amount
+        return out
+    sizes = {"minute": 60, "hour": 3600, "day": 86400}
+    for g in r.window.granularities:
+        size = sizes[g.label]
+        start = int(item[r.window.time]) // size * size
+        out[f"{key}@{g.label}@{utc_text(start)}"] += amount
+    return out
+
+
 def expected_from_items(
-    items: list[dict[str, Any]], rules: RuleSet = RULES, kept: list[dict[str, Any]] = ()
+    items: list[dict[str, Any]],
+    rules: RuleSet = RULES,
+    kept: list[dict[str, Any]] = (),
+    without: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = (),
 ) -> dict[str, dict[str, Decimal]]:
     """Every rule evaluated over ``items`` (plus ``kept``: TTL-deleted items whose contribution
     stays for rules with ``ttl_deletes: keep``); zero totals dropped.
 
+    ``without`` lists ``(rule, old item, new item)`` changes that were dead-lettered, so never
+    applied: their delta (contribution of new minus old) is taken out of that base rule.
     Windowed rules (whose time attribute is in epoch seconds here) are keyed
-    ``"<key>@<granularity>@<bucket start>"`` with buckets computed here by integer arithmetic;
-    derived rules are evaluated over the expected aggregates of their source (value != 0)."""
+    ``"<key>@<granularity>@<bucket start>"``; derived rules are evaluated over the expected
+    aggregates of their source (value != 0)."""
     totals: dict[str, dict[str, Decimal]] = {r.name: defaultdict(Decimal) for r in rules}
-    kept = [
-        {
-            k: Decimal(v) if isinstance(v, int) and not isinstance(v, bool) else v
-            for k, v in item.items()
-        }
-        for item in kept
-    ]
-    sizes = {"minute": 60, "hour": 3600, "day": 86400}
+    kept = [_decimals(item) for item in kept]
     for r in rules.base_rules:
         sources = list(items) + (list(kept) if r.ttl_deletes == "keep" else [])
         for item in sources:
-            if not r.match.matches(item):
-                continue
-            key = r.key.render(item)[1]
-            amount = r.delta.evaluate(item)
-            if r.window is None:
+            for key, amount in contribution(r, item).items():
                 totals[r.name][key] += amount
-                continue
-            for g in r.window.granularities:
-                size = sizes[g.label]
-                start = int(item[r.window.time]) // size * size
-                totals[r.name][f"{key}@{g.label}@{utc_text(start)}"] += amount
+    for name, old, new in without:
+        r = rules.get(name)
+        for key, amount in contribution(r, _decimals(new) if new else None).items():
+            totals[name][key] -= amount
+        for key, amount in contribution(r, _decimals(old) if old else None).items():
+            totals[name][key] += amount
     done = {r.name for r in rules.base_rules}
     while len(done) < len(rules):
         for r in rules.derived_rules:
@@ -145,6 +159,13 @@ def expected_from_items(
                     totals[r.name][r.key.render(image)[1]] += r.delta.evaluate(image)
             done.add(r.name)
     return {name: {k: v for k, v in t.items() if v != 0} for name, t in totals.items()}
+
+
+def _decimals(item: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: Decimal(v) if isinstance(v, int) and not isinstance(v, bool) else v
+        for k, v in item.items()
+    }
 
 
 def stored(ddb, table: str, rules: RuleSet = RULES) -> dict[str, dict[str, Decimal]]:

@@ -38,14 +38,18 @@ def test_replay_applies_each_dead_letter_once(dynamodb_local, ddb, streams, tabl
     assert stored(ddb, name, BROKEN) == {"points": {"ann": Decimal(2)}}
 
     letters = list(list_dead_letters(ddb, name))
-    assert [(d.rule, d.reason) for d in letters] == [
-        ("points", "NewImage: delta attribute 'points' is missing"),
-        ("points", "NewImage: key attribute 'owner' is missing"),
+    assert [(d.rule, d.cause, d.replayable, d.reason) for d in letters] == [
+        ("points", "missing-attribute", True, "NewImage: delta attribute 'points' is missing"),
+        ("points", "missing-attribute", True, "NewImage: key attribute 'owner' is missing"),
     ]
     result = CliRunner().invoke(
-        main, ["dead-letters", "--table", name, "--endpoint-url", dynamodb_local.endpoint_url]
+        main,
+        ["dead-letters", "--table", name, "--endpoint-url", dynamodb_local.endpoint_url],
+        env={"COLUMNS": "250"},
     )
-    assert result.exit_code == 0 and "2 dead letter(s)" in result.output
+    assert result.exit_code == 0
+    assert "2 dead letter(s), 2 replayable" in result.output
+    assert result.output.count("missing-attribute") == 2
 
     # replaying with rules that still fail changes nothing and keeps both
     still = replay_dead_letters(ddb, name, BROKEN)

@@ -1,23 +1,39 @@
-"""Property: under random writes and random faults, every aggregate equals the rules evaluated
-over the table's final items (TTL-deleted items still count for ``ttl_deletes: keep`` rules),
-including a windowed rule (hour and minute buckets of an event time that moves between buckets)
-and two rules derived from another rule's aggregates (a histogram and a distinct count).
+"""Property: under random writes, random faults and malformed records, every aggregate equals
+the rules evaluated over the table's final items (TTL-deleted items still count for
+``ttl_deletes: keep`` rules) less the changes that were dead-lettered, including a windowed rule
+(hour and minute buckets of an event time that moves between buckets) and two rules derived from
+another rule's aggregates (a histogram and a distinct count).
 
-CI runs ``AGGREGATOR_PROPERTY_EXAMPLES`` scenarios (default 100). A longer soak::
+Malformed records are real stream records corrupted at delivery, the same way at every delivery:
+an envelope without ``eventName`` (every rule skips the record), ``points`` as ``{"N": "NaN"}``
+(the rules reading ``points`` skip it) or ``owner`` with an unknown type tag (the rules reading
+``owner`` skip it). The expected aggregates leave out exactly those (record, rule) changes, and
+the dead letters must be exactly those (record, rule) pairs.
 
-    make soak            # AGGREGATOR_PROPERTY_EXAMPLES=1000, prints scenarios and drift
+``AGGREGATOR_PROPERTY_EXAMPLES`` scenarios (default 100, as CI runs them) are split into parts
+of at most ``AGGREGATOR_PROPERTY_PART_SIZE`` (default 100), each on a DynamoDB Local server of
+its own (the server slows down as deleted tables pile up), so pytest-xdist can run parts in
+parallel and no part nears the suite's per-test timeout. Each part writes its figures to
+``AGGREGATOR_SOAK_DIR`` when set. A longer soak::
+
+    make soak            # 1,000 scenarios on 2 workers; EXAMPLES=10000 WORKERS=2 for more
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+from boto3.dynamodb.types import TypeDeserializer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aggregator.deadletters import list_dead_letters
 from aggregator.faults import SimulatedCrash
 from aggregator.records import TTL_PRINCIPAL
 from aggregator.table import create_table
@@ -34,8 +50,19 @@ from tests.integration.harness import (
 pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_EXAMPLES", "100"))
+PART_SIZE = int(os.environ.get("AGGREGATOR_PROPERTY_PART_SIZE", "100"))
+PARTS = max(1, math.ceil(EXAMPLES / PART_SIZE))
+SOAK_DIR = os.environ.get("AGGREGATOR_SOAK_DIR")
 _names = itertools.count()
-REPORT = {"scenarios": 0, "drift": 0, "records": 0, "faults": 0}
+_DESER = TypeDeserializer()
+
+# Which rules of WIDE_RULES read which attribute (written out here, not asked of the rules):
+# a malformed value of that attribute makes exactly these rules dead-letter the record.
+READERS = {
+    "envelope": ("paths", "per_owner", "points", "gems_by_kind", "points_by_hour"),
+    "nan_points": ("points", "points_by_hour"),
+    "tag_owner": ("per_owner", "points", "points_by_hour"),
+}
 
 HOUR = 1_700_000_000 // 3600 * 3600  # an hour boundary; event times straddle it
 item_ids = st.integers(0, 5)
@@ -65,6 +92,8 @@ scenario = st.fixed_dictionaries(
             st.integers(1, 2),
             max_size=2,
         ),
+        # index among the scenario's user-item stream records -> how to corrupt it
+        "corrupt": st.dictionaries(st.integers(0, 9), st.sampled_from(sorted(READERS)), max_size=3),
     }
 )
 
@@ -75,6 +104,60 @@ def mark_ttl(record: dict[str, Any]) -> dict[str, Any]:
     if record["eventName"] == "REMOVE" and "expired" in old:
         record = {**record, "userIdentity": {"type": "Service", "principalId": TTL_PRINCIPAL}}
     return record
+
+
+class Corrupter:
+    """Marks TTL deletes, and corrupts the chosen user-item records at every delivery.
+
+    User records are numbered in stream order the first time they are seen (the workload is
+    written before the runner starts, so that order is the stream's). ``originals`` keeps each
+    corrupted record's sequence number, kind and uncorrupted images, to compute what must be
+    missing from the aggregates."""
+
+    def __init__(self, plan: dict[int, str]) -> None:
+        self.plan = plan
+        self.index: dict[str, int] = {}
+        self.originals: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def __call__(self, record: dict[str, Any]) -> dict[str, Any]:
+        record = mark_ttl(record)
+        dynamodb = record["dynamodb"]
+        seq = dynamodb["SequenceNumber"]
+        if not dynamodb["Keys"]["pk"]["S"].startswith("P") or "userIdentity" in record:
+            return record  # framework items, and TTL deletes, stay as they are
+        number = self.index.setdefault(seq, len(self.index))
+        kind = self.plan.get(number)
+        if kind is None:
+            return record
+        self.originals[seq] = (kind, record)
+        image = "OldImage" if record["eventName"] == "REMOVE" else "NewImage"
+        if kind == "envelope":
+            return {k: v for k, v in record.items() if k != "eventName"}
+        attribute, value = ("points", {"N": "NaN"}) if kind == "nan_points" else ("owner", {"Q": 1})
+        return {
+            **record,
+            "dynamodb": {**dynamodb, image: {**dynamodb[image], attribute: value}},
+        }
+
+    def dead_lettered(self) -> list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]]:
+        """``(rule, old item, new item)`` of every (record, rule) change that was skipped."""
+        out = []
+        for kind, record in self.originals.values():
+            old, new = (_item(record["dynamodb"].get(k)) for k in ("OldImage", "NewImage"))
+            out += [(rule, old, new) for rule in READERS[kind]]
+        return out
+
+    def expected_letters(self) -> set[tuple[str, str]]:
+        """``(sequence number, rule)`` of the dead letters there must be."""
+        return {
+            (seq, "*" if kind == "envelope" else rule)
+            for seq, (kind, _) in self.originals.items()
+            for rule in READERS[kind]
+        }
+
+
+def _item(image: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if image is None else {k: _DESER.deserialize(v) for k, v in image.items()}
 
 
 def apply_ops(ddb, name: str, operations) -> list[dict[str, Any]]:
@@ -102,18 +185,13 @@ def apply_ops(ddb, name: str, operations) -> list[dict[str, Any]]:
     return kept
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(case=scenario)
-def test_aggregates_equal_rules_over_final_items(ddb, streams, case):
+def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> None:
     name = f"prop-{os.getpid()}-{next(_names)}"
     arn = create_table(ddb, name)
     try:
         kept = apply_ops(ddb, name, case["ops"])
         crashes = dict(case["crashes"])
+        corrupter = Corrupter(dict(case["corrupt"]))
         options = {
             "mode": case["mode"],
             "batch_size": case["batch_size"],
@@ -123,7 +201,7 @@ def test_aggregates_equal_rules_over_final_items(ddb, streams, case):
             "bisect_on_error": case["bisect"],
             "duplicate": lambda n: n in case["duplicates"],
             "crash": lambda n: crashes.get(n),
-            "transform": mark_ttl,
+            "transform": corrupter,
             "rules": WIDE_RULES,
         }
         first = pipeline(ddb, streams, name, arn, kill_after_batches=case["kill_after"], **options)
@@ -133,23 +211,47 @@ def test_aggregates_equal_rules_over_final_items(ddb, streams, case):
             # the runner process was killed: a new one resumes from the stored positions
             options["crash"] = lambda n: None
             stats = pipeline(ddb, streams, name, arn, **options).runner.run()
-        REPORT["scenarios"] += 1
-        REPORT["records"] += stats.records
-        REPORT["faults"] += stats.function_errors + stats.retries + stats.duplicates
-        expected = expected_from_items(final_items(ddb, name), WIDE_RULES, kept=kept)
+        report["scenarios"] += 1
+        report["records"] += stats.records
+        report["faults"] += stats.function_errors + stats.retries + stats.duplicates
+        report["malformed"] += len(corrupter.originals)
+        expected = expected_from_items(
+            final_items(ddb, name), WIDE_RULES, kept=kept, without=corrupter.dead_lettered()
+        )
         actual = stored(ddb, name, WIDE_RULES)
-        if actual != expected:
-            REPORT["drift"] += 1
+        letters = {(d.sequence_number, d.rule) for d in list_dead_letters(ddb, name)}
+        if actual != expected or letters != corrupter.expected_letters():
+            report["drift"] += 1
         assert actual == expected
+        assert letters == corrupter.expected_letters()
     finally:
         ddb.delete_table(TableName=name)
 
 
-def test_report_soak_figures():
-    """Runs after the property test (file order) and prints what it exercised."""
-    print(
-        f"\nproperty soak: {REPORT['scenarios']} scenarios, {REPORT['records']} stream records, "
-        f"{REPORT['faults']} injected faults and retries, drift in {REPORT['drift']} scenarios"
+@pytest.mark.parametrize("part", range(PARTS))
+def test_aggregates_equal_rules_over_final_items(part, fresh_dynamodb_local):
+    examples = min(PART_SIZE, EXAMPLES - part * PART_SIZE)
+    ddb = fresh_dynamodb_local.client("dynamodb")
+    streams = fresh_dynamodb_local.client("dynamodbstreams")
+    report = {"scenarios": 0, "drift": 0, "records": 0, "faults": 0, "malformed": 0}
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
     )
-    assert REPORT["scenarios"] >= EXAMPLES
-    assert REPORT["drift"] == 0
+    @given(case=scenario)
+    def scenarios(case):
+        run_scenario(ddb, streams, case, report)
+
+    scenarios()
+    print(
+        f"\nproperty part {part + 1}/{PARTS}: {report['scenarios']} scenarios, "
+        f"{report['records']} stream records, {report['faults']} injected faults and retries, "
+        f"{report['malformed']} malformed records, drift in {report['drift']} scenarios"
+    )
+    if SOAK_DIR:
+        Path(SOAK_DIR).mkdir(parents=True, exist_ok=True)
+        (Path(SOAK_DIR) / f"part-{part:05d}.json").write_text(json.dumps(report))
+    assert report["scenarios"] >= examples
+    assert report["drift"] == 0

@@ -163,8 +163,11 @@ def test_failure_queue(queue: tuple[str, dict[str, Any]]) -> None:
     assert props["MessageRetentionPeriod"] == 1209600
 
 
-def test_function_settings(function: dict[str, Any], table: tuple[str, dict[str, Any]]) -> None:
+def test_function_settings(
+    function: dict[str, Any], table: tuple[str, dict[str, Any]], queue: tuple[str, dict[str, Any]]
+) -> None:
     table_name, _ = table
+    queue_name, _ = queue
     assert function["CodeUri"] == "."
     assert function["Handler"] == "aggregator.handler.handler"
     assert function["Runtime"] == "python3.12"
@@ -176,6 +179,8 @@ def test_function_settings(function: dict[str, Any], table: tuple[str, dict[str,
         "AGGREGATOR_DEFINITIONS": "definitions",
         "AGGREGATOR_MODE": {"Ref": "AggregatorMode"},
         "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": "90000",
+        # the last resort for dead letters is the mapping's own on-failure queue
+        "AGGREGATOR_ON_FAILURE_QUEUE_URL": {"Ref": queue_name},
         "POWERTOOLS_SERVICE_NAME": "ddb-aggregator",
         "POWERTOOLS_METRICS_NAMESPACE": "DdbAggregator",
         "POWERTOOLS_LOG_LEVEL": {"Ref": "LogLevel"},
