@@ -102,8 +102,12 @@ def test_windowed_event_exactly_once_even_when_delivered_twice(configure, ddb, c
     ]
     assert json.loads(items[0]["record"]["S"])["eventID"] == "eccbc87e4b5ce2fe28308fd9f2a7baf3"
     # the second delivery found every item already applied
-    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    emf = [blob for blob in blobs if "RecordsReceived" in blob]
+    by_cause = [blob for blob in blobs if "DeadLettersByCause" in blob]
     assert len(emf) == 2
+    # the dead letter, once per delivery (the second write of it is idempotent)
+    assert [(b["Cause"], b["DeadLettersByCause"]) for b in by_cause] == [("wrong-type", [1.0])] * 2
     assert emf[0]["RecordsReceived"] == [7.0]
     assert emf[0]["SelfWritesSkipped"] == [1.0]
     assert emf[0]["DeadLetters"] == [1.0]
