@@ -7,9 +7,8 @@ Public API::
 See the README for the rule reference and the guarantees of each write mode.
 """
 
-from .config import DEFAULT_LAYOUT, TableLayout
-from .engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine, RecordFailure
-from .exceptions import (
+from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine, RecordFailure
+from aggregator.core.exceptions import (
     AggregatorError,
     ConfigError,
     DynamoDBLocalError,
@@ -19,13 +18,15 @@ from .exceptions import (
     RunnerError,
     WriteError,
 )
-from .filters import check_template, filter_criteria
-from .processor import BatchOutcome, StreamProcessor
-from .query import Aggregate, AggregateStore, HistogramBucket, WindowResult
-from .records import StreamRecord
-from .rules import Bucket, Rule, RuleSet, Window, load_rules, rule
-from .windows import Granularity, parse_duration
-from .writer import AtLeastOnceWriter, WriteResult, WriteStats, make_writer
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.records import StreamRecord
+from aggregator.core.rules import Bucket, Rule, RuleSet, Window, load_rules, rule
+from aggregator.core.windows import Granularity, parse_duration
+from aggregator.dynamodb.modes import make_writer
+from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
+from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteResult, WriteStats
+from aggregator.runtime.filters import check_template, filter_criteria
+from aggregator.runtime.processor import BatchOutcome, StreamProcessor
 
 __all__ = [
     "DEFAULT_LAYOUT",

@@ -7,7 +7,8 @@ Configuration (environment variables, read once per execution environment):
 ``AGGREGATOR_DEFINITIONS`` (default ``definitions``)
     A rule file or directory, relative to ``LAMBDA_TASK_ROOT`` (or the working directory).
 ``AGGREGATOR_MODE`` (default ``exactly-once``)
-    The write mode: ``exactly-once``, ``window`` or ``at-least-once`` (:mod:`aggregator.writer`).
+    The write mode: ``exactly-once``, ``window`` or ``at-least-once``
+    (:mod:`aggregator.dynamodb.writer`).
     The first two need tumbling windows on the event source mapping (for ``shardId``).
 ``AGGREGATOR_CHECKPOINT_RETENTION_SECONDS`` (default 90000)
     Age after which another shard's checkpoint on an aggregate item is pruned; must exceed the
@@ -18,7 +19,7 @@ Configuration (environment variables, read once per execution environment):
     A DynamoDB endpoint such as DynamoDB Local.
 ``AGGREGATOR_ON_FAILURE_QUEUE_URL`` (optional; the template sets its on-failure queue)
     The last resort for a dead letter that DynamoDB rejects even in its minimal form: it is
-    sent there as an SQS message and the shard moves on (:mod:`aggregator.deadletters`).
+    sent there as an SQS message and the shard moves on (:mod:`aggregator.dynamodb.deadletters`).
 ``POWERTOOLS_SERVICE_NAME``, ``POWERTOOLS_METRICS_NAMESPACE``, ``POWERTOOLS_LOG_LEVEL``
     Powertools' own settings (defaults ``ddb-aggregator``, ``DdbAggregator``, ``INFO``).
 
@@ -38,12 +39,12 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 
-from .config import DEFAULT_LAYOUT
-from .deadletters import SqsLastResort
-from .exceptions import ConfigError
-from .processor import StreamProcessor, create_processor
-from .rules import load_rules
-from .writer import WRITE_MODES
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.layout import DEFAULT_LAYOUT
+from aggregator.core.rules import load_rules
+from aggregator.dynamodb.deadletters import SqsLastResort
+from aggregator.dynamodb.modes import WRITE_MODES
+from aggregator.runtime.processor import StreamProcessor, create_processor
 
 __all__ = ["HandlerSettings", "build_processor", "handler", "reset"]
 

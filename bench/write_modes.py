@@ -43,11 +43,11 @@ from botocore.exceptions import ClientError
 from rich.console import Console
 from rich.table import Table
 
-from aggregator.engine import BatchDeltas, CoalescedDelta, Engine
-from aggregator.exceptions import AggregatorError
-from aggregator.processor import BatchOutcome, StreamProcessor, create_processor
-from aggregator.rules import RuleSet
-from aggregator.writer import AtLeastOnceWriter, WriteStats
+from aggregator.core.engine import BatchDeltas, CoalescedDelta, Engine
+from aggregator.core.exceptions import AggregatorError
+from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteStats
+from aggregator.runtime.processor import BatchOutcome, StreamProcessor, create_processor
 
 __all__ = [
     "STRATEGIES",
@@ -84,9 +84,9 @@ class PerDeltaWriter(AtLeastOnceWriter):
     """One unconditional ``UpdateItem ADD`` per per-record delta: no coalescing at all.
 
     Each coalesced delta is expanded into its ``parts`` (one per stream record that touched the
-    item); every part becomes its own :class:`~aggregator.engine.CoalescedDelta` and is written
-    by :class:`~aggregator.writer.AtLeastOnceWriter`'s per-item update (same request shape, same
-    capacity model), concurrently through the base class's bounded pool. A part that failed
+    item); every part becomes its own :class:`~aggregator.core.engine.CoalescedDelta` and is written
+    by :class:`~aggregator.dynamodb.writer.AtLeastOnceWriter`'s per-item update (same request shape,
+    same capacity model), concurrently through the base class's bounded pool. A part that failed
     makes ``retry_from`` its own sequence number. At-least-once, like its base class.
     """
 
@@ -302,10 +302,10 @@ def run_one(
 
     The caller provides the clients; :func:`main` starts a fresh DynamoDB Local for each run.
     """
-    from aggregator.demo import replay_flights
-    from aggregator.query import AggregateStore
-    from aggregator.runner import StreamRunner
-    from aggregator.table import create_table
+    from aggregator.dev.demo import replay_flights
+    from aggregator.dynamodb.query import AggregateStore
+    from aggregator.dynamodb.table import create_table
+    from aggregator.runtime.runner import StreamRunner
 
     table = f"bench-{run_id}-{strategy}-{batch_size}"
     figures = RunFigures(strategy, batch_size, table)
@@ -504,9 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace, console: Console, command: str, began: float) -> int:
-    from aggregator.flights import read_flights, replay_steps
-    from aggregator.local import DynamoDBLocal
-    from aggregator.rules import load_rules
+    from aggregator.core.rules import load_rules
+    from aggregator.dev.flights import read_flights, replay_steps
+    from aggregator.dev.local import DynamoDBLocal
 
     end = args.start + timedelta(days=args.days - 1)
     rules = load_rules(args.definitions)

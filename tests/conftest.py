@@ -17,8 +17,8 @@ def _local_server() -> Iterator[object]:
     """Start DynamoDB Local, installed into ``<repo>/.cache/dynamodb-local`` (git-ignored) on
     first use. When it cannot start, the tests that need it fail under ``CI=true`` and are skipped
     elsewhere with the reason."""
-    from aggregator.exceptions import DynamoDBLocalError
-    from aggregator.local import DynamoDBLocal
+    from aggregator.core.exceptions import DynamoDBLocalError
+    from aggregator.dev.local import DynamoDBLocal
 
     install_dir = Path(
         os.environ.get("AGGREGATOR_DYNAMODB_LOCAL_DIR") or ROOT / ".cache" / "dynamodb-local"
@@ -66,7 +66,7 @@ def streams(dynamodb_local):
 @pytest.fixture
 def table(ddb):
     """A fresh table (keys, stream, GSI, TTL) per test; yields ``(name, stream_arn)``."""
-    from aggregator.table import create_table
+    from aggregator.dynamodb.table import create_table
 
     name = f"test-{os.getpid()}-{next(_table_names)}"
     arn = create_table(ddb, name)

@@ -11,12 +11,12 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from aggregator.config import DEFAULT_LAYOUT
-from aggregator.faults import FaultInjectingClient, RunnerFaults
-from aggregator.processor import create_processor
-from aggregator.query import AggregateStore
-from aggregator.rules import RuleSet, rule
-from aggregator.runner import PositionStore, StreamRunner
+from aggregator.core.layout import DEFAULT_LAYOUT
+from aggregator.core.rules import RuleSet, rule
+from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dynamodb.query import AggregateStore
+from aggregator.runtime.processor import create_processor
+from aggregator.runtime.runner import PositionStore, StreamRunner
 from tests.factories import ddb_json
 
 RULES = RuleSet.of(

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from aggregator import handler as handler_module
-from aggregator.deadletters import list_dead_letters, replay_dead_letters
-from aggregator.query import AggregateStore
-from aggregator.rules import load_rules
+from aggregator.core.rules import load_rules
+from aggregator.dynamodb.deadletters import list_dead_letters, replay_dead_letters
+from aggregator.dynamodb.query import AggregateStore
 from tests.factories import stream_record
 from tests.integration.test_handler import LambdaContext
 
@@ -422,7 +422,7 @@ def test_replay_restores_a_zlib_dead_letter_after_the_rule_is_fixed(invoke, ddb,
 
 
 def test_event_that_is_not_a_stream_event_fails_loudly(invoke):
-    from aggregator.exceptions import EventError
+    from aggregator.core.exceptions import EventError
 
     sqs_record = {"eventSource": "aws:sqs", "messageId": "1", "body": "{}"}
     with pytest.raises(EventError, match="aws:sqs"):

@@ -6,10 +6,10 @@ from decimal import Decimal
 
 import pytest
 
-from aggregator.checkpoint import CheckpointWriter
-from aggregator.engine import Engine
-from aggregator.processor import StreamProcessor, create_processor
-from aggregator.records import StreamRecord
+from aggregator.core.engine import Engine
+from aggregator.core.records import StreamRecord
+from aggregator.dynamodb.checkpoint import CheckpointWriter
+from aggregator.runtime.processor import StreamProcessor, create_processor
 from tests.factories import stream_record
 from tests.integration.harness import RULES, stored
 

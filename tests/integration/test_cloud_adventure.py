@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from aggregator.cli import main
-from aggregator.query import AggregateStore
-from aggregator.rules import load_rules
+from aggregator.core.rules import load_rules
+from aggregator.dynamodb.query import AggregateStore
 from tests.factories import ddb_json
 from tests.integration.harness import delete, pipeline, put
 

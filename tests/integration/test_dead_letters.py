@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from aggregator.cli import main
-from aggregator.deadletters import list_dead_letters, replay_dead_letters
-from aggregator.rules import RuleSet, rule
+from aggregator.core.rules import RuleSet, rule
+from aggregator.dynamodb.deadletters import list_dead_letters, replay_dead_letters
 from tests.integration.harness import pipeline, put, stored
 
 pytestmark = pytest.mark.integration

@@ -23,8 +23,8 @@ import pytest
 from click.testing import CliRunner
 
 from aggregator.cli import main
-from aggregator.query import AggregateStore
-from aggregator.rules import load_rules
+from aggregator.core.rules import load_rules
+from aggregator.dynamodb.query import AggregateStore
 from tests.factories import ddb_json
 from tests.integration.harness import delete, pipeline, put, utc_text
 
@@ -100,7 +100,7 @@ class Simulation:
 def simulation(dynamodb_local, request):
     """37 hours of events written and processed hour by hour with a simulated clock, with
     sliding counts checked along the way (shared by this module's tests, which run in order)."""
-    from aggregator.table import create_table
+    from aggregator.dynamodb.table import create_table
 
     ddb = dynamodb_local.client("dynamodb")
     streams = dynamodb_local.client("dynamodbstreams")

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from aggregator.faults import SimulatedCrash
+from aggregator.dev.faults import SimulatedCrash
 from tests.integration.harness import (
     delete,
     expected_from_items,

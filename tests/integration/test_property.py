@@ -33,10 +33,10 @@ from boto3.dynamodb.types import TypeDeserializer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregator.deadletters import list_dead_letters
-from aggregator.faults import SimulatedCrash
-from aggregator.records import TTL_PRINCIPAL
-from aggregator.table import create_table
+from aggregator.core.records import TTL_PRINCIPAL
+from aggregator.dev.faults import SimulatedCrash
+from aggregator.dynamodb.deadletters import list_dead_letters
+from aggregator.dynamodb.table import create_table
 from tests.integration.harness import (
     WIDE_RULES,
     delete,

@@ -9,13 +9,13 @@ import pytest
 from click.testing import CliRunner
 
 from aggregator.cli import main
-from aggregator.engine import Engine
-from aggregator.exceptions import RunnerError
-from aggregator.processor import BatchOutcome, StreamProcessor
-from aggregator.query import AggregateStore
-from aggregator.rules import RuleSet, load_rules, rule
-from aggregator.runner import StreamRunner
-from aggregator.writer import make_writer
+from aggregator.core.engine import Engine
+from aggregator.core.exceptions import RunnerError
+from aggregator.core.rules import RuleSet, load_rules, rule
+from aggregator.dynamodb.modes import make_writer
+from aggregator.dynamodb.query import AggregateStore
+from aggregator.runtime.processor import BatchOutcome, StreamProcessor
+from aggregator.runtime.runner import StreamRunner
 from tests.factories import ddb_json
 
 pytestmark = pytest.mark.integration

@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from botocore.exceptions import ClientError
 
-from aggregator.engine import AggregateRef, BatchDeltas, CoalescedDelta
-from aggregator.writer import AtLeastOnceWriter
+from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta
+from aggregator.dynamodb.writer import AtLeastOnceWriter
 from bench.write_modes import (
     CountingClient,
     PerDeltaWriter,

@@ -27,11 +27,11 @@ from botocore.exceptions import (
 from click.testing import CliRunner, Result
 
 import aggregator.cli as cli
-import aggregator.local
+import aggregator.dev.local
 from aggregator.cli import describe_error, main, make_client
-from aggregator.exceptions import ConfigError, QueryError, RunnerError, WriteError
-from aggregator.local import find_free_port
-from aggregator.table import create_table, validate_table_name
+from aggregator.core.exceptions import ConfigError, QueryError, RunnerError, WriteError
+from aggregator.dev.local import find_free_port
+from aggregator.dynamodb.table import create_table, validate_table_name
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFS = str(ROOT / "definitions" / "cloud_adventure.yaml")
@@ -438,8 +438,8 @@ def test_local_create_table_invalid_name_starts_nothing(
     def forbidden(*args: Any, **kwargs: Any) -> NoReturn:
         pytest.fail("DynamoDB Local must not be installed or started for an invalid name")
 
-    monkeypatch.setattr(aggregator.local, "DynamoDBLocal", forbidden)
-    monkeypatch.setattr(aggregator.local, "ensure_installed", forbidden)
+    monkeypatch.setattr(aggregator.dev.local, "DynamoDBLocal", forbidden)
+    monkeypatch.setattr(aggregator.dev.local, "ensure_installed", forbidden)
     began = time.monotonic()
     line = error_line(invoke(["local", "--create-table", name]))
     assert line == f"error: --create-table: {BAD_NAMES[name]}"
@@ -464,7 +464,7 @@ def test_local_stops_the_server_when_creating_the_table_fails(
         def __exit__(self, *exc: object) -> None:
             events.append("stop")
 
-    monkeypatch.setattr(aggregator.local, "DynamoDBLocal", FakeServer)
+    monkeypatch.setattr(aggregator.dev.local, "DynamoDBLocal", FakeServer)
     fail_clients(monkeypatch, client_error("InternalServerError", "disk full", "CreateTable"))
     line = error_line(invoke(["local", "--create-table", "game"]))
     assert line == (

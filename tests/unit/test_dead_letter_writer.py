@@ -12,13 +12,13 @@ from decimal import Decimal
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from aggregator.deadletters import DeadLetterWriter, SqsLastResort
-from aggregator.engine import Engine, RecordFailure
-from aggregator.exceptions import FailureCause, WriteError
-from aggregator.processor import StreamProcessor
-from aggregator.records import parse_record
-from aggregator.rules import RuleSet, rule
-from aggregator.writer import MAX_ITEM_BYTES, AtLeastOnceWriter, item_size
+from aggregator.core.engine import Engine, RecordFailure
+from aggregator.core.exceptions import FailureCause, WriteError
+from aggregator.core.records import parse_record
+from aggregator.core.rules import RuleSet, rule
+from aggregator.dynamodb.deadletters import DeadLetterWriter, SqsLastResort
+from aggregator.dynamodb.writer import MAX_ITEM_BYTES, AtLeastOnceWriter, item_size
+from aggregator.runtime.processor import StreamProcessor
 from tests.factories import stream_record
 
 

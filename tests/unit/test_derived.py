@@ -9,13 +9,13 @@ from decimal import Decimal
 
 import pytest
 
-from aggregator.config import DEFAULT_LAYOUT, TableLayout
-from aggregator.engine import AggregateRef, CoalescedDelta, Engine
-from aggregator.exceptions import ConfigError, RuleError
-from aggregator.processor import _decode_state, _encode_state
-from aggregator.records import StreamRecord
-from aggregator.rules import Bucket, RuleSet, load_rules, rule
-from aggregator.writer import add_update
+from aggregator.core.engine import AggregateRef, CoalescedDelta, Engine
+from aggregator.core.exceptions import ConfigError, RuleError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.records import StreamRecord
+from aggregator.core.rules import Bucket, RuleSet, load_rules, rule
+from aggregator.dynamodb.writer import add_update
+from aggregator.runtime.processor import _decode_state, _encode_state
 from tests.factories import stream_record
 
 D = Decimal

@@ -6,9 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from aggregator.engine import Engine
-from aggregator.records import StreamRecord
-from aggregator.rules import RuleSet, rule
+from aggregator.core.engine import Engine
+from aggregator.core.records import StreamRecord
+from aggregator.core.rules import RuleSet, rule
 from tests.factories import stream_record
 
 RULES = RuleSet.of(

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from aggregator.engine import MAX_SORT_KEY_BYTES, Engine
-from aggregator.query import AggregateStore
-from aggregator.records import StreamRecord
-from aggregator.rules import RuleSet, rule
-from aggregator.windows import Granularity
-from aggregator.writer import AtLeastOnceWriter
+from aggregator.core.engine import MAX_SORT_KEY_BYTES, Engine
+from aggregator.core.records import StreamRecord
+from aggregator.core.rules import RuleSet, rule
+from aggregator.core.windows import Granularity
+from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.writer import AtLeastOnceWriter
 from tests.factories import stream_record
 from tests.unit.test_query_window import StubClient, bucket
 from tests.unit.test_writer import FakeClient

@@ -1,4 +1,4 @@
-"""Fast tests of aggregator.local: no Java process is started and nothing is downloaded."""
+"""Fast tests of aggregator.dev.local: no Java process is started and nothing is downloaded."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from aggregator import local
-from aggregator.exceptions import AggregatorError, DynamoDBLocalError
-from aggregator.local import (
+from aggregator.core.exceptions import AggregatorError, DynamoDBLocalError
+from aggregator.dev import local
+from aggregator.dev.local import (
     DynamoDBLocal,
     default_install_dir,
     ensure_installed,
@@ -24,7 +24,7 @@ REAL_WHICH = shutil.which
 
 
 def fake_which(monkeypatch: pytest.MonkeyPatch, **tools: str | None) -> None:
-    """Make shutil.which (as seen by aggregator.local) answer ``tools[name]`` for given names."""
+    """Make shutil.which (as seen by aggregator.dev.local) answer ``tools[name]``."""
 
     def which(name: str, *args: object, **kwargs: object) -> str | None:
         if name in tools:

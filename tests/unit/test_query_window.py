@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from aggregator.exceptions import QueryError
-from aggregator.query import AggregateStore
-from aggregator.rules import RuleSet, rule
+from aggregator.core.exceptions import QueryError
+from aggregator.core.rules import RuleSet, rule
+from aggregator.dynamodb.query import AggregateStore
 
 RULES = RuleSet.of(
     rule(

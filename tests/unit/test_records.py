@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from aggregator.engine import RECORD_RULE, Engine
-from aggregator.exceptions import EvaluationError, EventError, FailureCause
-from aggregator.records import (
+from aggregator.core.engine import RECORD_RULE, Engine
+from aggregator.core.exceptions import EvaluationError, EventError, FailureCause
+from aggregator.core.records import (
     Image,
     MalformedRecord,
     StreamRecord,
@@ -18,7 +18,7 @@ from aggregator.records import (
     parse_record,
     record_digest,
 )
-from aggregator.rules import RuleSet, rule
+from aggregator.core.rules import RuleSet, rule
 from tests.factories import stream_record
 
 GOOD = stream_record("INSERT", new={"pk": "a", "sk": "b", "n": 1}, seq=7)

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-import aggregator.rules as rules_module
-from aggregator import engine as engine_module
-from aggregator.conditions import MAX_MATCH_DEPTH, ConditionSyntaxError, parse_match
-from aggregator.config import TableLayout
-from aggregator.exceptions import EvaluationError, RuleError
-from aggregator.rules import (
+import aggregator.core.rules as rules_module
+from aggregator.core import engine as engine_module
+from aggregator.core.conditions import MAX_MATCH_DEPTH, ConditionSyntaxError, parse_match
+from aggregator.core.exceptions import EvaluationError, RuleError
+from aggregator.core.layout import TableLayout
+from aggregator.core.rules import (
     MAX_RULE_FILE_BYTES,
     MAX_SORT_KEY_BYTES,
     MAX_YAML_DEPTH,
@@ -36,7 +36,7 @@ from aggregator.rules import (
     load_rules,
     rule,
 )
-from aggregator.windows import Granularity, event_time_seconds, parse_duration, parse_instant
+from aggregator.core.windows import Granularity, event_time_seconds, parse_duration, parse_instant
 
 D = Decimal
 
@@ -770,7 +770,7 @@ def test_durations_and_granularities_are_bounded(call):
 
 
 def test_longest_duration_and_granularity_are_accepted():
-    from aggregator.windows import MAX_DURATION
+    from aggregator.core.windows import MAX_DURATION
 
     assert parse_duration(MAX_DURATION) == MAX_DURATION
     assert Granularity.parse(MAX_DURATION).seconds == MAX_DURATION

@@ -18,10 +18,10 @@ from cfnlint.decode.cfn_yaml import loads as cfn_yaml_loads
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from aggregator.config import DEFAULT_LAYOUT
-from aggregator.filters import check_template
-from aggregator.rules import load_rules
-from aggregator.writer import WRITE_MODES
+from aggregator.core.layout import DEFAULT_LAYOUT
+from aggregator.core.rules import load_rules
+from aggregator.dynamodb.modes import WRITE_MODES
+from aggregator.runtime.filters import check_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = ROOT / "template.yaml"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from aggregator.engine import Engine
-from aggregator.processor import StreamProcessor
-from aggregator.writer import WriteResult, WriteStats
+from aggregator.core.engine import Engine
+from aggregator.dynamodb.writer import WriteResult, WriteStats
+from aggregator.runtime.processor import StreamProcessor
 from tests.factories import stream_record
 from tests.unit.test_limits import WINDOWED, T
 

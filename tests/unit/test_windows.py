@@ -14,9 +14,9 @@ from decimal import Decimal
 
 import pytest
 
-from aggregator.exceptions import EvaluationError, RuleError
-from aggregator.rules import Bucket, Contribution, load_rules, rule
-from aggregator.windows import (
+from aggregator.core.exceptions import EvaluationError, RuleError
+from aggregator.core.rules import Bucket, Contribution, load_rules, rule
+from aggregator.core.windows import (
     Granularity,
     RangePart,
     bucket_text,

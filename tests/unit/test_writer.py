@@ -7,11 +7,11 @@ from decimal import Decimal
 
 from botocore.exceptions import ClientError
 
-from aggregator.engine import Engine
-from aggregator.processor import StreamProcessor
-from aggregator.records import StreamRecord
-from aggregator.rules import RuleSet, rule
-from aggregator.writer import AtLeastOnceWriter, attribute_size, item_size, write_units
+from aggregator.core.engine import Engine
+from aggregator.core.records import StreamRecord
+from aggregator.core.rules import RuleSet, rule
+from aggregator.dynamodb.writer import AtLeastOnceWriter, attribute_size, item_size, write_units
+from aggregator.runtime.processor import StreamProcessor
 from tests.factories import stream_record
 
 RULES = RuleSet.of(

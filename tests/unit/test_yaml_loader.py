@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from aggregator.rules import RuleLoader
+from aggregator.core.rules import RuleLoader
 
 
 def load(text: str):

@@ -1,9 +1,9 @@
 """Applies coalesced deltas to the aggregates partition (the modules here and in
-:mod:`aggregator.checkpoint` are the only ones that write aggregates).
+:mod:`aggregator.dynamodb.checkpoint` are the only ones that write aggregates).
 
 Modes
 -----
-``exactly-once`` (default, :class:`~aggregator.checkpoint.CheckpointWriter`)
+``exactly-once`` (default, :class:`~aggregator.dynamodb.checkpoint.CheckpointWriter`)
     One conditional ``UpdateItem`` per aggregate item per batch that also records, per stream
     shard, the sequence number up to which the item includes that shard's records.
 ``window`` (``CheckpointWriter`` driven by the processor's window flush)
@@ -35,9 +35,9 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .config import DEFAULT_LAYOUT, TableLayout
-from .engine import BatchDeltas, CoalescedDelta
-from .records import pad_sequence_number
+from aggregator.core.engine import BatchDeltas, CoalescedDelta
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.records import pad_sequence_number
 
 __all__ = [
     "AtLeastOnceWriter",
@@ -125,7 +125,7 @@ class WriteStats:
         could not evaluate and malformed records.
     dead_letters_compacted
         Dead letters whose record did not fit whole as JSON (stored compressed, by keys only, or
-        by digest only; :mod:`aggregator.deadletters`).
+        by digest only; :mod:`aggregator.dynamodb.deadletters`).
     dead_letter_fallbacks
         Dead letters rejected by DynamoDB and written again in their minimal form.
     dead_letters_to_queue
@@ -429,42 +429,3 @@ class AtLeastOnceWriter(_BaseWriter):
         stats.items_written = 1
         stats.modelled_wcu, stats.modelled_index_wcu = self._modelled_units(delta)
         return stats
-
-
-WRITE_MODES = ("exactly-once", "window", "at-least-once")
-"""Write modes (``AGGREGATOR_MODE``), the default first. ``window`` uses the exactly-once writer
-and applies once per tumbling window (see :class:`aggregator.processor.StreamProcessor`)."""
-
-
-def make_writer(
-    mode: str,
-    client: Any,
-    table_name: str,
-    *,
-    layout: TableLayout = DEFAULT_LAYOUT,
-    max_workers: int = 8,
-    **options: Any,
-) -> Writer:
-    """The writer for ``mode`` (one of :data:`WRITE_MODES`).
-
-    ``options`` go to the writer (``throttle_retries``, ``backoff_seconds``, and for the
-    checkpointed modes ``checkpoint_retention_seconds``).
-
-    Raises
-    ------
-    ConfigError
-        For an unknown mode, listing the available ones.
-    """
-    from .exceptions import ConfigError
-
-    if mode == "at-least-once":
-        return AtLeastOnceWriter(
-            client, table_name, layout=layout, max_workers=max_workers, **options
-        )
-    if mode in ("exactly-once", "window"):
-        from .checkpoint import CheckpointWriter
-
-        return CheckpointWriter(
-            client, table_name, layout=layout, max_workers=max_workers, **options
-        )
-    raise ConfigError(f"unknown write mode {mode!r}; available: {', '.join(WRITE_MODES)}")

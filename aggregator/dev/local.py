@@ -8,7 +8,7 @@ no package scripts run. The tarball is unpacked with the standard library and de
 
 Typical use::
 
-    from aggregator.local import DynamoDBLocal
+    from aggregator.dev.local import DynamoDBLocal
 
     with DynamoDBLocal() as ddb:
         client = ddb.client()
@@ -44,7 +44,7 @@ from typing import IO, Any, Self
 import boto3
 from botocore.config import Config
 
-from aggregator.exceptions import DynamoDBLocalError
+from aggregator.core.exceptions import DynamoDBLocalError
 
 __all__ = [
     "DEFAULT_VERSION",

@@ -13,9 +13,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .config import DEFAULT_LAYOUT, TableLayout
-from .exceptions import ConfigError
-from .text import quote
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.text import quote
 
 __all__ = [
     "TABLE_NAME_RULE",

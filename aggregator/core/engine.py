@@ -27,12 +27,18 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from .config import DEFAULT_LAYOUT, TableLayout
-from .exceptions import ConfigError, EvaluationError, FailureCause
-from .numbers import add, subtract
-from .records import Image, MalformedRecord, StreamRecord, pad_sequence_number
-from .rules import MAX_SORT_KEY_BYTES, Bucket, Rule, RuleSet, derived_attribute_problems
-from .text import bound
+from aggregator.core.exceptions import ConfigError, EvaluationError, FailureCause
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.numbers import add, subtract
+from aggregator.core.records import Image, MalformedRecord, StreamRecord, pad_sequence_number
+from aggregator.core.rules import (
+    MAX_SORT_KEY_BYTES,
+    Bucket,
+    Rule,
+    RuleSet,
+    derived_attribute_problems,
+)
+from aggregator.core.text import bound
 
 __all__ = [
     "MAX_SORT_KEY_BYTES",
@@ -92,7 +98,7 @@ class RecordFailure:
         One line of at most 1,000 characters that quotes values by a short prefix only, e.g.
         ``NewImage: key attribute 'carrier' is missing``.
     cause
-        Its class (:class:`~aggregator.exceptions.FailureCause`).
+        Its class (:class:`~aggregator.core.exceptions.FailureCause`).
     record
         The raw stream record (Lambda shape, or whatever was delivered), kept so it can be
         dead-lettered and replayed.
@@ -198,7 +204,7 @@ class Engine:
 
     Examples
     --------
-    >>> from aggregator.rules import RuleSet, rule
+    >>> from aggregator.core.rules import RuleSet, rule
     >>> engine = Engine(RuleSet.of(rule("total", key="ALL")))
     >>> record = StreamRecord({"eventName": "INSERT", "dynamodb": {
     ...     "SequenceNumber": "100", "Keys": {"pk": {"S": "a"}},
@@ -350,9 +356,10 @@ class Engine:
     ) -> BatchDeltas:
         """Evaluate and coalesce one batch (records of one shard, in stream order).
 
-        A :class:`~aggregator.records.MalformedRecord` (see :func:`aggregator.records.parse_event`)
-        becomes one failure with rule :data:`RECORD_RULE` and cause ``malformed-record``; its
-        sequence number, when it has a valid one, still counts for the batch's first and last.
+        A :class:`~aggregator.core.records.MalformedRecord` (see
+        :func:`aggregator.core.records.parse_event`) becomes one failure with rule
+        :data:`RECORD_RULE` and cause ``malformed-record``; its sequence number, when it has a valid
+        one, still counts for the batch's first and last.
 
         ``now`` (epoch seconds, default the current time) decides which time buckets have
         expired: a delta aimed at a bucket whose TTL (bucket end + retention) is at or before

@@ -50,8 +50,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .exceptions import AggregatorError, ConfigError
-from .text import bound, quote
+from aggregator.core.exceptions import AggregatorError, ConfigError
+from aggregator.core.text import bound, quote
 
 console = Console()
 err_console = Console(stderr=True)
@@ -412,7 +412,7 @@ def _check_table_name(ctx: click.Context, param: click.Parameter, value: str | N
     """
     if value is None:
         return None
-    from .table import validate_table_name
+    from aggregator.dynamodb.table import validate_table_name
 
     try:
         validate_table_name(value)
@@ -487,7 +487,7 @@ def _definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def validate(paths: tuple[Path, ...]) -> None:
     """Check rule files; print a summary of the rules or every error (file, rule, field)."""
-    from .rules import load_rules
+    from aggregator.core.rules import load_rules
 
     rules = load_rules(paths)  # every check, the derived rules' attributes included
     table = Table(title=f"{len(rules)} rule(s) valid", title_justify="left")
@@ -506,7 +506,7 @@ def validate(paths: tuple[Path, ...]) -> None:
         if r.source is not None:
             options.append(f"source={r.source}")
         if r.window is not None:
-            from .windows import format_duration
+            from aggregator.core.windows import format_duration
 
             w = r.window
             labels = "+".join(g.label for g in w.granularities)
@@ -532,8 +532,8 @@ def filter_criteria_cmd(definitions: Path, template: Path | None) -> None:
     template carries them. Derived rules need their source aggregates let through."""
     import json
 
-    from .filters import check_template, filter_criteria
-    from .rules import load_rules
+    from aggregator.core.rules import load_rules
+    from aggregator.runtime.filters import check_template, filter_criteria
 
     rules = load_rules(definitions)
     if template is None:
@@ -574,7 +574,7 @@ def local(
     """Install (first time) and run AWS's DynamoDB Local until interrupted (Ctrl-C).
 
     The server is stopped whenever the command ends, also when creating the table fails."""
-    from .local import DynamoDBLocal, ensure_installed
+    from aggregator.dev.local import DynamoDBLocal, ensure_installed
 
     if install_only:
         path = ensure_installed(install_dir)
@@ -582,7 +582,7 @@ def local(
         return
     with DynamoDBLocal(port=port, install_dir=install_dir) as db:
         if table_name:
-            from .table import create_table
+            from aggregator.dynamodb.table import create_table
 
             create_table(make_client("dynamodb", db.endpoint_url), table_name)
             console.print(f"created table {table_name}")
@@ -600,7 +600,7 @@ def local(
 @_endpoint_option
 def create_table_cmd(table_name: str, endpoint_url: str | None) -> None:
     """Create a table with the expected keys, stream (NEW_AND_OLD_IMAGES), GSI and TTL."""
-    from .table import create_table
+    from aggregator.dynamodb.table import create_table
 
     arn = create_table(make_client("dynamodb", endpoint_url), table_name)
     console.print(f"table {table_name} ready; stream {arn}", soft_wrap=True)  # ARN unbroken
@@ -610,7 +610,7 @@ def create_table_cmd(table_name: str, endpoint_url: str | None) -> None:
 
 
 def _mode_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    from .writer import WRITE_MODES
+    from aggregator.dynamodb.modes import WRITE_MODES
 
     return click.option(
         "--mode",
@@ -662,10 +662,10 @@ def run(
     resume: bool,
 ) -> None:
     """Process the table's stream locally with the same code as the Lambda handler."""
-    from .processor import create_processor
-    from .rules import load_rules
-    from .runner import PositionStore, StreamRunner
-    from .table import table_stream_arn
+    from aggregator.core.rules import load_rules
+    from aggregator.dynamodb.table import table_stream_arn
+    from aggregator.runtime.processor import create_processor
+    from aggregator.runtime.runner import PositionStore, StreamRunner
 
     rules = load_rules(definitions)
     client = make_client("dynamodb", endpoint_url)
@@ -696,8 +696,8 @@ def run(
 
 
 def _store(table_name: str, definitions: Path, endpoint_url: str | None) -> Any:
-    from .query import AggregateStore
-    from .rules import load_rules
+    from aggregator.core.rules import load_rules
+    from aggregator.dynamodb.query import AggregateStore
 
     return AggregateStore(
         make_client("dynamodb", endpoint_url), table_name, load_rules(definitions)
@@ -790,8 +790,8 @@ def _instant(value: str | None) -> int | None:
     """Epoch seconds from ``1357016400`` or an ISO 8601 time with an offset."""
     if value is None:
         return None
-    from .exceptions import QueryError
-    from .windows import parse_instant
+    from aggregator.core.exceptions import QueryError
+    from aggregator.core.windows import parse_instant
 
     if value.isdigit() or (value[:1] == "-" and value[1:].isdigit()):
         return int(value)
@@ -822,8 +822,8 @@ def query_window(
 ) -> None:
     """Count or sum of a windowed RULE for one key (its placeholder values) over --last D
     (ending now or at --end) or over [--start, --end)."""
-    from .exceptions import QueryError
-    from .windows import parse_duration
+    from aggregator.core.exceptions import QueryError
+    from aggregator.core.windows import parse_duration
 
     try:
         seconds = None if last is None else parse_duration(last)
@@ -864,7 +864,7 @@ def query_window(
 def dead_letters_cmd(table_name: str, endpoint_url: str | None) -> None:
     """List records a rule could not evaluate, and malformed records (rule *): skipped, kept
     with their cause; replayable ones apply with replay-dead-letters once the rules are fixed."""
-    from .deadletters import list_dead_letters
+    from aggregator.dynamodb.deadletters import list_dead_letters
 
     letters = list(list_dead_letters(make_client("dynamodb", endpoint_url), table_name))
     replayable = sum(d.replayable for d in letters)
@@ -901,8 +901,8 @@ def dead_letters_cmd(table_name: str, endpoint_url: str | None) -> None:
 @_endpoint_option
 def replay_dead_letters_cmd(table_name: str, definitions: Path, endpoint_url: str | None) -> None:
     """Re-apply dead-lettered records exactly once with the current (fixed) rules."""
-    from .deadletters import replay_dead_letters
-    from .rules import load_rules
+    from aggregator.core.rules import load_rules
+    from aggregator.dynamodb.deadletters import replay_dead_letters
 
     result = replay_dead_letters(
         make_client("dynamodb", endpoint_url), table_name, load_rules(definitions)
@@ -967,7 +967,7 @@ def demo(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .demo import run_demo
+    from aggregator.dev.demo import run_demo
 
     if full_year:
         start, end = date(2013, 1, 1), date(2013, 12, 31)

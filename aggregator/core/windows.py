@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any, Literal
 
-from .exceptions import EvaluationError, FailureCause
-from .numbers import CONTEXT
-from .text import MAX_QUOTED_CHARS, quote
+from aggregator.core.exceptions import EvaluationError, FailureCause
+from aggregator.core.numbers import CONTEXT
+from aggregator.core.text import MAX_QUOTED_CHARS, quote
 
 __all__ = [
     "EVENT_TIME_UNITS",
@@ -60,7 +60,7 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def _plain(value: Any) -> str:
     """A number (or time text) for a message: as it is (``1E+20``) when short, else a bounded
-    quote (:func:`aggregator.text.quote`), so an attribute of 250 KB never floods a message."""
+    quote (:func:`aggregator.core.text.quote`), so an attribute of 250 KB never floods a message."""
     text = str(value)
     return text if len(text) <= MAX_QUOTED_CHARS else quote(text)
 

@@ -8,17 +8,14 @@ updates landed, throttling, batches delivered twice, bisected retries, a runner 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+# the runner's fault plan and crash signal live with the runner (what ships never imports dev)
+from aggregator.runtime.runner import RunnerFaults, SimulatedCrash
+
 __all__ = ["FaultInjectingClient", "RunnerFaults", "SimulatedCrash"]
-
-
-class SimulatedCrash(Exception):
-    """The function "died": raised by :class:`FaultInjectingClient` to abort an invocation."""
 
 
 class FaultInjectingClient:
@@ -89,43 +86,3 @@ class FaultInjectingClient:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
-
-
-@dataclass
-class RunnerFaults:
-    """What the local runner does to batches, to reproduce the event source mapping's failures.
-
-    Attributes
-    ----------
-    duplicate
-        ``(batch number) -> bool``: deliver this batch a second time after it succeeded
-        (Lambda's at-least-once delivery).
-    crash
-        ``(batch number) -> int | None``: arm the wrapped client to crash after that many
-        updates during this batch.
-    bisect_on_error
-        On a function error, retry the first half of the batch, then continue from there
-        (``BisectBatchOnFunctionError``); otherwise retry the whole batch.
-    kill_after_batches
-        Stop the runner (raise :class:`SimulatedCrash`) after this many batches in total,
-        simulating a killed process; a new runner resumes from the stored positions.
-    transform
-        Applied to each Lambda-shaped record at every delivery (e.g. to mark TTL deletes or to
-        corrupt a record); positions and retries follow the records as read.
-    client
-        The :class:`FaultInjectingClient` to arm for crashes.
-    """
-
-    duplicate: Callable[[int], bool] = lambda n: False
-    crash: Callable[[int], int | None] = lambda n: None
-    bisect_on_error: bool = False
-    kill_after_batches: int | None = None
-    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    client: FaultInjectingClient | None = None
-    log: list[str] = field(default_factory=list)
-
-    @staticmethod
-    def schedule(batches: Iterable[int]) -> Callable[[int], bool]:
-        """A predicate true for the given batch numbers."""
-        chosen = frozenset(batches)
-        return lambda n: n in chosen

@@ -12,7 +12,7 @@ aggregate (``key``)::
         leaderboard: true
 
 Loading a file or a directory and building rules in Python give the same validated
-:class:`RuleSet`. Every validation problem raises :class:`~aggregator.exceptions.RuleError`
+:class:`RuleSet`. Every validation problem raises :class:`~aggregator.core.exceptions.RuleError`
 whose message names the file, the rule and the field.
 
 Rule files are read with :class:`RuleLoader`: YAML 1.2 core-schema scalars (only ``true`` /
@@ -51,7 +51,7 @@ from pydantic import (
     model_validator,
 )
 
-from .conditions import (
+from aggregator.core.conditions import (
     MISSING,
     Condition,
     ConditionSyntaxError,
@@ -59,11 +59,11 @@ from .conditions import (
     dynamodb_number_problem,
     parse_match,
 )
-from .config import DEFAULT_LAYOUT, TableLayout
-from .exceptions import EvaluationError, FailureCause, RuleError
-from .numbers import CONTEXT
-from .text import MAX_QUOTED_CHARS, MAX_REASON_CHARS, quote
-from .windows import (
+from aggregator.core.exceptions import EvaluationError, FailureCause, RuleError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.numbers import CONTEXT
+from aggregator.core.text import MAX_QUOTED_CHARS, MAX_REASON_CHARS, quote
+from aggregator.core.windows import (
     EVENT_TIME_UNITS,
     EventTimeUnit,
     Granularity,
@@ -111,10 +111,10 @@ counted with their full expansion (a few hundred bytes of nested aliases can oth
 to billions of nodes). The shipped definitions have a few hundred."""
 
 MAX_YAML_DEPTH = 100
-"""Deepest nesting of YAML collections, through aliases too. Rule files need about 10 levels;
-a match with ``and`` nested :data:`~aggregator.conditions.MAX_MATCH_DEPTH` times needs about 70,
-so that limit (with its clearer message) is met first. Keeps the recursive composer, merge-key
-flattening and validation far from Python's recursion limit."""
+"""Deepest nesting of YAML collections, through aliases too. Rule files need about 10 levels; a
+match with ``and`` nested :data:`~aggregator.core.conditions.MAX_MATCH_DEPTH` times needs about
+70, so that limit (with its clearer message) is met first. Keeps the recursive composer, merge-
+key flattening and validation far from Python's recursion limit."""
 
 
 def _plain(value: Any) -> str:
@@ -476,7 +476,7 @@ class Window(BaseModel):
     time
         Image attribute holding the event time.
     unit
-        One of :data:`aggregator.windows.EVENT_TIME_UNITS`. ISO 8601 times need a UTC offset.
+        One of :data:`aggregator.core.windows.EVENT_TIME_UNITS`. ISO 8601 times need a UTC offset.
     granularities
         One or more bucket sizes (``minute``, ``hour``, ``day`` or whole seconds), finest last
         after validation sorts them coarsest first; each size must be a multiple of every smaller
@@ -614,7 +614,7 @@ class Rule(BaseModel):
         Unique within a rule set; letters, digits, ``_ . -``, starting with a letter; it prefixes
         the sort key of every aggregate item of the rule (``"<name>#<key>"``).
     match
-        Condition on an item image (see :mod:`aggregator.conditions`); default: every item.
+        Condition on an item image (see :mod:`aggregator.core.conditions`); default: every item.
     key
         Key template over image attributes, or a literal.
     delta
@@ -837,7 +837,7 @@ class RuleSet(BaseModel):
     @property
     def sources(self) -> tuple[str, ...]:
         """Names of rules that some derived rule reads, sorted: their aggregate items' stream
-        records must reach the handler (see :func:`aggregator.filters.filter_criteria`)."""
+        records must reach the handler (see :func:`aggregator.runtime.filters.filter_criteria`)."""
         return tuple(sorted({r.source for r in self.rules if r.source is not None}))
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from .config import DEFAULT_LAYOUT, TableLayout
-from .exceptions import ConfigError
-from .rules import RuleSet
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.rules import RuleSet
 
 __all__ = ["MAX_PATTERN_CHARS", "check_template", "filter_criteria", "filter_patterns"]
 

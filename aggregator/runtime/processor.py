@@ -29,15 +29,16 @@ from typing import Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from .config import DEFAULT_LAYOUT, TableLayout
-from .deadletters import DeadLetterWriter, LastResort
-from .engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
-from .exceptions import ConfigError, EventError, WriteError
-from .numbers import add
-from .records import StreamRecord, pad_sequence_number, parse_event
-from .rules import Bucket, RuleSet
-from .text import bound, quote
-from .writer import Writer, WriteStats, make_writer
+from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
+from aggregator.core.exceptions import ConfigError, EventError, WriteError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.numbers import add
+from aggregator.core.records import StreamRecord, pad_sequence_number, parse_event
+from aggregator.core.rules import Bucket, RuleSet
+from aggregator.core.text import bound, quote
+from aggregator.dynamodb.deadletters import DeadLetterWriter, LastResort
+from aggregator.dynamodb.modes import make_writer
+from aggregator.dynamodb.writer import Writer, WriteStats
 
 __all__ = ["BatchOutcome", "StreamProcessor", "create_processor"]
 
@@ -73,7 +74,7 @@ class BatchOutcome:
     malformed
         Records that could not be read as stream records (dead-lettered with rule ``*``).
     failure_causes
-        Dead-lettered (record, rule) failures per :class:`~aggregator.exceptions.FailureCause`.
+        Dead-lettered (record, rule) failures per :class:`~aggregator.core.exceptions.FailureCause`.
     expired, expired_retractions
         Deltas skipped because their time bucket was past its retention, and how many of them
         were retractions.
@@ -197,8 +198,9 @@ class StreamProcessor:
     writer
         Applies coalesced deltas in the configured mode.
     dead_letters
-        Records what the rules cannot evaluate (:class:`~aggregator.deadletters.DeadLetterWriter`);
-        by default one on the writer's client and table.
+        Records what the rules cannot evaluate
+        (:class:`~aggregator.dynamodb.deadletters.DeadLetterWriter`); by default one on the writer's
+        client and table.
     flush
         ``"batch"`` or ``"window"`` (module docstring).
     metrics
@@ -246,8 +248,8 @@ class StreamProcessor:
             never raise: they become ``batchItemFailures`` from the smallest sequence number not
             yet applied to every aggregate item.
 
-        Every record is validated at the edge (:func:`aggregator.records.parse_event`): a record
-        that cannot be read, or that a rule cannot evaluate, is dead-lettered and skipped.
+        Every record is validated at the edge (:func:`aggregator.core.records.parse_event`): a
+        record that cannot be read, or that a rule cannot evaluate, is dead-lettered and skipped.
 
         Raises
         ------
@@ -426,7 +428,7 @@ def create_processor(
     ``window`` or ``at-least-once``).
 
     ``last_resort`` receives dead letters that DynamoDB rejects even in their minimal form
-    (:mod:`aggregator.deadletters`).
+    (:mod:`aggregator.dynamodb.deadletters`).
 
     ``clock`` (epoch seconds, default ``time.time``) is shared by the engine (expired time
     buckets) and the writer (checkpoint ages); tests pass a simulated one.

@@ -1,5 +1,5 @@
 """Local stream runner: reads a table's stream through the DynamoDB Streams API and feeds the same
-:class:`~aggregator.processor.StreamProcessor` the Lambda handler uses.
+:class:`~aggregator.runtime.processor.StreamProcessor` the Lambda handler uses.
 
 It behaves like Lambda's event source mapping with ``ParallelizationFactor: 1``:
 
@@ -15,14 +15,14 @@ It behaves like Lambda's event source mapping with ``ParallelizationFactor: 1``:
 - with a ``positions`` store it keeps each shard's position (and open window state) in the table
   under the reserved runner partition key, and resumes there after a restart.
 
-:class:`~aggregator.faults.RunnerFaults` injects duplicate deliveries, crashes and kills.
+:class:`RunnerFaults` injects duplicate deliveries, crashes and kills.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -30,14 +30,68 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .config import DEFAULT_LAYOUT, TableLayout
-from .exceptions import ConfigError, RunnerError
-from .faults import RunnerFaults, SimulatedCrash
-from .processor import BatchOutcome, StreamProcessor
-from .records import pad_sequence_number
-from .writer import WriteStats
+from aggregator.core.exceptions import ConfigError, RunnerError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.records import pad_sequence_number
+from aggregator.dynamodb.writer import WriteStats
+from aggregator.runtime.processor import BatchOutcome, StreamProcessor
 
-__all__ = ["PositionStore", "RunStats", "StreamRunner", "to_lambda_record"]
+__all__ = [
+    "PositionStore",
+    "RunStats",
+    "RunnerFaults",
+    "SimulatedCrash",
+    "StreamRunner",
+    "to_lambda_record",
+]
+
+
+class SimulatedCrash(Exception):
+    """The function or the runner "died": raised by
+    :class:`~aggregator.dev.faults.FaultInjectingClient` to abort an invocation, and by the runner
+    when :attr:`RunnerFaults.kill_after_batches` is reached."""
+
+
+@dataclass
+class RunnerFaults:
+    """What the local runner does to batches, to reproduce the event source mapping's failures.
+
+    Attributes
+    ----------
+    duplicate
+        ``(batch number) -> bool``: deliver this batch a second time after it succeeded
+        (Lambda's at-least-once delivery).
+    crash
+        ``(batch number) -> int | None``: arm the wrapped client to crash after that many
+        updates during this batch.
+    bisect_on_error
+        On a function error, retry the first half of the batch, then continue from there
+        (``BisectBatchOnFunctionError``); otherwise retry the whole batch.
+    kill_after_batches
+        Stop the runner (raise :class:`SimulatedCrash`) after this many batches in total,
+        simulating a killed process; a new runner resumes from the stored positions.
+    transform
+        Applied to each Lambda-shaped record at every delivery (e.g. to mark TTL deletes or to
+        corrupt a record); positions and retries follow the records as read.
+    client
+        A client to ``arm(n)`` for crashes and ``disarm()`` after each delivery
+        (:class:`aggregator.dev.faults.FaultInjectingClient`).
+    """
+
+    duplicate: Callable[[int], bool] = lambda n: False
+    crash: Callable[[int], int | None] = lambda n: None
+    bisect_on_error: bool = False
+    kill_after_batches: int | None = None
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    client: Any | None = None
+    log: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def schedule(batches: Iterable[int]) -> Callable[[int], bool]:
+        """A predicate true for the given batch numbers."""
+        chosen = frozenset(batches)
+        return lambda n: n in chosen
+
 
 GET_RECORDS_LIMIT = 1000
 """``GetRecords`` returns at most 1,000 records per call (DynamoDB Streams API reference)."""
@@ -189,7 +243,7 @@ class StreamRunner:
     streams_client
         A boto3 ``dynamodbstreams`` client.
     stream_arn
-        The table's stream ARN (``aggregator.table.table_stream_arn``).
+        The table's stream ARN (``aggregator.dynamodb.table.table_stream_arn``).
     batch_size
         Records per event, 1 to 1,000 (``GetRecords`` limit; Lambda allows up to 10,000).
     tumbling_window_seconds

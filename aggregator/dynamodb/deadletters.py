@@ -7,7 +7,7 @@ A (record, rule) that a rule could not evaluate, and a record that could not be 
 (rule ``*``), is written under the reserved ``dead_letters_pk`` with sort key
 ``<shard>#<40-digit sequence number>#<rule>`` (``<shard>#unsequenced-<sha256>#*`` for a record
 without a valid sequence number), so writing one twice is harmless. The item carries ``rule``,
-``cause`` (:class:`~aggregator.exceptions.FailureCause`), ``reason`` (one line, at most 1,000
+``cause`` (:class:`~aggregator.core.exceptions.FailureCause`), ``reason`` (one line, at most 1,000
 characters, quoting values by a short prefix), ``sequence_number``, ``shard_id``, ``failed_at``
 (ISO 8601 UTC), ``replayable``, ``record_sha256`` and ``record_bytes`` (of the record's canonical
 JSON), and the record itself in the first form that fits DynamoDB's 400 KB item limit (Developer
@@ -54,13 +54,18 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .config import DEFAULT_LAYOUT, TableLayout
-from .engine import RECORD_RULE, Engine, RecordFailure
-from .exceptions import FailureCause, RuleError, WriteError
-from .records import MalformedRecord, pad_sequence_number, parse_record, record_digest
-from .rules import RuleSet
-from .text import bound
-from .writer import (
+from aggregator.core.engine import RECORD_RULE, Engine, RecordFailure
+from aggregator.core.exceptions import FailureCause, RuleError, WriteError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.records import (
+    MalformedRecord,
+    pad_sequence_number,
+    parse_record,
+    record_digest,
+)
+from aggregator.core.rules import RuleSet
+from aggregator.core.text import bound
+from aggregator.dynamodb.writer import (
     MAX_ITEM_BYTES,
     THROTTLING_ERRORS,
     WriteStats,

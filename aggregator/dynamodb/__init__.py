@@ -1,0 +1,1 @@
+"""The DynamoDB layer: write protocols, update expressions, queries, tables, dead letters."""

@@ -1,0 +1,46 @@
+"""The write modes and the writer each one uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.dynamodb.checkpoint import CheckpointWriter
+from aggregator.dynamodb.writer import AtLeastOnceWriter, Writer
+
+__all__ = ["WRITE_MODES", "make_writer"]
+
+WRITE_MODES = ("exactly-once", "window", "at-least-once")
+"""Write modes (``AGGREGATOR_MODE``), the default first. ``window`` uses the exactly-once writer
+and applies once per tumbling window (see :class:`aggregator.runtime.processor.StreamProcessor`)."""
+
+
+def make_writer(
+    mode: str,
+    client: Any,
+    table_name: str,
+    *,
+    layout: TableLayout = DEFAULT_LAYOUT,
+    max_workers: int = 8,
+    **options: Any,
+) -> Writer:
+    """The writer for ``mode`` (one of :data:`WRITE_MODES`).
+
+    ``options`` go to the writer (``throttle_retries``, ``backoff_seconds``, and for the
+    checkpointed modes ``checkpoint_retention_seconds``).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown mode, listing the available ones.
+    """
+    if mode == "at-least-once":
+        return AtLeastOnceWriter(
+            client, table_name, layout=layout, max_workers=max_workers, **options
+        )
+    if mode in ("exactly-once", "window"):
+        return CheckpointWriter(
+            client, table_name, layout=layout, max_workers=max_workers, **options
+        )
+    raise ConfigError(f"unknown write mode {mode!r}; available: {', '.join(WRITE_MODES)}")

@@ -1,0 +1,1 @@
+"""The runtime: stream processing (processor), stream filters, and the local stream runner."""
