@@ -46,6 +46,7 @@ from rich.table import Table
 from aggregator.core.engine import BatchDeltas, CoalescedDelta, Engine
 from aggregator.core.exceptions import AggregatorError
 from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.updates import added_amounts
 from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteStats
 from aggregator.runtime.processor import BatchOutcome, StreamProcessor, create_processor
 
@@ -119,8 +120,8 @@ class CountingClient:
     update_items
         ``UpdateItem`` requests sent (every attempt, including checkpoint prunes).
     zero_adds
-        ``UpdateItem ... ADD #v :d`` requests whose ``:d`` is zero (exactly-once writes keys whose
-        batch delta cancels out, to move their checkpoint).
+        ``UpdateItem`` requests that ``ADD`` zero (exactly-once writes keys whose batch delta
+        cancels out, to move their checkpoint).
     failed_conditions
         Requests answered with ``ConditionalCheckFailedException``.
     """
@@ -133,9 +134,8 @@ class CountingClient:
         self.failed_conditions = 0
 
     def update_item(self, **request: Any) -> Any:
-        amount = (request.get("ExpressionAttributeValues") or {}).get(":d", {}).get("N")
-        zero = amount is not None and "ADD" in request.get("UpdateExpression", "")
-        zero = zero and Decimal(amount) == 0
+        added = added_amounts(request)
+        zero = bool(added) and all(amount == 0 for amount in added.values())
         with self._lock:
             self.update_items += 1
             self.zero_adds += int(zero)

@@ -43,6 +43,14 @@ class TableLayout:
     leaderboard_attribute: str = "lb"
     ttl_attribute: str = "ttl"
 
+    def aggregate_key(self, sort_key: str) -> dict[str, dict[str, str]]:
+        """The primary key (DynamoDB JSON) of the aggregate item whose sort key text is
+        ``sort_key`` (``"<rule>#<key>"``)."""
+        return {
+            self.partition_key: {"S": self.aggregates_pk},
+            self.sort_key: {"S": sort_key},
+        }
+
     @property
     def reserved_partition_keys(self) -> tuple[str, ...]:
         """Partition key values owned by the framework, in a fixed order."""

@@ -45,6 +45,7 @@ from aggregator.core.engine import CoalescedDelta
 from aggregator.core.exceptions import ConfigError, WriteError
 from aggregator.core.numbers import add
 from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
+from aggregator.dynamodb.updates import aggregate_update, prune_update
 from aggregator.dynamodb.writer import WriteStats, _BaseWriter, error_code
 
 __all__ = ["CHECKPOINT_PREFIX", "CheckpointWriter", "checkpoint_attribute", "parse_checkpoint"]
@@ -117,18 +118,27 @@ class CheckpointWriter(_BaseWriter):
         amount: Decimal,
         shard_id: str,
         last: str,
-        condition: str,
-        condition_values: dict[str, Any],
+        current: str | None,
     ) -> dict[str, Any]:
-        request = self._update_request(delta, amount)
-        request["UpdateExpression"] += ", #ck = :ck"
-        request["ExpressionAttributeNames"]["#ck"] = checkpoint_attribute(shard_id)
-        request["ExpressionAttributeValues"][":ck"] = {"S": self._checkpoint_value(last)}
-        request["ExpressionAttributeValues"].update(condition_values)
-        request["ConditionExpression"] = condition
-        request["ReturnValues"] = "ALL_OLD"
-        request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
-        return request
+        """The conditional update: on condition that the checkpoint is below the item's first
+        record in the batch (``current`` is ``None``), or still equals ``current`` (recovery)."""
+        ck = checkpoint_attribute(shard_id)
+        update = aggregate_update(self.layout, delta, amount).set(
+            ck, {"S": self._checkpoint_value(last)}
+        )
+        if current is None:
+            first = pad_sequence_number(delta.first_sequence_number)
+            update = update.where_missing_or_below(ck, {"S": first})
+        else:
+            update = update.where_equals(ck, {"S": current})
+        return {
+            "TableName": self.table_name,
+            "Key": self._key(delta),
+            **update.render(),
+            "ReturnConsumedCapacity": "TOTAL",
+            "ReturnValues": "ALL_OLD",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
 
     def _current_checkpoint(
         self, delta: CoalescedDelta, shard_id: str, failure: ClientError, stats: WriteStats
@@ -141,7 +151,7 @@ class CheckpointWriter(_BaseWriter):
                     "TableName": self.table_name,
                     "Key": self._key(delta),
                     "ConsistentRead": True,
-                    "ProjectionExpression": "#ck",
+                    "ProjectionExpression": "#ck",  # a projection, not an update
                     "ExpressionAttributeNames": {"#ck": checkpoint_attribute(shard_id)},
                 },
                 stats,
@@ -153,12 +163,10 @@ class CheckpointWriter(_BaseWriter):
     def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
         assert shard_id is not None
         stats = WriteStats()
-        first = pad_sequence_number(delta.first_sequence_number)
         amount = delta.amount
-        condition = "attribute_not_exists(#ck) OR #ck < :first"
-        condition_values: dict[str, Any] = {":first": {"S": first}}
+        expected: str | None = None  # the checkpoint the next attempt expects (None: below first)
         for _ in range(MAX_RECOVERY_ROUNDS):
-            request = self._request(delta, amount, shard_id, last, condition, condition_values)
+            request = self._request(delta, amount, shard_id, last, expected)
             try:
                 response = self._call("update_item", request, stats)
             except ClientError as exc:
@@ -169,8 +177,7 @@ class CheckpointWriter(_BaseWriter):
                 stats.modelled_wcu += total - index
                 current = self._current_checkpoint(delta, shard_id, exc, stats)
                 if current is None:  # checkpoint vanished meanwhile: start over
-                    condition = "attribute_not_exists(#ck) OR #ck < :first"
-                    condition_values = {":first": {"S": first}}
+                    expected = None
                     amount = delta.amount
                     continue
                 applied_to, _ = parse_checkpoint(current)
@@ -182,8 +189,7 @@ class CheckpointWriter(_BaseWriter):
                 amount = Decimal(0)
                 for _, part in remaining:
                     amount = add(amount, part)
-                condition = "#ck = :current"
-                condition_values = {":current": {"S": current}}
+                expected = current
                 continue
             stats.items_written += 1
             total, index = self._modelled_units(delta, self._checkpoint_extra(shard_id, last))
@@ -215,15 +221,10 @@ class CheckpointWriter(_BaseWriter):
                 stale[name] = value["S"]
         if not stale:
             return
-        names = {f"#p{i}": name for i, name in enumerate(stale)}
-        values = {f":p{i}": {"S": v} for i, v in enumerate(stale.values())}
         request = {
             "TableName": self.table_name,
             "Key": self._key(delta),
-            "UpdateExpression": "REMOVE " + ", ".join(names),
-            "ConditionExpression": " AND ".join(f"#p{i} = :p{i}" for i in range(len(stale))),
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
+            **prune_update(stale).render(),
             "ReturnConsumedCapacity": "TOTAL",
         }
         try:

@@ -38,6 +38,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import pad_sequence_number
+from aggregator.dynamodb.updates import aggregate_update
 
 __all__ = [
     "AtLeastOnceWriter",
@@ -185,39 +186,13 @@ class Writer(Protocol):
 def add_update(
     table_name: str, layout: TableLayout, delta: CoalescedDelta, amount: Decimal
 ) -> dict[str, Any]:
-    """The update of one aggregate item: ``ADD #value :amount SET #rule = :rule, #key = :key``
-    (plus ``#lb = :rule`` for leaderboard rules, and ``granularity``, ``bucket`` and the TTL
-    attribute for time buckets), as ``UpdateItem`` arguments or a ``TransactWriteItems``
-    ``Update`` action. Every attribute but the counter is the same on every update of the item,
-    so repeating an update never changes them."""
-    names = {"#v": layout.value_attribute, "#r": "rule", "#k": "key"}
-    values: dict[str, Any] = {
-        ":d": {"N": str(amount)},
-        ":r": {"S": delta.ref.rule},
-        ":k": {"S": delta.ref.display_key},
-    }
-    expression = "ADD #v :d SET #r = :r, #k = :k"
-    if delta.leaderboard:
-        names["#lb"] = layout.leaderboard_attribute
-        expression += ", #lb = :r"
-    bucket = delta.ref.bucket
-    if bucket is not None:
-        names.update({"#g": "granularity", "#b": "bucket"})
-        values.update({":g": {"S": bucket.granularity}, ":b": {"S": bucket.text}})
-        expression += ", #g = :g, #b = :b"
-        if bucket.expires is not None:
-            names["#ttl"] = layout.ttl_attribute
-            values[":ttl"] = {"N": str(bucket.expires)}
-            expression += ", #ttl = :ttl"
+    """``UpdateItem`` arguments (or a ``TransactWriteItems`` ``Update`` action) that ``ADD``
+    ``amount`` to ``delta``'s aggregate item and set its descriptive attributes
+    (:func:`aggregator.dynamodb.updates.aggregate_update`)."""
     return {
         "TableName": table_name,
-        "Key": {
-            layout.partition_key: {"S": layout.aggregates_pk},
-            layout.sort_key: {"S": delta.ref.sort_key},
-        },
-        "UpdateExpression": expression,
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": values,
+        "Key": layout.aggregate_key(delta.ref.sort_key),
+        **aggregate_update(layout, delta, amount).render(),
     }
 
 
@@ -271,10 +246,7 @@ class _BaseWriter:
     # -- items ---------------------------------------------------------------------------------
 
     def _key(self, delta: CoalescedDelta) -> dict[str, Any]:
-        return {
-            self.layout.partition_key: {"S": self.layout.aggregates_pk},
-            self.layout.sort_key: {"S": delta.ref.sort_key},
-        }
+        return self.layout.aggregate_key(delta.ref.sort_key)
 
     def _modelled_units(
         self, delta: CoalescedDelta, extra: Mapping[str, Any] | None = None

@@ -9,6 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta
+from aggregator.dynamodb.updates import Update, added_amounts
 from aggregator.dynamodb.writer import AtLeastOnceWriter
 from bench.write_modes import (
     CountingClient,
@@ -55,7 +56,7 @@ def _delta(rule: str, key: str, parts: list[tuple[str, str]], leaderboard: bool 
 
 
 def _amounts(client: FakeClient) -> list[str]:
-    return sorted(c["ExpressionAttributeValues"][":d"]["N"] for c in client.calls)
+    return sorted(str(added_amounts(c)["value"]) for c in client.calls)
 
 
 def test_per_delta_writer_sends_one_request_per_part():
@@ -69,7 +70,7 @@ def test_per_delta_writer_sends_one_request_per_part():
         writer.close()
     assert len(client.calls) == 3
     assert _amounts(client) == ["-1", "1", "1"]
-    assert all(c["UpdateExpression"].startswith("ADD #v :d") for c in client.calls)
+    assert all(set(added_amounts(c)) == {"value"} for c in client.calls)
     assert "ConditionExpression" not in client.calls[0]
     assert result.retry_from is None
     assert result.stats.requests == 3
@@ -111,15 +112,16 @@ def test_counting_client_counts_zero_adds_and_failed_conditions():
             return {}
 
     client = CountingClient(Failing())
-    client.update_item(UpdateExpression="ADD #v :d", ExpressionAttributeValues={":d": {"N": "0"}})
-    client.update_item(UpdateExpression="ADD #v :d", ExpressionAttributeValues={":d": {"N": "2"}})
+    client.update_item(**Update().add("value", Decimal(0)).render())
+    client.update_item(**Update().add("value", Decimal(2)).render())
     with pytest.raises(ClientError):
         client.update_item(
-            UpdateExpression="ADD #v :d",
-            ExpressionAttributeValues={":d": {"N": "0.00"}},
-            ConditionExpression="attribute_not_exists(#ck)",
+            **Update()
+            .add("value", Decimal("0.00"))
+            .where_missing_or_below("ck", {"S": "1"})
+            .render()
         )
-    client.update_item(UpdateExpression="REMOVE #p0")
+    client.update_item(**Update().remove("ck").render())
     assert (client.update_items, client.zero_adds, client.failed_conditions) == (4, 2, 1)
     assert client.calls == client._client.calls  # other attributes pass through
 

@@ -14,6 +14,7 @@ from aggregator.core.exceptions import ConfigError, RuleError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import StreamRecord
 from aggregator.core.rules import Bucket, RuleSet, load_rules, rule
+from aggregator.dynamodb.updates import resolved
 from aggregator.dynamodb.writer import add_update
 from aggregator.runtime.processor import _decode_state, _encode_state
 from tests.factories import stream_record
@@ -553,11 +554,6 @@ def windowed_delta(expires: int | None = HOUR_TTL) -> CoalescedDelta:
     return CoalescedDelta(ref, D(3), "5", [("5", D(3))])
 
 
-def set_clause(expression: str) -> set[str]:
-    assert expression.startswith("ADD #v :d SET ")
-    return set(expression.removeprefix("ADD #v :d SET ").split(", "))
-
-
 def test_add_update_of_a_windowed_delta_sets_bucket_and_ttl():
     update = add_update("tbl", DEFAULT_LAYOUT, windowed_delta(), D(3))
     assert update["TableName"] == "tbl"
@@ -565,36 +561,25 @@ def test_add_update_of_a_windowed_delta_sets_bucket_and_ttl():
         "pk": {"S": "AGGREGATES"},
         "sk": {"S": "events#A%23B#hour#2013-01-01T05:00:00Z"},
     }
-    assert set_clause(update["UpdateExpression"]) == {
-        "#r = :r",
-        "#k = :k",
-        "#g = :g",
-        "#b = :b",
-        "#ttl = :ttl",
-    }
-    assert update["ExpressionAttributeNames"] == {
-        "#v": "value",
-        "#r": "rule",
-        "#k": "key",
-        "#g": "granularity",
-        "#b": "bucket",
-        "#ttl": "ttl",
-    }
-    assert update["ExpressionAttributeValues"] == {
-        ":d": {"N": "3"},
-        ":r": {"S": "events"},
-        ":k": {"S": "A#B"},
-        ":g": {"S": "hour"},
-        ":b": {"S": "2013-01-01T05:00:00Z"},
-        ":ttl": {"N": "1357110000"},
+    assert resolved(update) == {
+        "ADD": {"value": {"N": "3"}},
+        "SET": {
+            "rule": {"S": "events"},
+            "key": {"S": "A#B"},
+            "granularity": {"S": "hour"},
+            "bucket": {"S": "2013-01-01T05:00:00Z"},
+            "ttl": {"N": "1357110000"},
+        },
+        "REMOVE": [],
+        "CONDITION": None,
     }
 
 
 def test_add_update_ttl_attribute_follows_the_layout():
     layout = TableLayout(ttl_attribute="expires_at", partition_key="PK", sort_key="SK")
     update = add_update("tbl", layout, windowed_delta(), D(-1))
-    assert update["ExpressionAttributeNames"]["#ttl"] == "expires_at"
-    assert update["ExpressionAttributeValues"][":d"] == {"N": "-1"}
+    assert resolved(update)["SET"]["expires_at"] == {"N": "1357110000"}
+    assert resolved(update)["ADD"] == {"value": {"N": "-1"}}
     assert update["Key"] == {
         "PK": {"S": "AGGREGATES"},
         "SK": {"S": "events#A%23B#hour#2013-01-01T05:00:00Z"},
@@ -603,20 +588,17 @@ def test_add_update_ttl_attribute_follows_the_layout():
 
 def test_add_update_without_retention_sets_bucket_but_no_ttl():
     update = add_update("tbl", DEFAULT_LAYOUT, windowed_delta(expires=None), D(3))
-    assert set_clause(update["UpdateExpression"]) == {"#r = :r", "#k = :k", "#g = :g", "#b = :b"}
-    assert "#ttl" not in update["ExpressionAttributeNames"]
-    assert ":ttl" not in update["ExpressionAttributeValues"]
+    assert set(resolved(update)["SET"]) == {"rule", "key", "granularity", "bucket"}
 
 
 def test_add_update_of_an_unwindowed_delta_has_no_bucket_attributes():
     delta = CoalescedDelta(AggregateRef("count", "UA", "UA"), D(2), "5", [("5", D(2))])
     update = add_update("tbl", DEFAULT_LAYOUT, delta, D(2))
-    assert update["UpdateExpression"] == "ADD #v :d SET #r = :r, #k = :k"
-    assert update["ExpressionAttributeNames"] == {"#v": "value", "#r": "rule", "#k": "key"}
-    assert update["ExpressionAttributeValues"] == {
-        ":d": {"N": "2"},
-        ":r": {"S": "count"},
-        ":k": {"S": "UA"},
+    assert resolved(update) == {
+        "ADD": {"value": {"N": "2"}},
+        "SET": {"rule": {"S": "count"}, "key": {"S": "UA"}},
+        "REMOVE": [],
+        "CONDITION": None,
     }
     assert update["Key"]["sk"] == {"S": "count#UA"}
 

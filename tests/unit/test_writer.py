@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.engine import Engine
 from aggregator.core.records import StreamRecord
 from aggregator.core.rules import RuleSet, rule
+from aggregator.dynamodb.updates import resolved
 from aggregator.dynamodb.writer import AtLeastOnceWriter, attribute_size, item_size, write_units
 from aggregator.runtime.processor import StreamProcessor
 from tests.factories import stream_record
@@ -63,30 +64,22 @@ def test_update_request_shape():
     writer = AtLeastOnceWriter(client, "tbl")
     result = writer.apply(batch(stream_record("INSERT", None, flight("UA"), seq=1)))
     calls = sorted((c[1] for c in client.calls), key=lambda k: k["Key"]["sk"]["S"])
-    assert calls == [
+    assert [(c["TableName"], c["Key"], c["ReturnConsumedCapacity"]) for c in calls] == [
+        ("tbl", {"pk": {"S": "AGGREGATES"}, "sk": {"S": "count#UA"}}, "TOTAL"),
+        ("tbl", {"pk": {"S": "AGGREGATES"}, "sk": {"S": "total#ALL"}}, "TOTAL"),
+    ]
+    assert [resolved(c) for c in calls] == [
         {
-            "TableName": "tbl",
-            "Key": {"pk": {"S": "AGGREGATES"}, "sk": {"S": "count#UA"}},
-            "UpdateExpression": "ADD #v :d SET #r = :r, #k = :k, #lb = :r",
-            "ExpressionAttributeNames": {"#v": "value", "#r": "rule", "#k": "key", "#lb": "lb"},
-            "ExpressionAttributeValues": {
-                ":d": {"N": "1"},
-                ":r": {"S": "count"},
-                ":k": {"S": "UA"},
-            },
-            "ReturnConsumedCapacity": "TOTAL",
+            "ADD": {"value": {"N": "1"}},
+            "SET": {"rule": {"S": "count"}, "key": {"S": "UA"}, "lb": {"S": "count"}},
+            "REMOVE": [],
+            "CONDITION": None,
         },
         {
-            "TableName": "tbl",
-            "Key": {"pk": {"S": "AGGREGATES"}, "sk": {"S": "total#ALL"}},
-            "UpdateExpression": "ADD #v :d SET #r = :r, #k = :k",
-            "ExpressionAttributeNames": {"#v": "value", "#r": "rule", "#k": "key"},
-            "ExpressionAttributeValues": {
-                ":d": {"N": "1"},
-                ":r": {"S": "total"},
-                ":k": {"S": "ALL"},
-            },
-            "ReturnConsumedCapacity": "TOTAL",
+            "ADD": {"value": {"N": "1"}},
+            "SET": {"rule": {"S": "total"}, "key": {"S": "ALL"}},
+            "REMOVE": [],
+            "CONDITION": None,
         },
     ]
     assert result.retry_from is None

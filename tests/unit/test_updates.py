@@ -1,0 +1,57 @@
+"""The one builder of update expressions: placeholders, clause order, conditions."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from aggregator.dynamodb.updates import Update, added_amounts, prune_update, resolved
+
+
+def test_placeholders_are_assigned_in_order_and_names_reused():
+    rendered = (
+        Update()
+        .add("value", Decimal("-2.5"))
+        .set("ck#shard-1", {"S": "x"})
+        .where_missing_or_below("ck#shard-1", {"S": "0005"})
+        .render()
+    )
+    assert rendered == {
+        "UpdateExpression": "ADD #n0 :v0 SET #n1 = :v1",
+        "ExpressionAttributeNames": {"#n0": "value", "#n1": "ck#shard-1"},
+        "ExpressionAttributeValues": {
+            ":v0": {"N": "-2.5"},
+            ":v1": {"S": "x"},
+            ":v2": {"S": "0005"},
+        },
+        "ConditionExpression": "attribute_not_exists(#n1) OR #n1 < :v2",
+    }
+
+
+def test_several_conditions_are_anded_with_their_ors_parenthesized():
+    rendered = (
+        Update()
+        .add("value", Decimal(1))
+        .where_missing_or_below("a", {"S": "1"})
+        .where_equals("b", {"S": "2"})
+        .render()
+    )
+    assert rendered["ConditionExpression"] == (
+        "(attribute_not_exists(#n1) OR #n1 < :v1) AND #n2 = :v2"
+    )
+
+
+def test_prune_removes_each_checkpoint_only_if_unchanged():
+    rendered = prune_update({"ck#a": "1@5", "ck#b": "2@6"}).render()
+    assert resolved(rendered) == {
+        "ADD": {},
+        "SET": {},
+        "REMOVE": ["ck#a", "ck#b"],
+        "CONDITION": "ck#a = {'S': '1@5'} AND ck#b = {'S': '2@6'}",
+    }
+
+
+def test_added_amounts_reads_the_add_clause_only():
+    rendered = Update().add("value", Decimal(0)).set("rule", {"S": "r"}).render()
+    assert added_amounts(rendered) == {"value": Decimal(0)}
+    assert added_amounts(Update().remove("x").render()) == {}
+    assert added_amounts({}) == {}
