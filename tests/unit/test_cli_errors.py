@@ -26,9 +26,11 @@ from botocore.exceptions import (
 )
 from click.testing import CliRunner, Result
 
-import aggregator.cli as cli
+import aggregator.cli.clients as clients
 import aggregator.dev.local
-from aggregator.cli import describe_error, main, make_client
+from aggregator.cli import main
+from aggregator.cli.clients import make_client
+from aggregator.cli.errors import MESSAGE_CHARS, describe_error
 from aggregator.core.exceptions import ConfigError, QueryError, RunnerError, WriteError
 from aggregator.dev.local import find_free_port
 from aggregator.dynamodb.table import create_table, validate_table_name
@@ -100,7 +102,7 @@ class FailingClient:
 
 
 def fail_clients(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
-    monkeypatch.setattr(cli, "make_client", lambda *args, **kwargs: FailingClient(error))
+    monkeypatch.setattr(clients, "make_client", lambda *args, **kwargs: FailingClient(error))
 
 
 @pytest.fixture
@@ -321,7 +323,7 @@ def test_validation_exception_is_bounded_to_one_line(monkeypatch: pytest.MonkeyP
     prefix = "error: DescribeTable failed (ValidationException): invalid request: "
     assert line.startswith(prefix + "One or more parameter values were invalid: xxx")
     assert line.endswith("x…")
-    assert len(line) == len(prefix) + cli.MESSAGE_CHARS
+    assert len(line) == len(prefix) + MESSAGE_CHARS
 
 
 def test_resource_in_use() -> None:
@@ -353,7 +355,7 @@ def test_region_and_endpoint_named_from_the_client() -> None:
         aws_secret_access_key="b",
     )
     with click.Context(main) as ctx:
-        cli._remember_client("dynamodb", client)
+        clients._remember_client("dynamodb", client)
         ctx.meta["aggregator.table"] = "scores"
         assert describe_error(QueryError("wrapped"), ctx.meta) == ("wrapped", 1)  # no AWS cause
         try:
@@ -399,7 +401,7 @@ def test_broken_pipe_is_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     def closed(*args: Any, **kwargs: Any) -> NoReturn:
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(cli, "make_client", closed)
+    monkeypatch.setattr(clients, "make_client", closed)
     result = invoke(COMMANDS["query get"])
     assert result.exit_code == 1
     assert (result.stdout, result.stderr) == ("", "")
@@ -513,7 +515,7 @@ def test_package_error_is_printed_verbatim_not_as_markup(monkeypatch: pytest.Mon
     def broken(*args: Any, **kwargs: Any) -> NoReturn:
         raise ConfigError("value [bold]x[/bold] and [/x] kept")
 
-    monkeypatch.setattr(cli, "make_client", broken)
+    monkeypatch.setattr(clients, "make_client", broken)
     assert error_line(invoke(COMMANDS["run"])) == "error: value [bold]x[/bold] and [/x] kept"
 
 
@@ -533,7 +535,7 @@ def test_unexpected_exception(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: Any, **kwargs: Any) -> NoReturn:
         raise RuntimeError("boom\nsecond line " + "z" * 1000)
 
-    monkeypatch.setattr(cli, "make_client", broken)
+    monkeypatch.setattr(clients, "make_client", broken)
     monkeypatch.delenv("AGGREGATOR_DEBUG", raising=False)
     line = error_line(invoke(COMMANDS["dead-letters"]), exit_code=2)
     assert line.startswith("error: internal error: RuntimeError: boom second line zzz")
@@ -550,7 +552,7 @@ def test_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(*args: Any, **kwargs: Any) -> NoReturn:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "make_client", interrupted)
+    monkeypatch.setattr(clients, "make_client", interrupted)
     for command in ("run", "query get"):
         result = invoke(COMMANDS[command])
         assert result.exit_code == 130
@@ -573,8 +575,8 @@ def test_usage_errors_stay_clicks(aws_env: dict[str, str]) -> None:
 def test_make_client_retries_and_timeouts(aws_env: dict[str, str], monkeypatch) -> None:
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     config = make_client("dynamodb", None).meta.config
-    assert config.connect_timeout == cli.CONNECT_TIMEOUT_SECONDS
-    assert config.retries["total_max_attempts"] == cli.DEFAULT_MAX_ATTEMPTS + 1
+    assert config.connect_timeout == clients.CONNECT_TIMEOUT_SECONDS
+    assert config.retries["total_max_attempts"] == clients.DEFAULT_MAX_ATTEMPTS + 1
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # total attempts, as the AWS SDKs read it
     assert make_client("dynamodb", None).meta.config.retries["total_max_attempts"] == 1
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "many")
@@ -647,11 +649,12 @@ def test_script_local_create_table_invalid_name(aws_env: dict[str, str]) -> None
 def test_script_unexpected_error_and_debug(aws_env: dict[str, str]) -> None:
     # the same entry point with make_client broken, as a bug would break it
     code = (
-        "import sys, aggregator.cli as c\n"
+        "import sys, aggregator.cli.clients as clients\n"
+        "from aggregator.cli import main\n"
         "def broken(*a, **k): raise LookupError('no such thing')\n"
-        "c.make_client = broken\n"
+        "clients.make_client = broken\n"
         "sys.argv = ['aggregator', *sys.argv[1:]]\n"
-        "c.main()\n"
+        "main()\n"
     )
     argv = [sys.executable, "-c", code, *COMMANDS["dead-letters"]]
     proc = _run(argv, aws_env)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import aggregator.core.rules
+import aggregator.core.rules.keys
 from aggregator.cli import main
 from aggregator.core.conditions import dynamodb_number_problem, parse_match
 from aggregator.core.exceptions import RuleError
@@ -552,13 +552,13 @@ def test_38_digit_number_keys_do_not_collide():
 
 def test_key_render_formats_each_value_once(monkeypatch):
     calls = []
-    original = aggregator.core.rules.format_key_value
+    original = aggregator.core.rules.keys.format_key_value
 
     def counting(value):
         calls.append(value)
         return original(value)
 
-    monkeypatch.setattr(aggregator.core.rules, "format_key_value", counting)
+    monkeypatch.setattr(aggregator.core.rules.keys, "format_key_value", counting)
     template = KeyTemplate.parse("{a}#{b}")
     assert template.render({"a": Decimal("1.50"), "b": True}) == ("1.5#true", "1.5#true")
     assert calls == [Decimal("1.50"), True]

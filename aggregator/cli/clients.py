@@ -1,0 +1,126 @@
+"""AWS clients for the commands: :func:`make_client` with retries and timeouts, a quick probe
+of a loopback endpoint (a stopped DynamoDB Local), and each client's region and endpoint noted
+in the click context for error messages.
+
+Commands call it as ``clients.make_client(...)``, so replacing
+``aggregator.cli.clients.make_client`` (as tests do) reaches every command.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+from botocore.exceptions import EndpointConnectionError
+
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.text import quote
+
+DEFAULT_MAX_ATTEMPTS = 10
+"""Retries of a throttled or failed request (botocore "standard" mode) after the first attempt;
+``AWS_MAX_ATTEMPTS`` (total attempts) overrides it."""
+CONNECT_TIMEOUT_SECONDS = 5
+"""Seconds to wait for a TCP connection to the endpoint (botocore's default is 60)."""
+
+
+_META_CLIENTS = "aggregator.clients"
+"""Key of the click context's ``meta`` holding each client's region and endpoint, by service."""
+
+
+def _retries() -> dict[str, Any]:
+    """botocore's retry settings: ``AWS_MAX_ATTEMPTS`` (total attempts, the first included, as
+    the AWS SDKs read it) when set, else :data:`DEFAULT_MAX_ATTEMPTS` retries."""
+    value = os.environ.get("AWS_MAX_ATTEMPTS", "").strip()
+    if not value:
+        return {"mode": "standard", "max_attempts": DEFAULT_MAX_ATTEMPTS}
+    if not value.isascii() or not value.isdigit() or int(value) < 1:
+        raise ConfigError(
+            f"AWS_MAX_ATTEMPTS must be a whole number of at least 1, got {quote(value)}"
+        )
+    return {"mode": "standard", "total_max_attempts": int(value)}
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_local_endpoint(endpoint_url: str) -> None:
+    """Fail at once when ``endpoint_url`` is a loopback address nothing listens on (a stopped
+    DynamoDB Local) instead of after every retry; other hosts are left to botocore."""
+    parts = urlsplit(endpoint_url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return  # botocore reports the malformed URL
+    if parts.hostname is None or not _is_loopback(parts.hostname):
+        return
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_SECONDS):
+            pass
+    except OSError as exc:
+        raise EndpointConnectionError(endpoint_url=endpoint_url, error=exc) from exc
+
+
+def _remember_client(service: str, client: Any) -> None:
+    """Note the client's region and endpoint in the click context, for error messages."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta.setdefault(_META_CLIENTS, {})[service] = (
+            client.meta.region_name,
+            client.meta.endpoint_url,
+        )
+
+
+def make_client(service: str, endpoint_url: str | None, region: str | None = None) -> Any:
+    """A boto3 client; with an ``endpoint_url`` (DynamoDB Local) dummy credentials are used
+    when none are configured, and the region defaults to ``us-east-1``.
+
+    Failed requests are retried 10 times in botocore's "standard" mode (or tried
+    ``AWS_MAX_ATTEMPTS`` times in all, when set); a connection must open within 5 s. A loopback
+    ``endpoint_url`` is probed with one TCP connect first, so a stopped DynamoDB Local is
+    reported at once rather than after the retries.
+
+    Raises
+    ------
+    botocore.exceptions.NoRegionError
+        Without ``endpoint_url`` when neither ``region``, ``AWS_REGION``, ``AWS_DEFAULT_REGION``
+        nor the AWS config profile names a region.
+    botocore.exceptions.EndpointConnectionError
+        When ``endpoint_url`` is a loopback address nothing listens on.
+    ConfigError
+        When ``AWS_MAX_ATTEMPTS`` is not a whole number of at least 1.
+    ValueError
+        When ``endpoint_url`` is not a URL (botocore's "Invalid endpoint").
+    """
+    import boto3
+    from botocore.config import Config
+
+    kwargs: dict[str, Any] = {
+        "endpoint_url": endpoint_url,
+        "region_name": region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION"),
+        "config": Config(
+            retries=_retries(),
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            max_pool_connections=32,
+        ),
+    }
+    if endpoint_url:
+        _check_local_endpoint(endpoint_url)
+        kwargs["region_name"] = kwargs["region_name"] or "us-east-1"
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
+    client = boto3.client(service, **kwargs)
+    _remember_client(service, client)
+    return client

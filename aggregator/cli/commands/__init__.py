@@ -1,0 +1,2 @@
+"""The commands of ``aggregator`` by area, each thin (parse, call, print);
+:mod:`aggregator.cli.main` registers them."""

@@ -1,0 +1,72 @@
+"""``dead-letters`` and ``replay-dead-letters``: list the records rules could not evaluate,
+and re-apply them once the rules are fixed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from aggregator.cli import clients
+from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.output import console
+
+
+@click.command("dead-letters")
+@_table_option
+@_endpoint_option
+def dead_letters_cmd(table_name: str, endpoint_url: str | None) -> None:
+    """List records a rule could not evaluate, and malformed records (rule *): skipped, kept
+    with their cause; replayable ones apply with replay-dead-letters once the rules are fixed."""
+    from aggregator.dynamodb.deadletters import list_dead_letters
+
+    letters = list(list_dead_letters(clients.make_client("dynamodb", endpoint_url), table_name))
+    replayable = sum(d.replayable for d in letters)
+    table = Table(
+        title=f"{len(letters)} dead letter(s), {replayable} replayable", title_justify="left"
+    )
+    for column in (
+        "shard",
+        "sequence number",
+        "rule",
+        "cause",
+        "replayable",
+        "reason",
+        "failed at",
+    ):
+        table.add_column(column)
+    for d in letters:
+        kept = "yes" if d.replayable else f"no ({d.record_form})"
+        table.add_row(
+            d.shard_id,
+            d.sequence_number or "(none)",
+            d.rule,
+            d.cause,
+            kept,
+            d.reason,
+            d.failed_at,
+        )
+    console.print(table)
+
+
+@click.command("replay-dead-letters")
+@_table_option
+@_definitions_option
+@_endpoint_option
+def replay_dead_letters_cmd(table_name: str, definitions: Path, endpoint_url: str | None) -> None:
+    """Re-apply dead-lettered records exactly once with the current (fixed) rules."""
+    from aggregator.core.rules import load_rules
+    from aggregator.dynamodb.deadletters import replay_dead_letters
+
+    result = replay_dead_letters(
+        clients.make_client("dynamodb", endpoint_url), table_name, load_rules(definitions)
+    )
+    console.print(
+        f"replayed {result.replayed}, no change {result.no_change}, "
+        f"already replayed {result.already_replayed}, still failing {len(result.still_failing)}"
+    )
+    for line in result.still_failing:
+        console.print(f"  {line}", highlight=False)
+    if result.still_failing:
+        raise SystemExit(1)

@@ -1,0 +1,68 @@
+"""``local`` (install and run DynamoDB Local) and ``create-table``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from aggregator.cli import clients
+from aggregator.cli.options import _check_table_name, _endpoint_option, _table_option
+from aggregator.cli.output import console
+
+
+@click.command()
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one)"
+)
+@click.option(
+    "--install-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where DynamoDB Local is cached [env AGGREGATOR_DYNAMODB_LOCAL_DIR]",
+)
+@click.option("--install-only", is_flag=True, help="Install DynamoDB Local and exit")
+@click.option(
+    "--create-table",
+    "table_name",
+    default=None,
+    callback=_check_table_name,
+    help="Also create this table (name checked before DynamoDB Local starts)",
+)
+def local(
+    port: int | None, install_dir: Path | None, install_only: bool, table_name: str | None
+) -> None:
+    """Install (first time) and run AWS's DynamoDB Local until interrupted (Ctrl-C).
+
+    The server is stopped whenever the command ends, also when creating the table fails."""
+    from aggregator.dev.local import DynamoDBLocal, ensure_installed
+
+    if install_only:
+        path = ensure_installed(install_dir)
+        console.print(f"DynamoDB Local installed in {path}")
+        return
+    with DynamoDBLocal(port=port, install_dir=install_dir) as db:
+        if table_name:
+            from aggregator.dynamodb.table import create_table
+
+            create_table(clients.make_client("dynamodb", db.endpoint_url), table_name)
+            console.print(f"created table {table_name}")
+        console.print(f"DynamoDB Local listening on [bold]{db.endpoint_url}[/] (Ctrl-C stops it)")
+        console.print(f"  export AGGREGATOR_ENDPOINT_URL={db.endpoint_url}")
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            console.print("stopping")
+
+
+@click.command("create-table")
+@_table_option
+@_endpoint_option
+def create_table_cmd(table_name: str, endpoint_url: str | None) -> None:
+    """Create a table with the expected keys, stream (NEW_AND_OLD_IMAGES), GSI and TTL."""
+    from aggregator.dynamodb.table import create_table
+
+    arn = create_table(clients.make_client("dynamodb", endpoint_url), table_name)
+    console.print(f"table {table_name} ready; stream {arn}", soft_wrap=True)  # ARN unbroken

@@ -1,0 +1,36 @@
+"""The ``aggregator`` command (click + rich): the ``main`` group and its commands.
+
+Commands: ``validate``, ``filter-criteria``, ``local``, ``create-table``, ``run``,
+``query get|list|top|histogram|window``, ``dead-letters``, ``replay-dead-letters``, ``demo``.
+Every command runs through :class:`~aggregator.cli.errors._Group`, which turns any error into
+one line on stderr and an exit code.
+"""
+
+from __future__ import annotations
+
+import click
+
+from aggregator.cli.commands.deadletters import dead_letters_cmd, replay_dead_letters_cmd
+from aggregator.cli.commands.demo import demo
+from aggregator.cli.commands.local import create_table_cmd, local
+from aggregator.cli.commands.query import query
+from aggregator.cli.commands.rules import filter_criteria_cmd, validate
+from aggregator.cli.commands.run import run
+from aggregator.cli.errors import _Group
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="ddb-aggregator")
+def main() -> None:
+    """ddb-aggregator: live aggregates inside one DynamoDB table, from its stream."""
+
+
+main.add_command(validate)
+main.add_command(filter_criteria_cmd)
+main.add_command(local)
+main.add_command(create_table_cmd)
+main.add_command(run)
+main.add_command(query)
+main.add_command(dead_letters_cmd)
+main.add_command(replay_dead_letters_cmd)
+main.add_command(demo)

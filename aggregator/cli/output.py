@@ -1,0 +1,23 @@
+"""Where commands print: the rich consoles for stdout and stderr, and the table of aggregates
+that ``query`` and ``demo`` print."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _print_aggregates(title: str, aggregates: list[Any]) -> None:
+    console.print(f"\n[bold]{title}[/]")
+    table = Table()
+    table.add_column("#", justify="right")
+    table.add_column("key")
+    table.add_column("value", justify="right")
+    for i, a in enumerate(aggregates, 1):
+        table.add_row(str(i), a.key, f"{a.value:,}")
+    console.print(table)

@@ -1,0 +1,98 @@
+"""A rule's ``delta``: how much one matching item contributes, a constant or a numeric
+attribute, always an exact ``Decimal``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from aggregator.core.conditions import MISSING, dynamodb_number_problem
+from aggregator.core.exceptions import EvaluationError, FailureCause
+from aggregator.core.rules.messages import _plain
+from aggregator.core.text import quote
+
+
+def _to_decimal(value: Any) -> Decimal:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, got a boolean")
+    if isinstance(value, int | float | str | Decimal):
+        try:
+            number = Decimal(str(value))
+        except InvalidOperation:
+            raise ValueError(f"expected a number, got {quote(value)}") from None
+        if not number.is_finite():
+            raise ValueError(f"expected a finite number, got {quote(value)}")
+        problem = dynamodb_number_problem(number)
+        if problem:
+            raise ValueError(problem)
+        return number
+    raise ValueError(f"expected a number, got {type(value).__name__}")
+
+
+class DeltaSpec(BaseModel):
+    """How much one matching item contributes: a constant or a numeric attribute.
+
+    YAML: ``delta: 1`` (the default), ``delta: "2.5"``, or ``delta: {attribute: dep_delay}``.
+    The amount is always a ``Decimal``. A constant must be a nonzero number DynamoDB can store
+    (``0``, ``"0"``, ``0.0`` and ``-0`` count nothing and are rejected).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    constant: Decimal | None = None
+    attribute: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            return data
+        return {"constant": _to_decimal(data)}
+
+    @field_validator("constant", mode="before")
+    @classmethod
+    def _constant(cls, value: Any) -> Any:
+        return None if value is None else _to_decimal(value)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DeltaSpec:
+        if (self.constant is None) == (self.attribute is None):
+            raise ValueError("give either a number (delta: 1) or {attribute: NAME}, not both")
+        if self.attribute is not None and not self.attribute:
+            raise ValueError("attribute name must not be empty")
+        if self.constant is not None and self.constant == 0:
+            raise ValueError(
+                f"a delta of {_plain(self.constant)} counts nothing; give a nonzero number such "
+                "as 1, or {attribute: NAME}"
+            )
+        return self
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset() if self.attribute is None else frozenset((self.attribute,))
+
+    def evaluate(self, image: Mapping[str, Any]) -> Decimal:
+        """The amount for one image.
+
+        Raises
+        ------
+        EvaluationError
+            When the delta attribute is missing or not a number.
+        """
+        if self.constant is not None:
+            return self.constant
+        value = image.get(self.attribute, MISSING)
+        if value is MISSING:
+            raise EvaluationError(
+                f"delta attribute {quote(self.attribute)} is missing",
+                FailureCause.MISSING_ATTRIBUTE,
+            )
+        if not isinstance(value, Decimal) or isinstance(value, bool):
+            kind = "null" if value is None else type(value).__name__
+            raise EvaluationError(
+                f"delta attribute {quote(self.attribute)} is {kind}, not a number",
+                FailureCause.WRONG_TYPE,
+            )
+        return value

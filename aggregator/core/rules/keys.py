@@ -1,0 +1,186 @@
+"""Key templates: a rule's ``key`` (``"{carrier}"``, ``"{origin}#{dest}"`` or a literal),
+parsed and rendered into sort-key text, with the escaping that keeps ``#`` a separator."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, DecimalException
+from typing import Any
+
+from aggregator.core.conditions import MISSING, dynamodb_number_problem
+from aggregator.core.exceptions import EvaluationError, FailureCause
+from aggregator.core.numbers import CONTEXT
+from aggregator.core.rules.messages import _plain, _unencodable
+from aggregator.core.text import MAX_QUOTED_CHARS, quote
+
+
+def escape_key_part(value: str) -> str:
+    """Escape ``%`` and ``#`` so that ``#`` stays a separator in sort keys (injective)."""
+    return value.replace("%", "%25").replace("#", "%23")
+
+
+def unescape_key_part(value: str) -> str:
+    """Inverse of :func:`escape_key_part`."""
+    return value.replace("%23", "#").replace("%25", "%")
+
+
+def format_key_value(value: Any) -> str:
+    """Render one attribute value as key text.
+
+    Strings are used as they are, numbers in plain decimal notation without exponent or trailing
+    zeros (``Decimal("1.50")`` -> ``"1.5"``, ``Decimal("1E+2")`` -> ``"100"``) with all of
+    DynamoDB's 38 significant digits, booleans as ``true`` / ``false``.
+
+    Raises
+    ------
+    EvaluationError
+        For any other type (lists, maps, sets, binary, null), and for numbers DynamoDB cannot
+        hold (more than 38 significant digits, out of range).
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Decimal):
+        if value == 0:
+            return "0"
+        problem = "not a finite number" if not value.is_finite() else dynamodb_number_problem(value)
+        if not problem:
+            try:
+                return format(value.normalize(CONTEXT), "f")
+            except DecimalException as exc:
+                problem = f"{type(exc).__name__} in DynamoDB's 38-digit context"
+        raise EvaluationError(f"key number {_plain(value)}: {problem}")
+    kind = "null" if value is None else type(value).__name__
+    raise EvaluationError(
+        f"key attribute has unsupported type {kind}; use a string, number or bool",
+        FailureCause.WRONG_TYPE,
+    )
+
+
+_KEY_TOKEN = re.compile(r"\{([^{}]*)\}|([{}])|([^{}]+)")
+"""A key's parts: a placeholder (its name), a stray brace, or literal text."""
+
+_FORMAT_SYNTAX = re.compile(r"[!:\[\].]")
+"""``str.format`` syntax a placeholder must not use: conversions, specs, indexes, attributes."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTemplate:
+    """A key such as ``"{carrier}"``, ``"{origin}#{dest}"`` or the literal ``"TOTAL_PATHS_FOUND"``.
+
+    ``render(image)`` returns ``(encoded, display)``: ``encoded`` goes into the sort key with each
+    substituted value escaped (``%`` -> ``%25``, ``#`` -> ``%23``); ``display`` is the text with
+    raw values. Adjacent placeholders must be separated by literal text containing ``#`` so that
+    the encoding is injective.
+    """
+
+    template: str
+    literals: tuple[str, ...]
+    placeholders: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, template: str) -> KeyTemplate:
+        """Parse a key: literal text and ``{attribute}`` placeholders, nothing else.
+
+        Literal text may not contain ``{`` or ``}`` (doubled braces are no escape here), and a
+        placeholder holds a bare attribute name: not empty, no spaces around it, no format
+        syntax (``!`` ``:`` ``[`` ``]`` ``.``).
+
+        Raises
+        ------
+        ValueError
+            For anything else, with a one-line message quoting at most a prefix of the key.
+        """
+        if not isinstance(template, str) or not template:
+            raise ValueError("key must be a non-empty string such as '{carrier}' or 'TOTAL'")
+        shown = quote(template)
+        problem = _unencodable(template)
+        if problem:
+            raise ValueError(f"key {shown} {problem}")
+        literals: list[str] = []
+        placeholders: list[str] = []
+        pending = ""
+        for token in _KEY_TOKEN.finditer(template):
+            field, brace, text = token.groups()
+            if text is not None:
+                pending += text
+                continue
+            if brace is not None:
+                doubled = template[token.start() : token.start() + 2] in ("{{", "}}")
+                hint = "doubled braces are no escape in keys; " if doubled else ""
+                raise ValueError(
+                    f"stray {brace!r} at character {token.start() + 1} of key {shown}: {hint}"
+                    "a key holds literal text and placeholders such as {carrier}, no other "
+                    "braces"
+                )
+            if not field.strip():
+                raise ValueError(
+                    f"empty placeholder {{{field}}} in key {shown}: put an attribute name "
+                    "inside, such as {carrier}"
+                )
+            if field != field.strip():
+                raise ValueError(
+                    f"placeholder {quote('{' + field + '}')} in key {shown} has spaces around "
+                    f"its attribute name; write {quote('{' + field.strip() + '}')}"
+                )
+            if _FORMAT_SYNTAX.search(field):
+                name = "{" + re.split(r"[!:]", field, maxsplit=1)[0] + "}"  # as str.format sees it
+                if len(name) > MAX_QUOTED_CHARS or not name.isprintable():
+                    name = quote(name)
+                raise ValueError(
+                    f"invalid placeholder {name} in key {shown}: use a bare attribute name such "
+                    "as {carrier}"
+                )
+            if placeholders and "#" not in pending:
+                raise ValueError(
+                    f"placeholders in key {shown} must be separated by '#' "
+                    "(e.g. '{origin}#{dest}') so that different items never share a key"
+                )
+            literals.append(pending)
+            placeholders.append(field)
+            pending = ""
+        literals.append(pending)
+        return cls(template, tuple(literals), tuple(placeholders))
+
+    def attributes(self) -> frozenset[str]:
+        return frozenset(self.placeholders)
+
+    @property
+    def is_literal(self) -> bool:
+        return not self.placeholders
+
+    def render_values(self, values: Sequence[Any]) -> tuple[str, str]:
+        """Render from placeholder values in order; returns ``(encoded, display)``."""
+        return self._assemble([format_key_value(value) for value in values])
+
+    def _assemble(self, texts: Sequence[str]) -> tuple[str, str]:
+        encoded = [self.literals[0]]
+        display = [self.literals[0]]
+        for text, literal in zip(texts, self.literals[1:], strict=True):
+            encoded += (escape_key_part(text), literal)
+            display += (text, literal)
+        return "".join(encoded), "".join(display)
+
+    def render(self, image: Mapping[str, Any]) -> tuple[str, str]:
+        """Render the key for an image.
+
+        Raises
+        ------
+        EvaluationError
+            When a placeholder attribute is missing or of an unsupported type.
+        """
+        texts = []
+        for name in self.placeholders:
+            value = image.get(name, MISSING)
+            if value is MISSING:
+                raise EvaluationError(
+                    f"key attribute {quote(name)} is missing", FailureCause.MISSING_ATTRIBUTE
+                )
+            try:
+                texts.append(format_key_value(value))
+            except EvaluationError as exc:
+                raise EvaluationError(f"key attribute {quote(name)}: {exc}", exc.cause) from None
+        return self._assemble(texts)

@@ -1,0 +1,236 @@
+"""Loading rule files: reading (size and UTF-8 checked), parsing and validating them into a
+:class:`~aggregator.core.rules.ruleset.RuleSet` with :func:`load_rules`.
+
+Loading a file or a directory and building rules in Python give the same validated
+:class:`~aggregator.core.rules.ruleset.RuleSet`. Every validation problem raises
+:class:`~aggregator.core.exceptions.RuleError` whose message names the file, the rule and the
+field.
+
+Loading is hardened against hostile or broken files: a file over :data:`MAX_RULE_FILE_BYTES`, a
+file that is not UTF-8, control characters, a document expanding to more than
+:data:`~aggregator.core.rules.loader.MAX_YAML_NODES` nodes through aliases or merge keys
+("billion laughs"), a recursive alias, or nesting deeper than
+:data:`~aggregator.core.rules.loader.MAX_YAML_DEPTH` is rejected in bounded time and memory,
+with one line per problem naming the file (and the line and column, or the rule and field).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from aggregator.core.exceptions import RuleError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.rules.errors import _format_errors
+from aggregator.core.rules.loader import RuleFileLimitError, RuleLoader
+from aggregator.core.rules.messages import _name, _one_line
+from aggregator.core.rules.model import Rule
+from aggregator.core.rules.ruleset import RuleSet, derived_attribute_indexes, graph_problems
+from aggregator.core.text import MAX_REASON_CHARS
+
+MAX_RULE_FILE_BYTES = 1024 * 1024
+"""Largest rule file read (1 MiB); a larger one is rejected before parsing."""
+
+
+def _source_name(path: Path | str) -> str:
+    """A file name for messages, on one line."""
+    return _one_line(str(path), limit=10 * MAX_REASON_CHARS)
+
+
+def _position(text: str | bytes, offset: int) -> tuple[int, int]:
+    """1-based ``(line, column)`` of ``offset`` in ``text`` (columns in characters)."""
+    newline = "\n" if isinstance(text, str) else b"\n"
+    line_start = text.rfind(newline, 0, offset) + 1  # type: ignore[arg-type]
+    before = text[line_start:offset]
+    if isinstance(before, bytes):
+        before = before.decode("utf-8", errors="replace")
+    return text.count(newline, 0, offset) + 1, len(before) + 1  # type: ignore[arg-type]
+
+
+def _read_rule_file(path: Path, source: str) -> str:
+    """The text of a rule file: at most :data:`MAX_RULE_FILE_BYTES`, strictly UTF-8 (a
+    leading byte order mark is allowed).
+
+    Raises
+    ------
+    RuleError
+        When it cannot be read, is too large, or is not UTF-8 (naming line, column, byte
+        offset and the bad byte).
+    """
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_RULE_FILE_BYTES + 1)
+            if len(raw) > MAX_RULE_FILE_BYTES:
+                size = os.fstat(file.fileno()).st_size
+                shown = f"{size} bytes" if size > MAX_RULE_FILE_BYTES else "larger"
+                raise RuleError(
+                    f"{source}: the file is {shown}, over the {MAX_RULE_FILE_BYTES}-byte (1 MiB) "
+                    "limit for a rule file; split the rules into several files"
+                )
+    except OSError as exc:
+        raise RuleError(
+            f"{source}: cannot read rule file: {_one_line(exc.strerror or str(exc))}"
+        ) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, column = _position(raw, exc.start)
+        hint = ""
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            hint = " (it starts with a UTF-16 byte order mark)"
+        raise RuleError(
+            f"{source}: line {line}, column {column} (byte {exc.start}): byte "
+            f"0x{raw[exc.start]:02x} is not valid UTF-8 ({exc.reason}); rule files must be "
+            f"UTF-8{hint}"
+        ) from None
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    """The YAML document of a rule file, through :class:`RuleLoader`.
+
+    Raises
+    ------
+    RuleError
+        One line with line and column: syntax errors, control characters, the loader's limits;
+        never a ``RecursionError``.
+    """
+    try:
+        return yaml.load(text, Loader=RuleLoader)  # a SafeLoader subclass
+    except yaml.reader.ReaderError as exc:
+        line, column = _position(text, exc.position)
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        escape = f"\\x{char:02x}" if char < 0x100 else f"\\u{char:04x}"
+        raise RuleError(
+            f"{source}: line {line}, column {column}: invalid YAML: character "
+            f"{chr(char)!r} (U+{char:04X}) is not allowed in YAML; remove it, or write "
+            f'"{escape}" inside a double-quoted string'
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        context_mark = getattr(exc, "context_mark", None)
+        if isinstance(exc, yaml.composer.ComposerError) and exc.context and context_mark:
+            # "second occurrence" / "but found another document" need their first half
+            problem = f"{exc.context} on line {context_mark.line + 1}, {problem}"
+        problem = _one_line(problem, limit=300)
+        kind = "" if isinstance(exc, RuleFileLimitError) else "invalid YAML: "
+        raise RuleError(f"{source}: {where}{kind}{problem}") from None
+    except RecursionError:  # only when called near the recursion limit: the depth limit is far
+        raise RuleError(
+            f"{source}: the document nests too deeply to read; rule files need far fewer levels"
+        ) from None
+
+
+def _load_file(path: Path) -> list[Rule]:
+    """The rules of one file (the derived-rule graph is checked by :func:`load_rules`).
+
+    Raises
+    ------
+    RuleError
+        One line per problem, each naming the file.
+    """
+    source = _source_name(path)
+    data = _parse_yaml(_read_rule_file(path, source), source)
+    if data is None:
+        raise RuleError(f"{source}: field 'rules': the file is empty; expected 'rules: [...]'")
+    if not isinstance(data, Mapping):
+        raise RuleError(
+            f"{source}: field '(top level)': expected a mapping with a 'rules' list, "
+            f"got {type(data).__name__}"
+        )
+    problems = []
+    if isinstance(data.get("rules"), list) and not data["rules"]:
+        problems.append(f"{source}: field 'rules': the list is empty; give at least one rule")
+    try:
+        ruleset = RuleSet.model_validate(data, context={"partial": True})
+    except ValidationError as exc:
+        problems.append(_format_errors(exc, source, data))
+    except RecursionError:  # as above; validation recurses less deeply than composing
+        problems.append(f"{source}: the rules nest too deeply to validate")
+    if problems:
+        raise RuleError("\n".join(problems))
+    return list(ruleset.rules)
+
+
+def load_rules(
+    path: str | Path | Iterable[str | Path], *, layout: TableLayout = DEFAULT_LAYOUT
+) -> RuleSet:
+    """Load and validate rules from a YAML file, a directory of YAML files, or several paths.
+
+    Parameters
+    ----------
+    path
+        A ``.yaml``/``.yml`` file; a directory (every ``*.yaml`` and ``*.yml`` in it, sorted by
+        name, not recursive); or an iterable of such paths. Each file holds
+        ``{version: 1, rules: [...]}`` (``version`` optional) with at least one rule.
+    layout
+        The table layout: names the attributes of aggregate items that derived rules may read
+        (:func:`derived_attribute_indexes`).
+
+    Returns
+    -------
+    RuleSet
+        At least one rule.
+
+    Raises
+    ------
+    RuleError
+        With one line per problem, each naming the file (and the rule and field, or the line
+        and column), e.g. ``definitions/flights.yaml: rule 'by_carrier', field 'key': ...``;
+        also when a rule name appears in two files, a derived rule's source is unknown, forms a
+        cycle or lacks an attribute the rule reads, a directory has no rule files, or the paths
+        hold no rule at all. Files are read within the limits of :class:`RuleLoader` and
+        :data:`MAX_RULE_FILE_BYTES`.
+    """
+    paths: list[Path] = []
+    inputs = [path] if isinstance(path, str | Path) else list(path)
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted([*p.glob("*.yaml"), *p.glob("*.yml")])
+            if not found:
+                raise RuleError(
+                    f"{_source_name(p)}: no rule files (*.yaml, *.yml) in this directory"
+                )
+            paths.extend(found)
+        elif p.exists():
+            paths.append(p)
+        else:
+            raise RuleError(f"{_source_name(p)}: no such file or directory")
+    rules: list[Rule] = []
+    origin: dict[str, str] = {}
+    errors: list[str] = []
+    for p in paths:
+        try:
+            file_rules = _load_file(p)
+        except RuleError as exc:
+            errors.append(str(exc))
+            continue
+        for r in file_rules:
+            if r.name in origin:
+                errors.append(
+                    f"{_source_name(p)}: rule {_name(r.name)}, field 'name': duplicate rule "
+                    f"name (also defined in {origin[r.name]})"
+                )
+                continue
+            origin[r.name] = _source_name(p)
+            rules.append(r)
+    if not errors:
+        problems = graph_problems(rules) or derived_attribute_indexes(rules, layout)
+        for index, message in problems:
+            errors.append(
+                f"{origin[rules[index].name]}: rule {_name(rules[index].name)}, "
+                f"field 'source': {message}"
+            )
+    if errors:
+        raise RuleError("\n".join(errors))
+    if not rules:
+        where = ", ".join(_source_name(p) for p in paths) or "no paths given"
+        raise RuleError(f"{where}: no rules; give at least one rule")
+    return RuleSet(rules=tuple(rules))

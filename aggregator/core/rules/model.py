@@ -1,0 +1,194 @@
+"""One rule: :class:`Rule` and :class:`Contribution` (what one item image adds to one of its
+aggregates), with the limits of the sort keys a rule builds.
+
+A rule says *what* to count or sum (``delta``), over *which* items (``match``), under *which*
+aggregate (``key``)::
+
+    rules:
+      - name: delay_minutes_by_carrier
+        description: Total departure delay in minutes per carrier
+        match: {status: departed}
+        key: "{carrier}"
+        delta: {attribute: dep_delay}
+        leaderboard: true
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
+
+from aggregator.core.conditions import Condition, MatchAll, parse_match
+from aggregator.core.rules.buckets import Bucket, Window
+from aggregator.core.rules.deltas import DeltaSpec
+from aggregator.core.rules.keys import KeyTemplate
+
+RULE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"
+
+MAX_SORT_KEY_BYTES = 1024
+"""Longest sort key DynamoDB accepts, in UTF-8 bytes (DynamoDB Developer Guide, "Service,
+account, and table quotas": sort key length 1 to 1,024 bytes). A rule whose literal key text
+alone cannot fit is rejected when it loads; longer keys built from item values are record
+failures (dead-lettered) in the engine."""
+
+BUCKET_TEXT_BYTES = len("2013-01-01T05:00:00Z")
+"""Length of a bucket start in a windowed aggregate's sort key (fixed-width UTC text)."""
+
+
+class _FieldError(ValueError):
+    """A problem found by a whole-rule check that belongs to one field: ``path`` names it
+    (``key``), so messages say ``field 'key'`` rather than ``field '(rule)'``."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.parts: tuple[str | int, ...] = (path,)
+        self.message = message
+        super().__init__(message)
+
+
+def _parse_condition(value: Any) -> Condition:
+    if isinstance(value, Condition):
+        return value
+    return parse_match(value)  # ConditionSyntaxError is a ValueError carrying its sub-path
+
+
+def _parse_key(value: Any) -> KeyTemplate:
+    if isinstance(value, KeyTemplate):
+        return value
+    return KeyTemplate.parse(value)
+
+
+MatchField = Annotated[Condition, BeforeValidator(_parse_condition)]
+KeyField = Annotated[KeyTemplate, BeforeValidator(_parse_key)]
+
+
+class Rule(BaseModel):
+    """One aggregation rule.
+
+    Attributes
+    ----------
+    name
+        Unique within a rule set; letters, digits, ``_ . -``, starting with a letter; it prefixes
+        the sort key of every aggregate item of the rule (``"<name>#<key>"``).
+    match
+        Condition on an item image (see :mod:`aggregator.core.conditions`); default: every item.
+    key
+        Key template over image attributes, or a literal.
+    delta
+        Amount per matching item (``Decimal``), constant or attribute.
+    ttl_deletes
+        ``keep`` (default): a REMOVE made by DynamoDB's TTL (``userIdentity.principalId ==
+        "dynamodb.amazonaws.com"``) retracts nothing, so counters of expiring raw events do not
+        shrink. ``retract``: treat it like any delete.
+    leaderboard
+        Also put the aggregate items into the sparse ``leaderboard`` GSI for top-N queries.
+    window
+        Optional :class:`Window`: count per time bucket of an event-time attribute; the sort key
+        becomes ``"<name>#<key>#<granularity>#<bucket start>"``.
+    source
+        Optional name of another rule whose aggregates are this rule's input (a *derived*
+        rule): its images are the source aggregate item before and after each change, with
+        attributes ``value`` (the counter), ``key`` (the source key as text) and ``rule``, plus
+        ``granularity`` and ``bucket`` for windowed sources. A source aggregate whose value is 0
+        counts as absent. ``key: "{value}"`` gives a histogram (how many keys have each value),
+        a literal key a distinct count (how many keys have a non-zero value).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    name: str = Field(pattern=RULE_NAME_PATTERN)
+    description: str = ""
+    match: MatchField = Field(default_factory=MatchAll)
+    key: KeyField
+    delta: DeltaSpec = Field(default_factory=lambda: DeltaSpec(constant=Decimal(1)))
+    ttl_deletes: Literal["keep", "retract"] = "keep"
+    leaderboard: StrictBool = False
+    window: Window | None = None
+    source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
+
+    @model_validator(mode="after")
+    def _window_without_leaderboard(self) -> Rule:
+        if self.window is not None and self.leaderboard:
+            raise ValueError(
+                "leaderboard cannot be combined with window: the index would rank buckets of "
+                "all times together"
+            )
+        problem = self._sort_key_problem()
+        if problem:
+            raise _FieldError("key", problem)
+        return self
+
+    def _sort_key_problem(self) -> str | None:
+        """Why no aggregate of this rule could have a sort key DynamoDB accepts, or ``None``.
+
+        The sort key is ``<name>#<key>`` (``<name>#<key>#<granularity>#<bucket start>`` for
+        windowed rules) and must be at most :data:`MAX_SORT_KEY_BYTES` UTF-8 bytes (DynamoDB
+        Developer Guide, "Service, account, and table quotas": sort key length 1 to 1,024
+        bytes). Literal key text goes in as it is (only substituted values are escaped), so the
+        rule name, the literal parts of the key and, for windowed rules, the suffix of the
+        longest granularity label are a lower bound: reached by a literal key, and by a
+        templated one whose values are empty.
+        """
+        prefix = len(self.name.encode("utf-8")) + 1
+        literal = sum(len(part.encode("utf-8")) for part in self.key.literals)
+        suffix = 0
+        if self.window is not None:
+            label = max((g.label for g in self.window.granularities), key=len)
+            suffix = len(f"#{label}#".encode()) + BUCKET_TEXT_BYTES
+        size = prefix + literal + suffix
+        if size <= MAX_SORT_KEY_BYTES:
+            return None
+        parts = f"'{self.name}#': {prefix}, key"
+        parts += f": {literal}" if self.key.is_literal else f" outside its placeholders: {literal}"
+        if suffix:
+            parts += f", '#{label}#YYYY-MM-DDTHH:MM:SSZ': {suffix}"
+        at_least = "" if self.key.is_literal else "at least "
+        return (
+            f"the aggregate's sort key would be {at_least}{size} bytes ({parts}), over "
+            f"DynamoDB's {MAX_SORT_KEY_BYTES}-byte limit for a sort key"
+        )
+
+    @property
+    def is_derived(self) -> bool:
+        return self.source is not None
+
+    def attributes(self) -> frozenset[str]:
+        """Names of every image attribute this rule reads (match, key, delta and time)."""
+        names = self.match.attributes() | self.key.attributes() | self.delta.attributes()
+        return names | ({self.window.time} if self.window else set())
+
+    def contributions(self, image: Mapping[str, Any] | None) -> list[Contribution]:
+        """What one image adds: one :class:`Contribution` (one per granularity for windowed
+        rules), or none if the image does not match.
+
+        Raises
+        ------
+        EvaluationError
+            When the image matches but its key, delta or event time cannot be evaluated.
+        """
+        if image is None or not self.match.matches(image):
+            return []
+        encoded, display = self.key.render(image)
+        amount = self.delta.evaluate(image)
+        if self.window is None:
+            return [Contribution(encoded, display, amount, None)]
+        return [
+            Contribution(f"{encoded}#{b.suffix()}", display, amount, b)
+            for b in self.window.buckets(image)
+        ]
+
+
+class Contribution(NamedTuple):
+    """What one image adds to one aggregate item of a rule.
+
+    ``key`` is the encoded sort-key part after ``"<rule>#"`` (with ``"#<granularity>#<bucket>"``
+    for windowed rules), ``display`` the key with raw values, ``bucket`` the time bucket or
+    ``None``.
+    """
+
+    key: str
+    display: str
+    amount: Decimal
+    bucket: Bucket | None

@@ -1,0 +1,259 @@
+"""Rule sets: :class:`RuleSet` (validated rules with unique names), :func:`rule` (one rule
+built in Python with the checks YAML gets) and the checks of derived rules: unknown sources,
+cycles, and attributes their source's aggregates never have."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+from aggregator.core.exceptions import RuleError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.rules.errors import _DuplicateNames, _format_errors, _GraphProblems
+from aggregator.core.rules.messages import _name, _names
+from aggregator.core.rules.model import Rule
+from aggregator.core.text import quote
+
+
+class RuleSet(BaseModel):
+    """A validated, ordered collection of rules with unique names.
+
+    Build with :func:`load_rules` (YAML) or :meth:`RuleSet.of` (Python).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = 1
+    rules: tuple[Rule, ...]
+
+    @field_validator("rules")
+    @classmethod
+    def _unique(cls, rules: tuple[Rule, ...], info: ValidationInfo) -> tuple[Rule, ...]:
+        first: dict[str, int] = {}
+        duplicates: list[tuple[int, int]] = []
+        for index, r in enumerate(rules):
+            if r.name in first:
+                duplicates.append((index, first[r.name]))
+            else:
+                first[r.name] = index
+        if duplicates:
+            raise _DuplicateNames(rules, duplicates)
+        # one file of several: the graph is checked once all files are loaded
+        partial = bool(info.context and info.context.get("partial"))
+        problems = [] if partial else graph_problems(rules)
+        if problems:
+            raise _GraphProblems(rules, problems)
+        return rules
+
+    @classmethod
+    def of(cls, *rules: Rule) -> RuleSet:
+        """A rule set from rules built in Python (see :func:`rule`).
+
+        Raises
+        ------
+        RuleError
+            On duplicate names.
+        """
+        try:
+            return cls(rules=rules)
+        except ValidationError as exc:
+            raise RuleError(
+                _format_errors(exc, "<python>", {"rules": [r.model_dump() for r in rules]})
+            ) from None
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def get(self, name: str) -> Rule:
+        """The rule called ``name``.
+
+        Raises
+        ------
+        RuleError
+            If there is none.
+        """
+        for r in self.rules:
+            if r.name == name:
+                return r
+        known = _names(r.name for r in self.rules)
+        raise RuleError(f"no rule named {quote(name, limit=100)}; known rules: {known}")
+
+    def attributes(self) -> frozenset[str]:
+        """Every image attribute any rule reads (the engine deserializes only these)."""
+        return frozenset().union(*(r.attributes() for r in self.rules))
+
+    @property
+    def base_rules(self) -> tuple[Rule, ...]:
+        """Rules over the user's items (not derived)."""
+        return tuple(r for r in self.rules if not r.is_derived)
+
+    @property
+    def derived_rules(self) -> tuple[Rule, ...]:
+        """Rules whose input is another rule's aggregates."""
+        return tuple(r for r in self.rules if r.is_derived)
+
+    def derived_from(self, source: str) -> tuple[Rule, ...]:
+        """The derived rules reading ``source``'s aggregates."""
+        return tuple(r for r in self.rules if r.source == source)
+
+    def lineage(self, name: str) -> RuleSet:
+        """The rule called ``name`` with the chain of rules it derives from (sources first), as
+        a rule set of its own: over records of its source's aggregates, an engine built on it
+        evaluates that rule alone (over user items it also evaluates the chain's base rule).
+
+        Raises
+        ------
+        RuleError
+            If there is no such rule.
+        """
+        chain = [self.get(name)]
+        while chain[0].source is not None:
+            chain.insert(0, self.get(chain[0].source))
+        return RuleSet(rules=tuple(chain))
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Names of rules that some derived rule reads, sorted: their aggregate items' stream
+        records must reach the handler (see :func:`aggregator.runtime.filters.filter_criteria`)."""
+        return tuple(sorted({r.source for r in self.rules if r.source is not None}))
+
+
+def graph_problems(rules: Sequence[Rule]) -> list[tuple[int, str]]:
+    """Problems of the derived-rule graph as ``(rule index, message)``: unknown sources and
+    cycles (each cycle reported once, at its first rule, naming every rule on it)."""
+    index = {r.name: i for i, r in enumerate(rules)}
+    problems: list[tuple[int, str]] = []
+    for i, r in enumerate(rules):
+        if r.source is not None and r.source not in index:
+            known = _names(sorted(index))
+            problems.append((i, f"unknown source rule {_name(r.source)}; known rules: {known}"))
+    reported: set[str] = set()
+    for r in rules:
+        path = [r.name]
+        current = r
+        while current.source is not None and current.source in index:
+            if current.source in path:
+                cycle = [*path[path.index(current.source) :], current.source]
+                if not reported.intersection(cycle):
+                    reported.update(cycle)
+                    first = min(cycle[:-1], key=index.__getitem__)
+                    start = cycle.index(first)
+                    ordered = cycle[start:-1] + cycle[:start] + [first]
+                    problems.append(
+                        (index[first], "derived rules form a cycle: " + " -> ".join(ordered))
+                    )
+                break
+            path.append(current.source)
+            current = rules[index[current.source]]
+    return sorted(problems)
+
+
+def derived_attribute_indexes(
+    rules: Sequence[Rule], layout: TableLayout = DEFAULT_LAYOUT
+) -> list[tuple[int, str]]:
+    """Derived rules reading attributes their source's aggregate items never have, as
+    ``(rule index, message)``: a typo such as ``{vlaue}``, or ``bucket`` / ``granularity`` of a
+    source without a window. Rules whose source is unknown are skipped
+    (:func:`graph_problems` reports them).
+
+    An aggregate item has ``layout``'s partition key, sort key and value attribute, ``key`` and
+    ``rule``; a windowed source's also ``granularity`` and ``bucket``, and with a retention
+    ``layout.ttl_attribute``.
+    """
+    index = {r.name: i for i, r in enumerate(rules)}
+    problems: list[tuple[int, str]] = []
+    for i, r in enumerate(rules):
+        if r.source is None or r.source not in index:
+            continue
+        source = rules[index[r.source]]
+        known = {layout.partition_key, layout.sort_key, layout.value_attribute, "key", "rule"}
+        if source.window is not None:
+            known |= {"granularity", "bucket"}
+            if source.window.retention is not None:
+                known.add(layout.ttl_attribute)
+        unknown = sorted(r.attributes() - known)
+        if unknown:
+            reads = ", ".join(quote(name) for name in unknown[:10])
+            if len(unknown) > 10:
+                reads += f", … ({len(unknown)} attributes)"
+            problems.append(
+                (
+                    i,
+                    f"reads {reads}, which the aggregates of {_name(r.source)} do not have; "
+                    f"they have {', '.join(sorted(known))}",
+                )
+            )
+    return problems
+
+
+def derived_attribute_problems(
+    rules: RuleSet | Sequence[Rule], layout: TableLayout = DEFAULT_LAYOUT
+) -> list[str]:
+    """Derived rules reading attributes their source's aggregate items never have, one line
+    each: ``rule 'bad', field 'source': reads 'carrier', which the aggregates of 'src' do not
+    have; they have key, pk, rule, sk, value``.
+
+    :func:`load_rules` reports these (with the file) for rules from files; the engine checks
+    rule sets built in Python. See :func:`derived_attribute_indexes` for what aggregates have.
+    """
+    listed = tuple(rules)
+    return [
+        f"rule {_name(listed[i].name)}, field 'source': {message}"
+        for i, message in derived_attribute_indexes(listed, layout)
+    ]
+
+
+def rule(
+    name: str,
+    *,
+    key: str,
+    match: Mapping[str, Any] | None = None,
+    delta: int | str | Decimal | Mapping[str, Any] = 1,
+    description: str = "",
+    ttl_deletes: Literal["keep", "retract"] = "keep",
+    leaderboard: bool = False,
+    window: Mapping[str, Any] | None = None,
+    source: str | None = None,
+) -> Rule:
+    """Build one validated rule from Python, with the same fields and checks as YAML.
+
+    ``window`` takes the YAML mapping (``{"time": "ts", "unit": "epoch_seconds",
+    "granularities": ["hour", "minute"], "retention": "25h"}``); ``source`` names the rule a
+    derived rule reads (the graph is checked when the rules form a :class:`RuleSet`).
+
+    Examples
+    --------
+    >>> r = rule("paths_per_player", match={"sk": {"prefix": "PATH#"}}, key="{pk}")
+    >>> r.key.placeholders
+    ('pk',)
+    >>> rule("players_by_paths", source="paths_per_player", key="{value}").source
+    'paths_per_player'
+
+    Raises
+    ------
+    RuleError
+        Naming the rule and field, e.g. ``<python>: rule 'x', field 'key': ...``.
+    """
+    data = {
+        "name": name,
+        "description": description,
+        "match": match,
+        "key": key,
+        "delta": delta,
+        "ttl_deletes": ttl_deletes,
+        "leaderboard": leaderboard,
+        "window": window,
+        "source": source,
+    }
+    try:
+        return Rule.model_validate(data)
+    except ValidationError as exc:
+        raise RuleError(
+            _format_errors(exc, "<python>", {"rules": [data]}, prefix=("rules", 0))
+        ) from None
