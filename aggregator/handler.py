@@ -40,10 +40,10 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 
 from aggregator.core.exceptions import ConfigError
-from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.deadletters import SqsLastResort
 from aggregator.dynamodb.modes import WRITE_MODES
+from aggregator.dynamodb.tablecheck import check_key_schema
 from aggregator.runtime.processor import StreamProcessor, create_processor
 
 __all__ = ["HandlerSettings", "build_processor", "handler", "reset"]
@@ -113,18 +113,22 @@ def build_processor(
     sqs_client: Any | None = None,
     metrics: Any | None = None,
     logger: Any | None = None,
+    check_table: bool = True,
 ) -> StreamProcessor:
-    """Load the rules and wire engine, writer and dead letters for ``settings``.
+    """Load the rules and wire engine, writer and dead letters for ``settings``, on the rule
+    set's table layout (its ``table:`` section).
 
     ``sqs_client`` is used for the last-resort queue (built when the setting names a queue and
-    none is given).
+    none is given). With ``check_table``, one ``DescribeTable`` verifies that the table's keys
+    are the layout's, of type ``S``: a table keyed otherwise is refused here, at cold start,
+    instead of failing (or mis-aggregating) batch after batch.
 
     Raises
     ------
     RuleError
         When the definitions are invalid (fails the cold start, never a batch).
     ConfigError
-        For an unknown mode.
+        For an unknown mode, or a table whose key schema does not fit the layout.
     """
     rules = load_rules(settings.definitions)
     if client is None:
@@ -146,6 +150,13 @@ def build_processor(
 
             sqs_client = boto3.client("sqs")
         last_resort = SqsLastResort(sqs_client, settings.on_failure_queue_url)
+    if check_table:
+        problems = check_key_schema(client, settings.table_name, rules.layout)
+        if problems:
+            raise ConfigError(
+                f"table {settings.table_name!r} does not fit the rules' layout: "
+                + "; ".join(p.line() for p in problems)
+            )
     options: dict[str, Any] = {}
     if settings.mode != "at-least-once":
         options["checkpoint_retention_seconds"] = settings.checkpoint_retention_seconds
@@ -154,7 +165,6 @@ def build_processor(
         client,
         settings.table_name,
         mode=settings.mode,
-        layout=DEFAULT_LAYOUT,
         max_workers=settings.max_workers,
         metrics=metrics,
         logger=logger,

@@ -1,6 +1,7 @@
 """The ``aggregator`` command (click + rich): the ``main`` group and its commands.
 
-Commands: ``validate``, ``filter-criteria``, ``local``, ``create-table``, ``run``,
+Commands: ``validate``, ``filter-criteria``, ``local``, ``create-table``, ``check-table``,
+``prepare-table``, ``run``,
 ``query get|list|top|histogram|window``, ``dead-letters``, ``replay-dead-letters``, ``demo``.
 Every command runs through :class:`~aggregator.cli.errors._Group`, which turns any error into
 one line on stderr and an exit code.
@@ -16,6 +17,7 @@ from aggregator.cli.commands.local import create_table_cmd, local
 from aggregator.cli.commands.query import query
 from aggregator.cli.commands.rules import filter_criteria_cmd, validate
 from aggregator.cli.commands.run import run
+from aggregator.cli.commands.table import check_table_cmd, prepare_table_cmd
 from aggregator.cli.errors import _Group
 
 
@@ -29,6 +31,8 @@ main.add_command(validate)
 main.add_command(filter_criteria_cmd)
 main.add_command(local)
 main.add_command(create_table_cmd)
+main.add_command(check_table_cmd)
+main.add_command(prepare_table_cmd)
 main.add_command(run)
 main.add_command(query)
 main.add_command(dead_letters_cmd)

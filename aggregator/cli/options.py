@@ -109,6 +109,34 @@ def _definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def _layout_definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``-d`` for commands that need only the table layout (the rules' ``table:`` section):
+    optional, the default layout without it."""
+    return click.option(
+        "--definitions",
+        "-d",
+        envvar="AGGREGATOR_DEFINITIONS",
+        default=None,
+        type=click.Path(path_type=Path),
+        help="Rule file or directory whose table: section gives the layout (default: pk/sk "
+        "and the default names) [env AGGREGATOR_DEFINITIONS]",
+    )(f)
+
+
+def layout_of(definitions: Path | None) -> Any:
+    """The table layout declared by the rules at ``definitions``, or the default one.
+
+    Raises
+    ------
+    RuleError
+        When the rules are invalid.
+    """
+    from aggregator.core.layout import DEFAULT_LAYOUT
+    from aggregator.core.rules import load_rules
+
+    return DEFAULT_LAYOUT if definitions is None else load_rules(definitions).layout
+
+
 def _mode_option(f: Callable[..., Any]) -> Callable[..., Any]:
     from aggregator.dynamodb.modes import WRITE_MODES
 

@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from aggregator.core.exceptions import ConfigError, EvaluationError, FailureCause
-from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add, subtract
 from aggregator.core.records import Image, MalformedRecord, StreamRecord, pad_sequence_number
 from aggregator.core.rules import (
@@ -200,7 +200,8 @@ class Engine:
     rules
         The validated rules.
     layout
-        Table layout; its reserved partition keys mark framework-owned items.
+        Table layout; its reserved partition keys mark framework-owned items. Default: the rule
+        set's (``rules.layout``).
 
     Examples
     --------
@@ -213,7 +214,8 @@ class Engine:
     Decimal('1')
     """
 
-    def __init__(self, rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> None:
+    def __init__(self, rules: RuleSet, layout: TableLayout | None = None) -> None:
+        layout = rules.layout if layout is None else layout
         problems = derived_attribute_problems(rules, layout)
         if problems:
             raise ConfigError("\n".join(problems))
@@ -225,9 +227,9 @@ class Engine:
 
     def source_of(self, record: StreamRecord) -> str | None:
         """The rule whose aggregate item the record is of, if a derived rule reads that rule."""
-        if record.key_string(self.layout.partition_key) != self.layout.aggregates_pk:
+        sort_key = self.layout.aggregate_sort_key(record.keys)
+        if sort_key is None:
             return None
-        sort_key = record.key_string(self.layout.sort_key) or ""
         source = sort_key.partition("#")[0]
         return source if source in self._derived else None
 
@@ -238,7 +240,7 @@ class Engine:
 
     def _classify(self, record: StreamRecord) -> tuple[bool, str | None]:
         """``(self-write, source rule)`` of a record, reading its keys once."""
-        if record.key_string(self.layout.partition_key) not in self._reserved:
+        if not self.layout.is_reserved(record.keys):
             return False, None
         source = self.source_of(record)
         return source is None, source

@@ -1,14 +1,42 @@
-"""Table layout: attribute names and reserved partition keys (pure, documented defaults)."""
+"""Table layout: where the framework keeps its items inside the user's table (pure).
+
+A rule set may declare it in a top-level ``table:`` section of one of its files (at most one)::
+
+    table:
+      partition_key: PK          # the table's key attribute names (type S)
+      sort_key: SK
+      aggregates_pk: AGGREGATES  # reserved partition key values
+      dead_letters_pk: AGGREGATOR#DEAD_LETTERS
+      runner_pk: AGGREGATOR#RUNNER
+      value_attribute: value     # the counter ADD targets
+      leaderboard_index: leaderboard
+      leaderboard_attribute: lb
+      ttl_attribute: ttl         # the table's TTL attribute (windowed rules)
+
+Every field has the default shown (``pk``/``sk`` for the keys). The handler, the runner, the CLI,
+:class:`~aggregator.dynamodb.query.AggregateStore`, the stream filters, dead letters and table
+creation all take the layout from the rule set.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["DEFAULT_LAYOUT", "TableLayout"]
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["AGGREGATE_ATTRIBUTES", "DEFAULT_LAYOUT", "TableLayout"]
+
+AGGREGATE_ATTRIBUTES = ("rule", "key", "granularity", "bucket")
+"""Attributes every aggregate item (or time bucket) carries besides the layout's own names;
+the table's key attributes must not be called like them."""
+
+_AttributeName = Field(min_length=1, max_length=255)
+"""DynamoDB attribute names are 1 to 255 bytes for key attributes (Developer Guide, "Supported
+data types and naming rules"); checked in characters here, in bytes below."""
 
 
-@dataclass(frozen=True, slots=True)
-class TableLayout:
+class TableLayout(BaseModel):
     """Where the framework keeps its items inside the user's table.
 
     Attributes
@@ -31,25 +59,99 @@ class TableLayout:
         items of leaderboard rules only), sort key ``value_attribute`` (N).
     ttl_attribute
         TTL attribute name (epoch seconds), used by windowed rules.
+
+    Raises
+    ------
+    pydantic.ValidationError
+        On construction, for empty or over-long names, key attributes named like an attribute
+        the framework writes on its items (so an aggregate update could never change a key), the
+        two key attributes sharing a name, or reserved partition key values that repeat.
     """
 
-    partition_key: str = "pk"
-    sort_key: str = "sk"
-    aggregates_pk: str = "AGGREGATES"
-    runner_pk: str = "AGGREGATOR#RUNNER"
-    dead_letters_pk: str = "AGGREGATOR#DEAD_LETTERS"
-    value_attribute: str = "value"
-    leaderboard_index: str = "leaderboard"
-    leaderboard_attribute: str = "lb"
-    ttl_attribute: str = "ttl"
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    partition_key: str = Field(default="pk", min_length=1, max_length=255)
+    sort_key: str = Field(default="sk", min_length=1, max_length=255)
+    aggregates_pk: str = Field(default="AGGREGATES", min_length=1, max_length=1024)
+    runner_pk: str = Field(default="AGGREGATOR#RUNNER", min_length=1, max_length=1024)
+    dead_letters_pk: str = Field(default="AGGREGATOR#DEAD_LETTERS", min_length=1, max_length=1024)
+    value_attribute: str = Field(default="value", min_length=1, max_length=255)
+    leaderboard_index: str = Field(default="leaderboard", min_length=3, max_length=255)
+    leaderboard_attribute: str = Field(default="lb", min_length=1, max_length=255)
+    ttl_attribute: str = Field(default="ttl", min_length=1, max_length=255)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TableLayout:
+        if self.partition_key == self.sort_key:
+            raise ValueError(
+                f"partition_key and sort_key are both {self.partition_key!r}; a table's two key "
+                "attributes have different names"
+            )
+        written = {
+            "value_attribute": self.value_attribute,
+            "leaderboard_attribute": self.leaderboard_attribute,
+            "ttl_attribute": self.ttl_attribute,
+            **{name: name for name in AGGREGATE_ATTRIBUTES},
+        }
+        for key_field in ("partition_key", "sort_key"):
+            name = getattr(self, key_field)
+            for field_name, attribute in written.items():
+                if name == attribute:
+                    what = f"the {field_name}" if field_name != attribute else "an attribute"
+                    raise ValueError(
+                        f"{key_field} {name!r} is also {what} the framework writes on aggregate "
+                        "items; name the key attribute differently, or set that attribute's "
+                        "name in the table: section"
+                    )
+        values = [self.value_attribute, self.leaderboard_attribute, self.ttl_attribute]
+        if len(set(values)) != len(values):
+            raise ValueError(
+                "value_attribute, leaderboard_attribute and ttl_attribute must be different "
+                f"attributes, got {values}"
+            )
+        reserved = self.reserved_partition_keys
+        if len(set(reserved)) != len(reserved):
+            raise ValueError(
+                f"aggregates_pk, runner_pk and dead_letters_pk must differ, got {list(reserved)}"
+            )
+        for name in ("partition_key", "sort_key", "value_attribute", "leaderboard_attribute"):
+            if len(getattr(self, name).encode("utf-8")) > 255:
+                raise ValueError(f"{name} is over 255 bytes, DynamoDB's limit for key names")
+        return self
+
+    # -- keys ----------------------------------------------------------------------------------
+
+    def item_key(self, partition: str, sort_key: str) -> dict[str, dict[str, str]]:
+        """The primary key (DynamoDB JSON) of a framework item under the reserved
+        ``partition`` with sort key text ``sort_key``."""
+        return {self.partition_key: {"S": partition}, self.sort_key: {"S": sort_key}}
 
     def aggregate_key(self, sort_key: str) -> dict[str, dict[str, str]]:
         """The primary key (DynamoDB JSON) of the aggregate item whose sort key text is
         ``sort_key`` (``"<rule>#<key>"``)."""
-        return {
-            self.partition_key: {"S": self.aggregates_pk},
-            self.sort_key: {"S": sort_key},
-        }
+        return self.item_key(self.aggregates_pk, sort_key)
+
+    def partition_of(self, keys: Mapping[str, Any]) -> str | None:
+        """The string value of the partition key in a key or item map (DynamoDB JSON), or
+        ``None`` when it is absent or not a string."""
+        value = keys.get(self.partition_key)
+        return value.get("S") if isinstance(value, Mapping) else None
+
+    def sort_key_of(self, keys: Mapping[str, Any]) -> str | None:
+        """The string value of the sort key in a key or item map (DynamoDB JSON), or ``None``."""
+        value = keys.get(self.sort_key)
+        return value.get("S") if isinstance(value, Mapping) else None
+
+    def is_reserved(self, keys: Mapping[str, Any]) -> bool:
+        """Whether a key or item map (DynamoDB JSON) is of an item the framework owns."""
+        return self.partition_of(keys) in self.reserved_partition_keys
+
+    def aggregate_sort_key(self, keys: Mapping[str, Any]) -> str | None:
+        """The ``"<rule>#<key>"`` sort key text when the key map is of an aggregate item, else
+        ``None``."""
+        if self.partition_of(keys) != self.aggregates_pk:
+            return None
+        return self.sort_key_of(keys)
 
     @property
     def reserved_partition_keys(self) -> tuple[str, ...]:

@@ -12,6 +12,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+
 # the runner's fault plan and crash signal live with the runner (what ships never imports dev)
 from aggregator.runtime.runner import RunnerFaults, SimulatedCrash
 
@@ -31,6 +33,8 @@ class FaultInjectingClient:
     throttle
         ``{sort key: n}``: the first ``n`` ``UpdateItem`` calls on that aggregate raise
         ``ProvisionedThroughputExceededException``.
+    layout
+        Where the sort key is in a request's ``Key``.
     """
 
     def __init__(
@@ -39,8 +43,10 @@ class FaultInjectingClient:
         *,
         crash_after_updates: int | None = None,
         throttle: dict[str, int] | None = None,
+        layout: TableLayout = DEFAULT_LAYOUT,
     ) -> None:
         self._client = client
+        self.layout = layout
         self._lock = threading.Lock()
         self.crash_after_updates = crash_after_updates
         self.throttle = dict(throttle or {})
@@ -60,7 +66,7 @@ class FaultInjectingClient:
             self.crashed = False
 
     def update_item(self, **kwargs: Any) -> Any:
-        sort_key = kwargs["Key"]["sk"]["S"]
+        sort_key = self.layout.sort_key_of(kwargs["Key"]) or ""
         with self._lock:
             self.update_calls += 1
             if self.crashed:

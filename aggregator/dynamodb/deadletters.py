@@ -417,9 +417,10 @@ def replay_dead_letters(
     table_name: str,
     rules: RuleSet,
     *,
-    layout: TableLayout = DEFAULT_LAYOUT,
+    layout: TableLayout | None = None,
 ) -> ReplayResult:
-    """Re-apply every dead letter whose rule now evaluates, exactly once.
+    """Re-apply every dead letter whose rule now evaluates, exactly once (on ``layout``,
+    default the rule set's).
 
     Dead letters whose rule still fails or no longer exists, and those that are not replayable
     (a malformed record, a record kept only by its keys or digest), stay in place and are
@@ -430,6 +431,7 @@ def replay_dead_letters(
     WriteError
         When a transaction fails for another reason than the dead letter being gone.
     """
+    layout = rules.layout if layout is None else layout
     result = ReplayResult()
     by_name = {r.name: r for r in rules}
     for letter in list_dead_letters(client, table_name, layout=layout):

@@ -31,7 +31,7 @@ from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import QueryError, RuleError
-from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add
 from aggregator.core.rules import Rule, RuleSet, unescape_key_part
 from aggregator.core.windows import RangePart, bucket_text, plan_range
@@ -143,7 +143,7 @@ class AggregateStore:
     rules
         The rule set (to resolve keys and know which rules have a leaderboard index).
     layout
-        Table layout.
+        Table layout (default: the rule set's, ``rules.layout``).
 
     Examples
     --------
@@ -152,12 +152,12 @@ class AggregateStore:
     """
 
     def __init__(
-        self, client: Any, table_name: str, rules: RuleSet, *, layout: TableLayout = DEFAULT_LAYOUT
+        self, client: Any, table_name: str, rules: RuleSet, *, layout: TableLayout | None = None
     ) -> None:
         self.client = client
         self.table_name = table_name
         self.rules = rules
-        self.layout = layout
+        self.layout = rules.layout if layout is None else layout
         self.requests = 0
 
     def _rule(self, name: str) -> Rule:
@@ -241,8 +241,7 @@ class AggregateStore:
         response = self._call(
             "get_item",
             Key={
-                self.layout.partition_key: {"S": self.layout.aggregates_pk},
-                self.layout.sort_key: {"S": sk},
+                **self.layout.aggregate_key(sk),
             },
             ConsistentRead=True,
         )

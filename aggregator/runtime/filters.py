@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from aggregator.core.exceptions import ConfigError
-from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
 
 __all__ = ["MAX_PATTERN_CHARS", "check_template", "filter_criteria", "filter_patterns"]
@@ -31,7 +31,7 @@ MAX_PATTERN_CHARS = 4096
 """Longest filter pattern Lambda accepts (Lambda Developer Guide, "Lambda event filtering")."""
 
 
-def filter_patterns(rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> list[dict[str, Any]]:
+def filter_patterns(rules: RuleSet, layout: TableLayout | None = None) -> list[dict[str, Any]]:
     """The filter patterns (as objects) for ``rules``: one for the user's items, and one for
     the source aggregates of derived rules when there are any.
 
@@ -40,6 +40,7 @@ def filter_patterns(rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> lis
     ConfigError
         When a pattern would exceed :data:`MAX_PATTERN_CHARS`.
     """
+    layout = rules.layout if layout is None else layout
     pk, sk = layout.partition_key, layout.sort_key
     patterns: list[dict[str, Any]] = [
         {
@@ -72,7 +73,7 @@ def _compact(pattern: dict[str, Any]) -> str:
     return json.dumps(pattern, separators=(", ", ": "))
 
 
-def filter_criteria(rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT) -> dict[str, Any]:
+def filter_criteria(rules: RuleSet, layout: TableLayout | None = None) -> dict[str, Any]:
     """``{"Filters": [{"Pattern": "<json>"}, ...]}`` as the template's ``FilterCriteria`` takes
     it (patterns are JSON strings)."""
     return {"Filters": [{"Pattern": _compact(p)} for p in filter_patterns(rules, layout)]}
@@ -127,7 +128,7 @@ def template_filters(path: str | Path) -> dict[str, list[Any]]:
 
 
 def check_template(
-    path: str | Path, rules: RuleSet, layout: TableLayout = DEFAULT_LAYOUT
+    path: str | Path, rules: RuleSet, layout: TableLayout | None = None
 ) -> list[str]:
     """Problems with the template's stream filters for ``rules`` (empty when they match).
 

@@ -31,7 +31,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
 from aggregator.core.exceptions import ConfigError, EventError, WriteError
-from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add
 from aggregator.core.records import StreamRecord, pad_sequence_number, parse_event
 from aggregator.core.rules import Bucket, RuleSet
@@ -416,7 +416,7 @@ def create_processor(
     table_name: str,
     *,
     mode: str = "exactly-once",
-    layout: TableLayout = DEFAULT_LAYOUT,
+    layout: TableLayout | None = None,
     max_workers: int = 8,
     metrics: Any | None = None,
     logger: Any | None = None,
@@ -438,6 +438,7 @@ def create_processor(
     ConfigError
         For an unknown mode.
     """
+    layout = rules.layout if layout is None else layout
     writer = make_writer(
         mode,
         client,

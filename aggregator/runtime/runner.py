@@ -180,10 +180,7 @@ class PositionStore:
         self.layout = layout
 
     def _key(self, stream_arn: str, shard_id: str) -> dict[str, Any]:
-        return {
-            self.layout.partition_key: {"S": self.layout.runner_pk},
-            self.layout.sort_key: {"S": f"{stream_arn}#{shard_id}"},
-        }
+        return self.layout.item_key(self.layout.runner_pk, f"{stream_arn}#{shard_id}")
 
     def load(self, stream_arn: str, shard_id: str) -> tuple[str | None, int | None, dict[str, Any]]:
         item = self.client.get_item(
@@ -261,7 +258,8 @@ class StreamRunner:
     on_batch
         Called with each :class:`BatchOutcome` (progress bars).
     layout
-        Table layout; records of the runner's own position items are dropped before delivery.
+        Table layout (default: the processor's); records of the runner's own position items are
+        dropped before delivery.
     """
 
     def __init__(
@@ -277,7 +275,7 @@ class StreamRunner:
         positions: PositionStore | None = None,
         faults: RunnerFaults | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
-        layout: TableLayout = DEFAULT_LAYOUT,
+        layout: TableLayout | None = None,
     ) -> None:
         if not 1 <= batch_size <= GET_RECORDS_LIMIT:
             raise ValueError(f"batch_size must be 1..{GET_RECORDS_LIMIT}, got {batch_size}")
@@ -293,6 +291,9 @@ class StreamRunner:
         self.positions_store = positions
         self.faults = faults or RunnerFaults()
         self.on_batch = on_batch
+        if layout is None:  # the processor's engine knows the rule set's layout
+            engine = getattr(processor, "engine", None)
+            layout = engine.layout if engine is not None else DEFAULT_LAYOUT
         self.layout = layout
         self._shards: dict[str, _Shard] = {}
         self._deliveries = 0
@@ -403,8 +404,7 @@ class StreamRunner:
 
     def _is_bookkeeping(self, record: dict[str, Any]) -> bool:
         keys = record["dynamodb"].get("Keys", {})
-        value = keys.get(self.layout.partition_key, {}).get("S")
-        return value in (self.layout.runner_pk,)
+        return self.layout.partition_of(keys) == self.layout.runner_pk
 
     # -- windows -------------------------------------------------------------------------------
 

@@ -203,7 +203,7 @@ def pipeline(
     clock: Any = time.time,
     **fault_options: Any,
 ) -> Pipeline:
-    client = FaultInjectingClient(ddb, throttle=throttle)
+    client = FaultInjectingClient(ddb, throttle=throttle, layout=rules.layout)
     options: dict[str, Any] = {
         "throttle_retries": throttle_retries,
         "backoff_seconds": 0.001,
@@ -217,7 +217,7 @@ def pipeline(
         arn,
         batch_size=batch_size,
         tumbling_window_seconds=window_seconds,
-        positions=PositionStore(ddb, table),
+        positions=PositionStore(ddb, table, rules.layout),
         faults=faults,
         poll_interval=0.05,
     )

@@ -212,7 +212,9 @@ def test_the_handler_wires_the_on_failure_queue_as_the_last_resort(tmp_path):
         "AGGREGATOR_ON_FAILURE_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/1/q",
     }
     queue = Queue()
-    processor = build_processor(HandlerSettings.from_env(env), client=Table(), sqs_client=queue)
+    processor = build_processor(
+        HandlerSettings.from_env(env), client=Table(), sqs_client=queue, check_table=False
+    )
     last_resort = processor.dead_letters.last_resort
     assert isinstance(last_resort, SqsLastResort)
     assert (last_resort.client, last_resort.queue_url) == (
@@ -221,6 +223,8 @@ def test_the_handler_wires_the_on_failure_queue_as_the_last_resort(tmp_path):
     )
     without = {k: v for k, v in env.items() if k != "AGGREGATOR_ON_FAILURE_QUEUE_URL"}
     assert (
-        build_processor(HandlerSettings.from_env(without), client=Table()).dead_letters.last_resort
+        build_processor(
+            HandlerSettings.from_env(without), client=Table(), check_table=False
+        ).dead_letters.last_resort
         is None
     )

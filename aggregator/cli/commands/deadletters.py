@@ -9,19 +9,27 @@ import click
 from rich.table import Table
 
 from aggregator.cli import clients
-from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.options import (
+    _definitions_option,
+    _endpoint_option,
+    _layout_definitions_option,
+    _table_option,
+    layout_of,
+)
 from aggregator.cli.output import console
 
 
 @click.command("dead-letters")
 @_table_option
+@_layout_definitions_option
 @_endpoint_option
-def dead_letters_cmd(table_name: str, endpoint_url: str | None) -> None:
+def dead_letters_cmd(table_name: str, definitions: Path | None, endpoint_url: str | None) -> None:
     """List records a rule could not evaluate, and malformed records (rule *): skipped, kept
     with their cause; replayable ones apply with replay-dead-letters once the rules are fixed."""
     from aggregator.dynamodb.deadletters import list_dead_letters
 
-    letters = list(list_dead_letters(clients.make_client("dynamodb", endpoint_url), table_name))
+    client = clients.make_client("dynamodb", endpoint_url)
+    letters = list(list_dead_letters(client, table_name, layout=layout_of(definitions)))
     replayable = sum(d.replayable for d in letters)
     table = Table(
         title=f"{len(letters)} dead letter(s), {replayable} replayable", title_justify="left"
@@ -59,8 +67,9 @@ def replay_dead_letters_cmd(table_name: str, definitions: Path, endpoint_url: st
     from aggregator.core.rules import load_rules
     from aggregator.dynamodb.deadletters import replay_dead_letters
 
+    rules = load_rules(definitions)
     result = replay_dead_letters(
-        clients.make_client("dynamodb", endpoint_url), table_name, load_rules(definitions)
+        clients.make_client("dynamodb", endpoint_url), table_name, rules, layout=rules.layout
     )
     console.print(
         f"replayed {result.replayed}, no change {result.no_change}, "

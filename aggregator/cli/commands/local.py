@@ -8,7 +8,13 @@ from pathlib import Path
 import click
 
 from aggregator.cli import clients
-from aggregator.cli.options import _check_table_name, _endpoint_option, _table_option
+from aggregator.cli.options import (
+    _check_table_name,
+    _endpoint_option,
+    _layout_definitions_option,
+    _table_option,
+    layout_of,
+)
 from aggregator.cli.output import console
 
 
@@ -30,14 +36,20 @@ from aggregator.cli.output import console
     callback=_check_table_name,
     help="Also create this table (name checked before DynamoDB Local starts)",
 )
+@_layout_definitions_option
 def local(
-    port: int | None, install_dir: Path | None, install_only: bool, table_name: str | None
+    port: int | None,
+    install_dir: Path | None,
+    install_only: bool,
+    table_name: str | None,
+    definitions: Path | None,
 ) -> None:
     """Install (first time) and run AWS's DynamoDB Local until interrupted (Ctrl-C).
 
     The server is stopped whenever the command ends, also when creating the table fails."""
     from aggregator.dev.local import DynamoDBLocal, ensure_installed
 
+    layout = layout_of(definitions) if table_name else None  # checked before Java starts
     if install_only:
         path = ensure_installed(install_dir)
         console.print(f"DynamoDB Local installed in {path}")
@@ -46,7 +58,9 @@ def local(
         if table_name:
             from aggregator.dynamodb.table import create_table
 
-            create_table(clients.make_client("dynamodb", db.endpoint_url), table_name)
+            create_table(
+                clients.make_client("dynamodb", db.endpoint_url), table_name, layout=layout
+            )
             console.print(f"created table {table_name}")
         console.print(f"DynamoDB Local listening on [bold]{db.endpoint_url}[/] (Ctrl-C stops it)")
         console.print(f"  export AGGREGATOR_ENDPOINT_URL={db.endpoint_url}")
@@ -59,10 +73,13 @@ def local(
 
 @click.command("create-table")
 @_table_option
+@_layout_definitions_option
 @_endpoint_option
-def create_table_cmd(table_name: str, endpoint_url: str | None) -> None:
-    """Create a table with the expected keys, stream (NEW_AND_OLD_IMAGES), GSI and TTL."""
+def create_table_cmd(table_name: str, definitions: Path | None, endpoint_url: str | None) -> None:
+    """Create a table with the layout's keys, stream (NEW_AND_OLD_IMAGES), leaderboard index
+    and TTL."""
     from aggregator.dynamodb.table import create_table
 
-    arn = create_table(clients.make_client("dynamodb", endpoint_url), table_name)
+    layout = layout_of(definitions)
+    arn = create_table(clients.make_client("dynamodb", endpoint_url), table_name, layout=layout)
     console.print(f"table {table_name} ready; stream {arn}", soft_wrap=True)  # ARN unbroken

@@ -59,7 +59,7 @@ def run(
         table_stream_arn(client, table_name),
         batch_size=batch_size,
         tumbling_window_seconds=window_seconds or None,
-        positions=PositionStore(client, table_name) if resume else None,
+        positions=PositionStore(client, table_name, rules.layout) if resume else None,
     )
     stats = runner.run(until_caught_up=not follow)  # Ctrl-C: "interrupted", exit 130 (_Group)
     extras = ""

@@ -127,8 +127,9 @@ def _parse_yaml(text: str, source: str) -> Any:
         ) from None
 
 
-def _load_file(path: Path) -> list[Rule]:
-    """The rules of one file (the derived-rule graph is checked by :func:`load_rules`).
+def _load_file(path: Path) -> tuple[list[Rule], TableLayout | None]:
+    """The rules of one file (the derived-rule graph is checked by :func:`load_rules`) and the
+    table layout it declares, if it has a ``table:`` section.
 
     Raises
     ------
@@ -147,6 +148,8 @@ def _load_file(path: Path) -> list[Rule]:
     problems = []
     if isinstance(data.get("rules"), list) and not data["rules"]:
         problems.append(f"{source}: field 'rules': the list is empty; give at least one rule")
+    if "rules" not in data and "table" not in data:  # a file may hold only the table layout
+        problems.append(f"{source}: field 'rules': Field required")
     try:
         ruleset = RuleSet.model_validate(data, context={"partial": True})
     except ValidationError as exc:
@@ -155,7 +158,7 @@ def _load_file(path: Path) -> list[Rule]:
         problems.append(f"{source}: the rules nest too deeply to validate")
     if problems:
         raise RuleError("\n".join(problems))
-    return list(ruleset.rules)
+    return list(ruleset.rules), ruleset.layout if "table" in data else None
 
 
 def load_rules(
@@ -168,10 +171,12 @@ def load_rules(
     path
         A ``.yaml``/``.yml`` file; a directory (every ``*.yaml`` and ``*.yml`` in it, sorted by
         name, not recursive); or an iterable of such paths. Each file holds
-        ``{version: 1, rules: [...]}`` (``version`` optional) with at least one rule.
+        ``{version: 1, rules: [...], table: {...}}`` (``version`` optional; ``rules`` with at
+        least one rule, or only ``table``); at most one file declares the ``table`` layout
+        (:class:`~aggregator.core.layout.TableLayout`).
     layout
-        The table layout: names the attributes of aggregate items that derived rules may read
-        (:func:`derived_attribute_indexes`).
+        The table layout when no file declares one (it also names the attributes of aggregate
+        items that derived rules may read: :func:`derived_attribute_indexes`).
 
     Returns
     -------
@@ -206,12 +211,21 @@ def load_rules(
     rules: list[Rule] = []
     origin: dict[str, str] = {}
     errors: list[str] = []
+    declared: str | None = None
     for p in paths:
         try:
-            file_rules = _load_file(p)
+            file_rules, file_layout = _load_file(p)
         except RuleError as exc:
             errors.append(str(exc))
             continue
+        if file_layout is not None:
+            if declared is not None:
+                errors.append(
+                    f"{_source_name(p)}: field 'table': the table layout is already declared in "
+                    f"{declared}; declare it in one file of the rule set"
+                )
+            else:
+                declared, layout = _source_name(p), file_layout
         for r in file_rules:
             if r.name in origin:
                 errors.append(
@@ -233,4 +247,4 @@ def load_rules(
     if not rules:
         where = ", ".join(_source_name(p) for p in paths) or "no paths given"
         raise RuleError(f"{where}: no rules; give at least one rule")
-    return RuleSet(rules=tuple(rules))
+    return RuleSet(rules=tuple(rules), layout=layout)

@@ -8,7 +8,14 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from aggregator.core.exceptions import RuleError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
@@ -19,15 +26,26 @@ from aggregator.core.text import quote
 
 
 class RuleSet(BaseModel):
-    """A validated, ordered collection of rules with unique names.
+    """A validated, ordered collection of rules with unique names, and the table layout they
+    are deployed on.
 
-    Build with :func:`load_rules` (YAML) or :meth:`RuleSet.of` (Python).
+    Build with :func:`load_rules` (YAML: the layout is the ``table:`` section of one file) or
+    :meth:`RuleSet.of` (Python).
+
+    Attributes
+    ----------
+    rules
+        The rules, in file order.
+    layout
+        Where the framework's items live in the table (:class:`~aggregator.core.layout.
+        TableLayout`); YAML key ``table``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     version: Literal[1] = 1
-    rules: tuple[Rule, ...]
+    rules: tuple[Rule, ...] = ()
+    layout: TableLayout = Field(default=DEFAULT_LAYOUT, alias="table")
 
     @field_validator("rules")
     @classmethod
@@ -49,16 +67,16 @@ class RuleSet(BaseModel):
         return rules
 
     @classmethod
-    def of(cls, *rules: Rule) -> RuleSet:
-        """A rule set from rules built in Python (see :func:`rule`).
+    def of(cls, *rules: Rule, layout: TableLayout = DEFAULT_LAYOUT) -> RuleSet:
+        """A rule set from rules built in Python (see :func:`rule`), on ``layout``.
 
         Raises
         ------
         RuleError
-            On duplicate names.
+            On duplicate names, unknown sources or cycles.
         """
         try:
-            return cls(rules=rules)
+            return cls(rules=rules, layout=layout)
         except ValidationError as exc:
             raise RuleError(
                 _format_errors(exc, "<python>", {"rules": [r.model_dump() for r in rules]})
@@ -115,7 +133,7 @@ class RuleSet(BaseModel):
         chain = [self.get(name)]
         while chain[0].source is not None:
             chain.insert(0, self.get(chain[0].source))
-        return RuleSet(rules=tuple(chain))
+        return RuleSet(rules=tuple(chain), layout=self.layout)
 
     @property
     def sources(self) -> tuple[str, ...]:

@@ -1,0 +1,93 @@
+"""``check-table`` and ``prepare-table``: compare an existing table with what the rules need,
+and apply the missing parts (stream, leaderboard index, TTL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from aggregator.cli import clients
+from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.output import console, err_console
+
+
+@click.command("check-table")
+@_table_option
+@_definitions_option
+@_endpoint_option
+def check_table_cmd(table_name: str, definitions: Path, endpoint_url: str | None) -> None:
+    """Report every way the table differs from what the rules need (key names and types,
+    stream view type, leaderboard index, TTL attribute), one line each with its fix; exit 1 if
+    there is any."""
+    from aggregator.core.rules import load_rules
+    from aggregator.dynamodb.tablecheck import check_table
+
+    rules = load_rules(definitions)
+    problems = check_table(clients.make_client("dynamodb", endpoint_url), table_name, rules)
+    layout = rules.layout
+    if not problems:
+        console.print(
+            f"table {table_name} fits the rules in {definitions}: keys "
+            f"{layout.partition_key}/{layout.sort_key} (S), stream NEW_AND_OLD_IMAGES"
+            + (f", index {layout.leaderboard_index}" if any(r.leaderboard for r in rules) else "")
+            + (
+                f", TTL on {layout.ttl_attribute}"
+                if any(r.window is not None and r.window.retention for r in rules)
+                else ""
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    for problem in problems:
+        err_console.print(
+            f"problem: {problem.line()}", highlight=False, soft_wrap=True, markup=False
+        )
+    fixable = sum(p.preparable for p in problems)
+    err_console.print(
+        f"{len(problems)} problem(s); `aggregator prepare-table` fixes {fixable} of them",
+        highlight=False,
+        markup=False,
+    )
+    raise SystemExit(1)
+
+
+@click.command("prepare-table")
+@_table_option
+@_definitions_option
+@_endpoint_option
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait for the table (and a new index) to be ACTIVE after each change",
+)
+def prepare_table_cmd(
+    table_name: str, definitions: Path, endpoint_url: str | None, wait: bool
+) -> None:
+    """Apply what the table lacks for the rules: enable the stream (NEW_AND_OLD_IMAGES), create
+    the leaderboard index, enable TTL. Idempotent; prints each change; never disables or
+    replaces anything (what it cannot fix is reported, exit 1)."""
+    from aggregator.core.rules import load_rules
+    from aggregator.dynamodb.tablecheck import prepare_table
+
+    rules = load_rules(definitions)
+    changes, left = prepare_table(
+        clients.make_client("dynamodb", endpoint_url),
+        table_name,
+        rules,
+        wait=wait,
+        report=lambda line: console.print(f"changed: {line}", highlight=False, markup=False),
+    )
+    for problem in left:
+        err_console.print(
+            f"problem: {problem.line()}", highlight=False, soft_wrap=True, markup=False
+        )
+    if left:
+        raise SystemExit(1)
+    console.print(
+        f"table {table_name} fits the rules in {definitions}"
+        + (f" ({len(changes)} change(s))" if changes else " (nothing to change)"),
+        highlight=False,
+    )

@@ -1,0 +1,334 @@
+"""Check an existing table against a rule set's layout, and prepare what it lacks.
+
+:func:`check_table` reads ``DescribeTable`` and ``DescribeTimeToLive`` and reports every
+mismatch at once, each with its fix:
+
+* the key schema: the layout's partition and sort key names, both of type ``S`` (the framework
+  writes string keys; a table keyed by numbers or binaries is refused, never mis-aggregated);
+* the stream: enabled with view type ``NEW_AND_OLD_IMAGES`` (deltas need both images);
+* the leaderboard index, when a rule has ``leaderboard: true``: the layout's index name, keyed
+  by the leaderboard attribute (S) and the value attribute (N);
+* TTL on the layout's TTL attribute, when a windowed rule has a retention (a table has one TTL
+  attribute; DescribeTimeToLive tells which).
+
+:func:`prepare_table` applies the fixes that are safe on a live table, one ``UpdateTable`` at a
+time, waiting in between (DynamoDB refuses an update while the table is ``UPDATING``; Developer
+Guide, "UpdateTable"): it enables a missing stream, creates a missing leaderboard index and
+enables TTL. It never disables or replaces anything: a stream of another view type cannot be
+changed in place (it must be disabled and re-enabled, which gives it a new ARN and cuts off its
+other consumers; Developer Guide, "Change data capture for DynamoDB Streams"), and a table has
+at most one TTL attribute, so those are reported for the owner to decide. TTL can be changed
+once per hour (Developer Guide, "UpdateTimeToLive").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aggregator.core.layout import TableLayout
+from aggregator.core.rules import RuleSet
+
+__all__ = ["TableProblem", "check_key_schema", "check_table", "prepare_table"]
+
+VIEW_TYPE = "NEW_AND_OLD_IMAGES"
+
+
+@dataclass(frozen=True, slots=True)
+class TableProblem:
+    """One mismatch between a table and a layout.
+
+    Attributes
+    ----------
+    part
+        What is concerned: ``partition key``, ``sort key``, ``stream``, ``leaderboard index``,
+        ``ttl`` or ``table``.
+    problem
+        What is wrong, one line.
+    fix
+        How to fix it, one line (an AWS CLI command when there is one).
+    preparable
+        Whether :func:`prepare_table` fixes it.
+    """
+
+    part: str
+    problem: str
+    fix: str
+    preparable: bool = False
+
+    def line(self) -> str:
+        """``<part>: <problem>; fix: <fix>``."""
+        return f"{self.part}: {self.problem}; fix: {self.fix}"
+
+
+def _key_problems(
+    table_name: str, description: dict[str, Any], layout: TableLayout
+) -> list[TableProblem]:
+    types = {
+        a["AttributeName"]: a["AttributeType"] for a in description.get("AttributeDefinitions", [])
+    }
+    keys = {k["KeyType"]: k["AttributeName"] for k in description.get("KeySchema", [])}
+    problems = []
+    for part, key_type, expected, field in (
+        ("partition key", "HASH", layout.partition_key, "partition_key"),
+        ("sort key", "RANGE", layout.sort_key, "sort_key"),
+    ):
+        actual = keys.get(key_type)
+        if actual is None:
+            problems.append(
+                TableProblem(
+                    part,
+                    f"table {table_name!r} has no {part}; the layout needs {expected!r}",
+                    "tables with only a partition key are not supported yet: use a table with a "
+                    "sort key",
+                )
+            )
+            continue
+        if actual != expected:
+            problems.append(
+                TableProblem(
+                    part,
+                    f"the table's {part} is {actual!r}, the layout's is {expected!r}",
+                    f"declare it in the rules: table: {{{field}: {actual}}}",
+                )
+            )
+        if types.get(actual, "S") != "S":
+            problems.append(
+                TableProblem(
+                    part,
+                    f"{actual!r} is of type {types[actual]}; the framework writes string keys "
+                    "(S) under its reserved partitions",
+                    "attach the aggregator to a table whose keys are strings",
+                )
+            )
+    return problems
+
+
+def check_key_schema(client: Any, table_name: str, layout: TableLayout) -> list[TableProblem]:
+    """The key-schema part of :func:`check_table` (one ``DescribeTable``): what the handler
+    checks at cold start, so a table it cannot write correctly is refused before any batch."""
+    description = client.describe_table(TableName=table_name)["Table"]
+    return _key_problems(table_name, description, layout)
+
+
+def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProblem]:
+    """Every mismatch between the table and what ``rules`` need (module docstring).
+
+    Raises
+    ------
+    botocore.exceptions.ClientError
+        When the table does not exist (``ResourceNotFoundException``) or cannot be described.
+    """
+    layout = rules.layout
+    description = client.describe_table(TableName=table_name)["Table"]
+    problems = _key_problems(table_name, description, layout)
+
+    stream = description.get("StreamSpecification") or {}
+    if not stream.get("StreamEnabled"):
+        problems.append(
+            TableProblem(
+                "stream",
+                "the table has no stream",
+                f"aws dynamodb update-table --table-name {table_name} --stream-specification "
+                f"StreamEnabled=true,StreamViewType={VIEW_TYPE}",
+                preparable=True,
+            )
+        )
+    elif stream.get("StreamViewType") != VIEW_TYPE:
+        problems.append(
+            TableProblem(
+                "stream",
+                f"the stream's view type is {stream.get('StreamViewType')}, deltas need "
+                f"{VIEW_TYPE}",
+                "a view type cannot change in place: disable the stream and enable it with "
+                f"{VIEW_TYPE} (a new stream ARN; its other consumers must move too)",
+            )
+        )
+
+    if any(r.leaderboard for r in rules):
+        problems += _index_problems(table_name, description, layout)
+
+    if any(r.window is not None and r.window.retention is not None for r in rules):
+        ttl = client.describe_time_to_live(TableName=table_name).get("TimeToLiveDescription", {})
+        status, attribute = ttl.get("TimeToLiveStatus"), ttl.get("AttributeName")
+        if status in ("ENABLED", "ENABLING") and attribute != layout.ttl_attribute:
+            problems.append(
+                TableProblem(
+                    "ttl",
+                    f"TTL is on {attribute!r}, the layout's TTL attribute is "
+                    f"{layout.ttl_attribute!r} (windowed rules expire their buckets with it)",
+                    f"declare it in the rules: table: {{ttl_attribute: {attribute}}}",
+                )
+            )
+        elif status not in ("ENABLED", "ENABLING"):
+            problems.append(
+                TableProblem(
+                    "ttl",
+                    f"TTL is {(status or 'DISABLED').lower()}; windowed rules with a retention "
+                    "expire their buckets through it",
+                    f"aws dynamodb update-time-to-live --table-name {table_name} "
+                    f"--time-to-live-specification Enabled=true,AttributeName="
+                    f"{layout.ttl_attribute}",
+                    preparable=status != "DISABLING",
+                )
+            )
+    return problems
+
+
+def _index_create(description: dict[str, Any], layout: TableLayout) -> dict[str, Any]:
+    create: dict[str, Any] = {
+        "IndexName": layout.leaderboard_index,
+        "KeySchema": [
+            {"AttributeName": layout.leaderboard_attribute, "KeyType": "HASH"},
+            {"AttributeName": layout.value_attribute, "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }
+    billing = (description.get("BillingModeSummary") or {}).get("BillingMode")
+    throughput = description.get("ProvisionedThroughput") or {}
+    if billing != "PAY_PER_REQUEST" and throughput.get("WriteCapacityUnits"):
+        create["ProvisionedThroughput"] = {
+            "ReadCapacityUnits": throughput["ReadCapacityUnits"],
+            "WriteCapacityUnits": throughput["WriteCapacityUnits"],
+        }
+    return create
+
+
+def _index_problems(
+    table_name: str, description: dict[str, Any], layout: TableLayout
+) -> list[TableProblem]:
+    indexes = {i["IndexName"]: i for i in description.get("GlobalSecondaryIndexes", [])}
+    index = indexes.get(layout.leaderboard_index)
+    types = {
+        a["AttributeName"]: a["AttributeType"] for a in description.get("AttributeDefinitions", [])
+    }
+    clash = [
+        f"{name!r} is defined as {types[name]}"
+        for name, wanted in ((layout.leaderboard_attribute, "S"), (layout.value_attribute, "N"))
+        if name in types and types[name] != wanted
+    ]
+    if index is None:
+        if clash:
+            return [
+                TableProblem(
+                    "leaderboard index",
+                    f"missing, and {', '.join(clash)} in the table",
+                    "declare other leaderboard_attribute / value_attribute names in the table: "
+                    "section",
+                )
+            ]
+        return [
+            TableProblem(
+                "leaderboard index",
+                f"no index {layout.leaderboard_index!r} (leaderboard rules need it for top-N)",
+                f"aws dynamodb update-table --table-name {table_name} --attribute-definitions "
+                f"AttributeName={layout.leaderboard_attribute},AttributeType=S "
+                f"AttributeName={layout.value_attribute},AttributeType=N "
+                "--global-secondary-index-updates "
+                f'\'[{{"Create": {{"IndexName": "{layout.leaderboard_index}", "KeySchema": '
+                f'[{{"AttributeName": "{layout.leaderboard_attribute}", "KeyType": '
+                f'"HASH"}}, {{"AttributeName": "{layout.value_attribute}", "KeyType": '
+                '"RANGE"}], "Projection": {"ProjectionType": "KEYS_ONLY"}}}]\'',
+                preparable=True,
+            )
+        ]
+    keys = {k["KeyType"]: k["AttributeName"] for k in index.get("KeySchema", [])}
+    wanted = {"HASH": layout.leaderboard_attribute, "RANGE": layout.value_attribute}
+    if keys != wanted or clash:
+        return [
+            TableProblem(
+                "leaderboard index",
+                f"index {layout.leaderboard_index!r} is keyed {keys}, the layout needs {wanted}"
+                + (f" ({', '.join(clash)})" if clash else ""),
+                "declare another leaderboard_index name in the table: section (prepare-table "
+                "then creates it)",
+            )
+        ]
+    return []
+
+
+def prepare_table(
+    client: Any,
+    table_name: str,
+    rules: RuleSet,
+    *,
+    wait: bool = True,
+    report: Callable[[str], None] = lambda line: None,
+    poll_seconds: float = 2.0,
+) -> tuple[list[str], list[TableProblem]]:
+    """Apply the fixes :func:`check_table` marks preparable, one at a time.
+
+    Parameters
+    ----------
+    wait
+        Wait until the table (and a new index) is ``ACTIVE`` after each change; without it,
+        later changes may be refused while the table is updating (run again).
+    report
+        Called with one line per change made, as it is made.
+
+    Returns
+    -------
+    tuple
+        ``(changes made, problems left)``: what was changed, one line each, and the problems
+        that need the owner (or a later run).
+
+    Raises
+    ------
+    botocore.exceptions.ClientError
+        When DynamoDB refuses a change.
+    """
+    changes: list[str] = []
+    for _ in range(4):  # at most one change per part; each pass re-reads the table
+        todo = [p for p in check_table(client, table_name, rules) if p.preparable]
+        if not todo:
+            break
+        problem = todo[0]
+        change = _apply(client, table_name, rules.layout, problem)
+        changes.append(change)
+        report(change)
+        if wait:
+            _wait_active(client, table_name, rules.layout, poll_seconds)
+    return changes, [p for p in check_table(client, table_name, rules)]
+
+
+def _apply(client: Any, table_name: str, layout: TableLayout, problem: TableProblem) -> str:
+    if problem.part == "stream":
+        client.update_table(
+            TableName=table_name,
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": VIEW_TYPE},
+        )
+        return f"enabled the stream ({VIEW_TYPE})"
+    if problem.part == "leaderboard index":
+        description = client.describe_table(TableName=table_name)["Table"]
+        client.update_table(
+            TableName=table_name,
+            AttributeDefinitions=[
+                {"AttributeName": layout.leaderboard_attribute, "AttributeType": "S"},
+                {"AttributeName": layout.value_attribute, "AttributeType": "N"},
+            ],
+            GlobalSecondaryIndexUpdates=[{"Create": _index_create(description, layout)}],
+        )
+        return (
+            f"created index {layout.leaderboard_index!r} ({layout.leaderboard_attribute} S, "
+            f"{layout.value_attribute} N, keys only)"
+        )
+    assert problem.part == "ttl"
+    client.update_time_to_live(
+        TableName=table_name,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": layout.ttl_attribute},
+    )
+    return f"enabled TTL on {layout.ttl_attribute!r}"
+
+
+def _wait_active(client: Any, table_name: str, layout: TableLayout, poll_seconds: float) -> None:
+    deadline = time.monotonic() + 3600
+    while time.monotonic() < deadline:
+        table = client.describe_table(TableName=table_name)["Table"]
+        indexes = table.get("GlobalSecondaryIndexes", [])
+        if table.get("TableStatus") == "ACTIVE" and all(
+            i.get("IndexStatus") == "ACTIVE" for i in indexes
+        ):
+            return
+        time.sleep(poll_seconds)
