@@ -17,6 +17,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.rules import RuleSet, load_rules
 from aggregator.dev.flights import Flight, read_flights, replay_steps
 from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
@@ -58,14 +59,16 @@ def replay_flights(
     flights: list[Flight],
     *,
     on_writes: Callable[[int], None] | None = None,
+    layout: TableLayout = DEFAULT_LAYOUT,
 ) -> int:
-    """Write the replay plan with ``BatchWriteItem`` (retrying unprocessed items).
+    """Write the replay plan with ``BatchWriteItem`` (retrying unprocessed items), keyed with
+    the layout's key attribute names.
 
     Each phase is flushed before the next so one item never appears twice in a request and the
     stream sees every put and delete. Returns the number of writes.
     """
     total = 0
-    for step in replay_steps(flights):
+    for step in replay_steps(flights, layout):
         for i in range(0, len(step.items), BATCH_WRITE_LIMIT):
             chunk = step.items[i : i + BATCH_WRITE_LIMIT]
             if step.action == "put":
@@ -144,7 +147,7 @@ def run_demo(
         result.endpoint_url = url
         client = client_factory("dynamodb", url)
         streams = client_factory("dynamodbstreams", url)
-        stream_arn = create_table(client, table_name)
+        stream_arn = create_table(client, table_name, layout=rules.layout)
 
         n_writes = sum(len(s.items) for s in replay_steps(flights))
         task = progress.add_task("Writing flights", total=n_writes) if progress else None
@@ -154,6 +157,7 @@ def run_demo(
             table_name,
             flights,
             on_writes=(lambda n: progress.advance(task, n)) if progress else None,
+            layout=rules.layout,
         )
         result.write_seconds = time.monotonic() - began
 

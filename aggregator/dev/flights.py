@@ -13,7 +13,8 @@ Replay plan, one day at a time, in this order:
 3. a fixed subset of the day's flights is deleted as corrections: the flights whose row number
    in the CSV (0-based) satisfies ``row % 50 == 7``.
 
-Item layout: ``pk = "FLIGHT#<yyyy-mm-dd>"``, ``sk = "<carrier><flight>#<origin>#<row>"``, and
+Item layout (key names from the table layout, default ``pk``/``sk``): partition key
+``"FLIGHT#<yyyy-mm-dd>"``, sort key ``"<carrier><flight>#<origin>#<row>"``, and
 attributes ``carrier``, ``flight`` (N), ``tailnum`` (absent when unknown), ``origin``, ``dest``,
 ``distance`` (N), ``time_hour`` (scheduled hour, ISO 8601 UTC), ``status`` and, once departed,
 ``dep_delay`` (N, minutes; negative when early).
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aggregator.core.exceptions import AggregatorError
+from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 
 __all__ = [
     "CORRECTION_MODULUS",
@@ -80,11 +82,19 @@ class Flight:
     def sk(self) -> str:
         return f"{self.carrier}{self.flight}#{self.origin}#{self.row}"
 
-    def item(self, status: Literal["scheduled", "departed", "cancelled"]) -> dict[str, Any]:
-        """The item (deserialized values, numbers as ``Decimal``) in the given status."""
+    def key(self, layout: TableLayout = DEFAULT_LAYOUT) -> dict[str, Any]:
+        """The item's primary key, with the layout's key attribute names."""
+        return {layout.partition_key: self.pk, layout.sort_key: self.sk}
+
+    def item(
+        self,
+        status: Literal["scheduled", "departed", "cancelled"],
+        layout: TableLayout = DEFAULT_LAYOUT,
+    ) -> dict[str, Any]:
+        """The item (deserialized values, numbers as ``Decimal``) in the given status, keyed
+        with the layout's key attribute names."""
         item: dict[str, Any] = {
-            "pk": self.pk,
-            "sk": self.sk,
+            **self.key(layout),
             "carrier": self.carrier,
             "flight": Decimal(self.flight),
             "origin": self.origin,
@@ -185,23 +195,26 @@ class ReplayStep:
     items: tuple[dict[str, Any], ...]
 
 
-def replay_steps(flights: Iterable[Flight]) -> Iterator[ReplayStep]:
-    """The writes of the replay plan (module docstring), day by day and phase by phase."""
+def replay_steps(
+    flights: Iterable[Flight], layout: TableLayout = DEFAULT_LAYOUT
+) -> Iterator[ReplayStep]:
+    """The writes of the replay plan (module docstring), day by day and phase by phase, keyed
+    with the layout's key attribute names."""
     by_day: dict[date, list[Flight]] = {}
     for f in flights:
         by_day.setdefault(f.day, []).append(f)
     for day in sorted(by_day):
         todays = by_day[day]
-        yield ReplayStep(day, "schedule", "put", tuple(f.item("scheduled") for f in todays))
+        yield ReplayStep(day, "schedule", "put", tuple(f.item("scheduled", layout) for f in todays))
         yield ReplayStep(
             day,
             "depart",
             "put",
-            tuple(f.item("cancelled" if f.cancelled else "departed") for f in todays),
+            tuple(f.item("cancelled" if f.cancelled else "departed", layout) for f in todays),
         )
         yield ReplayStep(
             day,
             "correct",
             "delete",
-            tuple({"pk": f.pk, "sk": f.sk} for f in todays if is_correction(f)),
+            tuple(f.key(layout) for f in todays if is_correction(f)),
         )

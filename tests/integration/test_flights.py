@@ -22,6 +22,7 @@ from aggregator.dev.demo import replay_flights
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.flights import read_flights
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import create_processor
 from aggregator.runtime.runner import StreamRunner
 from tests.integration.harness import stored
@@ -76,26 +77,38 @@ def dynamodb_local(fresh_dynamodb_local):
 
 
 MODES = [
-    ("exactly-once", {}),
-    ("window", {}),
-    ("at-least-once", {}),
-    # the same replay with faults: crashes mid-batch, every third batch delivered twice
+    # on a table keyed PK/SK, the layout declared in a table: section next to the rules
+    ("exactly-once", {"layout": "PK/SK"}),
+    ("window", {"layout": "PK/SK"}),
+    ("at-least-once", {"layout": "PK/SK"}),
+    # on the default pk/sk, with faults: crashes mid-batch, every third batch delivered twice
     ("exactly-once", {"faults": True}),
     ("window", {"faults": True}),
 ]
 
 
 @pytest.mark.parametrize(
-    ("mode", "options"), MODES, ids=[m + ("-faults" if o else "") for m, o in MODES]
+    ("mode", "options"),
+    MODES,
+    ids=[m + ("-faults" if o.get("faults") else "-PK-SK") for m, o in MODES],
 )
-def test_flights_aggregates_equal_csv_ground_truth(ddb, streams, table, mode, options):
-    name, stream_arn = table
-    rules = load_rules(ROOT / "definitions" / "flights.yaml")
+def test_flights_aggregates_equal_csv_ground_truth(ddb, streams, tmp_path, mode, options):
+    paths = [ROOT / "definitions" / "flights.yaml"]
+    if options.get("layout"):
+        paths.append(tmp_path / "table.yaml")
+        paths[-1].write_text("table: {partition_key: PK, sort_key: SK}\n")
+    rules = load_rules(paths)
+    name = f"flights-{mode}"
+    stream_arn = create_table(ddb, name, layout=rules.layout)
+    key_names = [
+        k["AttributeName"] for k in ddb.describe_table(TableName=name)["Table"]["KeySchema"]
+    ]
+    assert key_names == (["PK", "SK"] if options.get("layout") else ["pk", "sk"])
     flights = read_flights(start=FIRST_DAY, end=LAST_DAY)
-    writes = replay_flights(ddb, name, flights)
+    writes = replay_flights(ddb, name, flights, layout=rules.layout)
     assert writes == 2 * len(flights) + sum(1 for f in flights if f.row % 50 == 7)
 
-    client = FaultInjectingClient(ddb)
+    client = FaultInjectingClient(ddb, layout=rules.layout)
     faults = RunnerFaults(client=client)
     if options.get("faults"):
         faults.crash = lambda n: 5 if client.crashes < 4 else None
