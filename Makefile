@@ -21,9 +21,13 @@ demo: install
 lint: install
 	$(BIN)/ruff check aggregator tests bench
 	$(BIN)/ruff format --check aggregator tests bench
+	$(BIN)/mypy aggregator
 
+# The whole suite on TEST_WORKERS processes (pytest-xdist; each test file stays on one worker,
+# with its own DynamoDB Local). TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Longer property-based soak: random writes, fault schedules and malformed records, in parts of
 # 100 scenarios spread over WORKERS processes (pytest-xdist), each part on its own DynamoDB Local;
@@ -41,4 +45,75 @@ bench: install
 	$(BIN)/python -m bench.write_modes $(ARGS)
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .mypy_cache
+
+# The Lambda artifact. `sam build` runs `make build-AggregatorFunction` (template.yaml, BuildMethod:
+# makefile) with ARTIFACTS_DIR set; run it by hand to see what ships (default build/AggregatorFunction).
+# It ships only what the handler needs:
+# - aggregator/ without aggregator/dev and aggregator/cli (dev tools; an import-linter contract in
+#   pyproject.toml keeps the handler's imports off them);
+# - the rule files (*.yaml, *.yml at the top of each directory, or files) of DEFINITIONS, copied to
+#   definitions/ (the template's DefinitionsPath). Default rules/: your rules; DEFINITIONS=definitions
+#   ships the demo rules;
+# - requirements.txt, installed for the function's runtime and architecture (python3.12, arm64).
+#   LAMBDA_BOTO3=runtime leaves boto3/botocore (about 26 of 42 MB) to the Lambda runtime's own copy.
+# It also checks the template's stream filters against the rules it ships (`aggregator
+# filter-criteria --check`), with the aggregator CLI of $(VENV) or the PATH.
+DEFINITIONS ?= rules
+ARTIFACTS_DIR ?= build/AggregatorFunction
+SAM_TEMPLATE ?= template.yaml
+LAMBDA_PYTHON_VERSION ?= 3.12
+LAMBDA_PLATFORM ?= manylinux2014_aarch64
+LAMBDA_BOTO3 ?= bundle
+AGGREGATOR_CLI ?= $(firstword $(wildcard $(BIN)/aggregator) $(shell command -v aggregator 2>/dev/null))
+
+.PHONY: build-AggregatorFunction lambda-code lambda-filter-check lambda-dependencies
+
+build-AggregatorFunction: lambda-code lambda-filter-check lambda-dependencies
+
+lambda-code:
+	@test -n "$(strip $(ARTIFACTS_DIR))" || { echo "ARTIFACTS_DIR is empty" >&2; exit 1; }
+	rm -rf "$(ARTIFACTS_DIR)/aggregator" "$(ARTIFACTS_DIR)/definitions"
+	mkdir -p "$(ARTIFACTS_DIR)/definitions"
+	cp -R aggregator "$(ARTIFACTS_DIR)/aggregator"
+	rm -rf "$(ARTIFACTS_DIR)/aggregator/dev" "$(ARTIFACTS_DIR)/aggregator/cli"
+	find "$(ARTIFACTS_DIR)/aggregator" -name __pycache__ -type d -prune -exec rm -rf {} +
+	@set -e; \
+	for src in $(DEFINITIONS); do \
+	  if [ -d "$$src" ]; then \
+	    files=$$(find "$$src" -maxdepth 1 -type f \( -name '*.yaml' -o -name '*.yml' \) | sort); \
+	  elif [ -f "$$src" ]; then \
+	    files="$$src"; \
+	  else \
+	    echo "DEFINITIONS=$(DEFINITIONS): $$src does not exist; put your rule files in rules/ or" \
+	      "pass DEFINITIONS=<files or directories> (DEFINITIONS=definitions ships the demo rules)" >&2; \
+	    exit 1; \
+	  fi; \
+	  for f in $$files; do \
+	    dest="$(ARTIFACTS_DIR)/definitions/$$(basename "$$f")"; \
+	    if [ -e "$$dest" ]; then echo "DEFINITIONS: two rule files named $$(basename "$$f")" >&2; exit 1; fi; \
+	    cp "$$f" "$$dest"; \
+	  done; \
+	done; \
+	if [ -z "$$(ls "$(ARTIFACTS_DIR)/definitions")" ]; then \
+	  echo "DEFINITIONS=$(DEFINITIONS): no rule files (*.yaml, *.yml) found" >&2; exit 1; \
+	fi; \
+	echo "rule files: $$(ls "$(ARTIFACTS_DIR)/definitions" | tr '\n' ' ')"
+
+lambda-filter-check: lambda-code
+	@if [ -n "$(AGGREGATOR_CLI)" ] && "$(AGGREGATOR_CLI)" --help >/dev/null 2>&1; then \
+	  "$(AGGREGATOR_CLI)" filter-criteria -d "$(ARTIFACTS_DIR)/definitions" --check "$(SAM_TEMPLATE)"; \
+	else \
+	  echo "warning: no aggregator CLI to run (make install): the stream filters of" \
+	    "$(SAM_TEMPLATE) were not checked against the rules shipped" >&2; \
+	fi
+
+lambda-dependencies:
+	@mkdir -p "$(ARTIFACTS_DIR)"
+	@if [ "$(LAMBDA_BOTO3)" = runtime ]; then grep -iv '^boto3' requirements.txt; else cat requirements.txt; fi \
+		> "$(ARTIFACTS_DIR)/.requirements.txt"
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --no-compile \
+		--upgrade --target "$(ARTIFACTS_DIR)" --platform $(LAMBDA_PLATFORM) --implementation cp \
+		--python-version $(LAMBDA_PYTHON_VERSION) --only-binary=:all: \
+		-r "$(ARTIFACTS_DIR)/.requirements.txt"
+	rm -rf "$(ARTIFACTS_DIR)/bin" "$(ARTIFACTS_DIR)/.requirements.txt"

@@ -20,7 +20,8 @@ Configuration (environment variables, read once per execution environment):
 ``AGGREGATOR_ON_FAILURE_QUEUE_URL`` (optional; the template sets its on-failure queue)
     The last resort for a dead letter that DynamoDB rejects even in its minimal form: it is
     sent there as an SQS message and the shard moves on (:mod:`aggregator.dynamodb.deadletters`).
-``POWERTOOLS_SERVICE_NAME``, ``POWERTOOLS_METRICS_NAMESPACE``, ``POWERTOOLS_LOG_LEVEL``
+``POWERTOOLS_SERVICE_NAME``, ``POWERTOOLS_METRICS_NAMESPACE``, ``POWERTOOLS_LOG_LEVEL``,
+``POWERTOOLS_TRACE_DISABLED``
     Powertools' own settings (defaults ``ddb-aggregator``, ``DdbAggregator``, ``INFO``).
 
 The handler returns ``{"batchItemFailures": [{"itemIdentifier": "<SequenceNumber>"}]}`` (empty on
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
@@ -50,6 +51,9 @@ __all__ = ["HandlerSettings", "build_processor", "handler", "reset"]
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "DdbAggregator"))
+# X-Ray through Powertools; off unless POWERTOOLS_TRACE_DISABLED is false (the template's Tracing
+# parameter) and the code runs in Lambda
+tracer = Tracer(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +194,7 @@ def _get_processor() -> StreamProcessor:
 
 
 @metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Process one DynamoDB stream batch.

@@ -1,19 +1,25 @@
-"""Offline checks of the SAM template (template.yaml) and of requirements.txt.
+"""Offline checks of the SAM template (template.yaml), of the Lambda artifact the Makefile builds
+and of requirements.txt.
 
 No network and no AWS credentials: cfn-lint validates the template against its bundled
 CloudFormation and SAM schemas, and the template is parsed with cfn-lint's own YAML loader,
-which understands the CloudFormation short-form tags (!Ref, !GetAtt, !Sub, ...).
+which understands the CloudFormation short-form tags (!Ref, !GetAtt, !Sub, ...). The function's
+IAM policy is rendered here for each deployment (created or existing table, tracing on or off)
+by resolving the template's conditions and the few intrinsic functions it uses.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cfnlint.api import lint_file
 from cfnlint.decode.cfn_yaml import loads as cfn_yaml_loads
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -25,6 +31,7 @@ from aggregator.runtime.filters import check_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = ROOT / "template.yaml"
+MAKEFILE_PATH = ROOT / "Makefile"
 REQUIREMENTS_PATH = ROOT / "requirements.txt"
 PYPROJECT_PATH = ROOT / "pyproject.toml"
 
@@ -33,6 +40,46 @@ RESERVED_PARTITION_KEYS = DEFAULT_LAYOUT.reserved_partition_keys
 
 # Runtime dependencies that only the command-line interface needs; not shipped to Lambda.
 CLI_ONLY_DEPENDENCIES = {"click", "rich"}
+
+# An existing table to attach to, as a user would pass it.
+EXISTING_TABLE = "orders"
+EXISTING_TABLE_ARN = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders"
+EXISTING_STREAM_ARN = EXISTING_TABLE_ARN + "/stream/2024-05-01T12:00:00.000"
+
+# What the handler does to the table (aggregator/handler.py -> runtime/processor.py ->
+# dynamodb/{writer,checkpoint,deadletters}.py): UpdateItem and GetItem (checkpoints) on aggregate
+# items, PutItem of dead letters; DescribeTable for the cold-start key-schema check.
+ITEM_GRANTS = {
+    "dynamodb:UpdateItem": {DEFAULT_LAYOUT.aggregates_pk},
+    "dynamodb:GetItem": {DEFAULT_LAYOUT.aggregates_pk},
+    "dynamodb:PutItem": {DEFAULT_LAYOUT.dead_letters_pk},
+}
+STREAM_ACTIONS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
+XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+# Actions that act on items, hence carry leading keys (TransactWriteItems has no IAM action of
+# its own: each action inside is authorized as PutItem, UpdateItem, DeleteItem or
+# ConditionCheckItem).
+ITEM_WRITES = {
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
+}
+ITEM_ACTIONS = {
+    *ITEM_WRITES,
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:PartiQLSelect",
+}
+# The only actions that may (and must) name Resource "*": they have no resource type.
+STAR_ACTIONS = {"dynamodb:ListStreams", *XRAY_ACTIONS}
+
+LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringEquals", "Null"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,6 +108,147 @@ def _normalized_requirement(text: str) -> str:
     marker = f"; {req.marker}" if req.marker else ""
     # str(SpecifierSet) sorts its specifiers, so ">=2.6,<3" and "<3,>=2.6" compare equal.
     return f"{canonicalize_name(req.name)}{extras}{req.specifier}{marker}"
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+_NO_VALUE = object()
+
+
+def _parameters(template: dict[str, Any], **values: str) -> dict[str, str]:
+    """Parameter values of one deployment: the defaults, overridden by ``values``."""
+    params = {name: str(p.get("Default", "")) for name, p in template["Parameters"].items()}
+    unknown = set(values) - set(params)
+    assert not unknown, f"no such parameters: {unknown}"
+    return {**params, **values}
+
+
+def _value(node: Any, params: dict[str, str]) -> Any:
+    if isinstance(node, dict) and set(node) == {"Ref"}:
+        return params[node["Ref"]]
+    return node
+
+
+def _holds(template: dict[str, Any], node: Any, params: dict[str, str]) -> bool:
+    """Evaluate a condition (Conditions section or a rule's assertion) for ``params``."""
+    assert isinstance(node, dict) and len(node) == 1, f"not a condition: {node}"
+    ((function, args),) = node.items()
+    if function == "Fn::Equals":
+        left, right = (_value(a, params) for a in args)
+        return str(left) == str(right)
+    if function == "Fn::Not":
+        return not _holds(template, args[0], params)
+    if function == "Fn::And":
+        return all(_holds(template, a, params) for a in args)
+    if function == "Fn::Or":
+        return any(_holds(template, a, params) for a in args)
+    if function == "Condition":
+        return _holds(template, template["Conditions"][args], params)
+    raise AssertionError(f"unsupported condition function {function}")
+
+
+def _conditions(template: dict[str, Any], params: dict[str, str]) -> dict[str, bool]:
+    return {name: _holds(template, c, params) for name, c in template["Conditions"].items()}
+
+
+def _rule_failures(template: dict[str, Any], params: dict[str, str]) -> list[str]:
+    """The AssertDescriptions of the template's Rules that ``params`` break (CloudFormation
+    refuses such a deployment before it starts)."""
+    failures = []
+    for rule in template.get("Rules", {}).values():
+        if "RuleCondition" in rule and not _holds(template, rule["RuleCondition"], params):
+            continue
+        for assertion in rule["Assertions"]:
+            if not _holds(template, assertion["Assert"], params):
+                failures.append(str(assertion["AssertDescription"]))
+    return failures
+
+
+def _render(node: Any, params: dict[str, str], conditions: dict[str, bool]) -> Any:
+    """``node`` as CloudFormation would deploy it: ``Fn::If`` decided, ``AWS::NoValue`` dropped,
+    parameters substituted, ``Fn::Split`` / ``Fn::Select`` over them evaluated. References to
+    resources (``Ref``, ``Fn::GetAtt``) stay as they are."""
+    if isinstance(node, list):
+        items = [_render(item, params, conditions) for item in node]
+        return [item for item in items if item is not _NO_VALUE]
+    if not isinstance(node, dict):
+        return node
+    if len(node) == 1:
+        ((key, value),) = node.items()
+        if key == "Fn::If":
+            name, if_true, if_false = value
+            return _render(if_true if conditions[name] else if_false, params, conditions)
+        if key == "Ref" and value == "AWS::NoValue":
+            return _NO_VALUE
+        if key == "Ref" and value in params:
+            return params[value]
+        if key == "Fn::Split":
+            separator, text = value[0], _render(value[1], params, conditions)
+            if isinstance(text, str):
+                return text.split(separator)
+        if key == "Fn::Select":
+            index, items = value[0], _render(value[1], params, conditions)
+            if isinstance(items, list):
+                return items[int(index)]
+    rendered = {key: _render(value, params, conditions) for key, value in node.items()}
+    return {key: value for key, value in rendered.items() if value is not _NO_VALUE}
+
+
+def _deploy(template: dict[str, Any], **values: str) -> dict[str, Any]:
+    """The template as one deployment with these parameter values: resources whose condition
+    is false removed, everything else rendered (:func:`_render`)."""
+    params = _parameters(template, **values)
+    assert _rule_failures(template, params) == []
+    conditions = _conditions(template, params)
+    resources = {
+        name: _render(resource, params, conditions)
+        for name, resource in template["Resources"].items()
+        if conditions.get(resource.get("Condition", ""), True)
+    }
+    outputs = {
+        name: _render(output, params, conditions)
+        for name, output in template["Outputs"].items()
+        if conditions.get(output.get("Condition", ""), True)
+    }
+    return {"Resources": resources, "Outputs": outputs, "Conditions": conditions}
+
+
+DEPLOYMENTS = {
+    "created-table": {},
+    "created-table-traced": {"Tracing": "Active"},
+    "existing-table": {
+        "ExistingTableName": EXISTING_TABLE,
+        "ExistingTableStreamArn": EXISTING_STREAM_ARN,
+    },
+    "existing-table-traced": {
+        "ExistingTableName": EXISTING_TABLE,
+        "ExistingTableStreamArn": EXISTING_STREAM_ARN,
+        "Tracing": "Active",
+    },
+}
+
+
+def _expected_table_arn(deployment: str) -> Any:
+    if deployment.startswith("existing"):
+        return EXISTING_TABLE_ARN
+    return {"Fn::GetAtt": ["Table", "Arn"]}
+
+
+def _expected_stream_arn(deployment: str) -> Any:
+    if deployment.startswith("existing"):
+        return EXISTING_STREAM_ARN
+    return {"Fn::GetAtt": ["Table", "StreamArn"]}
+
+
+def _statements(deployed: dict[str, Any]) -> list[dict[str, Any]]:
+    _, role = _only_resource(deployed, "AWS::IAM::Role")
+    return [
+        statement
+        for policy in role["Properties"].get("Policies", [])
+        for statement in policy["PolicyDocument"]["Statement"]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -94,18 +282,34 @@ def stream_event(function: dict[str, Any]) -> dict[str, Any]:
     return event["Properties"]
 
 
+@pytest.fixture(scope="module", params=sorted(DEPLOYMENTS))
+def deployment(request: pytest.FixtureRequest, template: dict[str, Any]) -> tuple[str, Any]:
+    """``(name, deployed template)`` for each kind of deployment."""
+    return request.param, _deploy(template, **DEPLOYMENTS[request.param])
+
+
 # --------------------------------------------------------------------------------------------
 # cfn-lint
 # --------------------------------------------------------------------------------------------
 
 
-def test_cfn_lint_reports_no_errors_or_warnings() -> None:
-    matches = lint_file(TEMPLATE_PATH)
-    # Informational (I...) findings only appear if a local config opts into them; errors (E...)
-    # and warnings (W...) must be absent.
-    findings = [m for m in matches if not m.rule.id.startswith("I")]
-    assert findings == [], "cfn-lint findings:\n" + "\n".join(
-        f"{m.rule.id} {m.message} ({m.filename}:{m.linenumber}:{m.columnnumber})" for m in findings
+def test_cfn_lint_reports_nothing_not_even_informational_findings() -> None:
+    """``cfn-lint --include-checks I -- template.yaml``: no error, warning or informational
+    finding (I3011 wants DeletionPolicy and UpdateReplacePolicy on the table and the queue,
+    I3013 a MessageRetentionPeriod on the queue)."""
+    cfn_lint = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which(
+        "cfn-lint"
+    )
+    assert cfn_lint, "cfn-lint is a dev dependency"
+    result = subprocess.run(
+        [cfn_lint, "--include-checks", "I", "--", str(TEMPLATE_PATH)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), (
+        "cfn-lint findings:\n" + result.stdout + result.stderr
     )
 
 
@@ -116,22 +320,72 @@ def test_cfn_lint_reports_no_errors_or_warnings() -> None:
 
 def test_template_is_a_sam_template(template: dict[str, Any]) -> None:
     assert template["Transform"] == "AWS::Serverless-2016-10-31"
+    assert "Globals" not in template  # nothing applies to the function besides what it says
 
 
 def test_parameters(template: dict[str, Any]) -> None:
     params = template["Parameters"]
+    assert params["ExistingTableName"]["Default"] == ""
+    assert params["ExistingTableStreamArn"]["Default"] == ""
     assert params["TableName"]["Default"] == "ddb-aggregator"
+    assert params["DefinitionsPath"]["Default"] == "definitions"
+    assert params["AggregatesPartitionKey"]["Default"] == DEFAULT_LAYOUT.aggregates_pk
+    assert params["DeadLettersPartitionKey"]["Default"] == DEFAULT_LAYOUT.dead_letters_pk
     assert params["BatchSize"]["Default"] == 100
     assert (params["BatchSize"]["MinValue"], params["BatchSize"]["MaxValue"]) == (1, 10000)
     assert params["AggregatorMode"]["Default"] == "exactly-once"
     assert tuple(params["AggregatorMode"]["AllowedValues"]) == WRITE_MODES
     assert params["WindowSeconds"]["Default"] == 60
+    assert params["Tracing"]["Default"] == "PassThrough"
+    assert sorted(params["Tracing"]["AllowedValues"]) == ["Active", "PassThrough"]
     assert params["LogLevel"]["Default"] == "INFO"
+    # The local runner's partition is not the function's business: no parameter, no grant.
+    assert not [p for p in params if "Runner" in p]
+
+
+def test_existing_table_parameters_accept_a_table_and_its_stream(template: dict[str, Any]) -> None:
+    import re
+
+    params = template["Parameters"]
+    name_pattern = params["ExistingTableName"]["AllowedPattern"]
+    arn_pattern = params["ExistingTableStreamArn"]["AllowedPattern"]
+    for name in ("", EXISTING_TABLE, "My.Table_1-x"):
+        assert re.fullmatch(name_pattern, name), name
+    assert not re.fullmatch(name_pattern, "no spaces")
+    for arn in ("", EXISTING_STREAM_ARN, EXISTING_STREAM_ARN.replace(":aws:", ":aws-cn:")):
+        assert re.fullmatch(arn_pattern, arn), arn
+    assert not re.fullmatch(arn_pattern, EXISTING_TABLE_ARN)  # a table, not its stream
+    assert not re.fullmatch(arn_pattern, EXISTING_TABLE)
+    for param in ("AggregatesPartitionKey", "DeadLettersPartitionKey"):  # no IAM wildcards
+        assert not re.fullmatch(params[param]["AllowedPattern"], "AGG*")
+
+
+def test_table_is_created_only_without_an_existing_table(template: dict[str, Any]) -> None:
+    # Name and stream ARN go together (the template's Rules); CreateTable means "no existing
+    # table named".
+    for name, arn, accepted, create in (
+        ("", "", True, True),
+        (EXISTING_TABLE, EXISTING_STREAM_ARN, True, False),
+        (EXISTING_TABLE, "", False, None),
+        ("", EXISTING_STREAM_ARN, False, None),
+    ):
+        params = _parameters(template, ExistingTableName=name, ExistingTableStreamArn=arn)
+        assert (_rule_failures(template, params) == []) is accepted, (name, arn)
+        if accepted:
+            assert _conditions(template, params)["CreateTable"] is create
+            assert _conditions(template, params)["CreateTable"] is (name == "")
 
 
 def test_table_keys_billing_and_stream(table: tuple[str, dict[str, Any]]) -> None:
     _, props = table
     attributes = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
+    # the layout's defaults: a created table needs no `table:` section in the rules
+    assert attributes == {
+        DEFAULT_LAYOUT.partition_key: "S",
+        DEFAULT_LAYOUT.sort_key: "S",
+        DEFAULT_LAYOUT.leaderboard_attribute: "S",
+        DEFAULT_LAYOUT.value_attribute: "N",
+    }
     assert attributes == {"pk": "S", "sk": "S", "lb": "S", "value": "N"}
     assert props["KeySchema"] == [
         {"AttributeName": "pk", "KeyType": "HASH"},
@@ -139,15 +393,27 @@ def test_table_keys_billing_and_stream(table: tuple[str, dict[str, Any]]) -> Non
     ]
     assert props["BillingMode"] == "PAY_PER_REQUEST"
     assert props["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
-    assert props["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    assert props["TimeToLiveSpecification"] == {
+        "AttributeName": DEFAULT_LAYOUT.ttl_attribute,
+        "Enabled": True,
+    }
     assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+
+
+def test_created_table_is_conditional_and_retained(template: dict[str, Any]) -> None:
+    name, resource = _only_resource(template, "AWS::DynamoDB::Table")
+    assert resource["Condition"] == "CreateTable"
+    assert resource["DeletionPolicy"] == "Retain"
+    assert resource["UpdateReplacePolicy"] == "Retain"
+    assert name not in _deploy(template, **DEPLOYMENTS["existing-table"])["Resources"]
+    assert name in _deploy(template)["Resources"]
 
 
 def test_leaderboard_gsi_shape(table: tuple[str, dict[str, Any]]) -> None:
     _, props = table
     assert props["GlobalSecondaryIndexes"] == [
         {
-            "IndexName": "leaderboard",
+            "IndexName": DEFAULT_LAYOUT.leaderboard_index,
             "KeySchema": [
                 {"AttributeName": "lb", "KeyType": "HASH"},
                 {"AttributeName": "value", "KeyType": "RANGE"},
@@ -157,37 +423,16 @@ def test_leaderboard_gsi_shape(table: tuple[str, dict[str, Any]]) -> None:
     ]
 
 
-def test_failure_queue(queue: tuple[str, dict[str, Any]]) -> None:
-    _, props = queue
+def test_failure_queue(template: dict[str, Any], queue: tuple[str, dict[str, Any]]) -> None:
+    name, props = queue
     assert props["SqsManagedSseEnabled"] is True
     assert props["MessageRetentionPeriod"] == 1209600
+    # its messages point at records still to be looked at
+    assert template["Resources"][name]["DeletionPolicy"] == "Retain"
+    assert template["Resources"][name]["UpdateReplacePolicy"] == "Retain"
 
 
 def test_function_settings(
-    function: dict[str, Any], table: tuple[str, dict[str, Any]], queue: tuple[str, dict[str, Any]]
-) -> None:
-    table_name, _ = table
-    queue_name, _ = queue
-    assert function["CodeUri"] == "."
-    assert function["Handler"] == "aggregator.handler.handler"
-    assert function["Runtime"] == "python3.12"
-    assert function["Architectures"] == ["arm64"]
-    assert function["MemorySize"] == 512
-    assert function["Timeout"] == 60
-    assert function["Environment"]["Variables"] == {
-        "AGGREGATOR_TABLE_NAME": {"Ref": table_name},
-        "AGGREGATOR_DEFINITIONS": "definitions",
-        "AGGREGATOR_MODE": {"Ref": "AggregatorMode"},
-        "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": "90000",
-        # the last resort for dead letters is the mapping's own on-failure queue
-        "AGGREGATOR_ON_FAILURE_QUEUE_URL": {"Ref": queue_name},
-        "POWERTOOLS_SERVICE_NAME": "ddb-aggregator",
-        "POWERTOOLS_METRICS_NAMESPACE": "DdbAggregator",
-        "POWERTOOLS_LOG_LEVEL": {"Ref": "LogLevel"},
-    }
-
-
-def test_function_policies_are_least_privilege(
     template: dict[str, Any],
     function: dict[str, Any],
     table: tuple[str, dict[str, Any]],
@@ -195,21 +440,208 @@ def test_function_policies_are_least_privilege(
 ) -> None:
     table_name, _ = table
     queue_name, _ = queue
-    policies = function["Policies"]
-    assert isinstance(policies, list)
+    assert function["CodeUri"] == "."
+    # `sam build` runs `make build-AggregatorFunction` (the Makefile picks what ships)
+    assert template["Resources"]["AggregatorFunction"]["Metadata"] == {"BuildMethod": "makefile"}
+    assert function["Handler"] == "aggregator.handler.handler"
+    assert function["Runtime"] == "python3.12"
+    assert function["Architectures"] == ["arm64"]
+    assert function["MemorySize"] == 512
+    assert function["Timeout"] == 60
+    assert function["Tracing"] == {"Ref": "Tracing"}
+    log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
+    assert function["LoggingConfig"] == {"LogGroup": {"Ref": log_group}}
+    assert function["Environment"]["Variables"] == {
+        "AGGREGATOR_TABLE_NAME": {
+            "Fn::If": ["CreateTable", {"Ref": table_name}, {"Ref": "ExistingTableName"}]
+        },
+        "AGGREGATOR_DEFINITIONS": {"Ref": "DefinitionsPath"},
+        "AGGREGATOR_MODE": {"Ref": "AggregatorMode"},
+        "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": "90000",
+        # the last resort for dead letters is the mapping's own on-failure queue
+        "AGGREGATOR_ON_FAILURE_QUEUE_URL": {"Ref": queue_name},
+        "POWERTOOLS_SERVICE_NAME": "ddb-aggregator",
+        "POWERTOOLS_METRICS_NAMESPACE": "DdbAggregator",
+        "POWERTOOLS_LOG_LEVEL": {"Ref": "LogLevel"},
+        # Powertools Tracer follows the Tracing parameter
+        "POWERTOOLS_TRACE_DISABLED": {"Fn::If": ["TracingActive", "false", "true"]},
+    }
 
-    # Names of every policy: managed policies are strings, SAM policy templates are
-    # single-key mappings named after the template.
-    names = [p if isinstance(p, str) else next(iter(p)) for p in policies]
-    full_access = [n for n in names if "FullAccess" in str(n)]
-    assert full_access == [], f"full-access managed policies attached: {full_access}"
-    # Globals (if ever added) must not sneak policies in either.
-    assert "Policies" not in template.get("Globals", {}).get("Function", {})
 
-    assert policies == [
-        {"DynamoDBCrudPolicy": {"TableName": {"Ref": table_name}}},
-        {"SQSSendMessagePolicy": {"QueueName": {"Fn::GetAtt": [queue_name, "QueueName"]}}},
+def test_existing_table_parameters_flow_into_the_function(
+    template: dict[str, Any], deployment: tuple[str, Any]
+) -> None:
+    name, deployed = deployment
+    function = deployed["Resources"]["AggregatorFunction"]["Properties"]
+    stream = function["Events"]["Stream"]["Properties"]["Stream"]
+    table_name = function["Environment"]["Variables"]["AGGREGATOR_TABLE_NAME"]
+    outputs = {key: output["Value"] for key, output in deployed["Outputs"].items()}
+    assert stream == _expected_stream_arn(name)
+    assert outputs["TableStreamArn"] == _expected_stream_arn(name)
+    if name.startswith("existing"):
+        assert table_name == EXISTING_TABLE
+        assert outputs["TableName"] == EXISTING_TABLE
+        # nothing refers to the table this deployment does not create
+        assert '"Table"' not in json.dumps(deployed["Resources"])
+        assert '"Table"' not in json.dumps(deployed["Outputs"])
+    else:
+        assert table_name == {"Ref": "Table"}
+        assert outputs["TableName"] == {"Ref": "Table"}
+    assert function["Environment"]["Variables"]["AGGREGATOR_DEFINITIONS"] == "definitions"
+
+
+# --------------------------------------------------------------------------------------------
+# the function's permissions
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_explicit_role_is_all_the_function_gets(
+    template: dict[str, Any], function: dict[str, Any]
+) -> None:
+    role_name, role = _only_resource(template, "AWS::IAM::Role")
+    # With a Role of its own, SAM attaches nothing to the function: no Policies, no policy
+    # templates, no managed policies (AWSLambdaDynamoDBExecutionRole has stream reads on "*").
+    assert function["Role"] == {"Fn::GetAtt": [role_name, "Arn"]}
+    assert "Policies" not in function
+    assert "PermissionsBoundary" not in function
+    assert "ManagedPolicyArns" not in role["Properties"]
+    iam = {r["Type"] for r in template["Resources"].values() if r["Type"].startswith("AWS::IAM::")}
+    assert iam == {"AWS::IAM::Role"}  # no AWS::IAM::Policy attaching more to it
+    text = TEMPLATE_PATH.read_text(encoding="utf-8")
+    for managed in (
+        "DynamoDBCrudPolicy",
+        "DynamoDBWritePolicy",
+        "DynamoDBReadPolicy",
+        "AWSLambdaDynamoDBExecutionRole",
+        "AWSLambdaBasicExecutionRole",
+        "FullAccess",
+        "arn:aws:iam::aws:policy",
+    ):
+        assert managed not in text, managed
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "lambda.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
     ]
+
+
+def test_every_statement_allows_named_actions(deployment: tuple[str, Any]) -> None:
+    _, deployed = deployment
+    statements = _statements(deployed)
+    assert statements
+    for statement in statements:
+        assert statement["Effect"] == "Allow"
+        assert set(statement) <= {"Sid", "Effect", "Action", "Resource", "Condition"}
+        for action in _as_list(statement["Action"]):
+            assert "*" not in action and "?" not in action, action
+            assert action.split(":")[0] in {"dynamodb", "sqs", "logs", "xray"}, action
+        resources = _as_list(statement["Resource"])
+        if "*" in resources:
+            assert resources == ["*"]
+            assert set(_as_list(statement["Action"])) <= STAR_ACTIONS, statement
+
+
+def test_item_access_only_under_the_reserved_partitions(deployment: tuple[str, Any]) -> None:
+    name, deployed = deployment
+    granted: dict[str, set[str]] = {}
+    for statement in _statements(deployed):
+        actions = set(_as_list(statement["Action"]))
+        items = actions & ITEM_ACTIONS
+        if not items:
+            assert "dynamodb:LeadingKeys" not in json.dumps(statement.get("Condition", {}))
+            continue
+        # Item actions only, never with a keyless one: ForAllValues holds for a request without
+        # leading keys (a Scan), and the Null condition refuses those too.
+        assert actions == items, statement
+        assert _as_list(statement["Resource"]) == [_expected_table_arn(name)], statement
+        condition = statement["Condition"]
+        assert set(condition) == LEADING_KEYS_CONDITION_OPERATORS, condition
+        assert condition["Null"] == {"dynamodb:LeadingKeys": "false"}
+        assert set(condition["ForAllValues:StringEquals"]) == {"dynamodb:LeadingKeys"}
+        keys = set(_as_list(condition["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]))
+        assert keys and keys <= set(RESERVED_PARTITION_KEYS)
+        for action in items:
+            granted.setdefault(action, set()).update(keys)
+    # exactly what the handler does: aggregates updated and read, dead letters put
+    assert granted == ITEM_GRANTS
+    assert not any(DEFAULT_LAYOUT.runner_pk in keys for keys in granted.values())
+    writes = {action for action in granted if action in ITEM_WRITES}
+    assert writes == {"dynamodb:UpdateItem", "dynamodb:PutItem"}
+
+
+def test_no_other_table_access(deployment: tuple[str, Any]) -> None:
+    name, deployed = deployment
+    dynamodb = {
+        action: statement
+        for statement in _statements(deployed)
+        for action in _as_list(statement["Action"])
+        if action.startswith("dynamodb:")
+    }
+    assert set(dynamodb) == {
+        *ITEM_GRANTS,
+        *STREAM_ACTIONS,
+        "dynamodb:ListStreams",
+        "dynamodb:DescribeTable",
+    }
+    for absent in ("Scan", "Query", "DeleteItem", "BatchWriteItem", "BatchGetItem"):
+        assert f"dynamodb:{absent}" not in dynamodb
+    describe = dynamodb["dynamodb:DescribeTable"]
+    assert _as_list(describe["Resource"]) == [_expected_table_arn(name)]
+    assert "Condition" not in describe
+
+
+def test_stream_reads_are_scoped_to_the_stream(deployment: tuple[str, Any]) -> None:
+    name, deployed = deployment
+    statements = _statements(deployed)
+    stream = [s for s in statements if set(_as_list(s["Action"])) & STREAM_ACTIONS]
+    assert len(stream) == 1
+    assert set(_as_list(stream[0]["Action"])) == STREAM_ACTIONS
+    assert _as_list(stream[0]["Resource"]) == [_expected_stream_arn(name)]
+    # ListStreams has no resource type: alone, on "*"
+    lists = [s for s in statements if "dynamodb:ListStreams" in _as_list(s["Action"])]
+    assert [(_as_list(s["Action"]), _as_list(s["Resource"])) for s in lists] == [
+        (["dynamodb:ListStreams"], ["*"])
+    ]
+
+
+def test_queue_and_log_permissions(template: dict[str, Any], deployment: tuple[str, Any]) -> None:
+    _, deployed = deployment
+    queue_name, _ = _only_resource(template, "AWS::SQS::Queue")
+    log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
+    by_service: dict[str, list[dict[str, Any]]] = {}
+    for statement in _statements(deployed):
+        for service in {a.split(":")[0] for a in _as_list(statement["Action"])}:
+            by_service.setdefault(service, []).append(statement)
+    ((sqs,),) = [by_service["sqs"]]
+    assert _as_list(sqs["Action"]) == ["sqs:SendMessage"]
+    assert _as_list(sqs["Resource"]) == [{"Fn::GetAtt": [queue_name, "Arn"]}]
+    ((logs,),) = [by_service["logs"]]
+    # the function's own log group, which the stack creates (so no CreateLogGroup)
+    assert set(_as_list(logs["Action"])) == {"logs:CreateLogStream", "logs:PutLogEvents"}
+    assert _as_list(logs["Resource"]) == [{"Fn::GetAtt": [log_group, "Arn"]}]
+
+
+def test_tracing_parameter_drives_the_function_and_the_xray_grant(
+    deployment: tuple[str, Any],
+) -> None:
+    name, deployed = deployment
+    traced = name.endswith("-traced")
+    function = deployed["Resources"]["AggregatorFunction"]["Properties"]
+    assert function["Tracing"] == ("Active" if traced else "PassThrough")
+    xray = [s for s in _statements(deployed) if set(_as_list(s["Action"])) & XRAY_ACTIONS]
+    if traced:
+        assert len(xray) == 1
+        assert set(_as_list(xray[0]["Action"])) == XRAY_ACTIONS
+        assert _as_list(xray[0]["Resource"]) == ["*"]  # X-Ray has no resource types
+    else:
+        assert xray == []
+
+
+# --------------------------------------------------------------------------------------------
+# the stream event
+# --------------------------------------------------------------------------------------------
 
 
 def test_stream_event_source_properties(
@@ -219,7 +651,13 @@ def test_stream_event_source_properties(
 ) -> None:
     table_name, _ = table
     queue_name, _ = queue
-    assert stream_event["Stream"] == {"Fn::GetAtt": [table_name, "StreamArn"]}
+    assert stream_event["Stream"] == {
+        "Fn::If": [
+            "CreateTable",
+            {"Fn::GetAtt": [table_name, "StreamArn"]},
+            {"Ref": "ExistingTableStreamArn"},
+        ]
+    }
     assert stream_event["StartingPosition"] == "TRIM_HORIZON"
     assert stream_event["BatchSize"] == {"Ref": "BatchSize"}
     assert stream_event["MaximumBatchingWindowInSeconds"] == 1
@@ -274,14 +712,197 @@ def test_filter_check_reports_a_template_missing_a_source(tmp_path) -> None:
 
 
 def test_outputs(template: dict[str, Any]) -> None:
-    outputs = template["Outputs"]
-    values = [o["Value"] for o in outputs.values()]
+    outputs = {name: o["Value"] for name, o in template["Outputs"].items()}
     table_name, _ = _only_resource(template, "AWS::DynamoDB::Table")
     queue_name, _ = _only_resource(template, "AWS::SQS::Queue")
-    assert {"Ref": table_name} in values
-    assert {"Fn::GetAtt": [table_name, "StreamArn"]} in values
-    assert {"Fn::GetAtt": ["AggregatorFunction", "Arn"]} in values
-    assert {"Ref": queue_name} in values  # Ref of an SQS queue is its URL
+    role_name, _ = _only_resource(template, "AWS::IAM::Role")
+    log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
+    assert outputs == {
+        "TableName": {"Fn::If": ["CreateTable", {"Ref": table_name}, {"Ref": "ExistingTableName"}]},
+        "TableStreamArn": {
+            "Fn::If": [
+                "CreateTable",
+                {"Fn::GetAtt": [table_name, "StreamArn"]},
+                {"Ref": "ExistingTableStreamArn"},
+            ]
+        },
+        "AggregatorFunctionArn": {"Fn::GetAtt": ["AggregatorFunction", "Arn"]},
+        "AggregatorRoleArn": {"Fn::GetAtt": [role_name, "Arn"]},
+        "FailureQueueUrl": {"Ref": queue_name},  # Ref of an SQS queue is its URL
+        "LogGroupName": {"Ref": log_group},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# the Lambda artifact (Makefile: build-AggregatorFunction)
+# --------------------------------------------------------------------------------------------
+
+_MAKE = shutil.which("make")
+needs_make = pytest.mark.skipif(_MAKE is None, reason="make is not installed")
+
+
+def _make(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:
+    assert _MAKE
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"MAKEFLAGS", "MAKELEVEL", "ARTIFACTS_DIR", "DEFINITIONS", "AGGREGATOR_CLI"}
+    }
+    return subprocess.run(
+        [_MAKE, "--no-print-directory", "-s", *args, *(f"{k}={v}" for k, v in variables.items())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _package_files(root: Path) -> set[str]:
+    return {
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_makefile_builds_the_function_by_its_logical_id(template: dict[str, Any]) -> None:
+    (name,) = [
+        n for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"
+    ]
+    assert f"\nbuild-{name}:" in MAKEFILE_PATH.read_text(encoding="utf-8")
+
+
+@needs_make
+def test_makefile_installs_requirements_for_the_functions_runtime(
+    function: dict[str, Any],
+) -> None:
+    """The dependencies are installed for the runtime and architecture the template names (a
+    wheel built for the build machine would not load on arm64)."""
+    result = _make("-n", "lambda-dependencies", ARTIFACTS_DIR="/nonexistent/artifact")
+    assert result.returncode == 0, result.stderr
+    commands = " ".join(result.stdout.split())
+    version = function["Runtime"].removeprefix("python")
+    arch = {"arm64": "aarch64", "x86_64": "x86_64"}[function["Architectures"][0]]
+    assert f"--python-version {version}" in commands
+    assert f"--platform manylinux2014_{arch}" in commands
+    assert "--only-binary=:all:" in commands
+    assert "--target /nonexistent/artifact" in commands.replace('"', "")
+
+
+@needs_make
+def test_artifact_ships_the_runtime_package_and_the_chosen_rules_only(tmp_path: Path) -> None:
+    artifact = tmp_path / "artifact"
+    result = _make("lambda-code", ARTIFACTS_DIR=str(artifact), DEFINITIONS="definitions")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(p.name for p in artifact.iterdir()) == ["aggregator", "definitions"]
+    shipped = _package_files(artifact / "aggregator")
+    source = _package_files(ROOT / "aggregator")
+    # everything but the dev tools and the CLI, no bytecode
+    assert shipped == {f for f in source if not f.startswith(("dev/", "cli/"))}
+    assert not list(artifact.rglob("__pycache__"))
+    assert sorted(p.name for p in (artifact / "definitions").iterdir()) == sorted(
+        p.name for p in (ROOT / "definitions").iterdir() if p.suffix in (".yaml", ".yml")
+    )
+
+    # The handler's whole import closure loads from the artifact without the dev tools, the
+    # CLI and their libraries, and finds the rules where the template's DefinitionsPath says.
+    script = """
+import importlib.abc, json, sys
+
+BLOCKED = ("aggregator.dev", "aggregator.cli", "click", "rich")
+
+def blocked(name):
+    return any(name == b or name.startswith(b + ".") for b in BLOCKED)
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if blocked(name):
+            raise ImportError(f"the Lambda artifact must not import {name}")
+        return None
+
+sys.meta_path.insert(0, Block())
+import aggregator.handler as handler
+from aggregator.core.rules import load_rules
+
+settings = handler.HandlerSettings.from_env()
+rules = load_rules(settings.definitions)
+print(json.dumps({
+    "package": handler.__file__,
+    "definitions": str(settings.definitions),
+    "rules": len(rules),
+    "blocked": sorted(m for m in sys.modules if blocked(m)),
+}))
+"""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AGGREGATOR_")},
+        "PYTHONPATH": str(artifact),
+        "LAMBDA_TASK_ROOT": str(artifact),
+        "AGGREGATOR_TABLE_NAME": "t",
+        "AGGREGATOR_DEFINITIONS": "definitions",  # the template's DefinitionsPath default
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    loaded = json.loads(run.stdout)
+    assert Path(loaded["package"]).is_relative_to(artifact)
+    assert Path(loaded["definitions"]) == artifact / "definitions"
+    assert loaded["rules"] == len(load_rules(ROOT / "definitions"))
+    assert loaded["blocked"] == []
+
+
+@needs_make
+def test_artifact_needs_rule_files(tmp_path: Path) -> None:
+    artifact = tmp_path / "artifact"
+    missing = _make("lambda-code", ARTIFACTS_DIR=str(artifact), DEFINITIONS=str(tmp_path / "no"))
+    assert missing.returncode != 0
+    assert "does not exist" in missing.stderr and "DEFINITIONS=definitions" in missing.stderr
+    (tmp_path / "empty").mkdir()
+    empty = _make("lambda-code", ARTIFACTS_DIR=str(artifact), DEFINITIONS=str(tmp_path / "empty"))
+    assert empty.returncode != 0
+    assert "no rule files" in empty.stderr
+
+
+@needs_make
+def test_build_checks_the_templates_filters_against_the_shipped_rules(tmp_path: Path) -> None:
+    cli = shutil.which("aggregator", path=str(Path(sys.executable).parent))
+    if cli is None:
+        pytest.skip("the aggregator CLI is not installed next to this Python")
+    demo = _make(
+        "lambda-filter-check",
+        ARTIFACTS_DIR=str(tmp_path / "demo"),
+        DEFINITIONS="definitions",
+        AGGREGATOR_CLI=cli,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "stream filters match" in demo.stdout
+    # Rules of one's own without derived rules: the template's filters (rendered for the demo
+    # rules) no longer match them, and the build says what to put in the template instead.
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "orders.yaml").write_text(
+        "version: 1\n"
+        "rules:\n"
+        "  - name: orders_per_customer\n"
+        "    match:\n"
+        "      customer: {exists: true}\n"
+        '    key: "{customer}"\n',
+        encoding="utf-8",
+    )
+    own = _make(
+        "lambda-filter-check",
+        ARTIFACTS_DIR=str(tmp_path / "own"),
+        DEFINITIONS=str(rules),
+        AGGREGATOR_CLI=cli,
+    )
+    assert own.returncode != 0
+    assert "FilterCriteria differ" in own.stdout + own.stderr
 
 
 # --------------------------------------------------------------------------------------------
