@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from typing import Any
+from typing import Any, Literal, TypedDict
 from urllib.parse import urlsplit
 
 import click
@@ -31,7 +31,15 @@ _META_CLIENTS = "aggregator.clients"
 """Key of the click context's ``meta`` holding each client's region and endpoint, by service."""
 
 
-def _retries() -> dict[str, Any]:
+class _Retries(TypedDict, total=False):
+    """botocore's ``Config(retries=...)``."""
+
+    mode: Literal["legacy", "standard", "adaptive"]
+    max_attempts: int
+    total_max_attempts: int
+
+
+def _retries() -> _Retries:
     """botocore's retry settings: ``AWS_MAX_ATTEMPTS`` (total attempts, the first included, as
     the AWS SDKs read it) when set, else :data:`DEFAULT_MAX_ATTEMPTS` retries."""
     value = os.environ.get("AWS_MAX_ATTEMPTS", "").strip()
@@ -121,6 +129,7 @@ def make_client(service: str, endpoint_url: str | None, region: str | None = Non
         session = boto3.session.Session()
         if session.get_credentials() is None:
             kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
-    client = boto3.client(service, **kwargs)
+    # boto3-stubs' overloads take only literal service names; the client is Any here by design
+    client = boto3.client(service, **kwargs)  # type: ignore[call-overload]
     _remember_client(service, client)
     return client

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.text import quote
+
+if TYPE_CHECKING:
+    from aggregator.core.layout import TableLayout
 
 _META_TABLE = "aggregator.table"
 """Key of the click context's ``meta`` holding the ``--table`` name, for error messages."""
@@ -123,7 +126,7 @@ def _layout_definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def layout_of(definitions: Path | None) -> Any:
+def layout_of(definitions: Path | None) -> TableLayout:
     """The table layout declared by the rules at ``definitions``, or the default one.
 
     Raises

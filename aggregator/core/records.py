@@ -271,9 +271,10 @@ class _StreamData(BaseModel):
     model_config = ConfigDict(extra="allow")
     SequenceNumber: Annotated[str, StringConstraints(pattern=r"^[0-9]{1,40}$")]
     Keys: dict[str, _KeyValue]
-    # absent is fine (the view type or the event decides), an explicit null is not
-    NewImage: _AttributeMap = Field(default=None)  # type: ignore[assignment]
-    OldImage: _AttributeMap = Field(default=None)  # type: ignore[assignment]
+    # absent is fine (the view type or the event decides), an explicit null is not; the model
+    # only validates (StreamRecord reads the raw record), so the default is never read
+    NewImage: _AttributeMap = Field(default_factory=dict)
+    OldImage: _AttributeMap = Field(default_factory=dict)
 
 
 class _Envelope(BaseModel):
@@ -409,7 +410,8 @@ class StreamRecord:
     @property
     def keys(self) -> Mapping[str, Mapping[str, Any]]:
         """The primary key in DynamoDB JSON, e.g. ``{"pk": {"S": "A"}, "sk": {"S": "B"}}``."""
-        return self.raw["dynamodb"].get("Keys", {})
+        keys: Mapping[str, Mapping[str, Any]] = self.raw["dynamodb"].get("Keys", {})
+        return keys
 
     def key_string(self, attribute: str) -> str | None:
         """The string value of key attribute ``attribute`` (type ``S``), or ``None``."""

@@ -477,7 +477,10 @@ class DynamoDBLocal:
             aws_secret_access_key=SECRET_KEY,
             region_name=REGION,
         )
-        return session.client(service, endpoint_url=self.endpoint_url, config=config)
+        # boto3-stubs' overloads take only literal service names; the client is Any here by design
+        return session.client(  # type: ignore[call-overload]
+            service, endpoint_url=self.endpoint_url, config=config
+        )
 
     # ------------------------------------------------------------------ lifecycle
 

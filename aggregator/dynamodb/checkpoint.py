@@ -36,6 +36,7 @@ retention, plus stale ones until its next update.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -143,7 +144,10 @@ class CheckpointWriter(_BaseWriter):
     def _current_checkpoint(
         self, delta: CoalescedDelta, shard_id: str, failure: ClientError, stats: WriteStats
     ) -> str | None:
-        item = failure.response.get("Item")
+        # botocore-stubs' error response does not declare the "Item" that DynamoDB adds for
+        # ReturnValuesOnConditionCheckFailure
+        error_response: Mapping[str, Any] = failure.response
+        item = error_response.get("Item")
         if item is None:  # endpoints that do not return the item on a failed condition
             response = self._call(
                 "get_item",

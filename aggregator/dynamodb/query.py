@@ -20,6 +20,7 @@ bucket was ever written.
 
 from __future__ import annotations
 
+import builtins
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -220,7 +221,10 @@ class AggregateStore:
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
         self.requests += 1
         try:
-            return getattr(self.client, operation)(TableName=self.table_name, **kwargs)
+            response: dict[str, Any] = getattr(self.client, operation)(
+                TableName=self.table_name, **kwargs
+            )
+            return response
         except (ClientError, BotoCoreError) as exc:
             raise QueryError(f"{operation} on {self.table_name!r} failed: {exc}") from exc
 
@@ -262,7 +266,9 @@ class AggregateStore:
             for item in page:
                 yield self._aggregate(item, rule)
 
-    def _pages(self, sort_key_condition: str, values: dict[str, Any]) -> Iterator[list[Any]]:
+    def _pages(
+        self, sort_key_condition: str, values: dict[str, Any]
+    ) -> Iterator[builtins.list[Any]]:
         """Pages (1 MB each) of a strongly consistent ``Query`` on the aggregates partition
         with ``sort_key_condition`` over ``#sk``; raw DynamoDB-JSON items."""
         start: dict[str, Any] | None = None
@@ -284,7 +290,7 @@ class AggregateStore:
             if not start:
                 return
 
-    def top(self, rule: str, n: int = 10) -> list[Aggregate]:
+    def top(self, rule: str, n: int = 10) -> builtins.list[Aggregate]:
         """The ``n`` largest aggregates of ``rule``, largest first (ties by key).
 
         Leaderboard rules read one page of the sparse ``leaderboard`` GSI in descending order
@@ -320,7 +326,7 @@ class AggregateStore:
 
     # -- histograms ----------------------------------------------------------------------------
 
-    def histogram(self, rule: str) -> list[HistogramBucket]:
+    def histogram(self, rule: str) -> builtins.list[HistogramBucket]:
         """Every aggregate of ``rule`` as ``(value, count)`` rows sorted by value (numerically
         when every key is a number), zero counts left out.
 
@@ -400,11 +406,12 @@ class AggregateStore:
             hi = finest.ceil(math.ceil(clock) if end is None else end)
             lo = hi - last
         else:
+            assert start is not None  # exactly one of start and last (checked above)
             if end is None:
                 raise QueryError("give end with start")
-            if end < start:  # type: ignore[operator]
+            if end < start:
                 raise QueryError(f"end ({end}) is before start ({start})")
-            lo, hi = finest.ceil(start), finest.ceil(end)  # type: ignore[arg-type]
+            lo, hi = finest.ceil(start), finest.ceil(end)
         prefix = self.sort_key(rule, key)
         template = self._rule(rule).key
         display = (
@@ -414,13 +421,13 @@ class AggregateStore:
         result.parts = plan_range(spec.granularities, lo, hi)
         total = Decimal(0)
         for part in result.parts:
-            first = spec.bucket(part.granularity, part.first_bucket)
-            last = spec.bucket(part.granularity, part.last_bucket)
+            first_bucket = spec.bucket(part.granularity, part.first_bucket)
+            last_bucket = spec.bucket(part.granularity, part.last_bucket)
             # coarser buckets outlive the finer ones inside them: the first is the oldest
-            if first.expired(clock):
+            if first_bucket.expired(clock):
                 result.complete = False
             items, requests, units = self._range(
-                f"{prefix}#{first.suffix()}", f"{prefix}#{last.suffix()}"
+                f"{prefix}#{first_bucket.suffix()}", f"{prefix}#{last_bucket.suffix()}"
             )
             result.requests += requests
             result.read_units += units
@@ -432,7 +439,7 @@ class AggregateStore:
         result.value = total
         return result
 
-    def _range(self, low: str, high: str) -> tuple[list[dict[str, Any]], int, int]:
+    def _range(self, low: str, high: str) -> tuple[builtins.list[dict[str, Any]], int, int]:
         """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``."""
         from aggregator.dynamodb.writer import item_size
 

@@ -157,7 +157,7 @@ def table_stream_arn(client: Any, table_name: str) -> str:
         When ``DescribeTable`` fails (e.g. ``ResourceNotFoundException`` for a missing table).
     """
     description = client.describe_table(TableName=table_name)["Table"]
-    arn = description.get("LatestStreamArn")
+    arn: str | None = description.get("LatestStreamArn")
     if not arn:
         raise NoStreamError(
             f"table {quote(table_name)} has no stream; enable it with view type "

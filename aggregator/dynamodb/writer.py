@@ -297,7 +297,7 @@ class _BaseWriter:
         while True:
             stats.requests += 1
             try:
-                response = getattr(self.client, operation)(**request)
+                response: dict[str, Any] = getattr(self.client, operation)(**request)
             except ClientError as exc:
                 if error_code(exc) in THROTTLING_ERRORS and attempt < self.throttle_retries:
                     stats.throttle_retries += 1

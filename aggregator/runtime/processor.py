@@ -228,7 +228,8 @@ class StreamProcessor:
         self.clock = clock
         self.engine = engine
         self.writer = writer
-        if dead_letters is None and hasattr(writer, "client"):
+        # the DynamoDB writers (not part of the Writer protocol): dead letters go to their table
+        if dead_letters is None and hasattr(writer, "client") and hasattr(writer, "table_name"):
             dead_letters = DeadLetterWriter(
                 writer.client, writer.table_name, layout=engine.layout, clock=clock
             )

@@ -125,7 +125,8 @@ def to_lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
 
 
 def _seq(record: dict[str, Any]) -> str:
-    return record["dynamodb"]["SequenceNumber"]
+    sequence: str = record["dynamodb"]["SequenceNumber"]
+    return sequence
 
 
 def _iso(epoch: int) -> str:
@@ -358,7 +359,8 @@ class StreamRunner:
             kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=after)
         else:
             kwargs["ShardIteratorType"] = "TRIM_HORIZON"
-        return self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
+        iterator: str = self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
+        return iterator
 
     def _fill(self, shard: _Shard) -> int:
         """Read ``GetRecords`` pages into the shard's buffer; returns records kept.

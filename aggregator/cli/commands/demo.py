@@ -130,8 +130,8 @@ def demo(
     summary.add_column(no_wrap=True)
     summary.add_column(justify="right", no_wrap=True)
     summary.add_column()
-    w = run_stats.write
-    rows = [
+    write_stats = run_stats.write
+    summary_rows = [
         ("flights replayed", f"{result.flights:,}", ""),
         ("table writes", f"{result.writes:,}", f"puts and deletes, {result.write_seconds:.1f} s"),
         ("stream records", f"{run_stats.records:,}", f"in {run_stats.batches:,} batches"),
@@ -142,14 +142,18 @@ def demo(
             "read by derived rules",
         ),
         ("deltas", f"{run_stats.record_deltas:,}", "per record and rule"),
-        ("aggregate updates", f"{w.items_written:,}", "coalesced UpdateItem ADD"),
-        ("modelled WCU", f"{w.modelled_wcu:,}", f"{per_k:,.0f} per 1,000 source records"),
-        ("  of which leaderboard index", f"{w.modelled_index_wcu:,}", "2 per changed value"),
-        ("dead letters", f"{w.dead_letters:,}", ""),
+        ("aggregate updates", f"{write_stats.items_written:,}", "coalesced UpdateItem ADD"),
+        ("modelled WCU", f"{write_stats.modelled_wcu:,}", f"{per_k:,.0f} per 1,000 source records"),
+        (
+            "  of which leaderboard index",
+            f"{write_stats.modelled_index_wcu:,}",
+            "2 per changed value",
+        ),
+        ("dead letters", f"{write_stats.dead_letters:,}", ""),
         ("stream processing", f"{run_stats.elapsed_seconds:.1f} s", ""),
         ("total elapsed", f"{time.monotonic() - began:.1f} s", ""),
     ]
-    rows += [(f"aggregates: {k}", f"{v:,}", "") for k, v in result.totals.items()]
-    for row in rows:
-        summary.add_row(*row)
+    summary_rows += [(f"aggregates: {k}", f"{v:,}", "") for k, v in result.totals.items()]
+    for cells in summary_rows:
+        summary.add_row(*cells)
     console.print(summary)

@@ -55,7 +55,7 @@ def local(
         console.print(f"DynamoDB Local installed in {path}")
         return
     with DynamoDBLocal(port=port, install_dir=install_dir) as db:
-        if table_name:
+        if table_name and layout is not None:  # layout is set exactly when table_name is
             from aggregator.dynamodb.table import create_table
 
             create_table(

@@ -83,6 +83,7 @@ class DeltaSpec(BaseModel):
         """
         if self.constant is not None:
             return self.constant
+        assert self.attribute is not None  # _exactly_one: no constant, so an attribute
         value = image.get(self.attribute, MISSING)
         if value is MISSING:
             raise EvaluationError(

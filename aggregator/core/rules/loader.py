@@ -86,20 +86,27 @@ class RuleLoader(yaml.SafeLoader):
     _composing_depth = 0
     _composed_nodes = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         # PyYAML composes recursively (three frames per level): stop well before the
         # recursion limit, and stop a huge flat document before it is all in memory.
         depth = self._composing_depth + 1
         self._composed_nodes += 1
         if depth > MAX_YAML_DEPTH:
-            raise RuleFileLimitError(_too_deep(), self.peek_event().start_mark)
+            raise RuleFileLimitError(_too_deep(), self._next_mark())
         if self._composed_nodes > MAX_YAML_NODES:
-            raise RuleFileLimitError(_too_many(aliases=False), self.peek_event().start_mark)
+            raise RuleFileLimitError(_too_many(aliases=False), self._next_mark())
         self._composing_depth = depth
         try:
             return super().compose_node(parent, index)
         finally:
             self._composing_depth = depth - 1
+
+    def _next_mark(self) -> yaml.Mark | None:
+        """Where the next event starts."""
+        # types-PyYAML leaves Parser.peek_event unannotated (it returns the next yaml.Event;
+        # this pure-Python parser's events carry yaml.Mark, not the C parser's mark)
+        mark: yaml.Mark | None = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+        return mark
 
     def construct_document(self, node: yaml.Node) -> Any:
         self._check_expansion(node)

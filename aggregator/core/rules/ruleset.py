@@ -4,7 +4,7 @@ cycles, and attributes their source's aggregates never have."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -82,7 +82,8 @@ class RuleSet(BaseModel):
                 _format_errors(exc, "<python>", {"rules": [r.model_dump() for r in rules]})
             ) from None
 
-    def __iter__(self):  # type: ignore[override]
+    # iterates its rules, not BaseModel's (field, value) pairs: a deliberate incompatible override
+    def __iter__(self) -> Iterator[Rule]:  # type: ignore[override]
         return iter(self.rules)
 
     def __len__(self) -> int:
