@@ -265,24 +265,23 @@ class DeadLetterWriter:
             item, minimal = self.items(failure, shard)
             if item["record_form"] != "json":
                 stats.dead_letters_compacted += 1
-            try:
-                self._put(item, stats)
-            except ClientError as exc:
-                if error_code(exc) in TRANSIENT_ERRORS:
-                    raise self._error(failure, exc) from exc
-                stats.dead_letter_fallbacks += 1
+            rejected: ClientError | None = None
+            for attempt, candidate in enumerate((item, minimal)):  # minimal: after a rejection
                 try:
-                    self._put(minimal, stats)
-                except ClientError as again:
-                    if error_code(again) in TRANSIENT_ERRORS:
-                        raise self._error(failure, again) from again
-                    self._send_last_resort(failure, minimal, again, stats)
+                    self._put(candidate, stats)
+                except ClientError as exc:
+                    if error_code(exc) in TRANSIENT_ERRORS:
+                        raise self._error(failure, exc) from exc
+                    stats.dead_letter_fallbacks += attempt == 0
+                    rejected = exc
                     continue
-                except BotoCoreError as again:
-                    raise self._error(failure, again) from again
-            except BotoCoreError as exc:
-                raise self._error(failure, exc) from exc
-            stats.dead_letters += 1
+                except BotoCoreError as exc:
+                    raise self._error(failure, exc) from exc
+                stats.dead_letters += 1
+                rejected = None
+                break
+            if rejected is not None:
+                self._send_last_resort(failure, minimal, rejected, stats)
         return stats
 
     def _put(self, item: dict[str, Any], stats: WriteStats) -> None:
