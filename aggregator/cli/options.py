@@ -121,13 +121,16 @@ def _layout_definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
         envvar="AGGREGATOR_DEFINITIONS",
         default=None,
         type=click.Path(path_type=Path),
-        help="Rule file or directory whose table: section gives the layout (default: pk/sk "
-        "and the default names) [env AGGREGATOR_DEFINITIONS]",
+        help="Rule file or directory whose table: section gives the layout (default: "
+        "./definitions if it exists, else pk/sk and the default names) [env "
+        "AGGREGATOR_DEFINITIONS]",
     )(f)
 
 
 def layout_of(definitions: Path | None) -> TableLayout:
-    """The table layout declared by the rules at ``definitions``, or the default one.
+    """The table layout declared by the rules at ``definitions``; without ``-d``, the rules in
+    ``./definitions`` when that directory exists (the other commands' default), else the default
+    layout.
 
     Raises
     ------
@@ -137,7 +140,10 @@ def layout_of(definitions: Path | None) -> TableLayout:
     from aggregator.core.layout import DEFAULT_LAYOUT
     from aggregator.core.rules import load_rules
 
-    return DEFAULT_LAYOUT if definitions is None else load_rules(definitions).layout
+    if definitions is None:
+        default = Path("definitions")
+        return load_rules(default).layout if default.is_dir() else DEFAULT_LAYOUT
+    return load_rules(definitions).layout
 
 
 def _mode_option(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -360,8 +360,8 @@ class Engine:
 
         A :class:`~aggregator.core.records.MalformedRecord` (see
         :func:`aggregator.core.records.parse_event`) becomes one failure with rule
-        :data:`RECORD_RULE` and cause ``malformed-record``; its sequence number, when it has a valid
-        one, still counts for the batch's first and last.
+        :data:`RECORD_RULE` and cause ``malformed-record``; its sequence number, which nothing
+        vouches for, never counts for the batch's first and last (so never for a checkpoint).
 
         ``now`` (epoch seconds, default the current time) decides which time buckets have
         expired: a delta aimed at a bucket whose TTL (bucket end + retention) is at or before
@@ -382,7 +382,9 @@ class Engine:
             # min/max rather than position: redelivered records may come out of order (Lambda
             # Developer Guide, "Tumbling windows": "If records are processed more than once, they
             # might be processed out of order").
-            if record.sequence_number is not None:
+            # a malformed record's sequence number is not trusted: it never becomes a checkpoint
+            # (it produces no deltas, and redelivering it only rewrites its dead letter)
+            if isinstance(record, StreamRecord):
                 padded = pad_sequence_number(record.sequence_number)
                 if batch.first_sequence_number is None or padded < pad_sequence_number(
                     batch.first_sequence_number

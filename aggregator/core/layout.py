@@ -25,11 +25,31 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["AGGREGATE_ATTRIBUTES", "DEFAULT_LAYOUT", "TableLayout"]
+__all__ = ["AGGREGATE_ATTRIBUTES", "BOOKKEEPING_ATTRIBUTES", "DEFAULT_LAYOUT", "TableLayout"]
 
 AGGREGATE_ATTRIBUTES = ("rule", "key", "granularity", "bucket")
-"""Attributes every aggregate item (or time bucket) carries besides the layout's own names;
-the table's key attributes must not be called like them."""
+"""Attributes every aggregate item (or time bucket) carries besides the layout's own names."""
+
+BOOKKEEPING_ATTRIBUTES = (
+    "cause",
+    "reason",
+    "shard_id",
+    "failed_at",
+    "sequence_number",
+    "replayable",
+    "record",
+    "record_form",
+    "record_zlib",
+    "record_keys",
+    "record_sha256",
+    "record_bytes",
+    "window_start",
+    "state",
+)
+"""Attributes of dead letters and runner positions. The table's key attributes and the layout's
+own attribute names must be called like none of these nor :data:`AGGREGATE_ATTRIBUTES` (a write
+would overwrite a key, or two actions would touch one attribute), nor start with ``ck#`` (the
+checkpoints)."""
 
 _AttributeName = Field(min_length=1, max_length=255)
 """DynamoDB attribute names are 1 to 255 bytes for key attributes (Developer Guide, "Supported
@@ -91,8 +111,24 @@ class TableLayout(BaseModel):
             "value_attribute": self.value_attribute,
             "leaderboard_attribute": self.leaderboard_attribute,
             "ttl_attribute": self.ttl_attribute,
-            **{name: name for name in AGGREGATE_ATTRIBUTES},
+            **{name: name for name in (*AGGREGATE_ATTRIBUTES, *BOOKKEEPING_ATTRIBUTES)},
         }
+        fixed = set(AGGREGATE_ATTRIBUTES) | set(BOOKKEEPING_ATTRIBUTES)
+        for field_name in ("value_attribute", "leaderboard_attribute", "ttl_attribute"):
+            name = getattr(self, field_name)
+            if name in fixed:
+                raise ValueError(
+                    f"{field_name} {name!r} is an attribute the framework already writes on its "
+                    "items; choose another name"
+                )
+        for field_name, name in (
+            ("partition_key", self.partition_key),
+            ("sort_key", self.sort_key),
+        ):
+            if name.startswith("ck#"):
+                raise ValueError(
+                    f"{field_name} {name!r}: names starting with 'ck#' are checkpoints"
+                )
         for key_field in ("partition_key", "sort_key"):
             name = getattr(self, key_field)
             for field_name, attribute in written.items():

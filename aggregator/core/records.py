@@ -262,7 +262,7 @@ class _KeyValue(BaseModel):
 
     @model_validator(mode="after")
     def _one_tag(self) -> _KeyValue:
-        if len(self.model_fields_set) != 1:
+        if sum(v is not None for v in (self.S, self.N, self.B)) != 1:
             raise ValueError("a key attribute needs exactly one type tag: S, N or B")
         return self
 

@@ -20,11 +20,12 @@ attribute names included, before writing):
             is not replayable then; the digest identifies it);
 ``digest``  nothing but the digest and size.
 
-Last resort. A put that fails for a transient reason (throttling, a 5xx, the network) fails the
-batch: Lambda retries it (bounded by the event source mapping's ``MaximumRetryAttempts`` and
-``MaximumRecordAgeInSeconds``, after which Lambda sends the batch's metadata to the on-failure
-destination). A put that DynamoDB rejects for good (e.g. ``ValidationException``) is retried once
-as a minimal dead letter (``digest`` form, short reason). If that is rejected too, the dead letter
+Last resort. A put that fails for a transient reason (throttling, a 5xx, the network) or a
+configuration error (access denied, table not found) fails the batch: Lambda retries it (bounded
+by the event source mapping's ``MaximumRetryAttempts`` and ``MaximumRecordAgeInSeconds``, after
+which Lambda sends the batch's metadata to the on-failure destination). A put that DynamoDB
+rejects for good (``ValidationException``, a full item collection) is retried once as a minimal
+dead letter (``digest`` form, short reason). If that is rejected too, the dead letter
 is sent as a message to the last-resort queue (the template's on-failure SQS queue, environment
 variable ``AGGREGATOR_ON_FAILURE_QUEUE_URL``) and the shard moves on; without a queue, or if the
 message cannot be sent, the batch fails and Lambda's retry limits apply. Each step is counted
@@ -67,7 +68,6 @@ from aggregator.core.rules import RuleSet
 from aggregator.core.text import bound
 from aggregator.dynamodb.writer import (
     MAX_ITEM_BYTES,
-    THROTTLING_ERRORS,
     WriteStats,
     add_update,
     error_code,
@@ -87,14 +87,14 @@ __all__ = [
 RECORD_FORMS = ("json", "zlib", "keys", "digest")
 """How a dead letter keeps its record, most complete first (module docstring)."""
 
-TRANSIENT_ERRORS = THROTTLING_ERRORS | {
-    "InternalServerError",
-    "ServiceUnavailable",
-    "InternalFailure",
-    "TransactionInProgressException",
-    "RequestTimeout",
-}
-"""Error codes that fail the batch (Lambda retries it) instead of taking the fallback path."""
+REJECTED_ITEM_ERRORS = frozenset(
+    {"ValidationException", "ItemCollectionSizeLimitExceededException"}
+)
+"""Error codes meaning DynamoDB refuses this item for good (its size or contents, a full item
+collection): only these take the fallback path (minimal form, then the last-resort queue).
+Everything else (throttling, 5xx, the network, and configuration errors such as
+``AccessDeniedException`` or ``ResourceNotFoundException``, which the last resort would only
+hide) fails the batch, and Lambda retries it."""
 
 _ITEM_MARGIN_BYTES = 1024
 """Kept free under the 400 KB limit: the size model is DynamoDB's, but a margin costs nothing."""
@@ -270,7 +270,7 @@ class DeadLetterWriter:
                 try:
                     self._put(candidate, stats)
                 except ClientError as exc:
-                    if error_code(exc) in TRANSIENT_ERRORS:
+                    if error_code(exc) not in REJECTED_ITEM_ERRORS:
                         raise self._error(failure, exc) from exc
                     stats.dead_letter_fallbacks += attempt == 0
                     rejected = exc

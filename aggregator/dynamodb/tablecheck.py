@@ -236,6 +236,15 @@ def _index_problems(
         ]
     keys = {k["KeyType"]: k["AttributeName"] for k in index.get("KeySchema", [])}
     wanted = {"HASH": layout.leaderboard_attribute, "RANGE": layout.value_attribute}
+    status = index.get("IndexStatus", "ACTIVE")
+    if keys == wanted and not clash and status != "ACTIVE":
+        return [
+            TableProblem(
+                "leaderboard index",
+                f"index {layout.leaderboard_index!r} is {status}, not ACTIVE yet",
+                "wait until it is ACTIVE (prepare-table waits), then check again",
+            )
+        ]
     if keys != wanted or clash:
         return [
             TableProblem(
@@ -263,8 +272,8 @@ def prepare_table(
     Parameters
     ----------
     wait
-        Wait until the table (and a new index) is ``ACTIVE`` after each change; without it,
-        later changes may be refused while the table is updating (run again).
+        Wait until the table (and a new index) is ``ACTIVE`` after the last change; between
+        changes it always waits (DynamoDB refuses an update while the table is updating).
     report
         Called with one line per change made, as it is made.
 
@@ -284,13 +293,19 @@ def prepare_table(
         todo = [p for p in check_table(client, table_name, rules) if p.preparable]
         if not todo:
             break
-        problem = todo[0]
-        change = _apply(client, table_name, rules.layout, problem)
+        # DynamoDB refuses an UpdateTable while the table is UPDATING: always wait before one
+        if changes or _status(client, table_name) != "ACTIVE":
+            _wait_active(client, table_name, rules.layout, poll_seconds)
+        change = _apply(client, table_name, rules.layout, todo[0])
         changes.append(change)
         report(change)
-        if wait:
-            _wait_active(client, table_name, rules.layout, poll_seconds)
+    if wait and changes:
+        _wait_active(client, table_name, rules.layout, poll_seconds)
     return changes, [p for p in check_table(client, table_name, rules)]
+
+
+def _status(client: Any, table_name: str) -> str:
+    return str(client.describe_table(TableName=table_name)["Table"].get("TableStatus"))
 
 
 def _apply(client: Any, table_name: str, layout: TableLayout, problem: TableProblem) -> str:

@@ -229,6 +229,13 @@ class StreamProcessor:
         self.engine = engine
         self.writer = writer
         # the DynamoDB writers (not part of the Writer protocol): dead letters go to their table
+        writer_layout = getattr(writer, "layout", None)
+        if writer_layout is not None and writer_layout != engine.layout:
+            raise ConfigError(
+                "the writer and the engine use different table layouts: the writer would put "
+                "aggregates where the engine does not recognize its own writes (build both from "
+                "the rule set's layout, e.g. with create_processor)"
+            )
         if dead_letters is None and hasattr(writer, "client") and hasattr(writer, "table_name"):
             dead_letters = DeadLetterWriter(
                 writer.client, writer.table_name, layout=engine.layout, clock=clock
@@ -260,9 +267,9 @@ class StreamProcessor:
         ConfigError
             In a checkpointed mode, for an event without ``shardId`` (no tumbling window).
         WriteError
-            Window mode, when the window's flush or a dead letter fails (Lambda then retries the
-            invocation); any mode, when a dead letter fails and no record of the batch has a
-            sequence number to report in ``batchItemFailures``.
+            When a dead letter cannot be recorded (table and last resort), or in window mode
+            when the window's flush fails: nothing of the batch is applied then, and Lambda
+            retries the invocation.
         """
         records = parse_event(event)
         shard_id = event.get("shardId")
@@ -292,14 +299,10 @@ class StreamProcessor:
             self._log_failures(batch)
             if self.dead_letters is None:
                 raise ConfigError("records need dead letters but the processor has no writer")
-            try:
-                outcome.write.add(self.dead_letters.write(batch.failures, shard_id=shard_id))
-            except WriteError as exc:
-                if self.flush == "window" or batch.first_sequence_number is None:
-                    raise
-                # Nothing of this batch has been applied yet: retry all of it.
-                outcome.errors.append(str(exc))
-                outcome.retry_from = batch.first_sequence_number
+            # Nothing of this batch is applied yet: if a dead letter cannot be recorded, the
+            # WriteError fails the invocation and Lambda retries the whole batch (a
+            # batchItemFailures position could not name a record without a sequence number).
+            outcome.write.add(self.dead_letters.write(batch.failures, shard_id=shard_id))
 
         if self.flush == "window":
             self._window(event, batch, outcome)

@@ -14,7 +14,6 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from aggregator.core.engine import Engine, RecordFailure
 from aggregator.core.exceptions import FailureCause, WriteError
-from aggregator.core.records import parse_record
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dynamodb.deadletters import DeadLetterWriter, SqsLastResort
 from aggregator.dynamodb.writer import MAX_ITEM_BYTES, AtLeastOnceWriter, item_size
@@ -118,7 +117,7 @@ def test_a_rejected_dead_letter_is_written_again_in_its_minimal_form():
 def test_a_dead_letter_rejected_twice_goes_to_the_last_resort_queue():
     queue = Queue()
     writer = DeadLetterWriter(
-        Table("ValidationException", "AccessDeniedException"),
+        Table("ValidationException", "ItemCollectionSizeLimitExceededException"),
         "t",
         last_resort=SqsLastResort(queue, "https://sqs/q"),
     )
@@ -128,7 +127,7 @@ def test_a_dead_letter_rejected_twice_goes_to_the_last_resort_queue():
     [message] = queue.messages
     assert message["kind"] == "dead-letter" and message["sequence_number"] == "5"
     assert message["keys"]["dynamodb"]["Keys"] == {"pk": {"S": "a"}, "sk": {"S": "b"}}
-    assert "AccessDeniedException" in message["dynamodb_error"]
+    assert "ItemCollectionSizeLimitExceededException" in message["dynamodb_error"]
     assert (stats.dead_letters, stats.dead_letters_to_queue) == (1, 1)
 
 
@@ -141,6 +140,10 @@ def test_a_dead_letter_rejected_twice_goes_to_the_last_resort_queue():
         (("InternalServerError",), Queue()),
         (("connection",), Queue()),
         (("ValidationException", "ThrottlingException"), Queue()),
+        # configuration errors: the last resort would only hide them
+        (("AccessDeniedException",), Queue()),
+        (("ResourceNotFoundException",), Queue()),
+        (("ValidationException", "AccessDeniedException"), Queue()),
     ],
 )
 def test_otherwise_the_batch_fails_and_lambda_retries_it(errors, queue):
@@ -186,7 +189,9 @@ def test_a_batch_of_only_unsequenced_records_raises_when_its_dead_letter_fails()
         processor.process_event({"Records": ["junk"]})
 
 
-def test_a_failed_dead_letter_retries_the_batch_from_its_first_record():
+def test_a_failed_dead_letter_fails_the_invocation_even_with_sequenced_records():
+    """batchItemFailures could not name the first record (it has no sequence number): Lambda
+    retries the whole batch instead, and nothing of it was applied."""
     engine = Engine(RuleSet.of(rule("by_n", key="{n}")))
     processor = StreamProcessor(
         engine,
@@ -194,11 +199,8 @@ def test_a_failed_dead_letter_retries_the_batch_from_its_first_record():
         DeadLetterWriter(Table("InternalServerError"), "t"),
     )
     bad = stream_record("INSERT", new={"pk": "a", "sk": "b"}, seq=41)  # no n: a dead letter
-    outcome = processor.process_event({"Records": ["junk", bad]})
-    assert outcome.response["batchItemFailures"] == [
-        {"itemIdentifier": bad["dynamodb"]["SequenceNumber"]}
-    ]
-    assert parse_record(bad).sequence_number == bad["dynamodb"]["SequenceNumber"]
+    with pytest.raises(WriteError):
+        processor.process_event({"Records": ["junk", bad]})
 
 
 def test_the_handler_wires_the_on_failure_queue_as_the_last_resort(tmp_path):

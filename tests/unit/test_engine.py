@@ -399,3 +399,13 @@ def test_coalesced_sum_beyond_38_digits_fails_the_later_record_only():
     assert batch.deltas["count#UA"].amount == 2
     assert [(f.sequence_number[-1], f.rule) for f in batch.failures] == [("2", "delay")]
     assert batch.failures[0].reason.startswith("the batch's sum for an aggregate needs more")
+
+
+def test_large_deltas_that_dynamodb_can_store_are_added_exactly():
+    """1E+40 has one significant digit: aligning it with 0 pads zeros, which loses nothing."""
+    from aggregator.core.numbers import add
+
+    assert add(Decimal(0), Decimal("1E+40")) == Decimal("1E+40")
+    assert add(Decimal("1E+40"), Decimal("-1E+40")) == 0
+    with pytest.raises(ArithmeticError):
+        add(Decimal("1E+40"), Decimal(1))  # 41 significant digits: not storable

@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 from decimal import Decimal
 
+import pytest
 from botocore.exceptions import ClientError
 
 from aggregator.core.engine import Engine
+from aggregator.core.exceptions import WriteError
 from aggregator.core.records import StreamRecord
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dynamodb.updates import resolved
@@ -125,20 +127,20 @@ def test_processor_reports_batch_item_failure():
     assert outcome.response == {"batchItemFailures": [{"itemIdentifier": "000000000000000000007"}]}
 
 
-def test_dead_letter_failure_retries_whole_batch_before_any_delta():
+def test_dead_letter_failure_fails_the_invocation_before_any_delta():
     client = FakeClient(fail_put=True)
     processor = StreamProcessor(Engine(RULES), AtLeastOnceWriter(client, "tbl"))
     bad = {"pk": "F", "sk": "x", "kind": "flight"}  # no carrier: count cannot evaluate
-    outcome = processor.process_event(
-        {
-            "Records": [
-                stream_record("INSERT", None, flight("UA"), seq=3),
-                stream_record("INSERT", None, bad, seq=4),
-            ]
-        }
-    )
-    assert outcome.response == {"batchItemFailures": [{"itemIdentifier": "000000000000000000003"}]}
-    assert [c[0] for c in client.calls] == ["put_item"]  # no update was sent
+    with pytest.raises(WriteError, match="could not dead-letter record"):
+        processor.process_event(
+            {
+                "Records": [
+                    stream_record("INSERT", None, flight("UA"), seq=3),
+                    stream_record("INSERT", None, bad, seq=4),
+                ]
+            }
+        )
+    assert [c[0] for c in client.calls] == ["put_item"]  # no update was sent: Lambda retries all
 
 
 def test_item_size_rules():

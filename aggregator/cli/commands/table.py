@@ -61,7 +61,8 @@ def check_table_cmd(table_name: str, definitions: Path, endpoint_url: str | None
     "--wait/--no-wait",
     default=True,
     show_default=True,
-    help="Wait for the table (and a new index) to be ACTIVE after each change",
+    help="Wait for the table (and a new index) to be ACTIVE after the last change (it always "
+    "waits between changes)",
 )
 def prepare_table_cmd(
     table_name: str, definitions: Path, endpoint_url: str | None, wait: bool

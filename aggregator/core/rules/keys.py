@@ -164,6 +164,62 @@ class KeyTemplate:
             display += (text, literal)
         return "".join(encoded), "".join(display)
 
+    def split_display(self, text: str) -> list[str]:
+        """The placeholder values, in order, of a key's display text: the template with raw
+        values, as :meth:`render` returns it and ``aggregator query list`` shows it.
+
+        ``"{origin}#{dest}"`` splits ``"JFK#LAX"`` into ``["JFK", "LAX"]``; a one-placeholder
+        template gives the text between its literal prefix and suffix (``"P#{pk}"``:
+        ``"P#bob"`` -> ``["bob"]``, ``"{pk}"``: the text itself); a literal template gives
+        ``[]`` for its own text. Values are raw, so one may contain a separator: the text then
+        splits in more than one way, and nothing is guessed.
+
+        Raises
+        ------
+        ValueError
+            When the text does not fit the template, or fits it in more than one way; one line
+            naming the problem (two of the readings when ambiguous).
+        """
+        shown, key = quote(text), quote(self.template)
+        if self.is_literal:
+            if text != self.template:
+                raise ValueError(f"key text {shown} is not the literal key {key}")
+            return []
+        head, *separators, tail = self.literals
+        problem = ""
+        if not text.startswith(head):
+            problem = f"it does not start with {quote(head)}"
+        elif not text.endswith(tail):
+            problem = f"it does not end with {quote(tail)}"
+        elif len(text) < len(head) + len(tail):
+            problem = "it is shorter than the key's literal text"
+        if problem:
+            raise ValueError(f"key text {shown} does not fit key {key}: {problem}")
+        body = text[len(head) : len(text) - len(tail)]
+        # Leftmost and rightmost placements of the separators: every split lies between the two
+        # (componentwise), so the split is unique exactly when they agree.
+        first, missing = _split_leftmost(body, separators)
+        if first is None:
+            before, after = self.placeholders[missing], self.placeholders[missing + 1]
+            raise ValueError(
+                f"key text {shown} does not fit key {key}: no {quote(separators[missing])} "
+                f"between {before} and {after}"
+            )
+        last = _split_rightmost(body, separators)
+        if first != last:
+            at = next(i for i, (a, b) in enumerate(zip(first, last, strict=True)) if a != b)
+            separator = separators[at]  # placed differently by the two readings
+            part = "" if any(separator in v for v in (*first, *last)) else "part of "
+            raise ValueError(
+                f"key text {shown} fits key {key} in more than one way ({self._reading(first)} "
+                f"or {self._reading(last)}): a value contains {part}{quote(separator)}; give the "
+                f"{len(self.placeholders)} values separately"
+            )
+        return first
+
+    def _reading(self, values: Sequence[str]) -> str:
+        return ", ".join(f"{n}={quote(v)}" for n, v in zip(self.placeholders, values, strict=True))
+
     def render(self, image: Mapping[str, Any]) -> tuple[str, str]:
         """Render the key for an image.
 
@@ -184,3 +240,33 @@ class KeyTemplate:
             except EvaluationError as exc:
                 raise EvaluationError(f"key attribute {quote(name)}: {exc}", exc.cause) from None
         return self._assemble(texts)
+
+
+def _split_leftmost(body: str, separators: Sequence[str]) -> tuple[list[str] | None, int]:
+    """Split ``body`` at the first occurrence of each separator in turn: ``(values, -1)``, or
+    ``(None, i)`` when separator ``i`` is not found (then no split exists)."""
+    values: list[str] = []
+    pos = 0
+    for i, separator in enumerate(separators):
+        at = body.find(separator, pos)
+        if at < 0:
+            return None, i
+        values.append(body[pos:at])
+        pos = at + len(separator)
+    values.append(body[pos:])
+    return values, -1
+
+
+def _split_rightmost(body: str, separators: Sequence[str]) -> list[str]:
+    """Split ``body`` at the last occurrence of each separator, from the end; only called when
+    :func:`_split_leftmost` found a split, so every separator is found."""
+    values: list[str] = []
+    end = len(body)
+    for separator in reversed(separators):
+        at = body.rfind(separator, 0, end)
+        assert at >= 0, "a leftmost split exists, so a rightmost one does"
+        values.append(body[at + len(separator) : end])
+        end = at
+    values.append(body[:end])
+    values.reverse()
+    return values
