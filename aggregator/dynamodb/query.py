@@ -148,7 +148,8 @@ class AggregateStore:
 
     Examples
     --------
-    ``store.get("flights_by_carrier", "UA")``, ``store.top("flights_by_carrier", 5)``,
+    ``store.get("flights_by_carrier", "UA")``, ``store.get("flights_by_route", "JFK#LAX")``
+    (the key as displayed; the same as ``["JFK", "LAX"]``), ``store.top("flights_by_carrier", 5)``,
     ``{a.key: a.value for a in store.list("flights_by_carrier")}``.
     """
 
@@ -170,18 +171,28 @@ class AggregateStore:
     def sort_key(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any] = ()) -> str:
         """The sort key of one aggregate.
 
-        ``key`` is the placeholder value for a one-placeholder template (``"UA"``), a sequence
-        of values in placeholder order, a mapping of placeholder names to values, or empty for
-        a literal key.
+        ``key`` is the placeholder value for a one-placeholder template (``"UA"``, also for a
+        value holding ``#``), the key as displayed (:attr:`Aggregate.key`, ``"JFK#LAX"``) for a
+        template with several placeholders, split at the template's literal text by
+        :meth:`~aggregator.core.rules.KeyTemplate.split_display`, a sequence of values in
+        placeholder order, a mapping of placeholder names to values, or empty (or the literal
+        itself) for a literal key.
 
         Raises
         ------
         QueryError
-            When the values do not fit the rule's key template.
+            When the values do not fit the rule's key template, or when displayed key text
+            splits in more than one way (a value holds a separator: give the values as a
+            sequence).
         """
         template = self._rule(rule).key
-        if isinstance(key, str):
-            values: list[Any] = [key]
+        if isinstance(key, str) and len(template.placeholders) > 1:
+            try:
+                values: list[Any] = template.split_display(key)
+            except ValueError as exc:
+                raise QueryError(f"rule {rule!r}: {exc}") from None
+        elif isinstance(key, str):
+            values = [key]
         elif isinstance(key, Mapping):
             missing = [p for p in template.placeholders if p not in key]
             if missing:
@@ -230,6 +241,8 @@ class AggregateStore:
 
     def get(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any] = ()) -> Aggregate | None:
         """One aggregate (strongly consistent read), or ``None`` if it was never written.
+
+        ``key`` as for :meth:`sort_key`: values, or the key as :meth:`list` displays it.
 
         Raises
         ------

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import re
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from aggregator.cli import clients
 from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
@@ -23,6 +28,49 @@ def _store(table_name: str, definitions: Path, endpoint_url: str | None) -> Any:
     )
 
 
+def _key(values: tuple[str, ...]) -> str | list[str]:
+    """The key arguments as AggregateStore takes them: one argument as text (the value of a
+    one-placeholder key, or the key as displayed, split at the template's separators), several
+    as the placeholder values in order."""
+    return values[0] if len(values) == 1 else list(values)
+
+
+def _not_found_hint(store: Any, rule: str, values: tuple[str, ...]) -> str:
+    """For a key with one placeholder and literal text around it (``P#{pk}``), whose single
+    argument is taken as the value: the value to give instead when the argument was the key as
+    displayed (``P#bob`` -> ``bob``)."""
+    template = store.rules.get(rule).key
+    if len(values) != 1 or len(template.placeholders) != 1 or template.literals == ("", ""):
+        return ""
+    try:
+        (value,) = template.split_display(values[0])
+    except ValueError:
+        return ""
+    return f"; if {values[0]} is the key as query list shows it, give its value: {value}"
+
+
+def _print_buckets(title: str, aggregates: list[Any]) -> None:
+    """Time buckets: each row's key, granularity and bucket start in columns of their own."""
+    console.print(f"\n[bold]{title}[/]")
+    table = Table()
+    table.add_column("#", justify="right")
+    table.add_column("key")
+    table.add_column("granularity")
+    table.add_column("bucket start")
+    table.add_column("value", justify="right")
+    for i, a in enumerate(aggregates, 1):
+        cells = (a.key, a.granularity or "", a.bucket or "")
+        table.add_row(str(i), *(Text(c) for c in cells), f"{a.value:,}")
+    console.print(table)
+
+
+def _print_rule_aggregates(store: Any, rule: str, title: str, aggregates: list[Any]) -> None:
+    if store.rules.get(rule).window is not None:
+        _print_buckets(title, aggregates)
+    else:
+        _print_aggregates(title, aggregates)
+
+
 @click.group()
 def query() -> None:
     """Read aggregates."""
@@ -37,14 +85,21 @@ def query() -> None:
 def query_get(
     rule: str, values: tuple[str, ...], table_name: str, definitions: Path, endpoint_url: str | None
 ) -> None:
-    """One aggregate: RULE and the key's placeholder values in order (none for a literal key)."""
+    """One aggregate: RULE and its key, as query list shows it (JFK#LAX) or as the key's
+    placeholder values in order (JFK LAX); nothing for a literal key.
+
+    With one placeholder the argument is its value. When a value holds a separator of the key
+    ('#'), the key text can split in several ways: give the values separately."""
     store = _store(table_name, definitions, endpoint_url)
     # key text is the same for a string and a number attribute (numbers render in plain form)
-    aggregate = store.get(rule, list(values))
+    aggregate = store.get(rule, _key(values))
     if aggregate is None:
-        console.print(f"{rule} {' '.join(values)}: no aggregate (nothing counted yet)")
+        hint = _not_found_hint(store, rule, values)
+        console.print(
+            f"{rule} {' '.join(values)}: no aggregate (nothing counted yet){hint}", markup=False
+        )
         raise SystemExit(1)
-    console.print(f"{rule} {aggregate.key}: {aggregate.value}")
+    console.print(f"{rule} {aggregate.key}: {aggregate.value}", markup=False)
 
 
 @query.command("list")
@@ -53,9 +108,10 @@ def query_get(
 @_definitions_option
 @_endpoint_option
 def query_list(rule: str, table_name: str, definitions: Path, endpoint_url: str | None) -> None:
-    """Every aggregate of RULE, in key order."""
+    """Every aggregate of RULE, in key order (a windowed rule's with their granularity and
+    bucket start)."""
     store = _store(table_name, definitions, endpoint_url)
-    _print_aggregates(rule, list(store.list(rule)))
+    _print_rule_aggregates(store, rule, rule, list(store.list(rule)))
 
 
 @query.command("top")
@@ -69,7 +125,7 @@ def query_top(
 ) -> None:
     """The N largest aggregates of RULE (leaderboard index when the rule has one)."""
     store = _store(table_name, definitions, endpoint_url)
-    _print_aggregates(f"top {n}: {rule}", store.top(rule, n))
+    _print_rule_aggregates(store, rule, f"top {n}: {rule}", store.top(rule, n))
 
 
 @query.command("histogram")
@@ -109,12 +165,37 @@ def _instant(value: str | None) -> int | None:
         raise QueryError(f"bad time: {exc}") from None
 
 
+def _now_instant(value: str) -> int:
+    """``--now``: epoch seconds (fractions allowed) or an ISO 8601 time with an offset, rounded
+    up to a whole second as the clock's "now" is, so the window's end moves as it would."""
+    from aggregator.core.exceptions import QueryError
+    from aggregator.core.windows import parse_instant
+
+    text = value.strip()
+    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", text):
+        return math.ceil(Decimal(text))
+    try:
+        seconds = parse_instant(text)
+    except AggregatorError as exc:
+        raise QueryError(f"--now: bad time: {exc}") from None
+    return seconds + (1 if datetime.fromisoformat(text).microsecond else 0)
+
+
 @query.command("window")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
 @click.option("--last", default=None, help="Sliding window length, e.g. 24h, 90m, 1h30m")
+@click.option(
+    "--now",
+    "now",
+    default=None,
+    help="With --last: end the window at this time instead of the current one (ISO 8601 with "
+    "offset, or epoch s)",
+)
 @click.option("--start", default=None, help="Range start (ISO 8601 with offset, or epoch s)")
-@click.option("--end", default=None, help="Range end, exclusive (default: now with --last)")
+@click.option(
+    "--end", default=None, help="Range end with --start, exclusive (with --last: as --now)"
+)
 @_table_option
 @_definitions_option
 @_endpoint_option
@@ -122,25 +203,34 @@ def query_window(
     rule: str,
     values: tuple[str, ...],
     last: str | None,
+    now: str | None,
     start: str | None,
     end: str | None,
     table_name: str,
     definitions: Path,
     endpoint_url: str | None,
 ) -> None:
-    """Count or sum of a windowed RULE for one key (its placeholder values) over --last D
-    (ending now or at --end) or over [--start, --end)."""
+    """Count or sum of a windowed RULE for one key (its placeholder values, or the key as query
+    list shows it) over --last D, ending now or at --now T, or over [--start, --end).
+
+    Edges move up to the next boundary of the rule's finest buckets, so the bucket holding the
+    end counts in full. Buckets are judged expired at the current time, with --now too."""
     from aggregator.core.exceptions import QueryError
     from aggregator.core.windows import parse_duration
 
+    if now is not None and last is None:
+        raise QueryError(
+            "--now needs --last: it ends a sliding window; use --start/--end for a range"
+        )
+    if now is not None and end is not None:
+        raise QueryError("give --now or --end with --last, not both (they set the same end)")
     try:
         seconds = None if last is None else parse_duration(last)
     except ValueError as exc:
         raise QueryError(f"--last: {exc}") from None
+    end_seconds = _now_instant(now) if now is not None else _instant(end)
     store = _store(table_name, definitions, endpoint_url)
-    result = store.window(
-        rule, list(values), start=_instant(start), end=_instant(end), last=seconds
-    )
+    result = store.window(rule, _key(values), start=_instant(start), end=end_seconds, last=seconds)
     table = Table(title=f"{rule} {result.key}", title_justify="left", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")

@@ -1,0 +1,171 @@
+"""``aggregator query get|list|window`` on DynamoDB Local, over aggregates the stream runner
+wrote: keys as ``query list`` shows them, bucket columns of windowed rules, ``--now``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from aggregator.cli import main
+from aggregator.core.engine import Engine
+from aggregator.core.rules import load_rules
+from aggregator.dynamodb.modes import make_writer
+from aggregator.dynamodb.table import create_table
+from aggregator.runtime.processor import StreamProcessor
+from aggregator.runtime.runner import StreamRunner
+from tests.factories import ddb_json
+
+pytestmark = pytest.mark.integration
+
+RULES_YAML = """\
+version: 1
+rules:
+  - name: flights_by_route
+    match: {origin: {exists: true}, dest: {exists: true}}
+    key: "{origin}#{dest}"
+  - name: paths_per_player
+    match: {sk: {prefix: "PATH#"}}
+    key: "{pk}"
+  - name: departures
+    match: {ts: {exists: true}}
+    key: "{origin}"
+    window: {time: ts, unit: epoch_seconds, granularities: [hour, minute]}
+"""
+T = 1_357_016_400  # 2013-01-01T05:00:00Z
+
+
+class Setup:
+    def __init__(self, endpoint: str, name: str, defs: Path) -> None:
+        self.endpoint, self.name, self.defs = endpoint, name, defs
+
+    def query(self, *args: str) -> Result:
+        try:
+            runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
+        except TypeError:
+            runner = CliRunner()
+        common = ["--table", self.name, "-d", str(self.defs), "--endpoint-url", self.endpoint]
+        result = runner.invoke(main, ["query", *args, *common], env={"COLUMNS": "200"})
+        assert "Traceback" not in result.stdout + result.stderr
+        return result
+
+
+@pytest.fixture(scope="module")
+def setup(dynamodb_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """One table for the module: flights on three routes (two of them displayed alike), a
+    player whose key holds '#', departures over two hours; aggregated by the stream runner."""
+    ddb = dynamodb_local.client("dynamodb")
+    streams = dynamodb_local.client("dynamodbstreams")
+    name = f"query-cli-{os.getpid()}"
+    arn = create_table(ddb, name)
+    defs = tmp_path_factory.mktemp("rules") / "rules.yaml"
+    defs.write_text(RULES_YAML)
+    items: list[dict[str, Any]] = []
+    routes = [("JFK", "LAX")] * 3 + [("A#B", "C")] + [("A", "B#C")] * 2
+    items += [
+        {"pk": "F", "sk": f"F#{i}", "origin": o, "dest": d} for i, (o, d) in enumerate(routes)
+    ]
+    items += [{"pk": "PLAYER#bob", "sk": f"PATH#{i}"} for i in range(4)]
+    # JFK departures: 05:00:10, 05:01:10, 05:59:59, 06:00:00, 06:30:27
+    times = [T + 10, T + 70, T + 3599, T + 3600, T + 5427]
+    items += [{"pk": "D", "sk": f"D#{i}", "origin": "JFK", "ts": t} for i, t in enumerate(times)]
+    for item in items:
+        ddb.put_item(TableName=name, Item=ddb_json(item))
+    writer = make_writer("at-least-once", ddb, name)
+    StreamRunner(StreamProcessor(Engine(load_rules(defs)), writer), streams, arn).run()
+    yield Setup(dynamodb_local.endpoint_url, name, defs)
+    ddb.delete_table(TableName=name)
+
+
+def rows(output: str) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.split(line[0])[1:-1]]
+        for line in output.splitlines()
+        if line[:1] in ("│", "┃")
+    ]
+
+
+def test_get_takes_the_key_as_listed_or_its_values(setup):
+    listed = setup.query("list", "flights_by_route")
+    assert listed.exit_code == 0, listed.stderr
+    # two routes are displayed alike: ('A#B', 'C') and ('A', 'B#C')
+    assert rows(listed.stdout) == [
+        ["#", "key", "value"],
+        ["1", "A#B#C", "2"],
+        ["2", "A#B#C", "1"],
+        ["3", "JFK#LAX", "3"],
+    ]
+    for args in (["JFK#LAX"], ["JFK", "LAX"]):
+        result = setup.query("get", "flights_by_route", *args)
+        assert (result.exit_code, result.stdout) == (0, "flights_by_route JFK#LAX: 3\n")
+    result = setup.query("get", "flights_by_route", "A#B", "C")
+    assert (result.exit_code, result.stdout) == (0, "flights_by_route A#B#C: 1\n")
+    result = setup.query("get", "flights_by_route", "A", "B#C")
+    assert (result.exit_code, result.stdout) == (0, "flights_by_route A#B#C: 2\n")
+
+    # the listed text of those two is ambiguous: said in one line, nothing guessed
+    result = setup.query("get", "flights_by_route", "A#B#C")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "error: rule 'flights_by_route': key text 'A#B#C' fits key '{origin}#{dest}' in more "
+        "than one way (origin='A', dest='B#C' or origin='A#B', dest='C'): a value contains '#'; "
+        "give the 2 values separately"
+    ]
+
+    # one placeholder: the text is the value, '#' and all
+    result = setup.query("get", "paths_per_player", "PLAYER#bob")
+    assert (result.exit_code, result.stdout) == (0, "paths_per_player PLAYER#bob: 4\n")
+
+
+def test_list_of_a_windowed_rule_shows_granularity_and_bucket_start(setup):
+    result = setup.query("list", "departures")
+    assert result.exit_code == 0, result.stderr
+    assert rows(result.stdout) == [
+        ["#", "key", "granularity", "bucket start", "value"],
+        ["1", "JFK", "hour", "2013-01-01T05:00:00Z", "3"],
+        ["2", "JFK", "hour", "2013-01-01T06:00:00Z", "2"],
+        ["3", "JFK", "minute", "2013-01-01T05:00:00Z", "1"],
+        ["4", "JFK", "minute", "2013-01-01T05:01:00Z", "1"],
+        ["5", "JFK", "minute", "2013-01-01T05:59:00Z", "1"],
+        ["6", "JFK", "minute", "2013-01-01T06:00:00Z", "1"],
+        ["7", "JFK", "minute", "2013-01-01T06:30:00Z", "1"],
+    ]
+
+
+def window(setup: Setup, *args: str) -> dict[str, str]:
+    result = setup.query("window", "departures", "JFK", *args)
+    assert result.exit_code == 0, result.stderr
+    return {cells[0]: cells[1] for cells in rows(result.stdout) if cells[0]}
+
+
+@pytest.mark.parametrize(
+    ("now", "expected_range", "value"),
+    [
+        ("2013-01-01T06:00:00Z", "[2013-01-01T05:00:00Z, 2013-01-01T06:00:00Z)", "3"),
+        (str(T + 3600), "[2013-01-01T05:00:00Z, 2013-01-01T06:00:00Z)", "3"),
+        # 06:30:27 rounds up to 06:31 as the clock's now would: 05:31 .. 06:30 holds 3
+        ("2013-01-01T06:30:27Z", "[2013-01-01T05:31:00Z, 2013-01-01T06:31:00Z)", "3"),
+        ("2013-01-01T01:30:27-05:00", "[2013-01-01T05:31:00Z, 2013-01-01T06:31:00Z)", "3"),
+        # 05:00:00.5 is inside the minute 05:00, which then counts: [04:01, 05:01)
+        ("2013-01-01T05:00:00.5Z", "[2013-01-01T04:01:00Z, 2013-01-01T05:01:00Z)", "1"),
+    ],
+)
+def test_window_last_with_now(setup, now, expected_range, value):
+    shown = window(setup, "--last", "1h", "--now", now)
+    assert (shown["range"], shown["value"]) == (expected_range, value)
+    # --end with --last ends the window at the same place, as it always has
+    if "." not in now:
+        assert window(setup, "--last", "1h", "--end", now) == shown
+
+
+def test_window_now_without_last_is_one_line(setup):
+    result = setup.query("window", "departures", "JFK", "--now", "2013-01-01T06:00:00Z")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: --now needs --last: it ends a sliding window; use --start/--end for a range"
+    ]
