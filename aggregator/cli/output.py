@@ -8,8 +8,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err_console = Console(stderr=True)
+# soft_wrap: a line of text is never broken at the terminal's width (80 when output is not a
+# terminal), so messages stay one line each for scripts and logs; tables still fit the width
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def _print_aggregates(title: str, aggregates: list[Any]) -> None:

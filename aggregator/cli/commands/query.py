@@ -96,10 +96,12 @@ def query_get(
     if aggregate is None:
         hint = _not_found_hint(store, rule, values)
         console.print(
-            f"{rule} {' '.join(values)}: no aggregate (nothing counted yet){hint}", markup=False
+            f"{rule} {' '.join(values)}: no aggregate (nothing counted yet){hint}",
+            markup=False,
+            soft_wrap=True,  # one line whatever the terminal's width
         )
         raise SystemExit(1)
-    console.print(f"{rule} {aggregate.key}: {aggregate.value}", markup=False)
+    console.print(f"{rule} {aggregate.key}: {aggregate.value}", markup=False, soft_wrap=True)
 
 
 @query.command("list")
