@@ -84,6 +84,10 @@ __all__ = [
     "replay_dead_letters",
 ]
 
+DEFAULT_REPLAY_MIN_AGE_SECONDS = 25 * 3600
+"""Replay only dead letters older than this: the template's ``MaximumRecordAgeInSeconds`` (24 h)
+plus an hour, after which Lambda can no longer deliver their record again."""
+
 RECORD_FORMS = ("json", "zlib", "keys", "digest")
 """How a dead letter keeps its record, most complete first (module docstring)."""
 
@@ -166,6 +170,7 @@ class ReplayResult:
     replayed: int = 0
     no_change: int = 0
     already_replayed: int = 0
+    too_recent: int = 0
     still_failing: list[str] = field(default_factory=list)
 
 
@@ -417,13 +422,18 @@ def replay_dead_letters(
     rules: RuleSet,
     *,
     layout: TableLayout | None = None,
+    min_age_seconds: float = DEFAULT_REPLAY_MIN_AGE_SECONDS,
+    clock: Any = time.time,
 ) -> ReplayResult:
     """Re-apply every dead letter whose rule now evaluates, exactly once (on ``layout``,
     default the rule set's).
 
     Dead letters whose rule still fails or no longer exists, and those that are not replayable
     (a malformed record, a record kept only by its keys or digest), stay in place and are
-    reported in ``still_failing``.
+    reported in ``still_failing``. Letters written less than ``min_age_seconds`` ago (default
+    25 h) are left for later and counted in ``too_recent``: until then Lambda may still deliver
+    their batch again (``MaximumRecordAgeInSeconds``, 24 h in the template), and a redelivery
+    after a replay would dead-letter the record anew, to be replayed a second time.
 
     Raises
     ------
@@ -433,8 +443,12 @@ def replay_dead_letters(
     layout = rules.layout if layout is None else layout
     result = ReplayResult()
     by_name = {r.name: r for r in rules}
+    horizon = clock() - min_age_seconds
     for letter in list_dead_letters(client, table_name, layout=layout):
         where = f"{letter.sort_key}"
+        if datetime.fromisoformat(letter.failed_at).timestamp() > horizon:
+            result.too_recent += 1
+            continue
         if not letter.replayable or letter.rule == RECORD_RULE:
             why = (
                 "the record is malformed"

@@ -414,7 +414,7 @@ def test_replay_restores_a_zlib_dead_letter_after_the_rule_is_fixed(invoke, ddb,
             "delta: {attribute: points}",
         )
     )
-    result = replay_dead_letters(ddb, table_name, load_rules(fixed))
+    result = replay_dead_letters(ddb, table_name, load_rules(fixed), min_age_seconds=0)
     assert (result.replayed, result.still_failing) == (1, [])
     # per_hour (now a sum of points, no window) gains bob's change 2 -> 5
     store = AggregateStore(ddb, table_name, load_rules(fixed))

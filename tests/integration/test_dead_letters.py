@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +15,8 @@ from aggregator.dynamodb.deadletters import list_dead_letters, replay_dead_lette
 from tests.integration.harness import pipeline, put, stored
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BROKEN = RuleSet.of(
     rule("points", match={"sk": {"prefix": "PATH#"}}, key="{owner}", delta={"attribute": "points"})
@@ -52,14 +56,28 @@ def test_replay_applies_each_dead_letter_once(dynamodb_local, ddb, streams, tabl
     assert "cause" in result.output and "replayable" in result.output  # the table's columns
 
     # replaying with rules that still fail changes nothing and keeps both
-    still = replay_dead_letters(ddb, name, BROKEN)
+    # by default letters younger than 25 h wait: Lambda may still deliver their batch again
+    result = CliRunner().invoke(
+        main,
+        ["replay-dead-letters", "--table", name, "--endpoint-url", dynamodb_local.endpoint_url],
+        env={"AGGREGATOR_DEFINITIONS": str(ROOT / "definitions" / "cloud_adventure.yaml")},
+    )
+    assert result.exit_code == 0, result.output
+    assert "replayed 0, no change 0, already replayed 0, too recent 2, still failing 0" in (
+        result.output
+    )
+    waiting = replay_dead_letters(ddb, name, COUNTING)
+    assert (waiting.too_recent, waiting.replayed, waiting.still_failing) == (2, 0, [])
+    later = replay_dead_letters(ddb, name, BROKEN, clock=lambda: time.time() + 25 * 3600 + 1)
+    assert (later.too_recent, later.replayed, len(later.still_failing)) == (0, 0, 2)
+    still = replay_dead_letters(ddb, name, BROKEN, min_age_seconds=0)
     assert (still.replayed, len(still.still_failing)) == (0, 2)
 
     # the fixed rule (count paths) evaluates ann's record; bob's has no owner and stays
-    first = replay_dead_letters(ddb, name, COUNTING)
+    first = replay_dead_letters(ddb, name, COUNTING, min_age_seconds=0)
     assert (first.replayed, first.already_replayed, len(first.still_failing)) == (1, 0, 1)
     assert stored(ddb, name, COUNTING) == {"points": {"ann": Decimal(3)}}
-    second = replay_dead_letters(ddb, name, COUNTING)
+    second = replay_dead_letters(ddb, name, COUNTING, min_age_seconds=0)
     assert (second.replayed, len(second.still_failing)) == (0, 1)
     assert stored(ddb, name, COUNTING) == {"points": {"ann": Decimal(3)}}
     assert [d.reason for d in list_dead_letters(ddb, name)] == [

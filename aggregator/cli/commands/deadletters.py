@@ -62,19 +62,46 @@ def dead_letters_cmd(table_name: str, definitions: Path | None, endpoint_url: st
 @_table_option
 @_definitions_option
 @_endpoint_option
-def replay_dead_letters_cmd(table_name: str, definitions: Path, endpoint_url: str | None) -> None:
+@click.option(
+    "--min-age",
+    default="25h",
+    show_default=True,
+    help="Replay only letters at least this old (e.g. 25h, 90m, 0): until the stream's records "
+    "are past the event source mapping's maximum record age (24 h in template.yaml), Lambda may "
+    "deliver them again, and a replayed letter could be applied twice",
+)
+def replay_dead_letters_cmd(
+    table_name: str, definitions: Path, endpoint_url: str | None, min_age: str
+) -> None:
     """Re-apply dead-lettered records exactly once with the current (fixed) rules."""
+    from aggregator.core.exceptions import ConfigError
     from aggregator.core.rules import load_rules
+    from aggregator.core.windows import parse_duration
     from aggregator.dynamodb.deadletters import replay_dead_letters
 
+    try:
+        min_age_seconds = 0 if min_age.strip() == "0" else parse_duration(min_age)
+    except ValueError as exc:
+        raise ConfigError(f"--min-age: {exc}") from None
     rules = load_rules(definitions)
     result = replay_dead_letters(
-        clients.make_client("dynamodb", endpoint_url), table_name, rules, layout=rules.layout
+        clients.make_client("dynamodb", endpoint_url),
+        table_name,
+        rules,
+        layout=rules.layout,
+        min_age_seconds=min_age_seconds,
     )
     console.print(
         f"replayed {result.replayed}, no change {result.no_change}, "
-        f"already replayed {result.already_replayed}, still failing {len(result.still_failing)}"
+        f"already replayed {result.already_replayed}, too recent {result.too_recent}, "
+        f"still failing {len(result.still_failing)}"
     )
+    if result.too_recent:
+        console.print(
+            f"  {result.too_recent} letter(s) younger than {min_age} left for a later replay "
+            "(--min-age 0 replays them now, if no batch of theirs can be delivered again)",
+            highlight=False,
+        )
     for line in result.still_failing:
         console.print(f"  {line}", highlight=False)
     if result.still_failing:
