@@ -60,3 +60,28 @@ def stream_record(
     if ttl:
         record["userIdentity"] = dict(TTL_IDENTITY)
     return record
+
+
+class AggregatesStub:
+    """A DynamoDB client stand-in over a dict of aggregate sort key -> item attributes (DynamoDB
+    JSON): ``get_item`` by sort key, ``query`` by sort-key prefix (``:prefix``) or ``BETWEEN``
+    range (``:low``/``:high``). ``requests`` records ``(operation, arguments)``."""
+
+    def __init__(self, items: dict[str, dict[str, Any]]) -> None:
+        self.items = items
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+
+    def get_item(self, **kwargs: Any) -> dict[str, Any]:
+        self.requests.append(("get_item", kwargs))
+        sk = kwargs["Key"]["sk"]["S"]
+        return {"Item": {"sk": {"S": sk}, **self.items[sk]}} if sk in self.items else {}
+
+    def query(self, **kwargs: Any) -> dict[str, Any]:
+        self.requests.append(("query", kwargs))
+        values = kwargs["ExpressionAttributeValues"]
+        if ":low" in values:
+            low, high = values[":low"]["S"], values[":high"]["S"]
+            keys = sorted(k for k in self.items if low <= k <= high)
+        else:
+            keys = sorted(k for k in self.items if k.startswith(values[":prefix"]["S"]))
+        return {"Items": [{"sk": {"S": k}, **self.items[k]} for k in keys]}

@@ -18,6 +18,7 @@ import aggregator.cli.clients as clients
 from aggregator.cli import main
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.query import AggregateStore
+from tests.factories import AggregatesStub
 
 RULES_YAML = """\
 version: 1
@@ -35,29 +36,6 @@ rules:
     window: {time: ts, unit: epoch_seconds, granularities: [hour, minute]}
 """
 T = 1_357_016_400  # 2013-01-01T05:00:00Z
-
-
-class StubClient:
-    """GetItem and Query over a dict of sort key -> item attributes (DynamoDB JSON)."""
-
-    def __init__(self, items: dict[str, dict[str, Any]]) -> None:
-        self.items = items
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-
-    def get_item(self, **kwargs: Any) -> dict[str, Any]:
-        self.requests.append(("get_item", kwargs))
-        sk = kwargs["Key"]["sk"]["S"]
-        return {"Item": {"sk": {"S": sk}, **self.items[sk]}} if sk in self.items else {}
-
-    def query(self, **kwargs: Any) -> dict[str, Any]:
-        self.requests.append(("query", kwargs))
-        values = kwargs["ExpressionAttributeValues"]
-        if ":low" in values:
-            low, high = values[":low"]["S"], values[":high"]["S"]
-            keys = sorted(k for k in self.items if low <= k <= high)
-        else:
-            keys = sorted(k for k in self.items if k.startswith(values[":prefix"]["S"]))
-        return {"Items": [{"sk": {"S": k}, **self.items[k]} for k in keys]}
 
 
 def counter(value: int, key: str | None = None, **attributes: str) -> dict[str, Any]:
@@ -87,8 +65,8 @@ ITEMS = {
 
 
 @pytest.fixture
-def stub(monkeypatch: pytest.MonkeyPatch) -> StubClient:
-    client = StubClient(ITEMS)
+def stub(monkeypatch: pytest.MonkeyPatch) -> AggregatesStub:
+    client = AggregatesStub(ITEMS)
     monkeypatch.setattr(clients, "make_client", lambda service, endpoint_url=None: client)
     return client
 
@@ -235,7 +213,7 @@ def window_range(result: Result) -> str:
 )
 def test_now_ends_the_window_as_the_clock_would(stub, defs, now, clock):
     result = query(defs, "window", "events", "p1", "--last", "1h", "--now", now)
-    store = AggregateStore(StubClient(ITEMS), "t", load_rules(defs))
+    store = AggregateStore(AggregatesStub(ITEMS), "t", load_rules(defs))
     expected = store.window("events", "p1", last=3600, now=clock)
     assert window_range(result) == f"[{expected.start_text}, {expected.end_text})"
 
@@ -289,7 +267,7 @@ def test_now_errors_are_one_line(stub, defs, args, message):
 
 
 def test_window_takes_the_key_as_listed(monkeypatch, tmp_path):
-    client = StubClient({})
+    client = AggregatesStub({})
     monkeypatch.setattr(clients, "make_client", lambda service, endpoint_url=None: client)
     path = tmp_path / "rules.yaml"
     path.write_text(

@@ -11,6 +11,7 @@ import pytest
 from aggregator.core.exceptions import QueryError
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dynamodb.query import AggregateStore
+from tests.factories import AggregatesStub
 
 RULES = RuleSet.of(
     rule(
@@ -27,24 +28,6 @@ RULES = RuleSet.of(
     rule("players_by_paths", source="per_player", key="{value}"),
 )
 T = 1_357_016_400  # 2013-01-01T05:00:00Z
-
-
-class StubClient:
-    """Answers Query with the items whose sort key lies in the BETWEEN range."""
-
-    def __init__(self, items: dict[str, dict[str, Any]]) -> None:
-        self.items = items
-        self.requests: list[dict[str, Any]] = []
-
-    def query(self, **kwargs: Any) -> dict[str, Any]:
-        self.requests.append(kwargs)
-        values = kwargs["ExpressionAttributeValues"]
-        if ":low" in values:
-            low, high = values[":low"]["S"], values[":high"]["S"]
-            keys = sorted(k for k in self.items if low <= k <= high)
-        else:
-            keys = sorted(k for k in self.items if k.startswith(values[":prefix"]["S"]))
-        return {"Items": [{"sk": {"S": k}, **self.items[k]} for k in keys]}
 
 
 def bucket(value: int, ttl: int | None = None) -> dict[str, Any]:
@@ -66,7 +49,7 @@ def test_sliding_window_reads_hour_run_and_minute_edges_in_three_queries():
         "events#p1#minute#2013-01-02T04:59:00Z": bucket(500),  # at the end: excluded
         "events#p2#minute#2013-01-02T04:00:00Z": bucket(7000),  # another key
     }
-    client = StubClient(items)
+    client = AggregatesStub(items)
     store = AggregateStore(client, "t", RULES)
     now = T + 86400 - 61.5  # 2013-01-02T04:58:58.5Z: the window ends at 04:59
     result = store.window("events", "p1", last=86400, now=now)
@@ -80,14 +63,14 @@ def test_sliding_window_reads_hour_run_and_minute_edges_in_three_queries():
     assert (result.requests, result.items_read, result.complete) == (3, 5, True)
     ranges = [
         (r["ExpressionAttributeValues"][":low"]["S"], r["ExpressionAttributeValues"][":high"]["S"])
-        for r in client.requests
+        for _, r in client.requests
     ]
     assert ranges == [
         ("events#p1#minute#2013-01-01T04:59:00Z", "events#p1#minute#2013-01-01T04:59:00Z"),
         ("events#p1#hour#2013-01-01T05:00:00Z", "events#p1#hour#2013-01-02T03:00:00Z"),
         ("events#p1#minute#2013-01-02T04:00:00Z", "events#p1#minute#2013-01-02T04:58:00Z"),
     ]
-    assert all(r["ConsistentRead"] for r in client.requests)
+    assert all(r["ConsistentRead"] for _, r in client.requests)
 
 
 def test_expired_buckets_are_not_counted_and_the_result_says_incomplete():
@@ -95,7 +78,7 @@ def test_expired_buckets_are_not_counted_and_the_result_says_incomplete():
         "events#p1#hour#2013-01-01T05:00:00Z": bucket(10, ttl=T + 3600 + 90000),
         "events#p1#hour#2013-01-01T06:00:00Z": bucket(5, ttl=T + 7200 + 90000),
     }
-    store = AggregateStore(StubClient(items), "t", RULES)
+    store = AggregateStore(AggregatesStub(items), "t", RULES)
     now = T + 3600 + 90000  # the first bucket's TTL: expired at that very second
     result = store.window("events", "p1", start=T, end=T + 7200, now=now)
     assert result.value == Decimal(5)
@@ -116,13 +99,13 @@ def test_expired_buckets_are_not_counted_and_the_result_says_incomplete():
     ],
 )
 def test_bad_ranges_are_query_errors(kwargs, message):
-    store = AggregateStore(StubClient({}), "t", RULES)
+    store = AggregateStore(AggregatesStub({}), "t", RULES)
     with pytest.raises(QueryError, match=message):
         store.window("events", "p1", now=T, **kwargs)
 
 
 def test_window_needs_a_windowed_rule_and_get_refuses_one():
-    store = AggregateStore(StubClient({}), "t", RULES)
+    store = AggregateStore(AggregatesStub({}), "t", RULES)
     with pytest.raises(QueryError, match="has no window"):
         store.window("per_player", "ann", last=3600, now=T)
     with pytest.raises(QueryError, match="keeps time buckets"):
@@ -130,7 +113,7 @@ def test_window_needs_a_windowed_rule_and_get_refuses_one():
 
 
 def test_unaligned_edges_move_up_to_the_next_minute():
-    store = AggregateStore(StubClient({}), "t", RULES)
+    store = AggregateStore(AggregatesStub({}), "t", RULES)
     result = store.window("events", "p1", start=T + 1, end=T + 60, now=T + 60)
     assert (result.start, result.end) == (T + 60, T + 60) and result.parts == []
     assert result.requests == 0 and result.value == 0
@@ -143,7 +126,7 @@ def test_histogram_sorts_numerically_and_drops_zero_counts():
         "players_by_paths#9": bucket(0),
         "players_by_paths#-1": bucket(2),
     }
-    rows = AggregateStore(StubClient(items), "t", RULES).histogram("players_by_paths")
+    rows = AggregateStore(AggregatesStub(items), "t", RULES).histogram("players_by_paths")
     assert [(r.value, r.count) for r in rows] == [
         (Decimal(-1), Decimal(2)),
         (Decimal(2), Decimal(3)),
