@@ -12,8 +12,8 @@ from aggregator.core.rules import RuleSet, rule
 from aggregator.core.windows import Granularity
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.writer import AtLeastOnceWriter
-from tests.factories import stream_record
-from tests.unit.test_query_window import StubClient, bucket
+from tests.factories import AggregatesStub, stream_record
+from tests.unit.test_query_window import bucket
 from tests.unit.test_writer import FakeClient
 
 T = 1_357_016_400  # 2013-01-01T05:00:00Z
@@ -77,7 +77,7 @@ def test_granularity_label_form_is_accepted_as_input():
 def test_histogram_keeps_non_numeric_keys_as_text():
     items = {"h#NaN": bucket(1), "h#1_000": bucket(2), "h#7": bucket(3)}
     rules = RuleSet.of(rule("src", key="{pk}"), rule("h", source="src", key="{value}"))
-    rows = AggregateStore(StubClient(items), "t", rules).histogram("h")
+    rows = AggregateStore(AggregatesStub(items), "t", rules).histogram("h")
     assert [(r.value, r.count) for r in rows] == [
         ("1_000", Decimal(2)),
         (Decimal(7), Decimal(3)),
