@@ -298,7 +298,7 @@ def _script() -> str:
         return str(script)
     found = shutil.which("aggregator")
     if found is None:  # pragma: no cover - the package is always installed in .venv
-        pytest.skip("the aggregator script is not installed")
+        pytest.fail("the aggregator script is not installed (make install)")
     return found
 
 
