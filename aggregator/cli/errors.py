@@ -231,7 +231,7 @@ def _print_error(message: str) -> None:
     """``error: <message>`` on stderr, never re-wrapped and never read as rich markup."""
     line = Text("error:", style="bold red")
     line.append(f" {message}")
-    err_console.print(line, highlight=False, soft_wrap=True)
+    err_console.print(line, highlight=False)
 
 
 def _quiet_broken_pipe() -> None:

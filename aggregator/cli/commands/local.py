@@ -82,4 +82,6 @@ def create_table_cmd(table_name: str, definitions: Path | None, endpoint_url: st
 
     layout = layout_of(definitions)
     arn = create_table(clients.make_client("dynamodb", endpoint_url), table_name, layout=layout)
-    console.print(f"table {table_name} ready; stream {arn}", soft_wrap=True)  # ARN unbroken
+    console.print(
+        f"table {table_name} ready; stream {arn}"
+    )  # the consoles never wrap text: the ARN stays whole

@@ -98,10 +98,9 @@ def query_get(
         console.print(
             f"{rule} {' '.join(values)}: no aggregate (nothing counted yet){hint}",
             markup=False,
-            soft_wrap=True,  # one line whatever the terminal's width
         )
         raise SystemExit(1)
-    console.print(f"{rule} {aggregate.key}: {aggregate.value}", markup=False, soft_wrap=True)
+    console.print(f"{rule} {aggregate.key}: {aggregate.value}", markup=False)
 
 
 @query.command("list")
@@ -251,5 +250,4 @@ def query_window(
             "warning: part of the range is past the rule's retention; expired buckets may "
             "already be deleted, so the value can be too small",
             highlight=False,
-            soft_wrap=True,
         )

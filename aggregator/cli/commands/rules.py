@@ -70,7 +70,7 @@ def filter_criteria_cmd(definitions: Path, template: Path | None) -> None:
         return
     problems = check_template(template, rules)
     for problem in problems:
-        err_console.print(Text(problem), highlight=False, soft_wrap=True)
+        err_console.print(Text(problem), highlight=False)
     if problems:
         raise SystemExit(1)
     console.print(f"{template}: stream filters match the rules in {definitions}")

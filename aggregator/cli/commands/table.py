@@ -37,13 +37,10 @@ def check_table_cmd(table_name: str, definitions: Path, endpoint_url: str | None
                 else ""
             ),
             highlight=False,
-            soft_wrap=True,
         )
         return
     for problem in problems:
-        err_console.print(
-            f"problem: {problem.line()}", highlight=False, soft_wrap=True, markup=False
-        )
+        err_console.print(f"problem: {problem.line()}", highlight=False, markup=False)
     fixable = sum(p.preparable for p in problems)
     err_console.print(
         f"{len(problems)} problem(s); `aggregator prepare-table` fixes {fixable} of them",
@@ -82,9 +79,7 @@ def prepare_table_cmd(
         report=lambda line: console.print(f"changed: {line}", highlight=False, markup=False),
     )
     for problem in left:
-        err_console.print(
-            f"problem: {problem.line()}", highlight=False, soft_wrap=True, markup=False
-        )
+        err_console.print(f"problem: {problem.line()}", highlight=False, markup=False)
     if left:
         raise SystemExit(1)
     console.print(
