@@ -64,10 +64,12 @@ __all__ = [
     "MalformedRecord",
     "StreamRecord",
     "deserialize_value",
+    "json_digest",
     "pad_sequence_number",
     "parse_event",
     "parse_record",
     "record_digest",
+    "record_json",
 ]
 
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"
@@ -298,11 +300,27 @@ def _problem(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}, got {quote(err.get('input'), 24)}"
 
 
-def record_digest(raw: Any) -> str:
-    """SHA-256 (hex) of a record's canonical JSON: identifies a record that is not stored
-    whole."""
-    text = json.dumps(raw, default=str, sort_keys=True, separators=(",", ":"))
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):  # the Streams API's binaries; Lambda sends base64
+        return base64.b64encode(value).decode("ascii")
+    return str(value)  # Decimal, datetime
+
+
+def record_json(raw: Any) -> str:
+    """A record's canonical JSON text, in Lambda's shape (binaries as base64, keys sorted, no
+    spaces): what a dead letter stores and what :func:`record_digest` hashes."""
+    return json.dumps(raw, default=_json_default, sort_keys=True, separators=(",", ":"))
+
+
+def json_digest(text: str) -> str:
+    """SHA-256 (hex) of a JSON text from :func:`record_json`."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def record_digest(raw: Any) -> str:
+    """SHA-256 (hex) of a record's canonical JSON (:func:`record_json`): identifies a record
+    that is not stored whole."""
+    return json_digest(record_json(raw))
 
 
 @dataclass(frozen=True, slots=True)

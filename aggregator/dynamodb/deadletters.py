@@ -43,7 +43,6 @@ fine for the rare dead letter. Malformed records and records not stored whole ar
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import zlib
@@ -60,9 +59,10 @@ from aggregator.core.exceptions import FailureCause, RuleError, WriteError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import (
     MalformedRecord,
+    json_digest,
     pad_sequence_number,
     parse_record,
-    record_digest,
+    record_json,
 )
 from aggregator.core.rules import RuleSet
 from aggregator.core.text import bound
@@ -102,19 +102,6 @@ hide) fails the batch, and Lambda retries it."""
 
 _ITEM_MARGIN_BYTES = 1024
 """Kept free under the 400 KB limit: the size model is DynamoDB's, but a margin costs nothing."""
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray):  # the Streams API's binaries; Lambda sends base64
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, Decimal):
-        return str(value)
-    return str(value)
-
-
-def record_json(raw: Any) -> str:
-    """The record as JSON text in Lambda's shape (binaries as base64)."""
-    return json.dumps(raw, default=_json_default, sort_keys=True, separators=(",", ":"))
 
 
 class LastResort(Protocol):
@@ -217,7 +204,7 @@ class DeadLetterWriter:
         ``bool``, ``Decimal``); the item keeps the record in the first form that fits."""
         lay = self.layout
         text = record_json(failure.record)
-        digest = record_digest(failure.record)
+        digest = json_digest(text)  # of the same text: the record is serialized once
         size = len(text.encode("utf-8", "surrogatepass"))
         base: dict[str, Any] = {
             lay.partition_key: lay.dead_letters_pk,
@@ -319,8 +306,9 @@ class DeadLetterWriter:
             "record_bytes": int(minimal["record_bytes"]),
             "dynamodb_error": bound(str(exc), 300),
         }
-        if keys is not None and len(record_json(keys)) <= 4096:
-            message["keys"] = json.loads(record_json(keys))
+        keys_text = None if keys is None else record_json(keys)
+        if keys_text is not None and len(keys_text) <= 4096:
+            message["keys"] = json.loads(keys_text)
         try:
             self.last_resort.send(message)
         except (ClientError, BotoCoreError) as sent:
