@@ -224,6 +224,14 @@ class Engine:
         self._reserved = frozenset(layout.reserved_partition_keys)
         self._base = rules.base_rules
         self._derived = {source: rules.derived_from(source) for source in rules.sources}
+        # per rule, the attributes to deserialize before evaluating it (sorted: the first
+        # malformed one is the reason), computed once rather than per record
+        self._reads = {
+            r.name: tuple(
+                sorted(r.attributes() | ({layout.value_attribute} if r.is_derived else set()))
+            )
+            for r in rules
+        }
 
     def source_of(self, record: StreamRecord) -> str | None:
         """The rule whose aggregate item the record is of, if a derived rule reads that rule."""
@@ -259,7 +267,7 @@ class Engine:
         if record.is_ttl_delete and rule.ttl_deletes == "keep":
             return []
         changes: dict[AggregateRef, Decimal] = {}
-        reads = rule.attributes()
+        reads = self._reads[rule.name]
         for label, image, combine in (
             ("OldImage", record.old_image, subtract),
             ("NewImage", record.new_image, add),
@@ -268,7 +276,7 @@ class Engine:
                 if image is not None:
                     # every attribute the rule reads, whatever the order of its tests: a
                     # malformed value fails the rule deterministically
-                    image.check(reads | {self.layout.value_attribute} if derived else reads)
+                    image.check(reads)
                 if derived:
                     image = self._aggregate_image(image)
                 for c in rule.contributions(image):

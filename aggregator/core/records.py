@@ -39,7 +39,7 @@ import binascii
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
@@ -221,15 +221,16 @@ class Image(Mapping[str, Any]):
         self._cache[name] = value
         return value
 
-    def check(self, names: frozenset[str] | set[str]) -> None:
-        """Deserialize every attribute of ``names`` that is present.
+    def check(self, names: Iterable[str]) -> None:
+        """Deserialize every attribute of ``names`` that is present, in the order given (pass
+        them sorted for a deterministic reason).
 
         Raises
         ------
         EvaluationError
-            For the first malformed one (in name order, so the reason is deterministic).
+            For the first malformed one.
         """
-        for name in sorted(names):
+        for name in names:
             if name in self._raw and name not in self._cache:
                 self[name]
 
