@@ -28,8 +28,9 @@ def dead_letters_cmd(table_name: str, definitions: Path | None, endpoint_url: st
     with their cause; replayable ones apply with replay-dead-letters once the rules are fixed."""
     from aggregator.dynamodb.deadletters import list_dead_letters
 
+    layout = layout_of(definitions)  # a bad rule file is reported before any AWS call
     client = clients.make_client("dynamodb", endpoint_url)
-    letters = list(list_dead_letters(client, table_name, layout=layout_of(definitions)))
+    letters = list(list_dead_letters(client, table_name, layout=layout))
     replayable = sum(d.replayable for d in letters)
     table = Table(
         title=f"{len(letters)} dead letter(s), {replayable} replayable", title_justify="left"
