@@ -221,7 +221,13 @@ class Engine:
             raise ConfigError("\n".join(problems))
         self.rules = rules
         self.layout = layout
-        self._reserved = frozenset(layout.reserved_partition_keys)
+        self._max_sort_key_bytes = layout.max_sort_text_bytes
+        self._sort_key_limit = (
+            f"DynamoDB's {MAX_SORT_KEY_BYTES}-byte limit for a sort key"
+            if layout.has_sort_key
+            else f"the {layout.max_sort_text_bytes}-byte limit for a sort key text on a table "
+            f"without a sort key ({MAX_SORT_KEY_BYTES} bytes less {layout.aggregates_pk + '#'!r})"
+        )
         self._base = rules.base_rules
         self._derived = {source: rules.derived_from(source) for source in rules.sources}
         # per rule, the attributes to deserialize before evaluating it (sorted: the first
@@ -282,10 +288,10 @@ class Engine:
                 for c in rule.contributions(image):
                     ref = AggregateRef(rule.name, c.key, c.display, c.bucket)
                     size = len(ref.sort_key.encode("utf-8"))
-                    if size > MAX_SORT_KEY_BYTES:
+                    if size > self._max_sort_key_bytes:
                         raise EvaluationError(
-                            f"the aggregate's sort key would be {size} bytes, over DynamoDB's "
-                            f"{MAX_SORT_KEY_BYTES}-byte limit for a sort key",
+                            f"the aggregate's sort key would be {size} bytes, over "
+                            f"{self._sort_key_limit}",
                             FailureCause.LIMIT_EXCEEDED,
                         )
                     changes[ref] = combine(changes.get(ref, Decimal(0)), c.amount)

@@ -4,7 +4,7 @@ A rule set may declare it in a top-level ``table:`` section of one of its files 
 
     table:
       partition_key: PK          # the table's key attribute names (type S)
-      sort_key: SK
+      sort_key: SK               # null: a table with only a partition key
       aggregates_pk: AGGREGATES  # reserved partition key values
       dead_letters_pk: AGGREGATOR#DEAD_LETTERS
       runner_pk: AGGREGATOR#RUNNER
@@ -12,10 +12,28 @@ A rule set may declare it in a top-level ``table:`` section of one of its files 
       leaderboard_index: leaderboard
       leaderboard_attribute: lb
       ttl_attribute: ttl         # the table's TTL attribute (windowed rules)
+      collection_index: aggregator-collections   # tables without a sort key only
+      collection_attribute: aggregator_collection
 
 Every field has the default shown (``pk``/``sk`` for the keys). The handler, the runner, the CLI,
 :class:`~aggregator.dynamodb.query.AggregateStore`, the stream filters, dead letters and table
 creation all take the layout from the rule set.
+
+Tables with only a partition key
+--------------------------------
+With ``sort_key: null`` the framework's items cannot share a partition key value, so each gets
+its own: ``"<reserved partition>#<sort key text>"`` (an aggregate of rule ``r`` with key ``k``
+is ``AGGREGATES#r#k``). Every such item also carries ``collection_attribute`` set to its
+reserved partition (``AGGREGATES``, ...), the partition key of a keys-only GSI
+(``collection_index``) whose sort key is the table's partition key. A query that reads an item
+collection on a table with a sort key (``pk = AGGREGATES AND begins_with(sk, "r#")``) reads that
+index instead, with the same condition on the full key text, and fetches the items themselves
+with a strongly consistent ``BatchGetItem``: membership is eventually consistent (a GSI read),
+values are not. The index is written when an item is created or deleted, never when a counter
+changes (it projects keys only; Developer Guide, "Global secondary indexes": an index is written
+only when an attribute it holds changes). Application items whose partition key starts with a
+reserved value and ``#`` are taken for the framework's own, as ``AGGREGATES`` is on a table with
+a sort key.
 """
 
 from __future__ import annotations
@@ -25,7 +43,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["AGGREGATE_ATTRIBUTES", "BOOKKEEPING_ATTRIBUTES", "DEFAULT_LAYOUT", "TableLayout"]
+__all__ = [
+    "AGGREGATE_ATTRIBUTES",
+    "BOOKKEEPING_ATTRIBUTES",
+    "DEFAULT_LAYOUT",
+    "MAX_SORT_KEY_BYTES",
+    "TableLayout",
+]
+
+MAX_SORT_KEY_BYTES = 1024
+"""Longest sort key value, in UTF-8 bytes; also the limit of a GSI's sort key attribute
+(DynamoDB Developer Guide, "Service, account, and table quotas": partition key values up to
+2,048 bytes, sort key values up to 1,024)."""
 
 AGGREGATE_ATTRIBUTES = ("rule", "key", "granularity", "bucket")
 """Attributes every aggregate item (or time bucket) carries besides the layout's own names."""
@@ -63,9 +92,11 @@ class TableLayout(BaseModel):
     ----------
     partition_key, sort_key
         Names of the table's key attributes (both type ``S``). Default ``pk`` / ``sk``.
+        ``sort_key=None``: the table has only a partition key (module docstring).
     aggregates_pk
         Partition key value of the aggregates item collection. Default ``AGGREGATES``.
-        Aggregate items have sort key ``"<rule>#<encoded key>"``.
+        Aggregate items have sort key ``"<rule>#<encoded key>"`` (without a sort key: partition
+        key ``"AGGREGATES#<rule>#<encoded key>"``).
     runner_pk, dead_letters_pk
         Partition key values of framework bookkeeping (local runner positions, dead-lettered
         records). Together with ``aggregates_pk`` these are the *reserved* partition keys: stream
@@ -79,6 +110,11 @@ class TableLayout(BaseModel):
         items of leaderboard rules only), sort key ``value_attribute`` (N).
     ttl_attribute
         TTL attribute name (epoch seconds), used by windowed rules.
+    collection_index, collection_attribute
+        Tables without a sort key only: the keys-only GSI (partition key
+        ``collection_attribute``, S; sort key the table's partition key) through which the
+        framework lists its item collections, and the attribute naming an item's collection.
+        Application items must not carry ``collection_attribute``.
 
     Raises
     ------
@@ -91,7 +127,7 @@ class TableLayout(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     partition_key: str = Field(default="pk", min_length=1, max_length=255)
-    sort_key: str = Field(default="sk", min_length=1, max_length=255)
+    sort_key: str | None = Field(default="sk", min_length=1, max_length=255)
     aggregates_pk: str = Field(default="AGGREGATES", min_length=1, max_length=1024)
     runner_pk: str = Field(default="AGGREGATOR#RUNNER", min_length=1, max_length=1024)
     dead_letters_pk: str = Field(default="AGGREGATOR#DEAD_LETTERS", min_length=1, max_length=1024)
@@ -99,6 +135,8 @@ class TableLayout(BaseModel):
     leaderboard_index: str = Field(default="leaderboard", min_length=3, max_length=255)
     leaderboard_attribute: str = Field(default="lb", min_length=1, max_length=255)
     ttl_attribute: str = Field(default="ttl", min_length=1, max_length=255)
+    collection_index: str = Field(default="aggregator-collections", min_length=3, max_length=255)
+    collection_attribute: str = Field(default="aggregator_collection", min_length=1, max_length=255)
 
     @model_validator(mode="after")
     def _consistent(self) -> TableLayout:
@@ -111,10 +149,16 @@ class TableLayout(BaseModel):
             "value_attribute": self.value_attribute,
             "leaderboard_attribute": self.leaderboard_attribute,
             "ttl_attribute": self.ttl_attribute,
+            "collection_attribute": self.collection_attribute,
             **{name: name for name in (*AGGREGATE_ATTRIBUTES, *BOOKKEEPING_ATTRIBUTES)},
         }
         fixed = set(AGGREGATE_ATTRIBUTES) | set(BOOKKEEPING_ATTRIBUTES)
-        for field_name in ("value_attribute", "leaderboard_attribute", "ttl_attribute"):
+        for field_name in (
+            "value_attribute",
+            "leaderboard_attribute",
+            "ttl_attribute",
+            "collection_attribute",
+        ):
             name = getattr(self, field_name)
             if name in fixed:
                 raise ValueError(
@@ -125,12 +169,14 @@ class TableLayout(BaseModel):
             ("partition_key", self.partition_key),
             ("sort_key", self.sort_key),
         ):
-            if name.startswith("ck#"):
+            if name is not None and name.startswith("ck#"):
                 raise ValueError(
                     f"{field_name} {name!r}: names starting with 'ck#' are checkpoints"
                 )
         for key_field in ("partition_key", "sort_key"):
             name = getattr(self, key_field)
+            if name is None:
+                continue
             for field_name, attribute in written.items():
                 if name == attribute:
                     what = f"the {field_name}" if field_name != attribute else "an attribute"
@@ -139,44 +185,125 @@ class TableLayout(BaseModel):
                         "items; name the key attribute differently, or set that attribute's "
                         "name in the table: section"
                     )
-        values = [self.value_attribute, self.leaderboard_attribute, self.ttl_attribute]
+        values = [
+            self.value_attribute,
+            self.leaderboard_attribute,
+            self.ttl_attribute,
+            self.collection_attribute,
+        ]
         if len(set(values)) != len(values):
             raise ValueError(
-                "value_attribute, leaderboard_attribute and ttl_attribute must be different "
-                f"attributes, got {values}"
+                "value_attribute, leaderboard_attribute, ttl_attribute and collection_attribute "
+                f"must be different attributes, got {values}"
+            )
+        if self.collection_index == self.leaderboard_index:
+            raise ValueError(
+                f"collection_index and leaderboard_index are both {self.collection_index!r}"
             )
         reserved = self.reserved_partition_keys
         if len(set(reserved)) != len(reserved):
             raise ValueError(
                 f"aggregates_pk, runner_pk and dead_letters_pk must differ, got {list(reserved)}"
             )
-        for name in ("partition_key", "sort_key", "value_attribute", "leaderboard_attribute"):
-            if len(getattr(self, name).encode("utf-8")) > 255:
+        for name in (
+            "partition_key",
+            "sort_key",
+            "value_attribute",
+            "leaderboard_attribute",
+            "collection_attribute",
+        ):
+            if len((getattr(self, name) or "").encode("utf-8")) > 255:
                 raise ValueError(f"{name} is over 255 bytes, DynamoDB's limit for key names")
+        if self.sort_key is None:
+            prefixes = [f"{p}#" for p in reserved]
+            for a in prefixes:
+                for b in prefixes:
+                    if a != b and b.startswith(a):
+                        raise ValueError(
+                            f"without a sort key the reserved partition key values are prefixes "
+                            f"({a!r}, {b!r}): one may not start with another followed by '#'"
+                        )
+            longest = max(len(p.encode("utf-8")) for p in prefixes)
+            if longest > MAX_SORT_KEY_BYTES // 2:
+                raise ValueError(
+                    "without a sort key the reserved partition key values start the keys of the "
+                    f"framework's items: keep them under {MAX_SORT_KEY_BYTES // 2} bytes"
+                )
         return self
 
     # -- keys ----------------------------------------------------------------------------------
 
+    @property
+    def has_sort_key(self) -> bool:
+        """Whether the table has a sort key (else each framework item has a partition key of
+        its own, ``"<reserved partition>#<sort key text>"``)."""
+        return self.sort_key is not None
+
+    @property
+    def max_sort_text_bytes(self) -> int:
+        """Longest sort key text (``"<rule>#<key>"``) of an aggregate item, in UTF-8 bytes:
+        :data:`MAX_SORT_KEY_BYTES`, less ``"AGGREGATES#"`` without a sort key (the full partition
+        key value is then the collection index's sort key, limited to the same 1,024 bytes)."""
+        if self.sort_key is not None:
+            return MAX_SORT_KEY_BYTES
+        return MAX_SORT_KEY_BYTES - len(self.aggregates_pk.encode("utf-8")) - 1
+
+    def key_text(self, partition: str, sort_key: str) -> str:
+        """Without a sort key, the partition key value of the framework item under the reserved
+        ``partition`` with sort key text ``sort_key``: ``"<partition>#<sort_key>"``."""
+        return f"{partition}#{sort_key}"
+
+    def item_fields(self, partition: str, sort_key: str) -> dict[str, str]:
+        """The key attributes (plain strings) of the framework item under the reserved
+        ``partition`` with sort key text ``sort_key``, plus, without a sort key, the collection
+        attribute every framework item then carries."""
+        if self.sort_key is not None:
+            return {self.partition_key: partition, self.sort_key: sort_key}
+        return {
+            self.partition_key: self.key_text(partition, sort_key),
+            self.collection_attribute: partition,
+        }
+
     def item_key(self, partition: str, sort_key: str) -> dict[str, dict[str, str]]:
         """The primary key (DynamoDB JSON) of a framework item under the reserved
         ``partition`` with sort key text ``sort_key``."""
-        return {self.partition_key: {"S": partition}, self.sort_key: {"S": sort_key}}
+        if self.sort_key is not None:
+            return {self.partition_key: {"S": partition}, self.sort_key: {"S": sort_key}}
+        return {self.partition_key: {"S": self.key_text(partition, sort_key)}}
 
     def aggregate_key(self, sort_key: str) -> dict[str, dict[str, str]]:
         """The primary key (DynamoDB JSON) of the aggregate item whose sort key text is
         ``sort_key`` (``"<rule>#<key>"``)."""
         return self.item_key(self.aggregates_pk, sort_key)
 
-    def partition_of(self, keys: Mapping[str, Any]) -> str | None:
-        """The string value of the partition key in a key or item map (DynamoDB JSON), or
-        ``None`` when it is absent or not a string."""
+    def _split(self, keys: Mapping[str, Any]) -> tuple[str | None, str | None]:
         value = keys.get(self.partition_key)
-        return value.get("S") if isinstance(value, Mapping) else None
+        text = value.get("S") if isinstance(value, Mapping) else None
+        if not isinstance(text, str):
+            text = None
+        if self.sort_key is not None:
+            sort = keys.get(self.sort_key)
+            sort_text = sort.get("S") if isinstance(sort, Mapping) else None
+            return text, sort_text if isinstance(sort_text, str) else None
+        if text is None:
+            return None, None
+        for partition in self.reserved_partition_keys:
+            if text.startswith(partition) and text[len(partition) : len(partition) + 1] == "#":
+                return partition, text[len(partition) + 1 :]
+        return None, None
+
+    def partition_of(self, keys: Mapping[str, Any]) -> str | None:
+        """The partition of a key or item map (DynamoDB JSON): the string value of the
+        partition key, or, without a sort key, the reserved partition its value starts with
+        (``None`` for the application's items); ``None`` when the key is absent or not a
+        string."""
+        return self._split(keys)[0]
 
     def sort_key_of(self, keys: Mapping[str, Any]) -> str | None:
-        """The string value of the sort key in a key or item map (DynamoDB JSON), or ``None``."""
-        value = keys.get(self.sort_key)
-        return value.get("S") if isinstance(value, Mapping) else None
+        """The sort key text of a key or item map (DynamoDB JSON): the string value of the sort
+        key, or, without a sort key, what follows the reserved partition and ``#``; else
+        ``None``."""
+        return self._split(keys)[1]
 
     def is_reserved(self, keys: Mapping[str, Any]) -> bool:
         """Whether a key or item map (DynamoDB JSON) is of an item the framework owns."""
@@ -185,13 +312,13 @@ class TableLayout(BaseModel):
     def aggregate_sort_key(self, keys: Mapping[str, Any]) -> str | None:
         """The ``"<rule>#<key>"`` sort key text when the key map is of an aggregate item, else
         ``None``."""
-        if self.partition_of(keys) != self.aggregates_pk:
-            return None
-        return self.sort_key_of(keys)
+        partition, sort_key = self._split(keys)
+        return sort_key if partition == self.aggregates_pk else None
 
     @property
     def reserved_partition_keys(self) -> tuple[str, ...]:
-        """Partition key values owned by the framework, in a fixed order."""
+        """Partition key values owned by the framework, in a fixed order (prefixes, followed by
+        ``#``, without a sort key)."""
         return (self.aggregates_pk, self.runner_pk, self.dead_letters_pk)
 
 

@@ -83,7 +83,10 @@ class Flight:
         return f"{self.carrier}{self.flight}#{self.origin}#{self.row}"
 
     def key(self, layout: TableLayout = DEFAULT_LAYOUT) -> dict[str, Any]:
-        """The item's primary key, with the layout's key attribute names."""
+        """The item's primary key, with the layout's key attribute names (on a table without a
+        sort key, partition key ``"<pk>#<sk>"``)."""
+        if layout.sort_key is None:
+            return {layout.partition_key: f"{self.pk}#{self.sk}"}
         return {layout.partition_key: self.pk, layout.sort_key: self.sk}
 
     def item(

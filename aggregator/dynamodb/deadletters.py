@@ -66,6 +66,7 @@ from aggregator.core.records import (
 )
 from aggregator.core.rules import RuleSet
 from aggregator.core.text import bound
+from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.writer import (
     MAX_ITEM_BYTES,
     WriteStats,
@@ -207,8 +208,7 @@ class DeadLetterWriter:
         digest = json_digest(text)  # of the same text: the record is serialized once
         size = len(text.encode("utf-8", "surrogatepass"))
         base: dict[str, Any] = {
-            lay.partition_key: lay.dead_letters_pk,
-            lay.sort_key: self.sort_key(failure, shard, digest),
+            **lay.item_fields(lay.dead_letters_pk, self.sort_key(failure, shard, digest)),
             "rule": failure.rule,
             "cause": str(failure.cause),
             "reason": bound(failure.reason),
@@ -368,25 +368,20 @@ def _stored_record(item: dict[str, Any]) -> Any:
 def list_dead_letters(
     client: Any, table_name: str, *, layout: TableLayout = DEFAULT_LAYOUT
 ) -> Iterator[DeadLetter]:
-    """Every dead letter, in shard and sequence order (paginated ``Query``)."""
-    start: dict[str, Any] | None = None
-    while True:
-        kwargs: dict[str, Any] = {
-            "TableName": table_name,
-            "KeyConditionExpression": "#pk = :pk",
-            "ExpressionAttributeNames": {"#pk": layout.partition_key},
-            "ExpressionAttributeValues": {":pk": {"S": layout.dead_letters_pk}},
-            "ConsistentRead": True,
-        }
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        page = client.query(**kwargs)
-        for item in page.get("Items", []):
+    """Every dead letter, in shard and sequence order (paginated ``Query``; on a table without a
+    sort key through the collection index, :mod:`aggregator.dynamodb.collections`)."""
+
+    def call(operation: str, **request: Any) -> dict[str, Any]:
+        response: dict[str, Any] = getattr(client, operation)(**request)
+        return response
+
+    for page in query_collection(call, table_name, layout, layout.dead_letters_pk):
+        for item in page:
             form = item.get("record_form", {}).get("S", "json")
             if item.get("record_truncated", {}).get("BOOL"):  # written before record_form
                 form = "keys"
             yield DeadLetter(
-                sort_key=item[layout.sort_key]["S"],
+                sort_key=layout.sort_key_of(item) or "",
                 shard_id=item["shard_id"]["S"],
                 sequence_number=item.get("sequence_number", {}).get("S", ""),
                 rule=item["rule"]["S"],
@@ -399,9 +394,6 @@ def list_dead_letters(
                 record_bytes=int(item.get("record_bytes", {}).get("N", "0")),
                 replayable=item.get("replayable", {}).get("BOOL", form in ("json", "zlib")),
             )
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return
 
 
 def replay_dead_letters(
@@ -473,10 +465,7 @@ def replay_dead_letters(
             {
                 "Delete": {
                     "TableName": table_name,
-                    "Key": {
-                        layout.partition_key: {"S": layout.dead_letters_pk},
-                        layout.sort_key: {"S": letter.sort_key},
-                    },
+                    "Key": layout.item_key(layout.dead_letters_pk, letter.sort_key),
                     "ConditionExpression": "attribute_exists(#pk)",
                     "ExpressionAttributeNames": {"#pk": layout.partition_key},
                 }

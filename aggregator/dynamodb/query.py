@@ -16,6 +16,14 @@ for a strongly consistent read: DynamoDB Developer Guide, "Read consumption for 
 ``BatchGetItem`` of 24 hour keys and up to 59 minute keys (the approach of this framework's seed
 article) rounds every item up to 4 KB, i.e. up to 83 RCU, and asks for keys whether or not a
 bucket was ever written.
+
+Tables without a sort key
+-------------------------
+Every read of a collection (``list``, ``histogram``, ``top`` of a rule without a leaderboard,
+``window``) goes through the keys-only collection index and ``BatchGetItem``
+(:mod:`aggregator.dynamodb.collections`): per page, 1 ``Query`` plus one ``BatchGetItem`` per
+100 items, and each item read costs at least 1 RCU. ``get`` (one ``GetItem``) and leaderboard
+``top`` (one ``Query`` of the leaderboard index) cost what they cost with a sort key.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add
 from aggregator.core.rules import Rule, RuleSet, unescape_key_part
 from aggregator.core.windows import RangePart, bucket_text, plan_range
+from aggregator.dynamodb.collections import query_collection
 
 __all__ = ["Aggregate", "AggregateStore", "HistogramBucket", "WindowResult"]
 
@@ -97,12 +106,13 @@ class WindowResult:
     parts
         The runs of buckets read, one ``Query`` each (more when a run spans several 1 MB pages).
     requests
-        ``Query`` requests sent.
+        Requests sent: ``Query`` (and, on a table without a sort key, ``BatchGetItem``).
     items_read
         Bucket items returned (buckets never written have no item and cost nothing).
     read_units
         Modelled read capacity units: per request, 1 per started 4 KB of the items' total size
-        (strongly consistent reads).
+        (strongly consistent reads); see :meth:`AggregateStore._range` for a table without a
+        sort key.
     complete
         ``False`` when part of the range lies in buckets already past the rule's retention,
         which may have been deleted by TTL (the value then undercounts).
@@ -213,7 +223,7 @@ class AggregateStore:
         return f"{rule}#{encoded}"
 
     def _aggregate(self, item: Mapping[str, Any], rule: str) -> Aggregate:
-        sk = _s(item.get(self.layout.sort_key)) or ""
+        sk = self.layout.sort_key_of(item) or ""
         key = _s(item.get("key"))
         if key is None:
             key = unescape_key_part(sk[len(rule) + 1 :])
@@ -230,11 +240,13 @@ class AggregateStore:
         )
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        return self._send(operation, TableName=self.table_name, **kwargs)
+
+    def _send(self, operation: str, **request: Any) -> dict[str, Any]:
+        """Send one complete request, counting it and turning errors into ``QueryError``."""
         self.requests += 1
         try:
-            response: dict[str, Any] = getattr(self.client, operation)(
-                TableName=self.table_name, **kwargs
-            )
+            response: dict[str, Any] = getattr(self.client, operation)(**request)
             return response
         except (ClientError, BotoCoreError) as exc:
             raise QueryError(f"{operation} on {self.table_name!r} failed: {exc}") from exc
@@ -274,34 +286,28 @@ class AggregateStore:
             For an unknown rule or a failed request.
         """
         self._rule(rule)
-        condition = "begins_with(#sk, :prefix)"
-        for page in self._pages(condition, {":prefix": {"S": f"{rule}#"}}):
+        for page in self._pages(begins_with=f"{rule}#"):
             for item in page:
                 yield self._aggregate(item, rule)
 
     def _pages(
-        self, sort_key_condition: str, values: dict[str, Any]
+        self, *, begins_with: str | None = None, between: tuple[str, str] | None = None
     ) -> Iterator[builtins.list[Any]]:
-        """Pages (1 MB each) of a strongly consistent ``Query`` on the aggregates partition
-        with ``sort_key_condition`` over ``#sk``; raw DynamoDB-JSON items."""
-        start: dict[str, Any] | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "KeyConditionExpression": f"#pk = :pk AND {sort_key_condition}",
-                "ExpressionAttributeNames": {
-                    "#pk": self.layout.partition_key,
-                    "#sk": self.layout.sort_key,
-                },
-                "ExpressionAttributeValues": {":pk": {"S": self.layout.aggregates_pk}, **values},
-                "ConsistentRead": True,
-            }
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            response = self._call("query", **kwargs)
-            yield response.get("Items", [])
-            start = response.get("LastEvaluatedKey")
-            if not start:
-                return
+        """Pages of the aggregates collection whose sort key text begins with ``begins_with``
+        or lies in ``between``: raw DynamoDB-JSON items, read as
+        :func:`aggregator.dynamodb.collections.query_collection` states (strongly consistent
+        with a sort key; through the collection index without one)."""
+        try:
+            yield from query_collection(
+                self._send,
+                self.table_name,
+                self.layout,
+                self.layout.aggregates_pk,
+                begins_with=begins_with,
+                between=between,
+            )
+        except RuntimeError as exc:  # keys left unprocessed again and again
+            raise QueryError(f"reading {self.table_name!r}: {exc}") from None
 
     def top(self, rule: str, n: int = 10) -> builtins.list[Aggregate]:
         """The ``n`` largest aggregates of ``rule``, largest first (ties by key).
@@ -332,7 +338,7 @@ class AggregateStore:
         )
         out = []
         for item in response.get("Items", []):
-            sk = _s(item.get(lay.sort_key)) or ""
+            sk = lay.sort_key_of(item) or ""
             value = Decimal(item[lay.value_attribute]["N"])
             out.append(Aggregate(rule, unescape_key_part(sk[len(rule) + 1 :]), value, sk))
         return out
@@ -453,18 +459,27 @@ class AggregateStore:
         return result
 
     def _range(self, low: str, high: str) -> tuple[builtins.list[dict[str, Any]], int, int]:
-        """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``."""
+        """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``.
+
+        With a sort key a page costs 1 RCU per started 4 KB of its items' total size (strongly
+        consistent ``Query``); without one, each item read by ``BatchGetItem`` costs 1 RCU per
+        started 4 KB of its own size, plus half an RCU per started 4 KB of the index page's keys
+        (eventually consistent; Developer Guide, "Read consumption")."""
         from aggregator.dynamodb.writer import item_size
 
+        def size(item: dict[str, Any]) -> int:
+            return item_size({k: _DESERIALIZER.deserialize(v) for k, v in item.items()})
+
         items: list[dict[str, Any]] = []
-        requests = units = 0
-        values = {":low": {"S": low}, ":high": {"S": high}}
-        for page in self._pages("#sk BETWEEN :low AND :high", values):
-            requests += 1
-            size = sum(
-                item_size({k: _DESERIALIZER.deserialize(v) for k, v in item.items()})
-                for item in page
-            )
-            units += max(1, math.ceil(size / 4096))
+        before = self.requests
+        units = 0
+        for page in self._pages(between=(low, high)):
+            if self.layout.has_sort_key:
+                units += max(1, math.ceil(sum(map(size, page)) / 4096))
+            else:
+                keys = [self.layout.aggregate_key(self.layout.sort_key_of(i) or "") for i in page]
+                key_bytes = sum(size(k) for k in keys)
+                units += max(1, math.ceil(math.ceil(key_bytes / 4096) / 2))
+                units += sum(math.ceil(size(i) / 4096) for i in page)
             items.extend(page)
-        return items, requests, units
+        return items, self.requests - before, units

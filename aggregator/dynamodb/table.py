@@ -1,9 +1,10 @@
 """Create the table layout the framework expects (for local use, tests and the demo).
 
-In AWS, ``template.yaml`` creates the same table. Shape: ``pk`` (S, HASH) / ``sk`` (S, RANGE),
-stream ``NEW_AND_OLD_IMAGES``, and the sparse ``leaderboard`` GSI (``lb`` S HASH, ``value`` N
-RANGE, KEYS_ONLY projection) used for top-N queries. TTL is enabled on ``ttl`` where the endpoint
-supports it.
+In AWS, ``template.yaml`` creates the same table. Shape, with the default layout: ``pk`` (S,
+HASH) / ``sk`` (S, RANGE), stream ``NEW_AND_OLD_IMAGES``, and the sparse ``leaderboard`` GSI
+(``lb`` S HASH, ``value`` N RANGE, KEYS_ONLY projection) used for top-N queries; a layout
+without a sort key adds the collection GSI (:mod:`aggregator.core.layout`). TTL is enabled on
+``ttl`` where the endpoint supports it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from aggregator.core.text import quote
 __all__ = [
     "TABLE_NAME_RULE",
     "NoStreamError",
+    "collection_index",
     "create_table",
+    "leaderboard_index",
+    "table_definition",
     "table_stream_arn",
     "validate_table_name",
 ]
@@ -68,6 +72,61 @@ def validate_table_name(name: str) -> None:
     )
 
 
+def table_definition(layout: TableLayout) -> dict[str, Any]:
+    """``CreateTable`` arguments (all but ``TableName``) of a table for ``layout``: its keys
+    (strings), the sparse leaderboard index and, without a sort key, the collection index (both
+    keys only), on-demand capacity and a ``NEW_AND_OLD_IMAGES`` stream.
+
+    The same definition renders the template's table (:mod:`aggregator.runtime.template`)."""
+    attributes = [{"AttributeName": layout.partition_key, "AttributeType": "S"}]
+    keys = [{"AttributeName": layout.partition_key, "KeyType": "HASH"}]
+    if layout.sort_key is not None:
+        attributes.append({"AttributeName": layout.sort_key, "AttributeType": "S"})
+        keys.append({"AttributeName": layout.sort_key, "KeyType": "RANGE"})
+    attributes += [
+        {"AttributeName": layout.leaderboard_attribute, "AttributeType": "S"},
+        {"AttributeName": layout.value_attribute, "AttributeType": "N"},
+    ]
+    indexes = [leaderboard_index(layout)]
+    if layout.sort_key is None:
+        attributes.append({"AttributeName": layout.collection_attribute, "AttributeType": "S"})
+        indexes.append(collection_index(layout))
+    return {
+        "AttributeDefinitions": attributes,
+        "KeySchema": keys,
+        "GlobalSecondaryIndexes": indexes,
+        "BillingMode": "PAY_PER_REQUEST",
+        "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    }
+
+
+def leaderboard_index(layout: TableLayout) -> dict[str, Any]:
+    """The sparse leaderboard GSI (``Create`` body): only leaderboard aggregate items carry the
+    leaderboard attribute; top-N is one ``Query`` in descending value order."""
+    return {
+        "IndexName": layout.leaderboard_index,
+        "KeySchema": [
+            {"AttributeName": layout.leaderboard_attribute, "KeyType": "HASH"},
+            {"AttributeName": layout.value_attribute, "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }
+
+
+def collection_index(layout: TableLayout) -> dict[str, Any]:
+    """The collection GSI of a table without a sort key (``Create`` body): partition key the
+    collection attribute, sort key the table's partition key, keys only
+    (:mod:`aggregator.core.layout`)."""
+    return {
+        "IndexName": layout.collection_index,
+        "KeySchema": [
+            {"AttributeName": layout.collection_attribute, "KeyType": "HASH"},
+            {"AttributeName": layout.partition_key, "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }
+
+
 def create_table(
     client: Any,
     table_name: str,
@@ -104,31 +163,7 @@ def create_table(
     """
     validate_table_name(table_name)
     try:
-        client.create_table(
-            TableName=table_name,
-            AttributeDefinitions=[
-                {"AttributeName": layout.partition_key, "AttributeType": "S"},
-                {"AttributeName": layout.sort_key, "AttributeType": "S"},
-                {"AttributeName": layout.leaderboard_attribute, "AttributeType": "S"},
-                {"AttributeName": layout.value_attribute, "AttributeType": "N"},
-            ],
-            KeySchema=[
-                {"AttributeName": layout.partition_key, "KeyType": "HASH"},
-                {"AttributeName": layout.sort_key, "KeyType": "RANGE"},
-            ],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": layout.leaderboard_index,
-                    "KeySchema": [
-                        {"AttributeName": layout.leaderboard_attribute, "KeyType": "HASH"},
-                        {"AttributeName": layout.value_attribute, "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "KEYS_ONLY"},
-                }
-            ],
-            BillingMode="PAY_PER_REQUEST",
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-        )
+        client.create_table(TableName=table_name, **table_definition(layout))
     except ClientError as exc:
         if not (exist_ok and exc.response["Error"]["Code"] == "ResourceInUseException"):
             raise

@@ -4,7 +4,9 @@
 mismatch at once, each with its fix:
 
 * the key schema: the layout's partition and sort key names, both of type ``S`` (the framework
-  writes string keys; a table keyed by numbers or binaries is refused, never mis-aggregated);
+  writes string keys; a table keyed by numbers or binaries is refused, never mis-aggregated),
+  or no sort key when the layout declares ``sort_key: null``;
+* without a sort key, the collection index (:mod:`aggregator.core.layout`);
 * the stream: enabled with view type ``NEW_AND_OLD_IMAGES`` (deltas need both images);
 * the leaderboard index, when a rule has ``leaderboard: true``: the layout's index name, keyed
   by the leaderboard attribute (S) and the value attribute (N);
@@ -12,9 +14,10 @@ mismatch at once, each with its fix:
   attribute; DescribeTimeToLive tells which).
 
 :func:`prepare_table` applies the fixes that are safe on a live table, one ``UpdateTable`` at a
-time, waiting in between (DynamoDB refuses an update while the table is ``UPDATING``; Developer
-Guide, "UpdateTable"): it enables a missing stream, creates a missing leaderboard index and
-enables TTL. It never disables or replaces anything: a stream of another view type cannot be
+time, waiting in between (DynamoDB refuses an update while the table is ``UPDATING``, and one
+``UpdateTable`` creates at most one GSI; Developer Guide, "UpdateTable"): it enables a missing
+stream, creates a missing collection index and leaderboard index, and enables TTL. It never
+disables or replaces anything: a stream of another view type cannot be
 changed in place (it must be disabled and re-enabled, which gives it a new ARN and cuts off its
 other consumers; Developer Guide, "Change data capture for DynamoDB Streams"), and a table has
 at most one TTL attribute, so those are reported for the owner to decide. TTL can be changed
@@ -23,6 +26,7 @@ once per hour (Developer Guide, "UpdateTimeToLive").
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ from typing import Any
 
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.table import collection_index, leaderboard_index
 
 __all__ = ["TableProblem", "check_key_schema", "check_table", "prepare_table"]
 
@@ -76,13 +81,22 @@ def _key_problems(
         ("sort key", "RANGE", layout.sort_key, "sort_key"),
     ):
         actual = keys.get(key_type)
+        if expected is None:
+            if actual is not None:
+                problems.append(
+                    TableProblem(
+                        part,
+                        f"the table has sort key {actual!r}, the layout declares none",
+                        f"declare it in the rules: table: {{{field}: {actual}}}",
+                    )
+                )
+            continue
         if actual is None:
             problems.append(
                 TableProblem(
                     part,
-                    f"table {table_name!r} has no {part}; the layout needs {expected!r}",
-                    "tables with only a partition key are not supported yet: use a table with a "
-                    "sort key",
+                    f"table {table_name!r} has no {part}; the layout's is {expected!r}",
+                    f"declare it in the rules: table: {{{field}: null}}",
                 )
             )
             continue
@@ -147,8 +161,10 @@ def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProbl
             )
         )
 
+    if layout.sort_key is None and not any(p.part == "partition key" for p in problems):
+        problems += _index_problems(table_name, description, _collection_spec(layout))
     if any(r.leaderboard for r in rules):
-        problems += _index_problems(table_name, description, layout)
+        problems += _index_problems(table_name, description, _leaderboard_spec(layout))
 
     if any(r.window is not None and r.window.retention is not None for r in rules):
         ttl = client.describe_time_to_live(TableName=table_name).get("TimeToLiveDescription", {})
@@ -177,15 +193,37 @@ def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProbl
     return problems
 
 
-def _index_create(description: dict[str, Any], layout: TableLayout) -> dict[str, Any]:
-    create: dict[str, Any] = {
-        "IndexName": layout.leaderboard_index,
-        "KeySchema": [
-            {"AttributeName": layout.leaderboard_attribute, "KeyType": "HASH"},
-            {"AttributeName": layout.value_attribute, "KeyType": "RANGE"},
-        ],
-        "Projection": {"ProjectionType": "KEYS_ONLY"},
-    }
+@dataclass(frozen=True, slots=True)
+class _IndexSpec:
+    part: str  # "leaderboard index" / "collection index"
+    purpose: str
+    create: dict[str, Any]  # the Create body (tablecheck adds throughput where needed)
+    types: dict[str, str]  # attribute name -> type, in key order (HASH, RANGE)
+    renamable: str  # the table: fields naming it
+
+
+def _leaderboard_spec(layout: TableLayout) -> _IndexSpec:
+    return _IndexSpec(
+        "leaderboard index",
+        "leaderboard rules need it for top-N",
+        leaderboard_index(layout),
+        {layout.leaderboard_attribute: "S", layout.value_attribute: "N"},
+        "leaderboard_index / leaderboard_attribute / value_attribute",
+    )
+
+
+def _collection_spec(layout: TableLayout) -> _IndexSpec:
+    return _IndexSpec(
+        "collection index",
+        "a table without a sort key lists the framework's items through it",
+        collection_index(layout),
+        {layout.collection_attribute: "S", layout.partition_key: "S"},
+        "collection_index / collection_attribute",
+    )
+
+
+def _index_create(description: dict[str, Any], spec: _IndexSpec) -> dict[str, Any]:
+    create = dict(spec.create)
     billing = (description.get("BillingModeSummary") or {}).get("BillingMode")
     throughput = description.get("ProvisionedThroughput") or {}
     if billing != "PAY_PER_REQUEST" and throughput.get("WriteCapacityUnits"):
@@ -197,62 +235,61 @@ def _index_create(description: dict[str, Any], layout: TableLayout) -> dict[str,
 
 
 def _index_problems(
-    table_name: str, description: dict[str, Any], layout: TableLayout
+    table_name: str, description: dict[str, Any], spec: _IndexSpec
 ) -> list[TableProblem]:
+    name = spec.create["IndexName"]
     indexes = {i["IndexName"]: i for i in description.get("GlobalSecondaryIndexes", [])}
-    index = indexes.get(layout.leaderboard_index)
+    index = indexes.get(name)
     types = {
         a["AttributeName"]: a["AttributeType"] for a in description.get("AttributeDefinitions", [])
     }
     clash = [
-        f"{name!r} is defined as {types[name]}"
-        for name, wanted in ((layout.leaderboard_attribute, "S"), (layout.value_attribute, "N"))
-        if name in types and types[name] != wanted
+        f"{attribute!r} is defined as {types[attribute]}"
+        for attribute, wanted in spec.types.items()
+        if attribute in types and types[attribute] != wanted
     ]
     if index is None:
         if clash:
             return [
                 TableProblem(
-                    "leaderboard index",
+                    spec.part,
                     f"missing, and {', '.join(clash)} in the table",
-                    "declare other leaderboard_attribute / value_attribute names in the table: "
-                    "section",
+                    f"declare other {spec.renamable} names in the table: section",
                 )
             ]
+        definitions = " ".join(
+            f"AttributeName={attribute},AttributeType={kind}"
+            for attribute, kind in spec.types.items()
+        )
         return [
             TableProblem(
-                "leaderboard index",
-                f"no index {layout.leaderboard_index!r} (leaderboard rules need it for top-N)",
+                spec.part,
+                f"no index {name!r} ({spec.purpose})",
                 f"aws dynamodb update-table --table-name {table_name} --attribute-definitions "
-                f"AttributeName={layout.leaderboard_attribute},AttributeType=S "
-                f"AttributeName={layout.value_attribute},AttributeType=N "
-                "--global-secondary-index-updates "
-                f'\'[{{"Create": {{"IndexName": "{layout.leaderboard_index}", "KeySchema": '
-                f'[{{"AttributeName": "{layout.leaderboard_attribute}", "KeyType": '
-                f'"HASH"}}, {{"AttributeName": "{layout.value_attribute}", "KeyType": '
-                '"RANGE"}], "Projection": {"ProjectionType": "KEYS_ONLY"}}}]\'',
+                f"{definitions} --global-secondary-index-updates "
+                f"'{json.dumps([{'Create': spec.create}])}'",
                 preparable=True,
             )
         ]
     keys = {k["KeyType"]: k["AttributeName"] for k in index.get("KeySchema", [])}
-    wanted = {"HASH": layout.leaderboard_attribute, "RANGE": layout.value_attribute}
+    wanted = {k["KeyType"]: k["AttributeName"] for k in spec.create["KeySchema"]}
     status = index.get("IndexStatus", "ACTIVE")
     if keys == wanted and not clash and status != "ACTIVE":
         return [
             TableProblem(
-                "leaderboard index",
-                f"index {layout.leaderboard_index!r} is {status}, not ACTIVE yet",
+                spec.part,
+                f"index {name!r} is {status}, not ACTIVE yet",
                 "wait until it is ACTIVE (prepare-table waits), then check again",
             )
         ]
     if keys != wanted or clash:
         return [
             TableProblem(
-                "leaderboard index",
-                f"index {layout.leaderboard_index!r} is keyed {keys}, the layout needs {wanted}"
+                spec.part,
+                f"index {name!r} is keyed {keys}, the layout needs {wanted}"
                 + (f" ({', '.join(clash)})" if clash else ""),
-                "declare another leaderboard_index name in the table: section (prepare-table "
-                "then creates it)",
+                f"declare another {spec.part.split()[0]}_index name in the table: section "
+                "(prepare-table then creates it)",
             )
         ]
     return []
@@ -289,7 +326,7 @@ def prepare_table(
         When DynamoDB refuses a change.
     """
     changes: list[str] = []
-    for _ in range(4):  # at most one change per part; each pass re-reads the table
+    for _ in range(5):  # at most one change per part; each pass re-reads the table
         todo = [p for p in check_table(client, table_name, rules) if p.preparable]
         if not todo:
             break
@@ -315,20 +352,23 @@ def _apply(client: Any, table_name: str, layout: TableLayout, problem: TableProb
             StreamSpecification={"StreamEnabled": True, "StreamViewType": VIEW_TYPE},
         )
         return f"enabled the stream ({VIEW_TYPE})"
-    if problem.part == "leaderboard index":
+    if problem.part in ("leaderboard index", "collection index"):
+        spec = (
+            _leaderboard_spec(layout)
+            if problem.part == "leaderboard index"
+            else _collection_spec(layout)
+        )
         description = client.describe_table(TableName=table_name)["Table"]
         client.update_table(
             TableName=table_name,
             AttributeDefinitions=[
-                {"AttributeName": layout.leaderboard_attribute, "AttributeType": "S"},
-                {"AttributeName": layout.value_attribute, "AttributeType": "N"},
+                {"AttributeName": attribute, "AttributeType": kind}
+                for attribute, kind in spec.types.items()
             ],
-            GlobalSecondaryIndexUpdates=[{"Create": _index_create(description, layout)}],
+            GlobalSecondaryIndexUpdates=[{"Create": _index_create(description, spec)}],
         )
-        return (
-            f"created index {layout.leaderboard_index!r} ({layout.leaderboard_attribute} S, "
-            f"{layout.value_attribute} N, keys only)"
-        )
+        described = ", ".join(f"{attribute} {kind}" for attribute, kind in spec.types.items())
+        return f"created index {spec.create['IndexName']!r} ({described}, keys only)"
     assert problem.part == "ttl"
     client.update_time_to_live(
         TableName=table_name,

@@ -170,14 +170,17 @@ def resolved(request: Mapping[str, Any]) -> dict[str, Any]:
 def aggregate_update(layout: TableLayout, delta: CoalescedDelta, amount: Decimal) -> Update:
     """The update of one aggregate item: ``ADD value :amount`` and ``SET`` of its descriptive
     attributes (``rule``, ``key``; the leaderboard attribute for leaderboard rules; ``granularity``,
-    ``bucket`` and the TTL attribute for time buckets). Every attribute but the counter is the
-    same on every update of the item, so repeating an update never changes them."""
+    ``bucket`` and the TTL attribute for time buckets; the collection attribute on a table
+    without a sort key). Every attribute but the counter is the same on every update of the
+    item, so repeating an update never changes them."""
     update = (
         Update()
         .add(layout.value_attribute, amount)
         .set("rule", {"S": delta.ref.rule})
         .set("key", {"S": delta.ref.display_key})
     )
+    if not layout.has_sort_key:
+        update = update.set(layout.collection_attribute, {"S": layout.aggregates_pk})
     if delta.leaderboard:
         update = update.set(layout.leaderboard_attribute, {"S": delta.ref.rule})
     bucket = delta.ref.bucket

@@ -254,8 +254,7 @@ class _BaseWriter:
         """``(total, index part)`` modelled WCU of one update of ``delta``'s item."""
         lay = self.layout
         item: dict[str, Any] = {
-            lay.partition_key: lay.aggregates_pk,
-            lay.sort_key: delta.ref.sort_key,
+            **lay.item_fields(lay.aggregates_pk, delta.ref.sort_key),
             lay.value_attribute: delta.amount,
             "rule": delta.ref.rule,
             "key": delta.ref.display_key,
@@ -275,8 +274,7 @@ class _BaseWriter:
             index_entry = {
                 k: item[k]
                 for k in (
-                    lay.partition_key,
-                    lay.sort_key,
+                    *lay.aggregate_key(delta.ref.sort_key),
                     lay.leaderboard_attribute,
                     lay.value_attribute,
                 )

@@ -11,6 +11,14 @@ each pattern at most 4,096 characters). The filters here let through:
 
 Everything else the framework writes (other aggregates, runner positions, dead letters) never
 reaches the function; the engine applies the same rule again (:meth:`Engine.is_self_write`).
+
+On a table without a sort key the framework's items are told apart by a key *prefix*
+(``AGGREGATES#...``), and Lambda's filters have no "anything but this prefix" on DynamoDB
+records. Every framework item carries the collection attribute instead
+(:mod:`aggregator.core.layout`), so the first filter lets through the records where neither
+image has it (``{"exists": false}``, the "does not exist" rule of the Lambda Developer Guide's
+filter syntax table; it matches a missing image too), and the second matches source aggregates
+by the prefix ``"AGGREGATES#<source>#"`` of their partition key.
 """
 
 from __future__ import annotations
@@ -42,24 +50,32 @@ def filter_patterns(rules: RuleSet, layout: TableLayout | None = None) -> list[d
     """
     layout = rules.layout if layout is None else layout
     pk, sk = layout.partition_key, layout.sort_key
-    patterns: list[dict[str, Any]] = [
-        {
-            "dynamodb": {
-                "Keys": {pk: {"S": [{"anything-but": list(layout.reserved_partition_keys)}]}}
-            }
-        }
-    ]
-    if rules.sources:
-        patterns.append(
+    patterns: list[dict[str, Any]]
+    if sk is not None:
+        patterns = [
             {
                 "dynamodb": {
-                    "Keys": {
-                        pk: {"S": [layout.aggregates_pk]},
-                        sk: {"S": [{"prefix": f"{source}#"} for source in rules.sources]},
-                    }
+                    "Keys": {pk: {"S": [{"anything-but": list(layout.reserved_partition_keys)}]}}
                 }
             }
-        )
+        ]
+        if rules.sources:
+            patterns.append(
+                {
+                    "dynamodb": {
+                        "Keys": {
+                            pk: {"S": [layout.aggregates_pk]},
+                            sk: {"S": [{"prefix": f"{source}#"} for source in rules.sources]},
+                        }
+                    }
+                }
+            )
+    else:
+        absent = {layout.collection_attribute: {"S": [{"exists": False}]}}
+        patterns = [{"dynamodb": {"NewImage": absent, "OldImage": absent}}]
+        if rules.sources:
+            prefixes = [{"prefix": f"{layout.aggregates_pk}#{s}#"} for s in rules.sources]
+            patterns.append({"dynamodb": {"Keys": {pk: {"S": prefixes}}}})
     for pattern in patterns:
         if len(_compact(pattern)) > MAX_PATTERN_CHARS:
             raise ConfigError(

@@ -204,8 +204,9 @@ class PositionStore:
         window_start: int | None,
         state: dict[str, Any],
     ) -> None:
+        fields = self.layout.item_fields(self.layout.runner_pk, f"{stream_arn}#{shard_id}")
         item = {
-            **self._key(stream_arn, shard_id),
+            **{name: {"S": value} for name, value in fields.items()},
             "sequence_number": {"S": sequence_number},
             "state": {"S": json.dumps(state)},
         }

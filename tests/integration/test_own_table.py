@@ -6,6 +6,7 @@ handler's cold start."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -175,3 +176,138 @@ def test_a_layout_naming_other_keys_is_reported_with_the_fix(ddb, dynamodb_local
     assert "partition key: the table's partition key is 'PK', the layout's is 'pk'" in output
     assert "fix: declare it in the rules: table: {partition_key: PK}" in output
     assert "fix: declare it in the rules: table: {sort_key: SK}" in output
+
+
+# Cloud Adventure on a table with only a partition key: one item per path found, keyed
+# "PATH#<player>#<n>", the player in an attribute; the derived rules read the source aggregates
+# through the stream as on a table with a sort key.
+PK_ONLY_RULES = """
+version: 1
+table: {partition_key: id, sort_key: null}
+rules:
+  - name: total_paths_found
+    match: {id: {prefix: "PATH#"}}
+    key: TOTAL_PATHS_FOUND
+  - name: paths_per_player
+    match: {id: {prefix: "PATH#"}, player: {exists: true}}
+    key: "{player}"
+    leaderboard: true
+  - name: players_by_paths_found
+    source: paths_per_player
+    key: "{value}"
+  - name: total_players
+    source: paths_per_player
+    key: TOTAL_PLAYERS
+  - name: paths_per_hour
+    match: {id: {prefix: "PATH#"}}
+    key: "{player}"
+    delta: {attribute: points}
+    window: {time: found_at, unit: epoch_seconds, granularities: [hour], retention: 2d}
+"""
+
+
+def test_check_prepare_then_cloud_adventure_on_a_table_with_only_a_partition_key(
+    ddb, streams, dynamodb_local, tmp_path
+):
+    name = "game-pk-only"
+    definitions = tmp_path / "rules.yaml"
+    definitions.write_text(PK_ONLY_RULES)
+    ddb.create_table(
+        TableName=name,
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1})
+    endpoint = dynamodb_local.endpoint_url
+    args = ("--table", name, "-d", str(definitions))
+
+    code, output = cli(endpoint, "check-table", *args)
+    assert code == 1
+    lines = [line for line in output.splitlines() if line.startswith("problem: ")]
+    assert [line.split(":")[1].strip() for line in lines] == [
+        "stream",
+        "collection index",
+        "leaderboard index",
+        "ttl",
+    ]
+    code, output = cli(endpoint, "prepare-table", *args)
+    assert code == 0, output
+    assert [line for line in output.splitlines() if line.startswith("changed: ")] == [
+        "changed: enabled the stream (NEW_AND_OLD_IMAGES)",
+        "changed: created index 'aggregator-collections' (aggregator_collection S, id S, "
+        "keys only)",
+        "changed: created index 'leaderboard' (lb S, value N, keys only)",
+        "changed: enabled TTL on 'ttl'",
+    ]
+    code, output = cli(endpoint, "check-table", *args)
+    assert code == 0 and "partition key id (S), index aggregator-collections" in output
+
+    rules = load_rules(definitions)
+    arn = ddb.describe_table(TableName=name)["Table"]["LatestStreamArn"]
+    now = int(time.time())
+    hour = now - now % 3600  # the current hour: buckets kept 2 days are written, not skipped
+    found: dict[str, list[tuple[str, int]]] = {}
+
+    def add(player: str, n: int, points: int) -> None:
+        key = f"PATH#{player}#{n}"
+        item = {"id": key, "player": player, "points": points, "found_at": hour + 60 * n}
+        ddb.put_item(TableName=name, Item=ddb_json(item))
+        found.setdefault(player, []).append((key, points))
+
+    def remove(player: str, n: int) -> None:
+        key = f"PATH#{player}#{n}"
+        ddb.delete_item(TableName=name, Key=ddb_json({"id": key}))
+        found[player] = [(k, p) for k, p in found[player] if k != key]
+
+    for player, n in (("ana", 3), ("ben", 1), ("cho", 5), ("dee", 2)):
+        for i in range(n):
+            add(player, i, 10 * (i + 1))
+    remove("cho", 0)
+    remove("ben", 0)
+    # a record paths_per_hour cannot evaluate (points is text): dead-lettered for that rule only
+    ddb.put_item(
+        TableName=name,
+        Item=ddb_json({"id": "PATH#eve#0", "player": "eve", "points": "many", "found_at": hour}),
+    )
+    found["eve"] = [("PATH#eve#0", 0)]
+    stats = pipeline(ddb, streams, name, arn, rules=rules, batch_size=4).runner.run()
+    assert stats.failures == 1 and stats.write.dead_letters == 1
+
+    counts = {p: len(paths) for p, paths in found.items() if paths}
+    store = AggregateStore(ddb, name, rules)
+    assert {a.key: a.value for a in store.list("paths_per_player") if a.value} == {
+        p: Decimal(n) for p, n in counts.items()
+    }
+    assert store.get("total_paths_found").value == sum(counts.values())
+    assert store.get("total_players").value == len(counts)
+    assert [(r.value, r.count) for r in store.histogram("players_by_paths_found")] == sorted(
+        (Decimal(n), Decimal(c)) for n, c in Counter(counts.values()).items()
+    )
+    assert [(a.key, a.value) for a in store.top("paths_per_player", 2)] == [
+        ("cho", Decimal(4)),
+        ("ana", Decimal(3)),
+    ]
+    window = store.window("paths_per_hour", "ana", start=hour, end=hour + 3600, now=now)
+    assert window.value == 10 + 20 + 30
+    # each framework item has a partition key of its own under the reserved prefix, and the
+    # collection attribute the stream filter and the collection index use
+    item = ddb.get_item(
+        TableName=name, Key=ddb_json({"id": "AGGREGATES#total_paths_found#TOTAL_PATHS_FOUND"})
+    )["Item"]
+    assert item["value"] == {"N": str(sum(counts.values()))}
+    assert item["aggregator_collection"] == {"S": "AGGREGATES"}
+    # the CLI reads them the same way
+    code, output = cli(endpoint, "query", "top", "paths_per_player", "-n", "2", *args)
+    assert code == 0 and "cho" in output and "ana" in output
+    code, output = cli(endpoint, "dead-letters", *args)
+    assert code == 0, output
+    assert "paths_per_hour" in output and "wrong-type" in output
+    letters = [
+        i
+        for i in ddb.scan(TableName=name)["Items"]
+        if i["id"]["S"].startswith("AGGREGATOR#DEAD_LETTERS#")
+    ]
+    assert len(letters) == 1 and letters[0]["aggregator_collection"]["S"] == (
+        "AGGREGATOR#DEAD_LETTERS"
+    )

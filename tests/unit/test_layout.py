@@ -131,3 +131,152 @@ def test_layouts_are_frozen_and_validated_in_python_too():
         TableLayout(partition_key="rule")
     with pytest.raises(ValidationError):
         DEFAULT_LAYOUT.partition_key = "x"  # type: ignore[misc]
+
+
+# -- tables with only a partition key ------------------------------------------------------------
+
+PK_ONLY = TableLayout(partition_key="id", sort_key=None)
+
+
+def test_without_a_sort_key_each_framework_item_has_a_key_of_its_own():
+    assert not PK_ONLY.has_sort_key
+    assert PK_ONLY.aggregate_key("total#ALL") == {"id": {"S": "AGGREGATES#total#ALL"}}
+    assert PK_ONLY.item_key("AGGREGATOR#RUNNER", "arn#s1") == {
+        "id": {"S": "AGGREGATOR#RUNNER#arn#s1"}
+    }
+    assert PK_ONLY.item_fields("AGGREGATOR#DEAD_LETTERS", "s1#0001#r") == {
+        "id": "AGGREGATOR#DEAD_LETTERS#s1#0001#r",
+        "aggregator_collection": "AGGREGATOR#DEAD_LETTERS",
+    }
+    key = {"id": {"S": "AGGREGATES#total#ALL"}}
+    assert (PK_ONLY.partition_of(key), PK_ONLY.sort_key_of(key)) == ("AGGREGATES", "total#ALL")
+    assert PK_ONLY.aggregate_sort_key(key) == "total#ALL" and PK_ONLY.is_reserved(key)
+    # the reserved values are prefixes followed by "#": these are the application's items
+    for text in ("AGGREGATES", "AGGREGATESX#a", "PLAYER#AGGREGATES#a"):
+        user = {"id": {"S": text}}
+        assert not PK_ONLY.is_reserved(user) and PK_ONLY.sort_key_of(user) is None
+    assert PK_ONLY.partition_of({"id": {"N": "1"}}) is None
+    # the full key is the collection index's sort key: 1,024 bytes less "AGGREGATES#"
+    assert PK_ONLY.max_sort_text_bytes == 1024 - len("AGGREGATES#")
+    assert DEFAULT_LAYOUT.max_sort_text_bytes == 1024
+
+
+def test_a_layout_without_a_sort_key_loads_from_yaml(tmp_path):
+    path = write(tmp_path, "r.yaml", RULES + "table: {partition_key: id, sort_key: null}")
+    rules = load_rules(path)
+    assert rules.layout == TableLayout(partition_key="id", sort_key=None)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"aggregates_pk": "A", "runner_pk": "A#B"}, "prefixes"),
+        ({"aggregates_pk": "x" * 600}, "under 512 bytes"),
+        ({"collection_attribute": "lb"}, "must be different"),
+        ({"collection_attribute": "rule"}, "already writes"),
+        ({"collection_index": "leaderboard"}, "collection_index and leaderboard_index"),
+    ],
+)
+def test_invalid_layouts_without_a_sort_key(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        TableLayout(partition_key="id", sort_key=None, **fields)
+
+
+def test_the_engine_tells_framework_items_by_their_prefix_without_a_sort_key():
+    rules = RuleSet.of(
+        rule("per", key="{player}"), rule("hist", source="per", key="{value}"), layout=PK_ONLY
+    )
+    own = stream_record(
+        "INSERT", new={"id": "AGGREGATOR#DEAD_LETTERS#s#1#r", "rule": "r"}, keys=("id",)
+    )
+    source = stream_record(
+        "INSERT",
+        new={"id": "AGGREGATES#per#ana", "value": 2, "rule": "per", "key": "ana"},
+        seq=101,
+        keys=("id",),
+    )
+    user = stream_record(
+        "INSERT", new={"id": "AGGREGATES-not-ours", "player": "bo"}, seq=102, keys=("id",)
+    )
+    batch = Engine(rules).process([parse_record(r) for r in (own, source, user)])
+    assert batch.self_writes == 1
+    assert sorted(batch.deltas) == ["hist#2", "per#bo"]
+
+
+def test_a_sort_key_text_too_long_for_the_collection_index_is_dead_lettered():
+    rules = RuleSet.of(rule("r", key="{player}"), layout=PK_ONLY)
+    long = "x" * (1024 - len("AGGREGATES#r#") + 1)  # fits 1,024 bytes alone, not with the prefix
+    record = stream_record("INSERT", new={"id": "u", "player": long}, keys=("id",))
+    batch = Engine(rules).process([parse_record(record)])
+    assert not batch.deltas
+    assert batch.failures[0].cause == "limit-exceeded"
+    assert "1013-byte limit for a sort key text on a table without a sort key" in (
+        batch.failures[0].reason
+    )
+
+
+def _matches(pattern: object, value: object) -> bool:
+    """A test twin of Lambda's filter matching, for the rules the framework's patterns use
+    (Lambda Developer Guide, "Lambda event filtering"): an object matches when each of its
+    fields matches; a list of rules when any does; rules: an exact string, {"prefix"},
+    {"anything-but": [...]}, {"exists": bool} (a missing field matches {"exists": false} only)."""
+    if isinstance(pattern, dict):
+        if not isinstance(value, dict):
+            value = {}
+        return all(_matches(sub, value.get(field, _MISSING)) for field, sub in pattern.items())
+    assert isinstance(pattern, list)
+    for rule_ in pattern:
+        if isinstance(rule_, dict) and "exists" in rule_:
+            matched = rule_["exists"] == (value is not _MISSING)
+        elif value is _MISSING or not isinstance(value, str):
+            matched = False
+        elif isinstance(rule_, str):
+            matched = rule_ == value
+        elif "prefix" in rule_:
+            matched = value.startswith(rule_["prefix"])
+        else:
+            matched = value not in rule_["anything-but"]
+        if matched:
+            return True
+    return False
+
+
+_MISSING = object()
+
+
+@pytest.mark.parametrize("layout", [DEFAULT_LAYOUT, PK_ONLY], ids=["pk-sk", "pk-only"])
+def test_stream_filters_pass_the_applications_records_and_derived_sources_only(layout):
+    rules = RuleSet.of(
+        rule("per", key="{player}"), rule("hist", source="per", key="{value}"), layout=layout
+    )
+    patterns = [json.loads(f["Pattern"]) for f in filter_criteria(rules)["Filters"]]
+
+    def record(partition: str | None, sort_text: str, *, new: bool = True, old: bool = False):
+        if partition is None:  # the application's item
+            fields = {layout.partition_key: sort_text}
+            if layout.sort_key:
+                fields[layout.sort_key] = "1"
+        else:
+            fields = layout.item_fields(partition, sort_text)
+        image = {k: {"S": v} for k, v in fields.items()}
+        keys = {k: v for k, v in image.items() if k in (layout.partition_key, layout.sort_key)}
+        body = {"Keys": keys}
+        if new:
+            body["NewImage"] = {**image, "value": {"N": "1"}}
+        if old:
+            body["OldImage"] = {**image, "value": {"N": "1"}}
+        return {"dynamodb": body}
+
+    def passes(r) -> bool:
+        return any(_matches(p, r) for p in patterns)
+
+    assert passes(record(None, "PLAYER#ana"))
+    assert passes(record(None, "PLAYER#ana", new=False, old=True))  # a delete
+    assert passes(record(None, "AGGREGATES-lookalike"))
+    assert passes(record("AGGREGATES", "per#ana", old=True))  # a derived rule's input
+    assert passes(record("AGGREGATES", "per#ana", new=False, old=True))
+    assert not passes(record("AGGREGATES", "hist#2"))
+    assert not passes(record("AGGREGATES", "hist#2", new=False, old=True))  # a TTL delete
+    assert not passes(record("AGGREGATOR#DEAD_LETTERS", "s#1#per"))
+    assert not passes(record("AGGREGATOR#RUNNER", "arn#s"))
+    assert not passes(record("AGGREGATES", "perx#1"))  # another rule sharing the prefix "per"

@@ -28,8 +28,13 @@ def check_table_cmd(table_name: str, definitions: Path, endpoint_url: str | None
     layout = rules.layout
     if not problems:
         console.print(
-            f"table {table_name} fits the rules in {definitions}: keys "
-            f"{layout.partition_key}/{layout.sort_key} (S), stream NEW_AND_OLD_IMAGES"
+            f"table {table_name} fits the rules in {definitions}: "
+            + (
+                f"keys {layout.partition_key}/{layout.sort_key} (S)"
+                if layout.sort_key is not None
+                else f"partition key {layout.partition_key} (S), index {layout.collection_index}"
+            )
+            + ", stream NEW_AND_OLD_IMAGES"
             + (f", index {layout.leaderboard_index}" if any(r.leaderboard for r in rules) else "")
             + (
                 f", TTL on {layout.ttl_attribute}"

@@ -191,7 +191,9 @@ def derived_attribute_indexes(
         if r.source is None or r.source not in index:
             continue
         source = rules[index[r.source]]
-        known = {layout.partition_key, layout.sort_key, layout.value_attribute, "key", "rule"}
+        known = {layout.partition_key, layout.value_attribute, "key", "rule"}
+        if layout.sort_key is not None:
+            known.add(layout.sort_key)
         if source.window is not None:
             known |= {"granularity", "bucket"}
             if source.window.retention is not None:

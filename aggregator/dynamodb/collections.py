@@ -1,0 +1,155 @@
+"""Reading one of the framework's item collections (aggregates, dead letters), whatever the
+table's key schema.
+
+On a table with a sort key a collection is one partition: a strongly consistent ``Query`` on
+``pk = <reserved partition>`` with a condition on the sort key, 1 MB per page (DynamoDB
+Developer Guide, "Query": a page holds up to 1 MB of items).
+
+On a table with only a partition key (:mod:`aggregator.core.layout`) the same condition applies
+to the full key text ``"<reserved partition>#<sort key text>"`` through the keys-only collection
+index, and the items are then read by ``BatchGetItem`` (strongly consistent, at most 100 keys a
+request; DynamoDB API Reference, "BatchGetItem"), retrying ``UnprocessedKeys``. A GSI read is
+eventually consistent, so an item created a moment ago may be missing from the listing; the
+values of the items listed are current.
+
+Requests per page: 1 ``Query`` with a sort key; without one, 1 ``Query`` of the index (a page
+of keys, up to 1 MB) plus ``ceil(keys / 100)`` ``BatchGetItem`` (more if DynamoDB leaves keys
+unprocessed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aggregator.core.layout import TableLayout
+
+__all__ = ["BATCH_GET_KEYS", "CollectionPage", "query_collection"]
+
+BATCH_GET_KEYS = 100
+"""Most keys one ``BatchGetItem`` reads (DynamoDB API Reference, "BatchGetItem")."""
+
+_MAX_UNPROCESSED_ROUNDS = 8
+
+CollectionPage = list[dict[str, Any]]
+"""One page of items (DynamoDB JSON), in key order."""
+
+
+def query_collection(
+    call: Callable[..., dict[str, Any]],
+    table_name: str,
+    layout: TableLayout,
+    partition: str,
+    *,
+    begins_with: str | None = None,
+    between: tuple[str, str] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[CollectionPage]:
+    """Pages of the items under the reserved ``partition`` whose sort key text begins with
+    ``begins_with`` or lies in ``between`` (inclusive), or all of them.
+
+    Parameters
+    ----------
+    call
+        ``call(operation, **request)`` sends one request (``"query"`` or ``"batch_get_item"``,
+        the request complete) and returns the response: a boto3 client's method by name, or a
+        wrapper that counts requests and translates errors.
+    table_name
+        The table.
+    layout
+        The table's layout.
+    partition
+        A reserved partition key value (``layout.aggregates_pk``, ``layout.dead_letters_pk``).
+
+    Yields
+    ------
+    list
+        Items in DynamoDB JSON, in key order, one list per page read.
+
+    Raises
+    ------
+    Whatever ``call`` raises; ``RuntimeError`` when ``BatchGetItem`` leaves keys unprocessed
+    eight times in a row.
+    """
+    if begins_with is not None and between is not None:
+        raise ValueError("give begins_with or between, not both")
+    if layout.has_sort_key:
+        key_name, prefix = layout.sort_key, ""
+        condition = "#pk = :pk"
+        names = {"#pk": layout.partition_key}
+        values: dict[str, Any] = {":pk": {"S": partition}}
+        index: str | None = None
+    else:
+        key_name, prefix = layout.partition_key, f"{partition}#"
+        condition = "#pk = :pk"
+        names = {"#pk": layout.collection_attribute}
+        values = {":pk": {"S": partition}}
+        index = layout.collection_index
+        if begins_with is None and between is None:
+            begins_with = ""  # every key of the collection starts with "<partition>#"
+    if begins_with is not None:
+        condition += " AND begins_with(#sk, :prefix)"
+        names["#sk"] = str(key_name)
+        values[":prefix"] = {"S": prefix + begins_with}
+    elif between is not None:
+        condition += " AND #sk BETWEEN :low AND :high"
+        names["#sk"] = str(key_name)
+        values[":low"] = {"S": prefix + between[0]}
+        values[":high"] = {"S": prefix + between[1]}
+    start: dict[str, Any] | None = None
+    while True:
+        kwargs: dict[str, Any] = {
+            "TableName": table_name,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        if index is None:
+            kwargs["ConsistentRead"] = True  # GSIs do not support strongly consistent reads
+        else:
+            kwargs["IndexName"] = index
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        response = call("query", **kwargs)
+        items: list[dict[str, Any]] = response.get("Items", [])
+        if index is not None:
+            items = _fetch(call, table_name, layout, items, sleep)
+        yield items
+        start = response.get("LastEvaluatedKey")
+        if not start:
+            return
+
+
+def _fetch(
+    call: Callable[..., dict[str, Any]],
+    table_name: str,
+    layout: TableLayout,
+    index_items: list[dict[str, Any]],
+    sleep: Callable[[float], None],
+) -> list[dict[str, Any]]:
+    """The items behind a page of the keys-only index, in the page's order; items deleted since
+    the index was read are left out."""
+    keys = [{layout.partition_key: item[layout.partition_key]} for item in index_items]
+    found: dict[str, dict[str, Any]] = {}
+    for offset in range(0, len(keys), BATCH_GET_KEYS):
+        pending: list[dict[str, Any]] = keys[offset : offset + BATCH_GET_KEYS]
+        for attempt in range(_MAX_UNPROCESSED_ROUNDS):
+            response = call(
+                "batch_get_item",
+                RequestItems={table_name: {"Keys": pending, "ConsistentRead": True}},
+            )
+            for item in response.get("Responses", {}).get(table_name, []):
+                found[item[layout.partition_key]["S"]] = item
+            pending = response.get("UnprocessedKeys", {}).get(table_name, {}).get("Keys", [])
+            if not pending:
+                break
+            sleep(0.05 * 2**attempt)  # DynamoDB API Reference, "BatchGetItem": back off
+        else:
+            raise RuntimeError(
+                f"BatchGetItem left {len(pending)} key(s) unprocessed "
+                f"{_MAX_UNPROCESSED_ROUNDS} times in a row"
+            )
+    return [
+        found[k[layout.partition_key]["S"]] for k in keys if k[layout.partition_key]["S"] in found
+    ]
