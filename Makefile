@@ -57,8 +57,9 @@ clean:
 #   ships the demo rules;
 # - requirements.txt, installed for the function's runtime and architecture (python3.12, arm64).
 #   LAMBDA_BOTO3=runtime leaves boto3/botocore (about 26 of 42 MB) to the Lambda runtime's own copy.
-# It also checks the template's stream filters against the rules it ships (`aggregator
-# filter-criteria --check`), with the aggregator CLI of $(VENV) or the PATH.
+# It also checks that the template is rendered for the rules it ships (`aggregator template
+# --check`: the table's keys, the role's leading keys, the stream filters), with the aggregator
+# CLI of $(VENV) or the PATH.
 DEFINITIONS ?= rules
 ARTIFACTS_DIR ?= build/AggregatorFunction
 SAM_TEMPLATE ?= template.yaml
@@ -67,9 +68,9 @@ LAMBDA_PLATFORM ?= manylinux2014_aarch64
 LAMBDA_BOTO3 ?= bundle
 AGGREGATOR_CLI ?= $(firstword $(wildcard $(BIN)/aggregator) $(shell command -v aggregator 2>/dev/null))
 
-.PHONY: build-AggregatorFunction lambda-code lambda-filter-check lambda-dependencies
+.PHONY: build-AggregatorFunction lambda-code lambda-template-check lambda-dependencies
 
-build-AggregatorFunction: lambda-code lambda-filter-check lambda-dependencies
+build-AggregatorFunction: lambda-code lambda-template-check lambda-dependencies
 
 lambda-code:
 	@test -n "$(strip $(ARTIFACTS_DIR))" || { echo "ARTIFACTS_DIR is empty" >&2; exit 1; }
@@ -100,12 +101,12 @@ lambda-code:
 	fi; \
 	echo "rule files: $$(ls "$(ARTIFACTS_DIR)/definitions" | tr '\n' ' ')"
 
-lambda-filter-check: lambda-code
+lambda-template-check: lambda-code
 	@if [ -n "$(AGGREGATOR_CLI)" ] && "$(AGGREGATOR_CLI)" --help >/dev/null 2>&1; then \
-	  "$(AGGREGATOR_CLI)" filter-criteria -d "$(ARTIFACTS_DIR)/definitions" --check "$(SAM_TEMPLATE)"; \
+	  "$(AGGREGATOR_CLI)" template -d "$(ARTIFACTS_DIR)/definitions" --check "$(SAM_TEMPLATE)"; \
 	else \
-	  echo "warning: no aggregator CLI to run (make install): the stream filters of" \
-	    "$(SAM_TEMPLATE) were not checked against the rules shipped" >&2; \
+	  echo "warning: no aggregator CLI to run (make install): $(SAM_TEMPLATE) was not" \
+	    "checked against the rules shipped" >&2; \
 	fi
 
 lambda-dependencies:

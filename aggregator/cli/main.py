@@ -15,7 +15,7 @@ from aggregator.cli.commands.deadletters import dead_letters_cmd, replay_dead_le
 from aggregator.cli.commands.demo import demo
 from aggregator.cli.commands.local import create_table_cmd, local
 from aggregator.cli.commands.query import query
-from aggregator.cli.commands.rules import filter_criteria_cmd, validate
+from aggregator.cli.commands.rules import filter_criteria_cmd, template_cmd, validate
 from aggregator.cli.commands.run import run
 from aggregator.cli.commands.table import check_table_cmd, prepare_table_cmd
 from aggregator.cli.errors import _Group
@@ -29,6 +29,7 @@ def main() -> None:
 
 main.add_command(validate)
 main.add_command(filter_criteria_cmd)
+main.add_command(template_cmd)
 main.add_command(local)
 main.add_command(create_table_cmd)
 main.add_command(check_table_cmd)

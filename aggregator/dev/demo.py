@@ -8,7 +8,7 @@ return what it did with the leaderboards to print.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -104,7 +104,7 @@ def run_demo(
     *,
     start: date,
     end: date,
-    definitions: Path,
+    definitions: Path | Sequence[Path],
     batch_size: int = 100,
     mode: str = "exactly-once",
     window_seconds: int | None = 60,
@@ -121,7 +121,7 @@ def run_demo(
     start, end
         Inclusive range of scheduled days (2013).
     definitions
-        The flights rule file.
+        The flights rule file, or it and a file with a ``table:`` section.
     batch_size
         Stream records per Lambda-shaped event (1..1,000).
     mode, window_seconds

@@ -24,10 +24,11 @@ from cfnlint.decode.cfn_yaml import loads as cfn_yaml_loads
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from aggregator.cli.template import render_template
 from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.modes import WRITE_MODES
-from aggregator.runtime.filters import check_template
+from aggregator.runtime.filters import check_template, filter_criteria
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = ROOT / "template.yaml"
@@ -80,6 +81,8 @@ ITEM_ACTIONS = {
 STAR_ACTIONS = {"dynamodb:ListStreams", *XRAY_ACTIONS}
 
 LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringEquals", "Null"}
+# the same on a table without a sort key: keys starting with a reserved value and "#"
+PK_ONLY_LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringLike", "Null"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,6 +260,16 @@ def template() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
+def pk_only_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """template.yaml rendered (aggregator template) for the demo rules on a table with only a
+    partition key, ``id``."""
+    path = tmp_path_factory.mktemp("pk-only") / "template.yaml"
+    rules = load_rules([ROOT / "definitions", ROOT / "definitions" / "layouts" / "pk_only.yaml"])
+    path.write_text(render_template(TEMPLATE_PATH.read_text(encoding="utf-8"), rules))
+    return path
+
+
+@pytest.fixture(scope="module")
 def table(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     name, resource = _only_resource(template, "AWS::DynamoDB::Table")
     return name, resource["Properties"]
@@ -293,16 +306,19 @@ def deployment(request: pytest.FixtureRequest, template: dict[str, Any]) -> tupl
 # --------------------------------------------------------------------------------------------
 
 
-def test_cfn_lint_reports_nothing_not_even_informational_findings() -> None:
+def test_cfn_lint_reports_nothing_not_even_informational_findings(
+    pk_only_template: Path,
+) -> None:
     """``cfn-lint --include-checks I -- template.yaml``: no error, warning or informational
     finding (I3011 wants DeletionPolicy and UpdateReplacePolicy on the table and the queue,
-    I3013 a MessageRetentionPeriod on the queue)."""
+    I3013 a MessageRetentionPeriod on the queue); the same for the template rendered for a table
+    without a sort key."""
     cfn_lint = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which(
         "cfn-lint"
     )
     assert cfn_lint, "cfn-lint is a dev dependency"
     result = subprocess.run(
-        [cfn_lint, "--include-checks", "I", "--", str(TEMPLATE_PATH)],
+        [cfn_lint, "--include-checks", "I", "--", str(TEMPLATE_PATH), str(pk_only_template)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -329,8 +345,9 @@ def test_parameters(template: dict[str, Any]) -> None:
     assert params["ExistingTableStreamArn"]["Default"] == ""
     assert params["TableName"]["Default"] == "ddb-aggregator"
     assert params["DefinitionsPath"]["Default"] == "definitions"
-    assert params["AggregatesPartitionKey"]["Default"] == DEFAULT_LAYOUT.aggregates_pk
-    assert params["DeadLettersPartitionKey"]["Default"] == DEFAULT_LAYOUT.dead_letters_pk
+    # the reserved partition key values come from the rules (aggregator template), not from
+    # parameters that could disagree with them
+    assert not [p for p in params if "PartitionKey" in p]
     assert params["BatchSize"]["Default"] == 100
     assert (params["BatchSize"]["MinValue"], params["BatchSize"]["MaxValue"]) == (1, 10000)
     assert params["AggregatorMode"]["Default"] == "exactly-once"
@@ -356,8 +373,6 @@ def test_existing_table_parameters_accept_a_table_and_its_stream(template: dict[
         assert re.fullmatch(arn_pattern, arn), arn
     assert not re.fullmatch(arn_pattern, EXISTING_TABLE_ARN)  # a table, not its stream
     assert not re.fullmatch(arn_pattern, EXISTING_TABLE)
-    for param in ("AggregatesPartitionKey", "DeadLettersPartitionKey"):  # no IAM wildcards
-        assert not re.fullmatch(params[param]["AllowedPattern"], "AGG*")
 
 
 def test_table_is_created_only_without_an_existing_table(template: dict[str, Any]) -> None:
@@ -877,20 +892,20 @@ def test_artifact_needs_rule_files(tmp_path: Path) -> None:
 
 
 @needs_make
-def test_build_checks_the_templates_filters_against_the_shipped_rules(tmp_path: Path) -> None:
+def test_build_checks_the_template_against_the_shipped_rules(tmp_path: Path) -> None:
     cli = shutil.which("aggregator", path=str(Path(sys.executable).parent))
     if cli is None:
         pytest.fail("the aggregator CLI is not installed next to this Python (make install)")
     demo = _make(
-        "lambda-filter-check",
+        "lambda-template-check",
         ARTIFACTS_DIR=str(tmp_path / "demo"),
         DEFINITIONS="definitions",
         AGGREGATOR_CLI=cli,
     )
     assert demo.returncode == 0, demo.stdout + demo.stderr
-    assert "stream filters match" in demo.stdout
-    # Rules of one's own without derived rules: the template's filters (rendered for the demo
-    # rules) no longer match them, and the build says what to put in the template instead.
+    assert "template.yaml: rendered for the rules" in demo.stdout
+    # Rules of one's own without derived rules: the template (rendered for the demo rules) no
+    # longer fits them, and the build says how to render it.
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "orders.yaml").write_text(
@@ -903,13 +918,14 @@ def test_build_checks_the_templates_filters_against_the_shipped_rules(tmp_path: 
         encoding="utf-8",
     )
     own = _make(
-        "lambda-filter-check",
+        "lambda-template-check",
         ARTIFACTS_DIR=str(tmp_path / "own"),
         DEFINITIONS=str(rules),
         AGGREGATOR_CLI=cli,
     )
     assert own.returncode != 0
-    assert "FilterCriteria differ" in own.stdout + own.stderr
+    assert "not rendered for the rules" in own.stdout + own.stderr
+    assert "run: aggregator template -d" in own.stdout + own.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -933,3 +949,121 @@ def test_requirements_txt_matches_pyproject_runtime_dependencies() -> None:
     assert len(actual) == len(set(actual)), f"duplicate lines in requirements.txt: {actual}"
     assert set(actual) == expected
     assert expected, "pyproject.toml lists no runtime dependencies"
+
+
+# --------------------------------------------------------------------------------------------
+# rendered from the rules: aggregator template
+# --------------------------------------------------------------------------------------------
+
+
+def _iam_string_like(pattern: str, value: str) -> bool:
+    """IAM's StringLike: ``*`` matches any run of characters (none too), ``?`` any one; every
+    other character itself (IAM User Guide, "String condition operators")."""
+    import re
+
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, flags=re.DOTALL) is not None
+
+
+def test_the_committed_template_is_rendered_for_the_demo_rules() -> None:
+    from aggregator.cli.template import check_template_regions
+
+    assert check_template_regions(TEMPLATE_PATH, load_rules(ROOT / "definitions"))
+
+
+@pytest.mark.parametrize("name", sorted(DEPLOYMENTS))
+def test_without_a_sort_key_the_role_writes_only_keys_under_the_reserved_prefixes(
+    pk_only_template: Path, name: str
+) -> None:
+    template = cfn_yaml_loads(pk_only_template.read_text(encoding="utf-8"), str(pk_only_template))
+    deployed = _deploy(template, **DEPLOYMENTS[name])
+    granted: dict[str, set[str]] = {}
+    for statement in _statements(deployed):
+        items = set(_as_list(statement["Action"])) & ITEM_ACTIONS
+        if not items:
+            continue
+        condition = statement["Condition"]
+        assert set(condition) == PK_ONLY_LEADING_KEYS_CONDITION_OPERATORS, condition
+        assert condition["Null"] == {"dynamodb:LeadingKeys": "false"}
+        patterns = _as_list(condition["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
+        for action in items:
+            granted.setdefault(action, set()).update(patterns)
+    assert granted == {
+        "dynamodb:UpdateItem": {"AGGREGATES#*"},
+        "dynamodb:GetItem": {"AGGREGATES#*"},
+        "dynamodb:PutItem": {"AGGREGATOR#DEAD_LETTERS#*"},
+    }
+    layout = load_rules(
+        [ROOT / "definitions", ROOT / "definitions" / "layouts" / "pk_only.yaml"]
+    ).layout
+
+    def allowed(action: str, key: str) -> bool:
+        return any(_iam_string_like(p, key) for p in granted.get(action, ()))
+
+    aggregate = layout.aggregate_key("flights_by_carrier#UA")["id"]["S"]
+    letter = layout.item_key(layout.dead_letters_pk, "shard#0001#r")["id"]["S"]
+    runner = layout.item_key(layout.runner_pk, "arn#shard")["id"]["S"]
+    assert allowed("dynamodb:UpdateItem", aggregate) and allowed("dynamodb:GetItem", aggregate)
+    assert allowed("dynamodb:PutItem", letter)
+    for user_key in ("FLIGHT#2013-01-01#UA1#EWR#0", "AGGREGATES", "AGGREGATESX#1", runner):
+        assert not any(allowed(a, user_key) for a in ITEM_WRITES), user_key
+    assert not allowed("dynamodb:PutItem", aggregate)  # dead letters only
+
+
+def test_without_a_sort_key_the_created_table_has_the_collection_index(
+    pk_only_template: Path,
+) -> None:
+    template = cfn_yaml_loads(pk_only_template.read_text(encoding="utf-8"), str(pk_only_template))
+    _, table = _only_resource(template, "AWS::DynamoDB::Table")
+    properties = table["Properties"]
+    assert properties["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
+    indexes = {i["IndexName"]: i for i in properties["GlobalSecondaryIndexes"]}
+    assert indexes["aggregator-collections"]["KeySchema"] == [
+        {"AttributeName": "aggregator_collection", "KeyType": "HASH"},
+        {"AttributeName": "id", "KeyType": "RANGE"},
+    ]
+    assert indexes["aggregator-collections"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    rules = load_rules([ROOT / "definitions", ROOT / "definitions" / "layouts" / "pk_only.yaml"])
+    event = template["Resources"]["AggregatorFunction"]["Properties"]["Events"]["Stream"]
+    assert event["Properties"]["FilterCriteria"] == filter_criteria(rules)
+
+
+def test_the_template_command_renders_in_place_and_checks(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from aggregator.cli import main
+
+    path = tmp_path / "template.yaml"
+    path.write_text(TEMPLATE_PATH.read_text(encoding="utf-8"), encoding="utf-8")
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "orders.yaml").write_text(
+        "version: 1\ntable: {partition_key: PK, sort_key: SK, aggregates_pk: TOTALS}\n"
+        "rules:\n  - {name: per_customer, key: '{customer}'}\n",
+        encoding="utf-8",
+    )
+    runner = CliRunner()
+    check = runner.invoke(main, ["template", "-d", str(rules), str(path), "--check"])
+    assert check.exit_code == 1 and "not rendered for the rules" in check.output
+    render = runner.invoke(main, ["template", "-d", str(rules), str(path)])
+    assert render.exit_code == 0 and "rendered for the rules" in render.output
+    again = runner.invoke(main, ["template", "-d", str(rules), str(path), "--check"])
+    assert again.exit_code == 0, again.output
+    deployed = _deploy(cfn_yaml_loads(path.read_text(encoding="utf-8"), str(path)))
+    _, table = _only_resource(deployed, "AWS::DynamoDB::Table")
+    assert [k["AttributeName"] for k in table["Properties"]["KeySchema"]] == ["PK", "SK"]
+    conditions = [s["Condition"] for s in _statements(deployed) if "Condition" in s]
+    assert {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["TOTALS"]}}.items() <= (
+        conditions[0].items()
+    )
+    # everything outside the regions is kept as written, comments included
+    before = TEMPLATE_PATH.read_text(encoding="utf-8").splitlines()
+    after = path.read_text(encoding="utf-8").splitlines()
+    assert [line for line in before if line.lstrip().startswith("#")] == [
+        line for line in after if line.lstrip().startswith("#")
+    ]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("Resources: {}\n", encoding="utf-8")
+    result = runner.invoke(main, ["template", "-d", str(rules), str(broken)])
+    assert result.exit_code == 1 and "no region 'table'" in result.output
+    assert "Traceback" not in result.output

@@ -40,8 +40,11 @@ from aggregator.cli.output import _print_aggregates, console
     "--definitions",
     "-d",
     type=click.Path(path_type=Path),
-    default=Path("definitions/flights.yaml"),
+    multiple=True,
+    default=[Path("definitions/flights.yaml")],
     show_default=True,
+    help="Rule files or directories (repeatable), e.g. -d definitions/flights.yaml "
+    "-d definitions/layouts/pk_only.yaml for a table with only a partition key",
 )
 @_endpoint_option
 @_mode_option
@@ -51,7 +54,7 @@ def demo(
     days: int | None,
     full_year: bool,
     batch_size: int,
-    definitions: Path,
+    definitions: tuple[Path, ...],
     endpoint_url: str | None,
     mode: str,
     window_seconds: int,
@@ -69,9 +72,18 @@ def demo(
         last = calendar.monthrange(2013, month)[1]
         start = date(2013, month, 1)
         end = date(2013, month, min(days, last) if days else last)
+    from aggregator.core.rules import load_rules
+
+    layout = load_rules(definitions).layout  # before DynamoDB Local starts: errors come first
+    keys = (
+        f"keys {layout.partition_key}/{layout.sort_key}"
+        if layout.sort_key is not None
+        else f"partition key {layout.partition_key} only"
+    )
     began = time.monotonic()
     console.print(
-        f"Replaying flights scheduled {start} .. {end} (mode {mode}, batch size {batch_size})"
+        f"Replaying flights scheduled {start} .. {end} (mode {mode}, batch size {batch_size}, "
+        f"table {keys})"
     )
     with Progress(
         TextColumn("{task.description}"),

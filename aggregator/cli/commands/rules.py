@@ -74,3 +74,47 @@ def filter_criteria_cmd(definitions: Path, template: Path | None) -> None:
     if problems:
         raise SystemExit(1)
     console.print(f"{template}: stream filters match the rules in {definitions}")
+
+
+@click.command("template")
+@_definitions_option
+@click.argument(
+    "template",
+    default=Path("template.yaml"),
+    required=False,
+    type=click.Path(path_type=Path),
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 if the template is not rendered for the rules, instead of rewriting it",
+)
+def template_cmd(definitions: Path, template: Path, check: bool) -> None:
+    """Render the parts of a SAM template (default template.yaml) that follow from the rules:
+    the created table's keys and indexes, the role's leading keys and the stream filters."""
+    from aggregator.cli.template import check_template_regions, render_template
+    from aggregator.core.exceptions import ConfigError
+    from aggregator.core.rules import load_rules
+
+    rules = load_rules(definitions)
+    if check:
+        if not check_template_regions(template, rules):
+            err_console.print(
+                f"{template}: not rendered for the rules in {definitions}; run: aggregator "
+                f"template -d {definitions} {template}",
+                highlight=False,
+                markup=False,
+            )
+            raise SystemExit(1)
+        console.print(f"{template}: rendered for the rules in {definitions}", highlight=False)
+        return
+    try:
+        text = template.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{template}: cannot read the template: {exc.strerror}") from None
+    rendered = render_template(text, rules, source=str(template))
+    if rendered == text:
+        console.print(f"{template}: already rendered for the rules in {definitions}")
+        return
+    template.write_text(rendered, encoding="utf-8")
+    console.print(f"{template}: rendered for the rules in {definitions}", highlight=False)

@@ -1,0 +1,167 @@
+"""Render the parts of ``template.yaml`` that follow from the rules and their table layout.
+
+The SAM template keeps its hand-written structure; four regions of it are rendered from the
+deployed rule set, each between marker comments::
+
+    # aggregator:begin <region>
+    ...
+    # aggregator:end <region>
+
+Regions
+-------
+``table``
+    The created table's ``AttributeDefinitions``, ``KeySchema``, ``GlobalSecondaryIndexes`` and
+    ``TimeToLiveSpecification``: the layout's key names (no sort key for ``sort_key: null``), the
+    leaderboard index and, without a sort key, the collection index
+    (:func:`aggregator.dynamodb.table.table_definition`).
+``aggregates-leading-keys``, ``dead-letters-leading-keys``
+    The ``Condition`` of the role's item grants: ``dynamodb:LeadingKeys`` limited to the reserved
+    partition key value (``ForAllValues:StringEquals``) or, on a table without a sort key, to
+    keys starting with it and ``#`` (``ForAllValues:StringLike``; the values contain no other
+    ``*`` or ``?``, which are wildcards there: IAM User Guide, "String condition operators"),
+    with ``Null: false`` so a request without keys is not allowed vacuously.
+``filters``
+    The stream event's ``FilterCriteria`` (:func:`aggregator.runtime.filters.filter_criteria`).
+
+``aggregator template -d DIR`` rewrites the regions in place; ``--check`` compares instead (the
+build runs it on the rules it ships, so a template rendered for other rules cannot be deployed).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.layout import TableLayout
+from aggregator.core.rules import RuleSet
+
+__all__ = ["REGIONS", "check_template_regions", "render_regions", "render_template"]
+
+REGIONS = ("table", "aggregates-leading-keys", "dead-letters-leading-keys", "filters")
+
+_BEGIN = re.compile(r"^(?P<indent>[ ]*)# aggregator:begin (?P<name>[a-z-]+)[ ]*$")
+_END = "# aggregator:end {name}"
+
+
+def _leading_keys(layout: TableLayout, partition: str) -> dict[str, Any]:
+    if layout.has_sort_key:
+        operator, value = "ForAllValues:StringEquals", partition
+    else:
+        operator, value = "ForAllValues:StringLike", f"{partition}#*"
+    return {
+        "Condition": {
+            operator: {"dynamodb:LeadingKeys": [value]},
+            "Null": {"dynamodb:LeadingKeys": "false"},
+        }
+    }
+
+
+def render_regions(rules: RuleSet) -> dict[str, Any]:
+    """The content of each region (plain YAML data) for ``rules`` and their layout.
+
+    Raises
+    ------
+    ConfigError
+        When a reserved partition key value holds ``*`` or ``?`` (IAM wildcards), or a filter
+        pattern is too long (:func:`aggregator.runtime.filters.filter_patterns`).
+    """
+    from aggregator.dynamodb.table import table_definition
+    from aggregator.runtime.filters import filter_criteria
+
+    layout = rules.layout
+    for value in layout.reserved_partition_keys:
+        if "*" in value or "?" in value:
+            raise ConfigError(
+                f"reserved partition key value {value!r} holds '*' or '?', which IAM policies "
+                "read as wildcards; choose another in the table: section"
+            )
+    definition = table_definition(layout)
+    return {
+        "table": {
+            "AttributeDefinitions": definition["AttributeDefinitions"],
+            "KeySchema": definition["KeySchema"],
+            "GlobalSecondaryIndexes": definition["GlobalSecondaryIndexes"],
+            "TimeToLiveSpecification": {"AttributeName": layout.ttl_attribute, "Enabled": True},
+        },
+        "aggregates-leading-keys": _leading_keys(layout, layout.aggregates_pk),
+        "dead-letters-leading-keys": _leading_keys(layout, layout.dead_letters_pk),
+        "filters": {"FilterCriteria": filter_criteria(rules)},
+    }
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """Indents lists under their key, as the rest of the template does."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _dump(data: Any, indent: str) -> list[str]:
+    text = yaml.dump(
+        data, Dumper=_IndentedDumper, sort_keys=False, width=10**6, default_flow_style=False
+    )
+    return [f"{indent}{line}" if line else line for line in text.splitlines()]
+
+
+def render_template(text: str, rules: RuleSet, *, source: str = "template") -> str:
+    """``text`` (a SAM template) with every region rendered for ``rules``.
+
+    Raises
+    ------
+    ConfigError
+        When a region is missing, repeated, unknown or not closed (naming ``source``), or as
+        :func:`render_regions`.
+    """
+    content = render_regions(rules)
+    lines = text.splitlines()
+    out: list[str] = []
+    seen: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        match = _BEGIN.match(line)
+        if match is None:
+            continue
+        name, indent = match["name"], match["indent"]
+        if name not in content:
+            raise ConfigError(f"{source}: line {i}: unknown region {name!r}; known: {REGIONS}")
+        if name in seen:
+            raise ConfigError(f"{source}: line {i}: region {name!r} appears twice")
+        seen.append(name)
+        end = _END.format(name=name)
+        while i < len(lines) and lines[i].strip() != end:
+            i += 1
+        if i == len(lines):
+            raise ConfigError(f"{source}: region {name!r} has no closing '{end}' line")
+        out += _dump(content[name], indent)
+        out.append(lines[i])
+        i += 1
+    missing = [name for name in REGIONS if name not in seen]
+    if missing:
+        raise ConfigError(
+            f"{source}: no region {', '.join(map(repr, missing))}: mark where it goes with "
+            "'# aggregator:begin <region>' and '# aggregator:end <region>' lines"
+        )
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def check_template_regions(path: Path, rules: RuleSet) -> bool:
+    """Whether the template at ``path`` is rendered for ``rules`` (its regions as
+    :func:`render_template` would write them).
+
+    Raises
+    ------
+    ConfigError
+        When the file cannot be read, or as :func:`render_template`.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the template: {exc.strerror}") from None
+    return render_template(text, rules, source=str(path)) == text
