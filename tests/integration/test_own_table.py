@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from aggregator.cli import main
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
+from aggregator.dynamodb.deadletters import list_dead_letters
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.handler import HandlerSettings, build_processor
 from tests.factories import ddb_json
@@ -301,8 +302,9 @@ def test_check_prepare_then_cloud_adventure_on_a_table_with_only_a_partition_key
     code, output = cli(endpoint, "query", "top", "paths_per_player", "-n", "2", *args)
     assert code == 0 and "cho" in output and "ana" in output
     code, output = cli(endpoint, "dead-letters", *args)
-    assert code == 0, output
-    assert "paths_per_hour" in output and "wrong-type" in output
+    assert code == 0 and "1 dead letter(s), 1 replayable" in output, output
+    (letter,) = list_dead_letters(ddb, name, layout=rules.layout)
+    assert (letter.rule, letter.cause, letter.replayable) == ("paths_per_hour", "wrong-type", True)
     letters = [
         i
         for i in ddb.scan(TableName=name)["Items"]
