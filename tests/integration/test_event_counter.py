@@ -82,6 +82,7 @@ class Simulation:
     t0: int
     checked: list
     mode: str = "exactly-once"
+    server: object = None
 
     def drain(self):
         return pipeline(
@@ -97,11 +98,17 @@ class Simulation:
 
 
 @pytest.fixture(scope="module", params=["exactly-once", "window", "at-least-once"])
-def simulation(dynamodb_local, request):
+def simulation(request):
     """37 hours of events written and processed hour by hour with a simulated clock, with
-    sliding counts checked along the way (shared by this module's tests, which run in order)."""
-    from aggregator.dynamodb.table import create_table
+    sliding counts checked along the way (shared by this module's tests, which run in order).
 
+    Each mode on a DynamoDB Local of its own: the server slows down as the streams of earlier
+    tables pile up (the third mode took three times the first's 65 s on a shared one)."""
+    from aggregator.dynamodb.table import create_table
+    from tests.conftest import _local_server
+
+    servers = _local_server()
+    dynamodb_local = next(servers)
     ddb = dynamodb_local.client("dynamodb")
     streams = dynamodb_local.client("dynamodbstreams")
     name = f"events-{uuid.uuid4().hex[:8]}"
@@ -111,7 +118,9 @@ def simulation(dynamodb_local, request):
     # for real (DynamoDB Local does not promise to expire items, but AWS would); 17 s past it
     t0 = (int(time.time()) // 3600 + 24 * 7) * 3600 + 17
     store = AggregateStore(ddb, name, RULES)
-    sim = Simulation(ddb, streams, name, arn, store, [], Clock(t0), t0, [], request.param)
+    sim = Simulation(
+        ddb, streams, name, arn, store, [], Clock(t0), t0, [], request.param, dynamodb_local
+    )
     for hour in range(HOURS):
         for _ in range(rng.randint(20, 100)):
             millis = (t0 + hour * 3600) * 1000 + rng.randint(0, 3600 * 1000 - 1)
@@ -146,7 +155,7 @@ def simulation(dynamodb_local, request):
                 assert result.requests <= 3 and result.items_read <= 83
                 sim.checked.append(result)
     yield sim
-    ddb.delete_table(TableName=name)
+    next(servers, None)  # stops the server
 
 
 def test_sliding_24_hour_counts_equal_brute_force_at_many_moments(simulation):
@@ -241,7 +250,7 @@ def test_retractions_to_expired_buckets_are_skipped_and_never_recreate_them(simu
     assert result.value == brute_force(events, recent.provider, lo, hi)
 
 
-def test_window_command_prints_the_count_and_its_cost(simulation, dynamodb_local):
+def test_window_command_prints_the_count_and_its_cost(simulation):
     name, events, clock = simulation.name, simulation.events, simulation.clock
     end = int(clock.now) // 60 * 60
     provider = PROVIDERS[1]
@@ -261,7 +270,7 @@ def test_window_command_prints_the_count_and_its_cost(simulation, dynamodb_local
             "--definitions",
             str(ROOT / "definitions" / "event_counts.yaml"),
             "--endpoint-url",
-            dynamodb_local.endpoint_url,
+            simulation.server.endpoint_url,
         ],
     )
     assert result.exit_code == 0, result.output
