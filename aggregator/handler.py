@@ -20,6 +20,11 @@ Configuration (environment variables, read once per execution environment):
 ``AGGREGATOR_ON_FAILURE_QUEUE_URL`` (optional; the template sets its on-failure queue)
     The last resort for a dead letter that DynamoDB rejects even in its minimal form: it is
     sent there as an SQS message and the shard moves on (:mod:`aggregator.dynamodb.deadletters`).
+``AGGREGATOR_RULE_MANIFEST`` (default ``on``)
+    Record the rules in the table's manifest at cold start, refuse a rule whose definition
+    changed under the same name, and count rules pending a backfill from their per-shard fences
+    (:mod:`aggregator.dynamodb.manifest`). ``off`` skips all three (then no backfill is exact);
+    with ``on``, a pending rule needs the shard id, i.e. tumbling windows.
 ``POWERTOOLS_SERVICE_NAME``, ``POWERTOOLS_METRICS_NAMESPACE``, ``POWERTOOLS_LOG_LEVEL``,
 ``POWERTOOLS_TRACE_DISABLED``
     Powertools' own settings (defaults ``ddb-aggregator``, ``DdbAggregator``, ``INFO``).
@@ -67,6 +72,7 @@ class HandlerSettings:
     endpoint_url: str | None = None
     checkpoint_retention_seconds: int = 90_000
     on_failure_queue_url: str | None = None
+    rule_manifest: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HandlerSettings:
@@ -99,6 +105,9 @@ class HandlerSettings:
             raise ConfigError(
                 f"AGGREGATOR_MODE must be one of {', '.join(WRITE_MODES)}, got {mode!r}"
             )
+        manifest = env.get("AGGREGATOR_RULE_MANIFEST", "on").lower()
+        if manifest not in ("on", "off"):
+            raise ConfigError(f"AGGREGATOR_RULE_MANIFEST must be on or off, got {manifest!r}")
         return cls(
             table_name=table,
             definitions=definitions,
@@ -107,6 +116,7 @@ class HandlerSettings:
             endpoint_url=env.get("AGGREGATOR_ENDPOINT_URL") or None,
             checkpoint_retention_seconds=numbers["AGGREGATOR_CHECKPOINT_RETENTION_SECONDS"],
             on_failure_queue_url=env.get("AGGREGATOR_ON_FAILURE_QUEUE_URL") or None,
+            rule_manifest=manifest == "on",
         )
 
 
@@ -173,6 +183,7 @@ def build_processor(
         metrics=metrics,
         logger=logger,
         last_resort=last_resort,
+        lifecycle=settings.rule_manifest,
         **options,
     )
 

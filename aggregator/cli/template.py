@@ -1,6 +1,6 @@
 """Render the parts of ``template.yaml`` that follow from the rules and their table layout.
 
-The SAM template keeps its hand-written structure; four regions of it are rendered from the
+The SAM template keeps its hand-written structure; five regions of it are rendered from the
 deployed rule set, each between marker comments::
 
     # aggregator:begin <region>
@@ -14,7 +14,7 @@ Regions
     ``TimeToLiveSpecification``: the layout's key names (no sort key for ``sort_key: null``), the
     leaderboard index and, without a sort key, the collection index
     (:func:`aggregator.dynamodb.table.table_definition`).
-``aggregates-leading-keys``, ``dead-letters-leading-keys``
+``aggregates-leading-keys``, ``dead-letters-leading-keys``, ``control-leading-keys``
     The ``Condition`` of the role's item grants: ``dynamodb:LeadingKeys`` limited to the reserved
     partition key value (``ForAllValues:StringEquals``) or, on a table without a sort key, to
     keys starting with it and ``#`` (``ForAllValues:StringLike``; the values contain no other
@@ -41,7 +41,13 @@ from aggregator.core.rules import RuleSet
 
 __all__ = ["REGIONS", "check_template_regions", "render_regions", "render_template"]
 
-REGIONS = ("table", "aggregates-leading-keys", "dead-letters-leading-keys", "filters")
+REGIONS = (
+    "table",
+    "aggregates-leading-keys",
+    "dead-letters-leading-keys",
+    "control-leading-keys",
+    "filters",
+)
 
 _BEGIN = re.compile(r"^(?P<indent>[ ]*)# aggregator:begin (?P<name>[a-z-]+)[ ]*$")
 _END = "# aggregator:end {name}"
@@ -89,6 +95,7 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
         },
         "aggregates-leading-keys": _leading_keys(layout, layout.aggregates_pk),
         "dead-letters-leading-keys": _leading_keys(layout, layout.dead_letters_pk),
+        "control-leading-keys": _leading_keys(layout, layout.control_pk),
         "filters": {"FilterCriteria": filter_criteria(rules)},
     }
 

@@ -22,7 +22,7 @@ failure hides another record.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -175,6 +175,8 @@ class BatchDeltas:
         before ``now``); ``expired_retractions`` counts the negative ones among them.
     record_deltas
         Number of non-zero per-record deltas before coalescing.
+    fenced
+        (record, rule) pairs skipped because the record precedes the rule's fence.
     first_sequence_number, last_sequence_number
         Smallest and largest sequence number in the batch (``None`` for an empty batch).
     """
@@ -188,6 +190,7 @@ class BatchDeltas:
     expired: int = 0
     expired_retractions: int = 0
     record_deltas: int = 0
+    fenced: int = 0
     first_sequence_number: str | None = None
     last_sequence_number: str | None = None
 
@@ -322,13 +325,23 @@ class Engine:
         return None
 
     def _evaluate(
-        self, record: StreamRecord, source: str | None
+        self,
+        record: StreamRecord,
+        source: str | None,
+        fences: Mapping[str, str] | None = None,
+        batch: BatchDeltas | None = None,
     ) -> tuple[list[RecordDelta], list[RecordFailure]]:
         deltas: list[RecordDelta] = []
         failures: list[RecordFailure] = []
         missing = self._missing_image(record)
         rules = self._base if source is None else self._derived[source]
+        padded = pad_sequence_number(record.sequence_number) if fences else ""
         for rule in rules:
+            if fences and rule.name in fences and padded <= fences[rule.name]:
+                # before the rule's fence in this shard: the backfill's part, not ours
+                if batch is not None:
+                    batch.fenced += 1
+                continue
             try:
                 if missing is not None:
                     raise EvaluationError(missing, FailureCause.MISSING_IMAGE)
@@ -368,7 +381,11 @@ class Engine:
         return self._evaluate(record, source)
 
     def process(
-        self, records: Iterable[StreamRecord | MalformedRecord], *, now: float | None = None
+        self,
+        records: Iterable[StreamRecord | MalformedRecord],
+        *,
+        now: float | None = None,
+        fences: Mapping[str, str] | None = None,
     ) -> BatchDeltas:
         """Evaluate and coalesce one batch (records of one shard, in stream order).
 
@@ -380,6 +397,10 @@ class Engine:
         ``now`` (epoch seconds, default the current time) decides which time buckets have
         expired: a delta aimed at a bucket whose TTL (bucket end + retention) is at or before
         ``now`` is skipped and counted in ``expired``, so an expired bucket is never recreated.
+
+        ``fences`` maps rule names to a 40-digit sequence number of this shard (a
+        :class:`~aggregator.core.lifecycle.Fence`): such a rule evaluates only records after it
+        (the records up to it are a backfill's part); skipped pairs are counted in ``fenced``.
 
         Returns
         -------
@@ -418,7 +439,7 @@ class Engine:
                 continue
             if source is not None:
                 batch.derived_inputs += 1
-            deltas, failures = self._evaluate(record, source)
+            deltas, failures = self._evaluate(record, source, fences, batch)
             batch.failures.extend(failures)
             deltas = self._drop_expired(batch, deltas, clock)
             by_rule: dict[str, list[RecordDelta]] = {}

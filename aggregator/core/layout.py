@@ -8,6 +8,7 @@ A rule set may declare it in a top-level ``table:`` section of one of its files 
       aggregates_pk: AGGREGATES  # reserved partition key values
       dead_letters_pk: AGGREGATOR#DEAD_LETTERS
       runner_pk: AGGREGATOR#RUNNER
+      control_pk: AGGREGATOR#CONTROL
       value_attribute: value     # the counter ADD targets
       leaderboard_index: leaderboard
       leaderboard_attribute: lb
@@ -97,9 +98,11 @@ class TableLayout(BaseModel):
         Partition key value of the aggregates item collection. Default ``AGGREGATES``.
         Aggregate items have sort key ``"<rule>#<encoded key>"`` (without a sort key: partition
         key ``"AGGREGATES#<rule>#<encoded key>"``).
-    runner_pk, dead_letters_pk
+    runner_pk, dead_letters_pk, control_pk
         Partition key values of framework bookkeeping (local runner positions, dead-lettered
-        records). Together with ``aggregates_pk`` these are the *reserved* partition keys: stream
+        records, and the rule manifest, fences and backfill progress:
+        :mod:`aggregator.dynamodb.manifest`). Together with ``aggregates_pk`` these are the
+        *reserved* partition keys: stream
         records of items under them never produce deltas (self-write filtering), and the
         template's ``FilterCriteria`` drops them before Lambda is invoked.
     value_attribute
@@ -131,6 +134,7 @@ class TableLayout(BaseModel):
     aggregates_pk: str = Field(default="AGGREGATES", min_length=1, max_length=1024)
     runner_pk: str = Field(default="AGGREGATOR#RUNNER", min_length=1, max_length=1024)
     dead_letters_pk: str = Field(default="AGGREGATOR#DEAD_LETTERS", min_length=1, max_length=1024)
+    control_pk: str = Field(default="AGGREGATOR#CONTROL", min_length=1, max_length=1024)
     value_attribute: str = Field(default="value", min_length=1, max_length=255)
     leaderboard_index: str = Field(default="leaderboard", min_length=3, max_length=255)
     leaderboard_attribute: str = Field(default="lb", min_length=1, max_length=255)
@@ -203,7 +207,8 @@ class TableLayout(BaseModel):
         reserved = self.reserved_partition_keys
         if len(set(reserved)) != len(reserved):
             raise ValueError(
-                f"aggregates_pk, runner_pk and dead_letters_pk must differ, got {list(reserved)}"
+                f"aggregates_pk, runner_pk, dead_letters_pk and control_pk must differ, got "
+                f"{list(reserved)}"
             )
         for name in (
             "partition_key",
@@ -319,7 +324,7 @@ class TableLayout(BaseModel):
     def reserved_partition_keys(self) -> tuple[str, ...]:
         """Partition key values owned by the framework, in a fixed order (prefixes, followed by
         ``#``, without a sort key)."""
-        return (self.aggregates_pk, self.runner_pk, self.dead_letters_pk)
+        return (self.aggregates_pk, self.runner_pk, self.dead_letters_pk, self.control_pk)
 
 
 DEFAULT_LAYOUT = TableLayout()

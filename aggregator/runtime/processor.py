@@ -33,10 +33,11 @@ from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta, En
 from aggregator.core.exceptions import ConfigError, EventError, WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add
-from aggregator.core.records import StreamRecord, pad_sequence_number, parse_event
+from aggregator.core.records import MalformedRecord, StreamRecord, pad_sequence_number, parse_event
 from aggregator.core.rules import Bucket, RuleSet
 from aggregator.core.text import bound, quote
 from aggregator.dynamodb.deadletters import DeadLetterWriter, LastResort
+from aggregator.dynamodb.manifest import RuleLifecycle
 from aggregator.dynamodb.modes import make_writer
 from aggregator.dynamodb.writer import Writer, WriteStats
 
@@ -211,6 +212,10 @@ class StreamProcessor:
         Window mode: flush early beyond this serialized state size.
     clock
         Returns the current time in epoch seconds (decides which time buckets have expired).
+    lifecycle
+        Optional :class:`~aggregator.dynamodb.manifest.RuleLifecycle`: rules pending a backfill
+        then count each shard's records only after their fence (created at the first batch of
+        the shard that sees the rule).
     """
 
     def __init__(
@@ -224,8 +229,10 @@ class StreamProcessor:
         logger: Any | None = None,
         state_limit_bytes: int = DEFAULT_STATE_LIMIT_BYTES,
         clock: Any = time.time,
+        lifecycle: RuleLifecycle | None = None,
     ) -> None:
         self.clock = clock
+        self.lifecycle = lifecycle
         self.engine = engine
         self.writer = writer
         # the DynamoDB writers (not part of the Writer protocol): dead letters go to their table
@@ -278,7 +285,9 @@ class StreamProcessor:
         ):
             raise EventError(f"not a DynamoDB stream event: shardId {quote(shard_id)} is invalid")
         self.writer.check_shard(shard_id)
-        batch = self.engine.process(records, now=self.clock())
+        batch = self.engine.process(
+            records, now=self.clock(), fences=self._fences(shard_id, records)
+        )
         outcome = BatchOutcome(
             response={"batchItemFailures": []},
             records=batch.records,
@@ -323,6 +332,20 @@ class StreamProcessor:
                 )
         self._emit_metrics(outcome, records)
         return outcome
+
+    def _fences(
+        self, shard_id: str | None, records: list[StreamRecord | MalformedRecord]
+    ) -> dict[str, str] | None:
+        """The fences of the rules pending a backfill, for this shard (none without a
+        lifecycle)."""
+        if self.lifecycle is None:
+            return None
+        fenced = self.lifecycle.fenced_rules()
+        sequence_numbers = [r.sequence_number for r in records if isinstance(r, StreamRecord)]
+        if not fenced or not sequence_numbers:
+            return None
+        first = min(sequence_numbers, key=pad_sequence_number)
+        return self.lifecycle.fences_for(shard_id, first, fenced)
 
     def _window(self, event: dict[str, Any], batch: BatchDeltas, outcome: BatchOutcome) -> None:
         state = dict(event.get("state") or {})
@@ -426,6 +449,7 @@ def create_processor(
     logger: Any | None = None,
     clock: Any = time.time,
     last_resort: LastResort | None = None,
+    lifecycle: bool = False,
     **writer_options: Any,
 ) -> StreamProcessor:
     """Engine, writer, dead-letter writer and flush policy for a write mode (``exactly-once``,
@@ -436,6 +460,11 @@ def create_processor(
 
     ``clock`` (epoch seconds, default ``time.time``) is shared by the engine (expired time
     buckets) and the writer (checkpoint ages); tests pass a simulated one.
+
+    ``lifecycle=True`` registers the rules in the table's manifest (refusing a rule whose
+    definition changed under the same name) and fences the rules pending a backfill
+    (:class:`~aggregator.dynamodb.manifest.RuleLifecycle`); the Lambda handler and the ``run``
+    command do so.
 
     Raises
     ------
@@ -460,4 +489,5 @@ def create_processor(
         metrics=metrics,
         logger=logger,
         clock=clock,
+        lifecycle=RuleLifecycle(rules, client, table_name, clock=clock) if lifecycle else None,
     )

@@ -96,9 +96,11 @@ def test_cli_run_and_query(dynamodb_local, ddb, table, tmp_path):
     result = cli.invoke(main, ["run", *common, *defs])
     assert result.exit_code == 0, result.output
     # 8 puts + 1 delete; then the 4 aggregate items' own stream records: the 3 players' are the
-    # derived rules' input, which write 4 more (3 histogram buckets and the player count)
+    # derived rules' input, which write 4 more (3 histogram buckets and the player count); and 4
+    # control records: the rule manifest created and the 5 rules registered (one update), the
+    # shard's fence item created and the pending rules' fences set (one update)
     assert " ".join(result.output.split()).startswith(
-        "processed 17 stream records in 4 invocations (5 self-writes skipped, 3 source "
+        "processed 21 stream records in 4 invocations (9 self-writes skipped, 3 source "
         "aggregates read by derived rules): 24 deltas -> 8 aggregate updates"
     )
     # a second run resumes from the stored positions: nothing new is counted

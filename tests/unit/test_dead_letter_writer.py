@@ -212,6 +212,7 @@ def test_the_handler_wires_the_on_failure_queue_as_the_last_resort(tmp_path):
         "AGGREGATOR_TABLE_NAME": "t",
         "AGGREGATOR_DEFINITIONS": str(rules),
         "AGGREGATOR_ON_FAILURE_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/1/q",
+        "AGGREGATOR_RULE_MANIFEST": "off",  # the stub table has no manifest to read
     }
     queue = Queue()
     processor = build_processor(

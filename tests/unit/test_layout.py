@@ -115,7 +115,16 @@ def test_stream_filters_use_the_layouts_names():
         "dynamodb": {
             "Keys": {
                 "PK": {
-                    "S": [{"anything-but": ["AGG", "AGGREGATOR#RUNNER", "AGGREGATOR#DEAD_LETTERS"]}]
+                    "S": [
+                        {
+                            "anything-but": [
+                                "AGG",
+                                "AGGREGATOR#RUNNER",
+                                "AGGREGATOR#DEAD_LETTERS",
+                                "AGGREGATOR#CONTROL",
+                            ]
+                        }
+                    ]
                 }
             }
         }

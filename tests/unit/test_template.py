@@ -50,10 +50,12 @@ EXISTING_STREAM_ARN = EXISTING_TABLE_ARN + "/stream/2024-05-01T12:00:00.000"
 # What the handler does to the table (aggregator/handler.py -> runtime/processor.py ->
 # dynamodb/{writer,checkpoint,deadletters}.py): UpdateItem and GetItem (checkpoints) on aggregate
 # items, PutItem of dead letters; DescribeTable for the cold-start key-schema check.
+# aggregates updated and read, dead letters put, and the control partition (rule manifest and
+# backfill fences) read, put and updated
 ITEM_GRANTS = {
-    "dynamodb:UpdateItem": {DEFAULT_LAYOUT.aggregates_pk},
-    "dynamodb:GetItem": {DEFAULT_LAYOUT.aggregates_pk},
-    "dynamodb:PutItem": {DEFAULT_LAYOUT.dead_letters_pk},
+    "dynamodb:UpdateItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
+    "dynamodb:GetItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
+    "dynamodb:PutItem": {DEFAULT_LAYOUT.dead_letters_pk, DEFAULT_LAYOUT.control_pk},
 }
 STREAM_ACTIONS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -579,7 +581,7 @@ def test_item_access_only_under_the_reserved_partitions(deployment: tuple[str, A
         assert keys and keys <= set(RESERVED_PARTITION_KEYS)
         for action in items:
             granted.setdefault(action, set()).update(keys)
-    # exactly what the handler does: aggregates updated and read, dead letters put
+    # exactly what the handler does
     assert granted == ITEM_GRANTS
     assert not any(DEFAULT_LAYOUT.runner_pk in keys for keys in granted.values())
     writes = {action for action in granted if action in ITEM_WRITES}
@@ -989,9 +991,9 @@ def test_without_a_sort_key_the_role_writes_only_keys_under_the_reserved_prefixe
         for action in items:
             granted.setdefault(action, set()).update(patterns)
     assert granted == {
-        "dynamodb:UpdateItem": {"AGGREGATES#*"},
-        "dynamodb:GetItem": {"AGGREGATES#*"},
-        "dynamodb:PutItem": {"AGGREGATOR#DEAD_LETTERS#*"},
+        "dynamodb:UpdateItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
+        "dynamodb:GetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
+        "dynamodb:PutItem": {"AGGREGATOR#DEAD_LETTERS#*", "AGGREGATOR#CONTROL#*"},
     }
     layout = load_rules(
         [ROOT / "definitions", ROOT / "definitions" / "layouts" / "pk_only.yaml"]

@@ -53,10 +53,13 @@ def run(
 
     rules = load_rules(definitions)
     client = clients.make_client("dynamodb", endpoint_url)
+    stream_arn = table_stream_arn(client, table_name)
     runner = StreamRunner(
-        create_processor(rules, client, table_name, mode=mode),
+        # the rule manifest and backfill fences need the shard id, which events carry only
+        # with tumbling windows (as Lambda's do)
+        create_processor(rules, client, table_name, mode=mode, lifecycle=bool(window_seconds)),
         clients.make_client("dynamodbstreams", endpoint_url),
-        table_stream_arn(client, table_name),
+        stream_arn,
         batch_size=batch_size,
         tumbling_window_seconds=window_seconds or None,
         positions=PositionStore(client, table_name, rules.layout) if resume else None,
