@@ -307,6 +307,56 @@ class Engine:
                 ) from None
         return [(ref, amount) for ref, amount in changes.items() if amount != 0]
 
+    def image_contributions(
+        self, image: Image | None, rules: Iterable[str], *, now: float
+    ) -> tuple[dict[AggregateRef, Decimal], list[tuple[str, EvaluationError]]]:
+        """What one item image contributes to the named base rules' aggregates (the state a
+        backfill counts), skipping time buckets expired at ``now``; and the rules that could
+        not evaluate it, with the error (the item then contributes nothing to them).
+
+        Returns
+        -------
+        tuple
+            ``({ref: amount}, [(rule, error)])``, amounts never zero.
+        """
+        out: dict[AggregateRef, Decimal] = {}
+        failed: list[tuple[str, EvaluationError]] = []
+        if image is None:
+            return out, failed
+        for name in rules:
+            rule = self.rules.get(name)
+            try:
+                image.check(self._reads[name])
+                changes: dict[AggregateRef, Decimal] = {}
+                for c in rule.contributions(image):
+                    ref = AggregateRef(rule.name, c.key, c.display, c.bucket)
+                    size = len(ref.sort_key.encode("utf-8"))
+                    if size > self._max_sort_key_bytes:
+                        raise EvaluationError(
+                            f"the aggregate's sort key would be {size} bytes, over "
+                            f"{self._sort_key_limit}",
+                            FailureCause.LIMIT_EXCEEDED,
+                        )
+                    if c.bucket is not None and c.bucket.expired(now):
+                        continue
+                    changes[ref] = add(changes.get(ref, Decimal(0)), c.amount)
+            except EvaluationError as exc:
+                failed.append((name, exc))
+                continue
+            except ArithmeticError:
+                failed.append(
+                    (
+                        name,
+                        EvaluationError(
+                            "the amount needs more than DynamoDB's 38 significant digits",
+                            FailureCause.LIMIT_EXCEEDED,
+                        ),
+                    )
+                )
+                continue
+            out.update((ref, amount) for ref, amount in changes.items() if amount != 0)
+        return out, failed
+
     @staticmethod
     def _missing_image(record: StreamRecord) -> str | None:
         needs = {

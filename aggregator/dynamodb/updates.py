@@ -44,7 +44,7 @@ class Update:
     adds: tuple[tuple[str, Decimal], ...] = ()
     sets: tuple[tuple[str, AttributeValue], ...] = ()
     removes: tuple[str, ...] = ()
-    # ("missing_or_below" | "equals", attribute, value)
+    # ("missing_or_below" | "equals" | "missing", attribute, value)
     conditions: tuple[tuple[str, str, AttributeValue], ...] = ()
 
     def add(self, attribute: str, amount: Decimal) -> Update:
@@ -67,6 +67,10 @@ class Update:
     def where_equals(self, attribute: str, value: AttributeValue) -> Update:
         """Condition ``attribute = :value`` (ANDed with the others)."""
         return replace(self, conditions=(*self.conditions, ("equals", attribute, value)))
+
+    def where_missing(self, attribute: str) -> Update:
+        """Condition ``attribute_not_exists(attribute)`` (ANDed with the others)."""
+        return replace(self, conditions=(*self.conditions, ("missing", attribute, {})))
 
     def render(self) -> dict[str, Any]:
         """``UpdateExpression``, ``ExpressionAttributeNames``, ``ExpressionAttributeValues`` and,
@@ -101,7 +105,9 @@ class Update:
         conditions = []
         for kind, attribute, bound in self.conditions:
             placeholder = name(attribute)
-            if kind == "missing_or_below":
+            if kind == "missing":
+                conditions.append(f"attribute_not_exists({placeholder})")
+            elif kind == "missing_or_below":
                 conditions.append(
                     f"attribute_not_exists({placeholder}) OR {placeholder} < {value(bound)}"
                 )

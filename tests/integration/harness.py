@@ -201,6 +201,7 @@ def pipeline(
     throttle_retries: int = 3,
     rules: RuleSet = RULES,
     clock: Any = time.time,
+    lifecycle: bool = False,
     **fault_options: Any,
 ) -> Pipeline:
     client = FaultInjectingClient(ddb, throttle=throttle, layout=rules.layout)
@@ -209,7 +210,7 @@ def pipeline(
         "backoff_seconds": 0.001,
         "clock": clock,
     }
-    processor = create_processor(rules, client, table, mode=mode, **options)
+    processor = create_processor(rules, client, table, mode=mode, lifecycle=lifecycle, **options)
     faults = RunnerFaults(client=client, **fault_options)
     runner = StreamRunner(
         processor,

@@ -1,0 +1,649 @@
+"""Backfill: count the items already in the table for rules pending a backfill, exactly, while
+the application keeps writing and the stream handler keeps running.
+
+Protocol
+--------
+The handler counts a pending rule ``R`` in each stream shard only after the shard's *fence*
+``F_S`` (:mod:`aggregator.dynamodb.manifest`). The backfill owes, for every item, ``R``'s
+contribution of the item's state at the fence: the state before the item's first stream record
+after it (``old_k``), or, for an item with no record after it, its current state. The handler's
+deltas for the item then telescope: ``c(final) - c(old_k)``, so the sum is ``c(final)``.
+
+1. **Fence** every shard the stream lists: the shard's last record ``L_S`` (read to its end),
+   written with ``attribute_not_exists`` so a fence the handler already wrote (at its first
+   batch with ``R``) stays. Shards created later (children) have their fences at their start.
+   Then every record up to a fence was written before the scan begins, and every record after it
+   is counted by the handler.
+2. **Scan** the table (``ConsistentRead``, ``Segment``/``TotalSegments``), page by page. After a
+   page has been read, wait until ``stream_lag_seconds`` have passed and read every shard to its
+   end (records after the fences only): the first post-fence record of each changed item gives
+   its ``old_k``. An item on the page with such a record counts ``c(old_k)``; any other counts its
+   scanned state, which is ``old_k`` as well, since a record written before the item was read
+   would be visible by now.
+3. **Persist, then apply** each page: its coalesced amounts and the digests of the items it
+   returned are stored under the control partition before the amounts are added with the
+   exactly-once writer, under a checkpoint of their own (pseudo-shard
+   ``backfill.<id>.<segment>``, sequence number = page number). A killed backfill resumes at the
+   next page of each segment and re-applies the last stored one, which the checkpoint makes
+   harmless.
+4. **Finish**: once every segment is done and ``stream_lag_seconds`` have passed, read the stream
+   once more; items with a post-fence record that the scan never returned (deleted before the scan
+   reached them) count ``c(old_k)``. Apply (pseudo-shard ``backfill.<id>.final``), then mark the
+   rules ``active``.
+
+Invariant: every item that existed at its shard's fence contributes ``c(state at the fence)``
+exactly once, through its page or through the final step, and nothing else does.
+
+Assumptions (stated, not checked): a write is readable from its shard's ``GetRecords`` within
+``stream_lag_seconds`` (DynamoDB Streams writes records "in near-real time": Developer Guide,
+"Change data capture for DynamoDB Streams"); the deployment of ``R`` finished before the backfill
+starts (no invocation with the old rule set afterwards); the backfill finishes within the stream's
+24-hour retention of the fences' records.
+
+Costs: the scan (strongly consistent: 1 RCU per 4 KB of items read), one read of every shard
+from its trim horizon for the fences and again for the changed items, one write per page of its
+amounts and digests (16 bytes per returned item, zlib-compressed JSON for the amounts), and one
+aggregate ``UpdateItem`` per key per page (coalesced). Memory: the digests of the items returned
+(about 100 bytes each in Python) and the first post-fence state of each item changed during the
+backfill. After the backfill, a stream record costs what it did before: the handler drops the
+rules' fences :data:`~aggregator.core.lifecycle.FENCE_RETENTION_SECONDS` after they became active.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.lifecycle import Fence, RuleState
+from aggregator.core.numbers import add
+from aggregator.core.records import Image, StreamRecord, pad_sequence_number
+from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.checkpoint import CheckpointWriter
+from aggregator.dynamodb.manifest import FenceStore, Manifest
+from aggregator.dynamodb.writer import WriteStats, item_size
+from aggregator.runtime.processor import _decode_state, _encode_state
+from aggregator.runtime.runner import GET_RECORDS_LIMIT, to_lambda_record
+
+__all__ = ["Backfill", "BackfillStats", "item_digest"]
+
+STREAM_RETENTION_SECONDS = 24 * 3600
+"""DynamoDB Streams keeps records 24 hours (Developer Guide, "Change data capture for DynamoDB
+Streams")."""
+
+DEFAULT_STREAM_LAG_SECONDS = 5.0
+DEFAULT_PAGE_ITEMS = 200
+"""Items per ``Scan`` page: small enough that a page's amounts and digests fit one control item
+(400 KB) whatever the rules."""
+
+
+def item_digest(keys: dict[str, Any], layout: Any) -> bytes:
+    """16-byte BLAKE2b digest of an item's primary key (DynamoDB JSON)."""
+    names = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
+    text = json.dumps([keys.get(n) for n in names], sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+@dataclass(slots=True)
+class BackfillStats:
+    """Figures of one :meth:`Backfill.run` (all of it, resumed parts included where stored)."""
+
+    backfill_id: str = ""
+    items_scanned: int = 0
+    pages: int = 0
+    changed_items: int = 0
+    first_old_used: int = 0
+    unscanned_changed: int = 0
+    evaluation_failures: int = 0
+    stream_records_read: int = 0
+    modelled_rcu: Decimal = Decimal(0)
+    write: WriteStats = field(default_factory=WriteStats)
+    elapsed_seconds: float = 0.0
+    resumed: bool = False
+
+
+class _RateLimiter:
+    """At most ``per_second`` units per second (token bucket, shared by threads)."""
+
+    def __init__(self, per_second: float | None) -> None:
+        self.per_second = per_second
+        self.lock = threading.Lock()
+        self.available = per_second or 0.0
+        self.at = time.monotonic()
+
+    def take(self, units: float) -> None:
+        if not self.per_second:
+            return
+        with self.lock:
+            now = time.monotonic()
+            self.available = min(
+                self.per_second, self.available + (now - self.at) * self.per_second
+            )
+            self.at = now
+            self.available -= units
+            wait = -self.available / self.per_second if self.available < 0 else 0.0
+        if wait > 0:
+            time.sleep(wait)
+
+
+class _ChangedItems:
+    """Reads every shard after its fence and keeps, per item, the contributions of its first
+    post-fence ``OldImage`` (thread-safe)."""
+
+    def __init__(self, backfill: Backfill) -> None:
+        self.b = backfill
+        self.lock = threading.Lock()
+        self.first_old: dict[bytes, dict[AggregateRef, Decimal]] = {}
+        self.iterators: dict[str, str | None] = {}
+        self.done: set[str] = set()
+        self.records = 0
+
+    def pump(self) -> None:
+        """Read every shard to its current end (new shards from their start)."""
+        with self.lock:
+            for shard in self.b.shards():
+                shard_id = shard["ShardId"]
+                if shard_id in self.done:
+                    continue
+                fences = self.b.shard_fences(shard_id)
+                for record in self.b.read_shard(shard_id, self.iterators):
+                    self.records += 1
+                    seq = pad_sequence_number(record["dynamodb"]["SequenceNumber"])
+                    self._record(record, seq, fences)
+                if self.iterators.get(shard_id, "") is None:
+                    self.done.add(shard_id)
+
+    def _record(self, raw: dict[str, Any], seq: str, fences: dict[str, str]) -> None:
+        record = StreamRecord(raw)
+        keys = dict(record.keys)
+        if self.b.layout.is_reserved(keys):
+            return
+        digest = item_digest(keys, self.b.layout)
+        if digest in self.first_old:
+            return
+        # a rule's fence in this shard; none yet (a shard born after the fences): all of it
+        rules = [r for r in self.b.rule_names if seq > fences.get(r, "")]
+        if not rules:
+            return
+        if len(rules) != len(self.b.rule_names):  # pragma: no cover - fences set together
+            raise ConfigError("the rules' fences differ within one shard; backfill them apart")
+        self.first_old[digest] = self.b.contributions(record.old_image)
+
+
+class Backfill:
+    """Count the items already in the table for rules pending a backfill (module docstring).
+
+    Parameters
+    ----------
+    rules
+        The deployed rule set (its layout included).
+    client, streams_client
+        boto3 ``dynamodb`` and ``dynamodbstreams`` clients.
+    table_name, stream_arn
+        The table and its stream.
+    rule_names
+        The base rules to backfill (default: every base rule pending in the manifest).
+    segments
+        Parallel ``Scan`` segments (``TotalSegments``), 1 to 1,000,000 (DynamoDB API reference,
+        ``Scan``), one thread each.
+    max_rcu, max_wcu
+        Rate limits in capacity units per second (modelled: 1 RCU per 4 KB of items read
+        strongly consistently; the writer's modelled WCU), or ``None``.
+    stream_lag_seconds
+        How long a write may take to become readable from the stream (module docstring).
+    page_items
+        ``Limit`` of each ``Scan`` page.
+    backfill_id
+        Resume this backfill (default: resume the one recorded in the manifest, else start one).
+    on_page
+        Called after each applied page with ``(items on the page, stats)`` (progress bars; tests
+        use it to interleave writes).
+    clock
+        Epoch seconds.
+
+    Raises
+    ------
+    ConfigError
+        When a rule is unknown, derived, not in the manifest (the handler has not started with
+        it), already active, counted without fences, pending for longer than the stream keeps
+        records, or when another backfill of it is under way.
+    """
+
+    def __init__(
+        self,
+        rules: RuleSet,
+        client: Any,
+        streams_client: Any,
+        table_name: str,
+        stream_arn: str,
+        *,
+        rule_names: Iterable[str] | None = None,
+        segments: int = 4,
+        max_rcu: float | None = None,
+        max_wcu: float | None = None,
+        stream_lag_seconds: float = DEFAULT_STREAM_LAG_SECONDS,
+        page_items: int = DEFAULT_PAGE_ITEMS,
+        on_page: Callable[[int, BackfillStats], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not 1 <= segments <= 1_000_000:
+            raise ConfigError(f"segments must be 1 to 1,000,000, got {segments}")
+        self.rules = rules
+        self.layout = rules.layout
+        self.client = client
+        self.streams = streams_client
+        self.table_name = table_name
+        self.stream_arn = stream_arn
+        self.segments = segments
+        self.stream_lag_seconds = stream_lag_seconds
+        self.page_items = page_items
+        self.on_page = on_page
+        self.clock = clock
+        self.engine = Engine(rules)
+        self.manifest = Manifest(client, table_name, self.layout)
+        self.fence_store = FenceStore(client, table_name, self.layout)
+        self.read_limiter = _RateLimiter(max_rcu)
+        self.write_limiter = _RateLimiter(max_wcu)
+        self.stats = BackfillStats()
+        self._stats_lock = threading.Lock()
+        self._fences: dict[str, dict[str, str]] = {}
+        states = self.manifest.load()
+        self.rule_names = self._select(states, rule_names)
+        self.states = {n: states[n] for n in self.rule_names}
+        self.writer = CheckpointWriter(
+            client, table_name, layout=self.layout, max_workers=8, clock=clock
+        )
+        self.leaderboard = {r.name for r in rules if r.leaderboard}
+
+    # -- rules and fences --------------------------------------------------------------------
+
+    def _select(self, states: dict[str, RuleState], names: Iterable[str] | None) -> list[str]:
+        if names is None:
+            chosen = [
+                r.name
+                for r in self.rules.base_rules
+                if r.name in states and states[r.name].status != "active"
+            ]
+            if not chosen:
+                raise ConfigError(
+                    "no rule is pending a backfill (the manifest lists them once the handler or "
+                    "`aggregator run` has started with them)"
+                )
+            return chosen
+        chosen = list(dict.fromkeys(names))
+        for name in chosen:
+            if name not in {r.name for r in self.rules}:
+                raise ConfigError(f"no rule named {name!r} in the definitions")
+            if self.rules.get(name).is_derived:
+                raise ConfigError(
+                    f"rule {name!r} is derived: its input is its source's aggregates, not the "
+                    "table's items; backfilling derived rules is not supported yet"
+                )
+            state = states.get(name)
+            if state is None:
+                raise ConfigError(
+                    f"rule {name!r} is not deployed yet: start the handler (deploy) or "
+                    "`aggregator run` with it first, so that the stream counts it from its fences"
+                )
+            if state.status == "active":
+                raise ConfigError(f"rule {name!r} is already backfilled (active)")
+        return chosen
+
+    def _check(self) -> None:
+        now = self.clock()
+        for name, state in self.states.items():
+            if state.unfenced:
+                raise ConfigError(
+                    f"rule {name!r} was counted by a handler whose events name no shard (no "
+                    "tumbling windows), without fences: a backfill could not be exact"
+                )
+            if state.status == "pending" and now - state.registered_at > (
+                STREAM_RETENTION_SECONDS - 3600
+            ):
+                raise ConfigError(
+                    f"rule {name!r} has been pending since {time.ctime(state.registered_at)}, "
+                    "longer than the stream keeps records (24 h): its changes since then cannot "
+                    "be told apart exactly; deploy it under a new name and backfill that"
+                )
+
+    def shard_fences(self, shard_id: str) -> dict[str, str]:
+        """``{rule: after}`` of the backfilled rules in one shard (cached once complete)."""
+        cached = self._fences.get(shard_id)
+        if cached is not None:
+            return cached
+        fences = {r: f.after for r, f in self.fence_store.get(shard_id).items()}
+        fences = {r: a for r, a in fences.items() if r in self.rule_names}
+        if len(fences) == len(self.rule_names):
+            self._fences[shard_id] = fences
+        return fences
+
+    def shards(self) -> list[dict[str, Any]]:
+        """Every shard ``DescribeStream`` lists (paginated)."""
+        shards: list[dict[str, Any]] = []
+        start: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"StreamArn": self.stream_arn}
+            if start:
+                kwargs["ExclusiveStartShardId"] = start
+            description = self.streams.describe_stream(**kwargs)["StreamDescription"]
+            shards += description.get("Shards", [])
+            start = description.get("LastEvaluatedShardId")
+            if not start:
+                return shards
+
+    def read_shard(
+        self, shard_id: str, iterators: dict[str, str | None]
+    ) -> Iterable[dict[str, Any]]:
+        """Records of one shard from where ``iterators`` left off (its start the first time) to
+        its current end; ``iterators[shard_id]`` becomes ``None`` once a closed shard ends."""
+        iterator = iterators.get(shard_id, "")
+        if iterator is None:
+            return
+        if iterator == "":
+            iterator = self.streams.get_shard_iterator(
+                StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+        empty = 0
+        while iterator is not None:
+            response = self.streams.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
+            records = response.get("Records", [])
+            iterator = response.get("NextShardIterator")
+            iterators[shard_id] = iterator
+            for record in records:
+                yield to_lambda_record(record, self.stream_arn)
+            if records:
+                empty = 0
+                continue
+            empty += 1
+            # an open shard's empty page: caught up; a closed one may return empty pages before
+            # its end (DynamoDB Streams API reference, GetRecords)
+            if iterator is not None and empty >= 3:
+                return
+
+    def _fence_all(self) -> None:
+        """Step 1: fence every listed shard at its last record, unless fenced already."""
+        iterators: dict[str, str | None] = {}
+        for shard in self.shards():
+            shard_id = shard["ShardId"]
+            last = "0"
+            for record in self.read_shard(shard_id, iterators):
+                last = max(last, record["dynamodb"]["SequenceNumber"], key=pad_sequence_number)
+            self.fence_store.put_if_absent(
+                [Fence(r, shard_id, pad_sequence_number(last), "backfill") for r in self.rule_names]
+            )
+
+    # -- contributions -----------------------------------------------------------------------
+
+    def contributions(self, image: Image | None) -> dict[AggregateRef, Decimal]:
+        found, failed = self.engine.image_contributions(image, self.rule_names, now=self.clock())
+        if failed:
+            with self._stats_lock:
+                self.stats.evaluation_failures += len(failed)
+        return found
+
+    # -- control items -----------------------------------------------------------------------
+
+    def _control_key(self, sort_key: str) -> dict[str, Any]:
+        return self.layout.item_key(self.layout.control_pk, sort_key)
+
+    def _get(self, sort_key: str) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = self.client.get_item(
+            TableName=self.table_name, Key=self._control_key(sort_key), ConsistentRead=True
+        ).get("Item")
+        return item
+
+    def _put(self, sort_key: str, attributes: dict[str, Any]) -> None:
+        fields = self.layout.item_fields(self.layout.control_pk, sort_key)
+        item = {**{k: {"S": v} for k, v in fields.items()}, **attributes}
+        self.client.put_item(TableName=self.table_name, Item=item)
+
+    # -- pages -------------------------------------------------------------------------------
+
+    def _apply(self, batch: BatchDeltas, pseudo_shard: str) -> None:
+        if not batch.deltas:
+            return
+        result = self.writer.apply(batch, shard_id=pseudo_shard)
+        if result.retry_from is not None:
+            raise ConfigError(f"backfill write failed: {'; '.join(result.errors[:3])}")
+        with self._stats_lock:
+            self.stats.write.add(result.stats)
+        self.write_limiter.take(float(result.stats.modelled_wcu))
+
+    def _batch(self, amounts: dict[AggregateRef, Decimal], sequence: int) -> BatchDeltas:
+        seq = str(sequence)
+        batch = BatchDeltas(first_sequence_number=seq, last_sequence_number=seq)
+        for ref, amount in amounts.items():
+            batch.deltas[ref.sort_key] = CoalescedDelta(
+                ref, amount, seq, [(seq, amount)], ref.rule in self.leaderboard
+            )
+        return batch
+
+    def _segment(self, segment: int, changed: _ChangedItems, digests: set[bytes]) -> None:
+        """Scan one segment to its end, from where a killed run of this backfill stopped."""
+        bid = self.stats.backfill_id
+        progress = self._get(f"backfill#{bid}#segment#{segment}") or {}
+        page = int(progress.get("page", {}).get("N", "0"))  # pages applied
+        start = json.loads(progress["next_key"]["S"]) if "next_key" in progress else None
+        self._load_digests(segment, page, digests)
+        if progress.get("done", {}).get("BOOL"):
+            return
+        stored = self._get(f"backfill#{bid}#page#{segment}#{page + 1}")
+        if stored is not None:  # stored but perhaps not applied before a kill: apply again
+            page, start = self._replay(segment, page + 1, stored, digests)
+        if page > 0 and start is None:  # the last page is in
+            self._save_segment(segment, page, None, done=True)
+            return
+        pseudo = f"backfill.{bid}.{segment}"
+        # pages read but not yet counted, oldest first: (read at, items, next key); the scan
+        # reads on while the oldest page waits out the stream lag
+        waiting: deque[tuple[float, list[dict[str, Any]], dict[str, Any] | None]] = deque()
+        scanning = True
+        while scanning or waiting:
+            if scanning:
+                kwargs: dict[str, Any] = {
+                    "TableName": self.table_name,
+                    "ConsistentRead": True,
+                    "Segment": segment,
+                    "TotalSegments": self.segments,
+                    "Limit": self.page_items,
+                }
+                if start:
+                    kwargs["ExclusiveStartKey"] = start
+                response = self.client.scan(**kwargs)
+                items = response.get("Items", [])
+                start = response.get("LastEvaluatedKey")
+                waiting.append((time.monotonic(), items, start))
+                scanning = start is not None
+                rcu = _read_units(items)
+                self.read_limiter.take(float(rcu))
+                with self._stats_lock:
+                    self.stats.modelled_rcu += rcu
+            ready_at = waiting[0][0] + self.stream_lag_seconds
+            if scanning and time.monotonic() < ready_at:
+                continue
+            delay = ready_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            changed.pump()
+            while waiting and waiting[0][0] + self.stream_lag_seconds <= time.monotonic():
+                _, items, next_key = waiting.popleft()
+                page += 1
+                self._count_page(segment, page, items, next_key, changed, digests, pseudo)
+
+    def _count_page(
+        self,
+        segment: int,
+        page: int,
+        items: list[dict[str, Any]],
+        next_key: dict[str, Any] | None,
+        changed: _ChangedItems,
+        digests: set[bytes],
+        pseudo: str,
+    ) -> None:
+        """Count one page whose stream lag has passed: store it, apply it, move the segment on."""
+        amounts, page_digests, first_old_used = self._count(items, changed)
+        batch = self._batch(amounts, page)
+        record = {
+            "digests": {"B": zlib.compress(b"".join(page_digests))},
+            "deltas": {"B": zlib.compress(_encode_state(batch).encode("utf-8"))},
+            "next_key": {"S": json.dumps(next_key) if next_key else ""},
+            "items": {"N": str(len(items))},
+        }
+        self._put(f"backfill#{self.stats.backfill_id}#page#{segment}#{page}", record)
+        self._apply(batch, pseudo)
+        self._save_segment(segment, page, next_key, done=not next_key)
+        digests.update(page_digests)
+        with self._stats_lock:
+            self.stats.items_scanned += len(items)
+            self.stats.pages += 1
+            self.stats.first_old_used += first_old_used
+        if self.on_page is not None:
+            self.on_page(len(items), self.stats)
+
+    def _count(
+        self, items: list[dict[str, Any]], changed: _ChangedItems
+    ) -> tuple[dict[AggregateRef, Decimal], list[bytes], int]:
+        """A page's amounts: each item's first post-fence state if the stream has one, else its
+        scanned state; with the digests of the items and how many used the stream's."""
+        amounts: dict[AggregateRef, Decimal] = {}
+        page_digests: list[bytes] = []
+        first_old_used = 0
+        names = [n for n in (self.layout.partition_key, self.layout.sort_key) if n]
+        for item in items:
+            keys = {k: item[k] for k in names if k in item}
+            if self.layout.is_reserved(keys):
+                continue
+            digest = item_digest(keys, self.layout)
+            page_digests.append(digest)
+            with changed.lock:
+                old = changed.first_old.get(digest)
+            if old is not None:
+                first_old_used += 1
+                found = old
+            else:
+                found = self.contributions(Image(item))
+            for ref, amount in found.items():
+                amounts[ref] = add(amounts.get(ref, Decimal(0)), amount)
+        return amounts, page_digests, first_old_used
+
+    def _replay(
+        self, segment: int, page: int, stored: dict[str, Any], digests: set[bytes]
+    ) -> tuple[int, dict[str, Any] | None]:
+        batch = _decode_state(zlib.decompress(stored["deltas"]["B"]).decode("utf-8"))
+        self._apply(batch, f"backfill.{self.stats.backfill_id}.{segment}")
+        text = stored["next_key"]["S"]
+        start = json.loads(text) if text else None
+        self._save_segment(segment, page, start)
+        raw = zlib.decompress(stored["digests"]["B"])
+        digests.update(raw[i : i + 16] for i in range(0, len(raw), 16))
+        return page, start
+
+    def _load_digests(self, segment: int, pages: int, digests: set[bytes]) -> None:
+        for page in range(1, pages + 1):
+            stored = self._get(f"backfill#{self.stats.backfill_id}#page#{segment}#{page}")
+            if stored is None:
+                continue
+            raw = zlib.decompress(stored["digests"]["B"])
+            digests.update(raw[i : i + 16] for i in range(0, len(raw), 16))
+
+    def _save_segment(
+        self, segment: int, page: int, start: dict[str, Any] | None, *, done: bool = False
+    ) -> None:
+        attributes: dict[str, Any] = {"page": {"N": str(page)}, "done": {"BOOL": done}}
+        if start:
+            attributes["next_key"] = {"S": json.dumps(start)}
+        self._put(f"backfill#{self.stats.backfill_id}#segment#{segment}", attributes)
+
+    # -- the whole -----------------------------------------------------------------------------
+
+    def _begin(self) -> bool:
+        """Mark the rules ``backfilling`` under one id (a new one, or the one under way);
+        returns whether this resumes a backfill."""
+        ids = {s.backfill_id for s in self.states.values() if s.status == "backfilling"}
+        if len(ids) > 1 or (ids and len(ids) == 1 and None in ids):
+            raise ConfigError("the rules are being backfilled by different backfills; name one")
+        pending = [n for n, s in self.states.items() if s.status == "pending"]
+        if ids and pending:
+            raise ConfigError(
+                f"rules {', '.join(sorted(self.states))}: some are being backfilled already "
+                f"(id {next(iter(ids))}), some not; backfill them apart"
+            )
+        if ids:
+            self.stats.backfill_id = str(next(iter(ids)))
+            return True
+        self.stats.backfill_id = uuid.uuid4().hex[:12]
+        for name in pending:
+            state = replace(
+                self.states[name], status="backfilling", backfill_id=self.stats.backfill_id
+            )
+            if not self.manifest.set_state(state, expected_status="pending"):
+                raise ConfigError(f"rule {name!r}: another backfill started meanwhile")
+            self.states[name] = state
+        return False
+
+    def run(self) -> BackfillStats:
+        """Run (or resume) the backfill to the end; returns its figures.
+
+        Raises
+        ------
+        ConfigError
+            As the constructor; or when a write keeps failing (the backfill can be resumed).
+        """
+        started = time.monotonic()
+        self._check()
+        self.stats.resumed = self._begin()
+        if not self.stats.resumed or self._get(f"backfill#{self.stats.backfill_id}#fenced") is None:
+            self._fence_all()
+            self._put(
+                f"backfill#{self.stats.backfill_id}#fenced", {"at": {"N": str(int(self.clock()))}}
+            )
+        changed = _ChangedItems(self)
+        changed.pump()
+        digests: set[bytes] = set()
+        per_segment: list[set[bytes]] = [set() for _ in range(self.segments)]
+        with ThreadPoolExecutor(max_workers=self.segments) as pool:
+            futures = [
+                pool.submit(self._segment, s, changed, per_segment[s]) for s in range(self.segments)
+            ]
+            for future in futures:
+                future.result()
+        for part in per_segment:
+            digests |= part
+        time.sleep(self.stream_lag_seconds)
+        changed.pump()
+        final: dict[AggregateRef, Decimal] = {}
+        for digest, old in changed.first_old.items():
+            if digest in digests:
+                continue
+            self.stats.unscanned_changed += 1
+            for ref, amount in old.items():
+                final[ref] = add(final.get(ref, Decimal(0)), amount)
+        self._apply(self._batch(final, 1), f"backfill.{self.stats.backfill_id}.final")
+        now = int(self.clock())
+        for state in self.states.values():
+            done = replace(state, status="active", active_since=now)
+            self.manifest.set_state(done, expected_status="backfilling")
+        self.stats.changed_items = len(changed.first_old)
+        self.stats.stream_records_read = changed.records
+        self.stats.elapsed_seconds = time.monotonic() - started
+        self.writer.close()
+        return self.stats
+
+
+def _read_units(items: list[dict[str, Any]]) -> Decimal:
+    """Modelled RCU of a strongly consistent ``Scan`` page: 1 per started 4 KB of the items
+    read (Developer Guide, "Read consumption": a Scan is charged on the total size of the items
+    it reads, rounded up to 4 KB)."""
+    size = sum(item_size(item) for item in items)
+    return Decimal(max(1, -(-size // 4096)))

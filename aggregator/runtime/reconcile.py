@@ -1,0 +1,276 @@
+"""Reconcile: recompute rules from a strongly consistent scan, compare with the stored
+aggregates, report the drift and optionally repair it, safely while the table is written.
+
+Protocol
+--------
+A check reads the rules' stored aggregates (value and checkpoints: the item's *version*), scans
+the table (``ConsistentRead``) to compute the expected values, and reads the aggregates again.
+A key whose expected value differs from its stored one (a missing aggregate and a zero one are
+equal) is a *candidate*. Candidates are checked a second time after ``settle_seconds``: a key is
+*drift* only if its expected value is the same in both checks and its stored item (value and
+checkpoints) did not change from the first read to the last; any other candidate is *moving*
+(the application or the handler changed it meanwhile) and reported as such, never repaired.
+
+``repair`` adds each drift's difference with one ``UpdateItem`` whose condition is the version
+read last (value and every checkpoint attribute as read, or a missing item): if the item moved
+since, the condition fails and the key is reported as moving instead of being "repaired" with a
+stale difference. A repair applied once cannot apply again, since it changes the value its
+condition requires.
+
+Assumptions (stated, not checked): the handler applies a change within ``settle_seconds`` of its
+write (an unprocessed change looks like drift in both checks). Rules with ``ttl_deletes: keep``
+keep counting items that TTL deleted; the scan cannot see those, so such rules are compared
+as if nothing had expired (pass ``rule_names`` to leave them out on a table with TTL deletes).
+Derived rules are not reconciled (their input is their source's aggregates).
+
+Costs: two scans per check that finds candidates (one otherwise; 1 RCU per 4 KB, strongly
+consistent) and four reads of the rules' aggregates; one ``UpdateItem`` per repaired key.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from aggregator.core.engine import AggregateRef, CoalescedDelta, Engine
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.numbers import add, subtract
+from aggregator.core.records import Image
+from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.checkpoint import CHECKPOINT_PREFIX
+from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.updates import aggregate_update
+from aggregator.dynamodb.writer import error_code
+
+__all__ = ["Drift", "ReconcileReport", "reconcile"]
+
+Version = tuple[tuple[str, str], ...] | None
+"""An aggregate item's value and checkpoints as read (``None``: no item)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One aggregate that differs from its rule over the table's items.
+
+    ``status`` is ``drift`` (stable in both checks), ``moving`` (changed during the check, or
+    its repair's condition failed), or ``repaired``.
+    """
+
+    rule: str
+    key: str
+    expected: Decimal
+    stored: Decimal
+    status: str
+
+    @property
+    def difference(self) -> Decimal:
+        return subtract(self.expected, self.stored)
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    """What :func:`reconcile` found: the differing keys and the figures of the checks."""
+
+    drifts: list[Drift] = field(default_factory=list)
+    keys_checked: int = 0
+    items_scanned: int = 0
+    checks: int = 0
+
+    @property
+    def clean(self) -> bool:
+        """No drift left unrepaired and nothing moving."""
+        return all(d.status == "repaired" for d in self.drifts)
+
+
+def _version(item: dict[str, Any], value_attribute: str) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        sorted(
+            (name, str(next(iter(v.values()))))
+            for name, v in item.items()
+            if name == value_attribute or name.startswith(CHECKPOINT_PREFIX)
+        )
+    )
+
+
+class _Checker:
+    def __init__(self, rules: RuleSet, client: Any, table_name: str, names: list[str]) -> None:
+        self.rules = rules
+        self.layout = rules.layout
+        self.client = client
+        self.table_name = table_name
+        self.names = names
+        self.engine = Engine(rules)
+        self.refs: dict[str, AggregateRef] = {}
+
+    def stored(self) -> dict[str, tuple[Decimal, Version, dict[str, Any]]]:
+        """``{sort key: (value, version, item)}`` of the rules' aggregates."""
+        out: dict[str, tuple[Decimal, Version, dict[str, Any]]] = {}
+        call: Callable[..., dict[str, Any]] = lambda op, **kw: getattr(self.client, op)(**kw)  # noqa: E731
+        for name in self.names:
+            for page in query_collection(
+                call,
+                self.table_name,
+                self.layout,
+                self.layout.aggregates_pk,
+                begins_with=f"{name}#",
+            ):
+                for item in page:
+                    sort_key = self.layout.sort_key_of(item)
+                    if sort_key is None:
+                        continue
+                    raw = item.get(self.layout.value_attribute, {}).get("N", "0")
+                    version = _version(item, self.layout.value_attribute)
+                    out[sort_key] = (Decimal(raw), version, item)
+        return out
+
+    def expected(self, now: float) -> tuple[dict[str, Decimal], int]:
+        """``({sort key: value}, items scanned)`` of the rules over the table's items."""
+        totals: dict[str, Decimal] = {}
+        scanned = 0
+        start: dict[str, Any] | None = None
+        while True:
+            kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            page = self.client.scan(**kwargs)
+            for item in page.get("Items", []):
+                if self.layout.is_reserved(item):
+                    continue
+                scanned += 1
+                found, _ = self.engine.image_contributions(Image(item), self.names, now=now)
+                for ref, amount in found.items():
+                    self.refs[ref.sort_key] = ref
+                    totals[ref.sort_key] = add(totals.get(ref.sort_key, Decimal(0)), amount)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return totals, scanned
+
+
+def reconcile(
+    rules: RuleSet,
+    client: Any,
+    table_name: str,
+    *,
+    rule_names: Iterable[str] | None = None,
+    repair: bool = False,
+    settle_seconds: float = 10.0,
+    clock: Callable[[], float] = time.time,
+) -> ReconcileReport:
+    """Compare the rules' aggregates with the rules over the table's items (module docstring).
+
+    Parameters
+    ----------
+    rules
+        The deployed rule set.
+    client, table_name
+        A boto3 DynamoDB client and the table.
+    rule_names
+        Base rules to check (default: every base rule).
+    repair
+        Add each stable drift's difference, once, conditionally on the item not having moved.
+    settle_seconds
+        Wait between the two checks of the candidates.
+
+    Returns
+    -------
+    ReconcileReport
+
+    Raises
+    ------
+    ConfigError
+        For an unknown or derived rule.
+    """
+    base = {r.name for r in rules.base_rules}
+    names = [r.name for r in rules.base_rules] if rule_names is None else list(rule_names)
+    for name in names:
+        if name not in {r.name for r in rules}:
+            raise ConfigError(f"no rule named {name!r} in the definitions")
+        if name not in base:
+            raise ConfigError(f"rule {name!r} is derived: reconcile checks base rules only")
+    checker = _Checker(rules, client, table_name, names)
+    report = ReconcileReport()
+
+    def check() -> tuple[dict[str, Any], dict[str, Decimal], dict[str, Any]]:
+        before = checker.stored()
+        expected, scanned = checker.expected(clock())
+        after = checker.stored()
+        report.items_scanned = scanned  # per check
+        report.checks += 1
+        return before, expected, after
+
+    before1, expected1, after1 = check()
+    keys = set(expected1) | set(after1)
+    report.keys_checked = len(keys)
+
+    def value(table: dict[str, Any], key: str) -> Decimal:
+        return table[key][0] if key in table else Decimal(0)
+
+    def version(table: dict[str, Any], key: str) -> Version:
+        return table[key][1] if key in table else None
+
+    candidates = sorted(k for k in keys if expected1.get(k, Decimal(0)) != value(after1, k))
+    if not candidates:
+        return report
+    time.sleep(settle_seconds)
+    before2, expected2, after2 = check()
+    for key in candidates:
+        rule = key.partition("#")[0]
+        ref = checker.refs.get(key)
+        display = ref.display_key if ref is not None else _stored_key(after2, key)
+        exp, stored = expected2.get(key, Decimal(0)), value(after2, key)
+        stable = (
+            expected1.get(key, Decimal(0)) == exp
+            and version(before1, key) == version(after1, key)
+            and version(after1, key) == version(before2, key) == version(after2, key)
+        )
+        if exp == stored:
+            continue
+        status = "drift" if stable else "moving"
+        if status == "drift" and repair:
+            status = _repair(checker, key, rule, display, ref, exp, stored, after2.get(key))
+        report.drifts.append(Drift(rule, display, exp, stored, status))
+    return report
+
+
+def _stored_key(table: dict[str, Any], sort_key: str) -> str:
+    item = table.get(sort_key, (None, None, {}))[2]
+    return str(item.get("key", {}).get("S", sort_key.partition("#")[2]))
+
+
+def _repair(
+    checker: _Checker,
+    sort_key: str,
+    rule: str,
+    display: str,
+    ref: AggregateRef | None,
+    expected: Decimal,
+    stored: Decimal,
+    row: tuple[Decimal, Version, dict[str, Any]] | None,
+) -> str:
+    layout = checker.layout
+    if ref is None:  # no item counts for it any more: the stored item's own description
+        ref = AggregateRef(rule, sort_key.partition("#")[2], display)
+    leaderboard = checker.rules.get(rule).leaderboard
+    difference = subtract(expected, stored)
+    delta = CoalescedDelta(ref, difference, "0", [], leaderboard)
+    update = aggregate_update(layout, delta, difference)
+    if row is None:
+        update = update.where_missing(layout.value_attribute)
+    else:
+        for attribute, text in row[1] or ():
+            kind = "N" if attribute == layout.value_attribute else "S"
+            update = update.where_equals(attribute, {kind: text})
+    try:
+        checker.client.update_item(
+            TableName=checker.table_name, Key=layout.aggregate_key(sort_key), **update.render()
+        )
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            return "moving"
+        raise
+    return "repaired"

@@ -1,0 +1,106 @@
+"""Reference counts (likes per post, in the layout of the "DynamoDB Reference Counts" article):
+a tally drifted on purpose is reported by ``reconcile``, fixed once by ``reconcile --repair``,
+and a second ``reconcile`` is clean; a key that moves between the checks is never repaired."""
+
+from __future__ import annotations
+
+import shutil
+from decimal import Decimal
+
+import pytest
+from click.testing import CliRunner
+
+from aggregator.cli import main
+from aggregator.core.rules import load_rules
+from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.table import create_table
+from aggregator.runtime import reconcile as reconcile_module
+from aggregator.runtime.reconcile import reconcile
+from tests.conftest import ROOT
+from tests.factories import ddb_json
+
+pytestmark = pytest.mark.integration
+
+# post -> users who like it (ground truth, written as items below)
+LIKES = {"a91f": ["7c20", "11aa", "42bb"], "b002": ["7c20"], "c3d4": []}
+
+
+@pytest.fixture
+def social(ddb, dynamodb_local, tmp_path):
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    shutil.copy(ROOT / "definitions" / "reference_counts.yaml", rules_dir)
+    shutil.copy(ROOT / "definitions" / "layouts" / "PK_SK.yaml", rules_dir / "table.yaml")
+    rules = load_rules(rules_dir)
+    create_table(ddb, "social", layout=rules.layout)
+    for post, users in LIKES.items():
+        item = {"PK": f"POST#{post}", "SK": "META", "body": "hello", "authorId": "u1"}
+        ddb.put_item(TableName="social", Item=ddb_json(item))
+        for user in users:
+            like = {"PK": f"POST#{post}", "SK": f"LIKE#USER#{user}", "likedAt": 1750636800}
+            ddb.put_item(TableName="social", Item=ddb_json(like))
+    common = ["--table", "social", "--endpoint-url", dynamodb_local.endpoint_url]
+    result = CliRunner().invoke(main, ["run", *common, "-d", str(rules_dir)])
+    assert result.exit_code == 0, result.output
+    yield rules, rules_dir, common
+    ddb.delete_table(TableName="social")
+
+
+def test_reconcile_reports_a_drifted_tally_and_repair_fixes_it_once(ddb, social):
+    rules, rules_dir, common = social
+    store = AggregateStore(ddb, "social", rules)
+    assert {a.key: a.value for a in store.list("likes_per_post")} == {
+        f"POST#{p}": Decimal(len(u)) for p, u in LIKES.items() if u
+    }
+    # GIVEN a tally that drifts (a stray write adds 5 likes to one post)
+    ddb.update_item(
+        TableName="social",
+        Key=rules.layout.aggregate_key(store.sort_key("likes_per_post", "POST#a91f")),
+        UpdateExpression="ADD #v :five",
+        ExpressionAttributeNames={"#v": "value"},
+        ExpressionAttributeValues={":five": {"N": "5"}},
+    )
+    cli = CliRunner()
+    args = ["reconcile", *common, "-d", str(rules_dir), "--settle", "0"]
+    # WHEN reconcile checks: it reports exactly that key and exits 1
+    result = cli.invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert "POST#a91f" in result.output and "-5" in result.output
+    assert "POST#b002" not in result.output
+    assert "2 keys checked over 7 items (2 check(s)): 1 drifting, 0 moving, 0 repaired" in (
+        " ".join(result.output.split())
+    )
+    # THEN --repair fixes it, once
+    result = cli.invoke(main, [*args, "--repair"])
+    assert result.exit_code == 0, result.output
+    assert "1 drifting" not in result.output and "1 repaired" in result.output
+    assert store.get("likes_per_post", "POST#a91f").value == 3
+    # and a second reconcile is clean
+    result = cli.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "0 drifting, 0 moving, 0 repaired" in " ".join(result.output.split())
+
+
+def test_a_key_that_moves_between_the_checks_is_reported_not_repaired(ddb, social, monkeypatch):
+    rules, _, _ = social
+    store = AggregateStore(ddb, "social", rules)
+    key = rules.layout.aggregate_key(store.sort_key("likes_per_post", "POST#b002"))
+
+    def bump():
+        ddb.update_item(
+            TableName="social",
+            Key=key,
+            UpdateExpression="ADD #v :one",
+            ExpressionAttributeNames={"#v": "value"},
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+
+    bump()  # drift: 2 stored for 1 like
+    # the aggregate moves again while reconcile waits between its checks
+    monkeypatch.setattr(reconcile_module.time, "sleep", lambda seconds: bump())
+    report = reconcile(rules, ddb, "social", repair=True, settle_seconds=1)
+    assert [(d.key, d.expected, d.stored, d.status) for d in report.drifts] == [
+        ("POST#b002", Decimal(1), Decimal(3), "moving")
+    ]
+    assert store.get("likes_per_post", "POST#b002").value == 3  # untouched
+    assert not report.clean
