@@ -8,7 +8,7 @@ return what it did with the leaderboards to print.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -19,7 +19,7 @@ from boto3.dynamodb.types import TypeSerializer
 
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.rules import RuleSet, load_rules
-from aggregator.dev.flights import Flight, read_flights, replay_steps
+from aggregator.dev.flights import Flight, ReplayStep, read_flights, replay_steps
 from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import BatchOutcome, create_processor
@@ -67,8 +67,20 @@ def replay_flights(
     Each phase is flushed before the next so one item never appears twice in a request and the
     stream sees every put and delete. Returns the number of writes.
     """
+    return write_steps(client, table_name, replay_steps(flights, layout), on_writes=on_writes)
+
+
+def write_steps(
+    client: Any,
+    table_name: str,
+    steps: Iterable[ReplayStep],
+    *,
+    on_writes: Callable[[int], None] | None = None,
+) -> int:
+    """Write replay steps with ``BatchWriteItem`` (retrying unprocessed items), each step
+    flushed before the next; returns the number of writes."""
     total = 0
-    for step in replay_steps(flights, layout):
+    for step in steps:
         for i in range(0, len(step.items), BATCH_WRITE_LIMIT):
             chunk = step.items[i : i + BATCH_WRITE_LIMIT]
             if step.action == "put":

@@ -193,7 +193,9 @@ class Backfill:
     table_name, stream_arn
         The table and its stream.
     rule_names
-        The base rules to backfill (default: every base rule pending in the manifest).
+        The rules to backfill (default: every rule pending in the manifest). A derived rule goes
+        with its source: it is not scanned for, since every change of its source's aggregates
+        reaches it through the stream after its own fences, and it becomes active with them.
     segments
         Parallel ``Scan`` segments (``TotalSegments``), 1 to 1,000,000 (DynamoDB API reference,
         ``Scan``), one thread each.
@@ -259,8 +261,9 @@ class Backfill:
         self._stats_lock = threading.Lock()
         self._fences: dict[str, dict[str, str]] = {}
         states = self.manifest.load()
+        self.carried: list[str] = []
         self.rule_names = self._select(states, rule_names)
-        self.states = {n: states[n] for n in self.rule_names}
+        self.states = {n: states[n] for n in (*self.rule_names, *self.carried)}
         self.writer = CheckpointWriter(
             client, table_name, layout=self.layout, max_workers=8, clock=clock
         )
@@ -269,10 +272,13 @@ class Backfill:
     # -- rules and fences --------------------------------------------------------------------
 
     def _select(self, states: dict[str, RuleState], names: Iterable[str] | None) -> list[str]:
+        """The base rules to scan for; derived rules whose source is among them ride along
+        (:attr:`carried`)."""
+        known = {r.name for r in self.rules}
         if names is None:
             chosen = [
                 r.name
-                for r in self.rules.base_rules
+                for r in self.rules
                 if r.name in states and states[r.name].status != "active"
             ]
             if not chosen:
@@ -280,16 +286,13 @@ class Backfill:
                     "no rule is pending a backfill (the manifest lists them once the handler or "
                     "`aggregator run` has started with them)"
                 )
-            return chosen
-        chosen = list(dict.fromkeys(names))
+        else:
+            chosen = list(dict.fromkeys(names))
+        base = [n for n in chosen if n in known and not self.rules.get(n).is_derived]
+        self.carried = []
         for name in chosen:
-            if name not in {r.name for r in self.rules}:
+            if name not in known:
                 raise ConfigError(f"no rule named {name!r} in the definitions")
-            if self.rules.get(name).is_derived:
-                raise ConfigError(
-                    f"rule {name!r} is derived: its input is its source's aggregates, not the "
-                    "table's items; backfilling derived rules is not supported yet"
-                )
             state = states.get(name)
             if state is None:
                 raise ConfigError(
@@ -298,7 +301,19 @@ class Backfill:
                 )
             if state.status == "active":
                 raise ConfigError(f"rule {name!r} is already backfilled (active)")
-        return chosen
+            source = self.rules.get(name).source
+            if source is not None:
+                if source not in base:
+                    raise ConfigError(
+                        f"rule {name!r} is derived from {source!r}, which is not backfilled with "
+                        "it: a derived rule is complete when its source's aggregates all came "
+                        "after it was deployed (backfill them together); deriving from existing "
+                        "aggregates is not supported yet"
+                    )
+                self.carried.append(name)
+        if not base:
+            raise ConfigError("name at least one base rule to backfill")
+        return base
 
     def _check(self) -> None:
         now = self.clock()

@@ -118,7 +118,9 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         writer = Writer(ddb, name)
         # 1. history, processed by an older deployment without the rules
         writer.apply(case["history"])
-        pipeline(ddb, streams, name, arn, rules=OLD_RULES, lifecycle=True).runner.run()
+        old = pipeline(ddb, streams, name, arn, rules=OLD_RULES, lifecycle=True).runner
+        old.poll_interval = 0.005  # the stream is local: no need to wait between polls
+        old.run(idle_polls=1)
         # 2. the rules deployed: pending from their fences on
         crashes = dict(case["crashes"])
         handler = pipeline(
@@ -135,9 +137,10 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
             crash=lambda n: crashes.get(n),
             transform=mark_ttl,
         ).runner
+        handler.poll_interval = 0.005
         writer.apply(case["before"])
         if case["handler_first"]:
-            handler.run()
+            handler.run(idle_polls=1)
         # 3. the backfill, racing writes and the handler
         during = iter(case["during"])
         pages = itertools.count(1)
@@ -148,7 +151,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                 operations, catch_up = step
                 writer.apply(operations)
                 if catch_up:
-                    handler.run()
+                    handler.run(idle_polls=1)
             if case["kill_after_pages"] is not None and next(pages) == case["kill_after_pages"]:
                 raise SimulatedCrash("backfill killed")
 
