@@ -277,9 +277,7 @@ class Backfill:
         known = {r.name for r in self.rules}
         if names is None:
             chosen = [
-                r.name
-                for r in self.rules
-                if r.name in states and states[r.name].status != "active"
+                r.name for r in self.rules if r.name in states and states[r.name].status != "active"
             ]
             if not chosen:
                 raise ConfigError(

@@ -126,9 +126,10 @@ def backfill_cmd(
         )
         stats = backfill.run()
     rate = stats.items_scanned / stats.elapsed_seconds if stats.elapsed_seconds else 0.0
+    names = ", ".join([*backfill.rule_names, *backfill.carried])
     console.print(
         f"backfill {stats.backfill_id}{' (resumed)' if stats.resumed else ''}: "
-        f"{', '.join([*backfill.rule_names, *backfill.carried])} active; {stats.items_scanned} items scanned in "
+        f"{names} active; {stats.items_scanned} items scanned in "
         f"{stats.pages} pages ({rate:,.0f} items/s), {stats.changed_items} items changed during "
         f"it ({stats.first_old_used + stats.unscanned_changed} counted at their state from the "
         f"stream), {stats.write.items_written} aggregate updates, {stats.modelled_rcu} RCU and "
