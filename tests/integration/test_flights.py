@@ -33,7 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FIRST_DAY, LAST_DAY = date(2013, 1, 1), date(2013, 1, 3)
 
 
-def ground_truth() -> dict[str, dict[str, Decimal]]:
+def ground_truth(
+    first_day: date = FIRST_DAY, last_day: date = LAST_DAY
+) -> dict[str, dict[str, Decimal]]:
     """Every aggregate of definitions/flights.yaml, from the CSV and the replay plan as documented:
     all flights of the days end departed (dep_time present) or cancelled, except CSV rows with
     row % 50 == 7, which are deleted."""
@@ -45,7 +47,7 @@ def ground_truth() -> dict[str, dict[str, Decimal]]:
         rows = csv.DictReader(io.TextIOWrapper(z.open("flights.csv"), encoding="utf-8"))
         for i, row in enumerate(rows):
             day = date(int(row["year"]), int(row["month"]), int(row["day"]))
-            if not FIRST_DAY <= day <= LAST_DAY or i % 50 == 7:
+            if not first_day <= day <= last_day or i % 50 == 7:
                 continue
             truth["flights_by_route"][f"{row['origin']}#{row['dest']}"] += 1
             if row["dep_time"] == "NA":

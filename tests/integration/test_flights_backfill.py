@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -22,9 +23,11 @@ from aggregator.runtime.backfill import Backfill
 from aggregator.runtime.processor import create_processor
 from aggregator.runtime.runner import StreamRunner
 from tests.integration.harness import stored
-from tests.integration.test_flights import FIRST_DAY, LAST_DAY, LAYOUTS, ROOT, ground_truth
+from tests.integration.test_flights import FIRST_DAY, LAYOUTS, ROOT, ground_truth
 
 pytestmark = pytest.mark.integration
+
+LAST_DAY = FIRST_DAY + timedelta(days=1)  # two days: the first before the stream, then the second
 
 
 @pytest.fixture
@@ -44,8 +47,9 @@ def test_backfill_during_the_replay_equals_csv_ground_truth(ddb, streams, tmp_pa
     ddb.create_table(TableName=name, **definition)
     ddb.get_waiter("table_exists").wait(TableName=name)
     steps = list(replay_steps(read_flights(start=FIRST_DAY, end=LAST_DAY), rules.layout))
-    # the first day, and the second day's schedule; the second day's departures then change
-    # items the backfill scans, while it scans them
+    assert [(s.day, s.phase) for s in steps[3:5]] == [(LAST_DAY, "schedule"), (LAST_DAY, "depart")]
+    # the first day, and the second day's schedule; the second day's departures and corrections
+    # then change items the backfill scans, while it scans them
     before, during = steps[:4], steps[4:]
     write_steps(ddb, name, before)
     prepare_table(ddb, name, rules)  # enables the stream (aggregator prepare-table)
@@ -90,7 +94,7 @@ def test_backfill_during_the_replay_equals_csv_ground_truth(ddb, streams, tmp_pa
     assert "backfill" in results, "the backfill thread failed"
     stats = results["backfill"]
     # THEN every aggregate equals the CSV ground truth
-    truth = ground_truth()
+    truth = ground_truth(FIRST_DAY, LAST_DAY)
     assert stored(ddb, name, rules) == {r.name: truth[r.name] for r in rules}
     states = Manifest(ddb, name, rules.layout).load()
     assert {s.status for s in states.values()} == {"active"}

@@ -83,12 +83,12 @@ def backfill_cmd(
         TimeRemainingColumn,
     )
 
-    from aggregator.core.rules import load_rules
+    from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.table import table_stream_arn
     from aggregator.runtime.backfill import Backfill
 
-    rules = load_rules(definitions)
     client = clients.make_client("dynamodb", endpoint_url)
+    rules = rules_for_table(client, table_name, definitions)
     stream_arn = table_stream_arn(client, table_name)
     # DescribeTable's ItemCount is updated about every six hours (DynamoDB API reference,
     # TableDescription): a total for the bar and its ETA, not a promise

@@ -20,12 +20,11 @@ from aggregator.core.exceptions import AggregatorError
 
 
 def _store(table_name: str, definitions: Path, endpoint_url: str | None) -> Any:
-    from aggregator.core.rules import load_rules
+    from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.query import AggregateStore
 
-    return AggregateStore(
-        clients.make_client("dynamodb", endpoint_url), table_name, load_rules(definitions)
-    )
+    client = clients.make_client("dynamodb", endpoint_url)
+    return AggregateStore(client, table_name, rules_for_table(client, table_name, definitions))
 
 
 def _key(values: tuple[str, ...]) -> str | list[str]:

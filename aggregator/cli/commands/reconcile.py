@@ -46,12 +46,11 @@ def reconcile_cmd(
     is reported as moving, never repaired."""
     from rich.table import Table
 
-    from aggregator.core.rules import load_rules
+    from aggregator.cli.tables import rules_for_table
     from aggregator.runtime.reconcile import reconcile
 
-    rules = load_rules(definitions)
     client = clients.make_client("dynamodb", endpoint_url)
-    client.describe_table(TableName=table_name)  # a missing table: one clear line, first
+    rules = rules_for_table(client, table_name, definitions)
     report = reconcile(
         rules,
         client,

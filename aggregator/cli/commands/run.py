@@ -46,13 +46,13 @@ def run(
     resume: bool,
 ) -> None:
     """Process the table's stream locally with the same code as the Lambda handler."""
-    from aggregator.core.rules import load_rules
+    from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.table import table_stream_arn
     from aggregator.runtime.processor import create_processor
     from aggregator.runtime.runner import PositionStore, StreamRunner
 
-    rules = load_rules(definitions)
     client = clients.make_client("dynamodb", endpoint_url)
+    rules = rules_for_table(client, table_name, definitions)
     stream_arn = table_stream_arn(client, table_name)
     runner = StreamRunner(
         # the rule manifest and backfill fences need the shard id, which events carry only

@@ -14,16 +14,18 @@ Each scenario, on DynamoDB Local:
 
 Expected (computed here, independently of the engine): every rule over the final items, plus,
 for rules with ``ttl_deletes: keep``, the items TTL-deleted after the backfill fenced the stream.
-``AGGREGATOR_BACKFILL_EXAMPLES`` scenarios (default 100).
+``AGGREGATOR_BACKFILL_EXAMPLES`` scenarios (default 100), run as two halves in two test files
+(test_backfill_property_a.py and _b.py) so that pytest-xdist (``--dist loadfile``) can run them on
+both workers, each on a DynamoDB Local of its own.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,8 +44,6 @@ from tests.integration.harness import (
     put,
     stored,
 )
-
-pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "100"))
 OLD_RULES = RuleSet.of(rule("unrelated", match={"nothing": {"exists": True}}, key="X"))
@@ -68,6 +68,8 @@ scenario = st.fixed_dictionaries(
         "segments": st.integers(1, 3),
         "page_items": st.integers(1, 4),
         "kill_after_pages": st.one_of(st.none(), st.integers(1, 4)),
+        # or killed between storing a page and applying it: the resumed one must apply it
+        "kill_before_apply": st.one_of(st.none(), st.integers(1, 4)),
         "mode": st.sampled_from(["exactly-once", "window"]),
         "crashes": st.lists(st.tuples(st.integers(1, 12), st.integers(0, 3)), max_size=2),
         "duplicates": st.sets(st.integers(1, 12), max_size=3),
@@ -144,8 +146,13 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         # 3. the backfill, racing writes and the handler
         during = iter(case["during"])
         pages = itertools.count(1)
+        one_at_a_time = threading.Lock()  # segments call back from their own threads
 
         def on_page(items: int, stats) -> None:
+            with one_at_a_time:
+                interleave()
+
+        def interleave() -> None:
             step = next(during, None)
             if step is not None:
                 operations, catch_up = step
@@ -155,8 +162,16 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
             if case["kill_after_pages"] is not None and next(pages) == case["kill_after_pages"]:
                 raise SimulatedCrash("backfill killed")
 
+        applies = itertools.count(1)
+
+        class KillableBackfill(Backfill):
+            def _apply(self, batch, pseudo_shard):
+                if next(applies) == case["kill_before_apply"]:
+                    raise SimulatedCrash("backfill killed before applying a stored page")
+                super()._apply(batch, pseudo_shard)
+
         def backfill(hook) -> Any:
-            return Backfill(
+            return KillableBackfill(
                 RULES,
                 ddb,
                 streams,
@@ -168,11 +183,12 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                 on_page=hook,
             ).run()
 
-        try:
-            stats = backfill(on_page)
-        except SimulatedCrash:
-            report["killed"] += 1
-            stats = backfill(on_page)
+        for _ in range(3):  # each kill point fires once: at most two kills, then it finishes
+            try:
+                stats = backfill(on_page)
+                break
+            except SimulatedCrash:
+                report["killed"] += 1  # a new backfill resumes where the killed one stopped
         for operations, _ in during:
             writer.apply(operations)
         # 4. after the backfill
@@ -192,21 +208,23 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         ddb.delete_table(TableName=name)
 
 
-def test_backfill_racing_writes_and_faults_is_exact(fresh_dynamodb_local):
-    ddb = fresh_dynamodb_local.client("dynamodb")
-    streams = fresh_dynamodb_local.client("dynamodbstreams")
+def check_backfill_property(server, examples: int, label: str) -> None:
+    """Run ``examples`` scenarios on ``server`` (a DynamoDB Local); fails on any drift."""
+    ddb = server.client("dynamodb")
+    streams = server.client("dynamodbstreams")
     report = {"scenarios": 0, "drift": 0, "items": 0, "first_old": 0, "killed": 0}
 
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(case=scenario)
     def scenarios(case):
         run_scenario(ddb, streams, case, report)
 
     scenarios()
     print(
-        f"\nbackfill property: {report['scenarios']} scenarios, {report['items']} items scanned, "
+        f"\nbackfill property {label}: {report['scenarios']} scenarios, "
+        f"{report['items']} items scanned, "
         f"{report['first_old']} items counted at their state from the stream, "
         f"{report['killed']} backfills killed and resumed, drift in {report['drift']}"
     )
-    assert report["scenarios"] >= EXAMPLES
+    assert report["scenarios"] >= examples
     assert report["drift"] == 0

@@ -1,0 +1,34 @@
+"""Rules loaded for a table: the commands that read or write a table first check that its keys
+are the layout's (one ``DescribeTable``), so a rule set declared for another table fails with the
+mismatch named, not with a DynamoDB validation error or an empty answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.rules import RuleSet, load_rules
+
+
+def rules_for_table(client: Any, table_name: str, definitions: Path) -> RuleSet:
+    """Load the rules and check the table's key schema against their layout.
+
+    Raises
+    ------
+    RuleError
+        For invalid definitions.
+    ConfigError
+        When the table's keys differ from the layout (names or types), with
+        ``aggregator check-table``'s description of each mismatch.
+    """
+    from aggregator.dynamodb.tablecheck import check_key_schema
+
+    rules = load_rules(definitions)
+    problems = check_key_schema(client, table_name, rules.layout)
+    if problems:
+        raise ConfigError(
+            f"table {table_name!r} does not fit the layout of the rules in {definitions}: "
+            + "; ".join(p.line() for p in problems)
+        )
+    return rules
