@@ -71,6 +71,19 @@ class AggregatesStub:
         self.items = items
         self.requests: list[tuple[str, dict[str, Any]]] = []
 
+    def describe_table(self, **kwargs: Any) -> dict[str, Any]:
+        """A table keyed pk/sk (S), as the default layout has it (the CLI checks the keys)."""
+        keys = [("pk", "HASH"), ("sk", "RANGE")]
+        return {
+            "Table": {
+                "TableName": kwargs["TableName"],
+                "KeySchema": [{"AttributeName": n, "KeyType": t} for n, t in keys],
+                "AttributeDefinitions": [
+                    {"AttributeName": n, "AttributeType": "S"} for n, _ in keys
+                ],
+            }
+        }
+
     def get_item(self, **kwargs: Any) -> dict[str, Any]:
         self.requests.append(("get_item", kwargs))
         sk = kwargs["Key"]["sk"]["S"]

@@ -222,7 +222,8 @@ def test_malformed_endpoint_url(aws_env: dict[str, str]) -> None:
 def test_table_missing(moto_env: None, command: str) -> None:
     args = [a if a != "game" else "nosuch" for a in COMMANDS[command]]
     line = error_line(invoke(args))
-    operation = {"query get": "GetItem", "run": "DescribeTable"}.get(command, "Query")
+    # commands that use a table check its keys against the layout first (DescribeTable)
+    operation = "Query" if command == "dead-letters" else "DescribeTable"
     assert line == (
         f"error: {operation} failed (ResourceNotFoundException): table 'nosuch' not found in "
         f"region us-east-1 at endpoint https://dynamodb.us-east-1.amazonaws.com; {NOT_FOUND_HINT}"
@@ -242,8 +243,14 @@ def test_create_table_then_use_it(moto_env: None) -> None:
 def test_table_without_stream(moto_env: None) -> None:
     boto3.client("dynamodb").create_table(
         TableName="plain",
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
         BillingMode="PAY_PER_REQUEST",
     )
     line = error_line(invoke(["run", "--table", "plain", "-d", DEFS]))
@@ -670,3 +677,20 @@ def test_script_unexpected_error_and_debug(aws_env: dict[str, str]) -> None:
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr
     assert proc.stderr.rstrip().endswith("LookupError: no such thing")
+
+
+def test_a_table_keyed_otherwise_than_the_layout_is_named_before_any_item_request(
+    moto_env: None,
+) -> None:
+    boto3.client("dynamodb").create_table(
+        TableName="solo",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for command in (["run"], ["query", "top", "total_paths_found"], ["backfill"], ["reconcile"]):
+        result = invoke([*command, "--table", "solo", "-d", DEFS])
+        line = error_line(result)
+        assert result.exit_code == 1, result.stderr
+        assert line.startswith(f"error: table 'solo' does not fit the layout of the rules in {DEFS}")
+        assert "sort key" in line and "Traceback" not in result.stderr
