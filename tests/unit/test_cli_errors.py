@@ -692,5 +692,6 @@ def test_a_table_keyed_otherwise_than_the_layout_is_named_before_any_item_reques
         result = invoke([*command, "--table", "solo", "-d", DEFS])
         line = error_line(result)
         assert result.exit_code == 1, result.stderr
-        assert line.startswith(f"error: table 'solo' does not fit the layout of the rules in {DEFS}")
+        expected = f"error: table 'solo' does not fit the layout of the rules in {DEFS}"
+        assert line.startswith(expected)
         assert "sort key" in line and "Traceback" not in result.stderr
