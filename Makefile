@@ -32,13 +32,20 @@ test: lint
 # Longer property-based soak: random writes, fault schedules and malformed records, in parts of
 # 100 scenarios spread over WORKERS processes (pytest-xdist), each part on its own DynamoDB Local;
 # prints the scenarios, records, faults and drift of all parts. EXAMPLES=10000 for a long one.
+# Then the backfill property test with BACKFILL_EXAMPLES scenarios (two halves, one per worker)
+# and the 37-hour event counter in all three write modes (make test runs one).
 EXAMPLES ?= 1000
+BACKFILL_EXAMPLES ?= 400
 WORKERS ?= 2
 soak: install
 	rm -rf .cache/soak
 	AGGREGATOR_PROPERTY_EXAMPLES=$(EXAMPLES) AGGREGATOR_SOAK_DIR=.cache/soak \
 		$(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) tests/integration/test_property.py
 	$(BIN)/python -m tests.integration.soak_report .cache/soak $(EXAMPLES)
+	AGGREGATOR_BACKFILL_EXAMPLES=$(BACKFILL_EXAMPLES) AGGREGATOR_EVENT_COUNTER_MODES=all \
+		$(BIN)/pytest -q -s -p no:cacheprovider -n $(WORKERS) --dist loadfile \
+		tests/integration/test_backfill_property_a.py tests/integration/test_backfill_property_b.py \
+		tests/integration/test_event_counter.py
 
 # WCU and requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.
 bench: install
