@@ -30,7 +30,7 @@ from tests.integration.harness import stored
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-# two days (1,778 flights, 3,593 writes): every phase of the replay, corrections and a day
+# two days (1,785 flights, 3,606 writes): every phase of the replay, corrections and a day
 # boundary for the windowed rule
 FIRST_DAY, LAST_DAY = date(2013, 1, 1), date(2013, 1, 2)
 
