@@ -518,7 +518,7 @@ class Backfill:
         self._save_segment(segment, page, next_key, done=not next_key)
         digests.update(page_digests)
         with self._stats_lock:
-            self.stats.items_scanned += len(items)
+            self.stats.items_scanned += len(page_digests)  # the application's items
             self.stats.pages += 1
             self.stats.first_old_used += first_old_used
         if self.on_page is not None:
