@@ -107,6 +107,7 @@ class BackfillStats:
     unscanned_changed: int = 0
     evaluation_failures: int = 0
     stream_records_read: int = 0
+    aggregate_keys: int = 0
     modelled_rcu: Decimal = Decimal(0)
     write: WriteStats = field(default_factory=WriteStats)
     elapsed_seconds: float = 0.0
@@ -259,6 +260,7 @@ class Backfill:
         self.write_limiter = _RateLimiter(max_wcu)
         self.stats = BackfillStats()
         self._stats_lock = threading.Lock()
+        self._keys: set[str] = set()  # aggregate items written (this run)
         self._fences: dict[str, dict[str, str]] = {}
         states = self.manifest.load()
         self.carried: list[str] = []
@@ -431,6 +433,8 @@ class Backfill:
             raise ConfigError(f"backfill write failed: {'; '.join(result.errors[:3])}")
         with self._stats_lock:
             self.stats.write.add(result.stats)
+            self._keys.update(batch.deltas)
+            self.stats.aggregate_keys = len(self._keys)
         self.write_limiter.take(float(result.stats.modelled_wcu))
 
     def _batch(self, amounts: dict[AggregateRef, Decimal], sequence: int) -> BatchDeltas:
