@@ -64,6 +64,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.lifecycle import Fence, RuleState
@@ -72,7 +74,7 @@ from aggregator.core.records import Image, StreamRecord, pad_sequence_number
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.checkpoint import CheckpointWriter
 from aggregator.dynamodb.manifest import FenceStore, Manifest
-from aggregator.dynamodb.writer import WriteStats, item_size
+from aggregator.dynamodb.writer import WriteStats, error_code, item_size
 from aggregator.runtime.processor import _decode_state, _encode_state
 from aggregator.runtime.runner import GET_RECORDS_LIMIT, to_lambda_record
 
@@ -83,6 +85,16 @@ STREAM_RETENTION_SECONDS = 24 * 3600
 Streams")."""
 
 DEFAULT_STREAM_LAG_SECONDS = 5.0
+OPEN_SHARD_EMPTY_PAGES = 10
+"""Empty ``GetRecords`` pages in a row after which an open shard counts as read to its end."""
+CLOSED_SHARD_EMPTY_PAGES = 10_000
+"""Empty pages followed in a closed shard before giving up (its end is certain to come)."""
+MAX_SEGMENTS = 64
+"""One thread per segment, and each segment's checkpoint on every aggregate item it writes (until
+pruned after 25 hours): a bound on both."""
+LEASE_SECONDS = 120
+"""A running backfill renews its lease at least every third of this; another process may take
+over (resume) a backfill whose lease has lapsed."""
 DEFAULT_PAGE_ITEMS = 200
 """Items per ``Scan`` page: small enough that a page's amounts and digests fit one control item
 (400 KB) whatever the rules."""
@@ -147,23 +159,32 @@ class _ChangedItems:
         self.lock = threading.Lock()
         self.first_old: dict[bytes, dict[AggregateRef, Decimal]] = {}
         self.iterators: dict[str, str | None] = {}
+        self.last: dict[str, str] = {}
         self.done: set[str] = set()
         self.records = 0
 
     def pump(self) -> None:
-        """Read every shard to its current end (new shards from their start)."""
+        """Read every shard to its current end (new shards from their start), parents before
+        their children, so an item's first post-fence record is the first one read."""
         with self.lock:
-            for shard in self.b.shards():
-                shard_id = shard["ShardId"]
-                if shard_id in self.done:
-                    continue
-                fences = self.b.shard_fences(shard_id)
-                for record in self.b.read_shard(shard_id, self.iterators):
-                    self.records += 1
-                    seq = pad_sequence_number(record["dynamodb"]["SequenceNumber"])
-                    self._record(record, seq, fences)
-                if self.iterators.get(shard_id, "") is None:
-                    self.done.add(shard_id)
+            shards = self.b.shards()
+            listed = {s["ShardId"] for s in shards}
+            progressed = True
+            while progressed:
+                progressed = False
+                for shard in shards:
+                    shard_id = shard["ShardId"]
+                    parent = shard.get("ParentShardId")
+                    if shard_id in self.done or (parent in listed and parent not in self.done):
+                        continue
+                    fences = self.b.shard_fences(shard_id)
+                    for record in self.b.read_shard(shard, self.iterators, self.last):
+                        self.records += 1
+                        seq = pad_sequence_number(record["dynamodb"]["SequenceNumber"])
+                        self._record(record, seq, fences)
+                    if self.iterators.get(shard_id, "") is None:
+                        self.done.add(shard_id)
+                        progressed = True
 
     def _record(self, raw: dict[str, Any], seq: str, fences: dict[str, str]) -> None:
         record = StreamRecord(raw)
@@ -177,7 +198,7 @@ class _ChangedItems:
         rules = [r for r in self.b.rule_names if seq > fences.get(r, "")]
         if not rules:
             return
-        if len(rules) != len(self.b.rule_names):  # pragma: no cover - fences set together
+        if len(rules) != len(self.b.rule_names):  # refused up front (_check_fences)
             raise ConfigError("the rules' fences differ within one shard; backfill them apart")
         self.first_old[digest] = self.b.contributions(record.old_image)
 
@@ -198,8 +219,8 @@ class Backfill:
         with its source: it is not scanned for, since every change of its source's aggregates
         reaches it through the stream after its own fences, and it becomes active with them.
     segments
-        Parallel ``Scan`` segments (``TotalSegments``), 1 to 1,000,000 (DynamoDB API reference,
-        ``Scan``), one thread each.
+        Parallel ``Scan`` segments (``TotalSegments``), 1 to :data:`MAX_SEGMENTS`, one thread
+        each. A resumed backfill must use the same number.
     max_rcu, max_wcu
         Rate limits in capacity units per second (modelled: 1 RCU per 4 KB of items read
         strongly consistently; the writer's modelled WCU), or ``None``.
@@ -218,9 +239,9 @@ class Backfill:
     Raises
     ------
     ConfigError
-        When a rule is unknown, derived, not in the manifest (the handler has not started with
-        it), already active, counted without fences, pending for longer than the stream keeps
-        records, or when another backfill of it is under way.
+        When a rule is unknown, not in the manifest (the handler has not started with it),
+        already active, counted without fences, pending for longer than the stream keeps
+        records; a derived rule without its source; or rules fenced at different points.
     """
 
     def __init__(
@@ -240,8 +261,8 @@ class Backfill:
         on_page: Callable[[int, BackfillStats], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not 1 <= segments <= 1_000_000:
-            raise ConfigError(f"segments must be 1 to 1,000,000, got {segments}")
+        if not 1 <= segments <= MAX_SEGMENTS:
+            raise ConfigError(f"segments must be 1 to {MAX_SEGMENTS}, got {segments}")
         self.rules = rules
         self.layout = rules.layout
         self.client = client
@@ -261,6 +282,8 @@ class Backfill:
         self.stats = BackfillStats()
         self._stats_lock = threading.Lock()
         self._keys: set[str] = set()  # aggregate items written (this run)
+        self._owner = uuid.uuid4().hex
+        self._leased_at = 0.0
         self._fences: dict[str, dict[str, str]] = {}
         states = self.manifest.load()
         self.carried: list[str] = []
@@ -358,45 +381,97 @@ class Backfill:
                 return shards
 
     def read_shard(
-        self, shard_id: str, iterators: dict[str, str | None]
+        self, shard: dict[str, Any], iterators: dict[str, str | None], last: dict[str, str]
     ) -> Iterable[dict[str, Any]]:
         """Records of one shard from where ``iterators`` left off (its start the first time) to
-        its current end; ``iterators[shard_id]`` becomes ``None`` once a closed shard ends."""
+        its current end; ``iterators[shard_id]`` becomes ``None`` once a closed shard ends.
+
+        ``GetRecords`` may return empty pages before a shard's records (DynamoDB Streams API
+        reference, ``GetRecords``): a closed shard is followed to its end (no next iterator), an
+        open one until :data:`OPEN_SHARD_EMPTY_PAGES` empty pages in a row. An expired iterator
+        is renewed after the last record read (``last``).
+
+        Raises
+        ------
+        ConfigError
+            When the shard's records were trimmed (older than the stream's 24 hours) while the
+            backfill still needed them.
+        """
+        shard_id = shard["ShardId"]
+        closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
         iterator = iterators.get(shard_id, "")
         if iterator is None:
             return
-        if iterator == "":
-            iterator = self.streams.get_shard_iterator(
-                StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-            )["ShardIterator"]
         empty = 0
-        while iterator is not None:
-            response = self.streams.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
+        while True:
+            if iterator == "":
+                kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": shard_id}
+                if shard_id in last:
+                    kwargs.update(
+                        ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=last[shard_id]
+                    )
+                else:
+                    kwargs["ShardIteratorType"] = "TRIM_HORIZON"
+                iterator = self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
+            try:
+                response = self.streams.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
+            except ClientError as exc:
+                code = error_code(exc)
+                if code == "ExpiredIteratorException":
+                    iterator = ""
+                    continue
+                if code == "TrimmedDataAccessException":
+                    raise ConfigError(
+                        f"shard {shard_id}: the stream no longer holds records the backfill "
+                        "needs (older than 24 hours); deploy the rules under new names and "
+                        "backfill those"
+                    ) from None
+                raise
             records = response.get("Records", [])
             iterator = response.get("NextShardIterator")
             iterators[shard_id] = iterator
             for record in records:
+                last[shard_id] = record["dynamodb"]["SequenceNumber"]
                 yield to_lambda_record(record, self.stream_arn)
-            if records:
-                empty = 0
-                continue
-            empty += 1
-            # an open shard's empty page: caught up; a closed one may return empty pages before
-            # its end (DynamoDB Streams API reference, GetRecords)
-            if iterator is not None and empty >= 3:
+            if iterator is None:
                 return
+            empty = 0 if records else empty + 1
+            if not closed and empty >= OPEN_SHARD_EMPTY_PAGES:
+                return
+            if closed and empty >= CLOSED_SHARD_EMPTY_PAGES:
+                raise ConfigError(
+                    f"shard {shard_id}: {CLOSED_SHARD_EMPTY_PAGES} empty pages without reaching "
+                    "the end of a closed shard; try again"
+                )
 
     def _fence_all(self) -> None:
         """Step 1: fence every listed shard at its last record, unless fenced already."""
         iterators: dict[str, str | None] = {}
+        last: dict[str, str] = {}
         for shard in self.shards():
             shard_id = shard["ShardId"]
-            last = "0"
-            for record in self.read_shard(shard_id, iterators):
-                last = max(last, record["dynamodb"]["SequenceNumber"], key=pad_sequence_number)
+            end = "0"
+            for record in self.read_shard(shard, iterators, last):
+                end = max(end, record["dynamodb"]["SequenceNumber"], key=pad_sequence_number)
             self.fence_store.put_if_absent(
-                [Fence(r, shard_id, pad_sequence_number(last), "backfill") for r in self.rule_names]
+                [Fence(r, shard_id, pad_sequence_number(end), "backfill") for r in self.rule_names]
             )
+
+    def _check_fences(self) -> None:
+        """Refuse rules that a handler fenced at different points (deployed at different
+        times): one backfill counts one state per item, at one fence per shard."""
+        for shard in self.shards():
+            fences = {
+                r: f.after
+                for r, f in self.fence_store.get(shard["ShardId"]).items()
+                if r in self.rule_names
+            }
+            if fences and (len(set(fences.values())) > 1 or len(fences) != len(self.rule_names)):
+                raise ConfigError(
+                    f"rules {', '.join(sorted(self.rule_names))} were fenced at different points "
+                    f"in shard {shard['ShardId']} (deployed at different times): backfill them "
+                    "apart, with --rules"
+                )
 
     # -- contributions -----------------------------------------------------------------------
 
@@ -492,8 +567,11 @@ class Backfill:
             delay = ready_at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            # a page counts only against a stream read that began after its lag had passed
+            pumped_at = time.monotonic()
             changed.pump()
-            while waiting and waiting[0][0] + self.stream_lag_seconds <= time.monotonic():
+            self._renew_lease()
+            while waiting and waiting[0][0] + self.stream_lag_seconds <= pumped_at:
                 _, items, next_key = waiting.popleft()
                 page += 1
                 self._count_page(segment, page, items, next_key, changed, digests, pseudo)
@@ -585,21 +663,45 @@ class Backfill:
     # -- the whole -----------------------------------------------------------------------------
 
     def _begin(self) -> bool:
-        """Mark the rules ``backfilling`` under one id (a new one, or the one under way);
-        returns whether this resumes a backfill."""
+        """Mark the rules ``backfilling`` under one id (a new one, or the one under way, whose
+        rules and segments must be these); take its lease. Returns whether this resumes."""
         ids = {s.backfill_id for s in self.states.values() if s.status == "backfilling"}
-        if len(ids) > 1 or (ids and len(ids) == 1 and None in ids):
-            raise ConfigError("the rules are being backfilled by different backfills; name one")
         pending = [n for n, s in self.states.items() if s.status == "pending"]
-        if ids and pending:
+        if len(ids) > 1 or (ids and pending):
             raise ConfigError(
                 f"rules {', '.join(sorted(self.states))}: some are being backfilled already "
-                f"(id {next(iter(ids))}), some not; backfill them apart"
+                f"(ids {', '.join(sorted(str(i) for i in ids))}), some not; backfill them apart"
             )
         if ids:
             self.stats.backfill_id = str(next(iter(ids)))
+            meta = self._get(f"backfill#{self.stats.backfill_id}#meta") or {}
+            rules = sorted(meta.get("rules", {}).get("SS", []))
+            segments = int(meta.get("segments", {}).get("N", "0"))
+            if rules != sorted(self.states) or segments != self.segments:
+                raise ConfigError(
+                    f"backfill {self.stats.backfill_id} is under way for rules "
+                    f"{','.join(rules)} with {segments} segments: resume it with --rules "
+                    f"{','.join(rules)} --segments {segments}"
+                )
+            fenced = self._get(f"backfill#{self.stats.backfill_id}#fenced")
+            if fenced and self.clock() - int(fenced["at"]["N"]) > STREAM_RETENTION_SECONDS - 3600:
+                raise ConfigError(
+                    f"backfill {self.stats.backfill_id} began over 23 hours ago: the stream no "
+                    "longer holds the records it needs; deploy the rules under new names and "
+                    "backfill those"
+                )
+            self._take_lease(create=False)
             return True
         self.stats.backfill_id = uuid.uuid4().hex[:12]
+        self._put(
+            f"backfill#{self.stats.backfill_id}#meta",
+            {
+                "rules": {"SS": sorted(self.states)},
+                "segments": {"N": str(self.segments)},
+                "started_at": {"N": str(int(self.clock()))},
+            },
+        )
+        self._take_lease(create=True)
         for name in pending:
             state = replace(
                 self.states[name], status="backfilling", backfill_id=self.stats.backfill_id
@@ -609,25 +711,68 @@ class Backfill:
             self.states[name] = state
         return False
 
+    def _take_lease(self, *, create: bool) -> None:
+        """Own the backfill for :data:`LEASE_SECONDS` (a conditional write on its meta item), so
+        that two processes never run one backfill at once.
+
+        Raises
+        ------
+        ConfigError
+            When another process holds the lease.
+        """
+        now = int(self.clock())
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=self._control_key(f"backfill#{self.stats.backfill_id}#meta"),
+                UpdateExpression="SET #owner = :me, #until = :until",
+                ConditionExpression="attribute_exists(#rules) AND "
+                "(attribute_not_exists(#until) OR #until < :now OR #owner = :me)",
+                ExpressionAttributeNames={
+                    "#owner": "owner",
+                    "#until": "lease_until",
+                    "#rules": "rules",
+                },
+                ExpressionAttributeValues={
+                    ":me": {"S": self._owner},
+                    ":until": {"N": str(now + LEASE_SECONDS)},
+                    ":now": {"N": str(now)},
+                },
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            raise ConfigError(
+                f"backfill {self.stats.backfill_id} is running in another process (its lease "
+                f"lasts {LEASE_SECONDS} s from its last page); wait for it, or run this again "
+                "once it has stopped"
+            ) from None
+        self._leased_at = time.monotonic()
+
+    def _renew_lease(self) -> None:
+        if time.monotonic() - self._leased_at > LEASE_SECONDS / 3:
+            with self._stats_lock:
+                self._take_lease(create=False)
+
     def run(self) -> BackfillStats:
         """Run (or resume) the backfill to the end; returns its figures.
 
         Raises
         ------
         ConfigError
-            As the constructor; or when a write keeps failing (the backfill can be resumed).
+            As the constructor; when another process runs this backfill; or when a write keeps
+            failing (the backfill can be resumed).
         """
         started = time.monotonic()
         self._check()
+        self._check_fences()
         self.stats.resumed = self._begin()
-        if not self.stats.resumed or self._get(f"backfill#{self.stats.backfill_id}#fenced") is None:
+        marker = f"backfill#{self.stats.backfill_id}#fenced"
+        if not self.stats.resumed or self._get(marker) is None:
             self._fence_all()
-            self._put(
-                f"backfill#{self.stats.backfill_id}#fenced", {"at": {"N": str(int(self.clock()))}}
-            )
+            self._put(marker, {"at": {"N": str(int(self.clock()))}})
         changed = _ChangedItems(self)
         changed.pump()
-        digests: set[bytes] = set()
         per_segment: list[set[bytes]] = [set() for _ in range(self.segments)]
         with ThreadPoolExecutor(max_workers=self.segments) as pool:
             futures = [
@@ -635,8 +780,7 @@ class Backfill:
             ]
             for future in futures:
                 future.result()
-        for part in per_segment:
-            digests |= part
+        digests: set[bytes] = set().union(*per_segment)
         time.sleep(self.stream_lag_seconds)
         changed.pump()
         final: dict[AggregateRef, Decimal] = {}
@@ -648,9 +792,12 @@ class Backfill:
                 final[ref] = add(final.get(ref, Decimal(0)), amount)
         self._apply(self._batch(final, 1), f"backfill.{self.stats.backfill_id}.final")
         now = int(self.clock())
-        for state in self.states.values():
-            done = replace(state, status="active", active_since=now)
-            self.manifest.set_state(done, expected_status="backfilling")
+        # derived rules first: a kill before the base rules are marked leaves them backfilling,
+        # and running again finishes the same backfill (its final step applies once)
+        for name in sorted(self.states, key=lambda n: n not in self.carried):
+            done = replace(self.states[name], status="active", active_since=now)
+            if not self.manifest.set_state(done, expected_status="backfilling"):
+                raise ConfigError(f"rule {name!r} changed state during the backfill")
         self.stats.changed_items = len(changed.first_old)
         self.stats.stream_records_read = changed.records
         self.stats.elapsed_seconds = time.monotonic() - started

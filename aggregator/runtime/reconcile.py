@@ -18,9 +18,12 @@ stale difference. A repair applied once cannot apply again, since it changes the
 condition requires.
 
 Assumptions (stated, not checked): the handler applies a change within ``settle_seconds`` of its
-write (an unprocessed change looks like drift in both checks). Rules with ``ttl_deletes: keep``
-keep counting items that TTL deleted; the scan cannot see those, so such rules are compared
-as if nothing had expired (pass ``rule_names`` to leave them out on a table with TTL deletes).
+write (an unprocessed change looks like drift in both checks); the default, 90 s, covers the
+template's 60 s tumbling window, during which the ``window`` mode holds deltas back. Rules pending
+a backfill are left out (they lack the items from before their fences by design). Rules with
+``ttl_deletes: keep`` keep counting items that TTL deleted; the scan cannot see those, so such
+rules are compared as if nothing had expired (pass ``rule_names`` to leave them out on a table
+with TTL deletes). Time buckets past their retention are left out on both sides.
 Derived rules are not reconciled (their input is their source's aggregates).
 
 Costs: two scans per check that finds candidates (one otherwise; 1 RCU per 4 KB, strongly
@@ -44,6 +47,7 @@ from aggregator.core.records import Image
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.checkpoint import CHECKPOINT_PREFIX
 from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import aggregate_update
 from aggregator.dynamodb.writer import error_code
 
@@ -107,8 +111,9 @@ class _Checker:
         self.engine = Engine(rules)
         self.refs: dict[str, AggregateRef] = {}
 
-    def stored(self) -> dict[str, tuple[Decimal, Version, dict[str, Any]]]:
-        """``{sort key: (value, version, item)}`` of the rules' aggregates."""
+    def stored(self, now: float) -> dict[str, tuple[Decimal, Version, dict[str, Any]]]:
+        """``{sort key: (value, version, item)}`` of the rules' aggregates, time buckets expired
+        at ``now`` left out (the expected side skips them too)."""
         out: dict[str, tuple[Decimal, Version, dict[str, Any]]] = {}
         call: Callable[..., dict[str, Any]] = lambda op, **kw: getattr(self.client, op)(**kw)  # noqa: E731
         for name in self.names:
@@ -123,6 +128,9 @@ class _Checker:
                     sort_key = self.layout.sort_key_of(item)
                     if sort_key is None:
                         continue
+                    ttl = item.get(self.layout.ttl_attribute, {}).get("N")
+                    if ttl is not None and Decimal(ttl) <= Decimal(str(now)):
+                        continue  # an expired time bucket TTL has not deleted yet
                     raw = item.get(self.layout.value_attribute, {}).get("N", "0")
                     version = _version(item, self.layout.value_attribute)
                     out[sort_key] = (Decimal(raw), version, item)
@@ -158,7 +166,7 @@ def reconcile(
     *,
     rule_names: Iterable[str] | None = None,
     repair: bool = False,
-    settle_seconds: float = 10.0,
+    settle_seconds: float = 90.0,
     clock: Callable[[], float] = time.time,
 ) -> ReconcileReport:
     """Compare the rules' aggregates with the rules over the table's items (module docstring).
@@ -170,7 +178,8 @@ def reconcile(
     client, table_name
         A boto3 DynamoDB client and the table.
     rule_names
-        Base rules to check (default: every base rule).
+        Base rules to check (default: every base rule that is active in the table's rule
+        manifest, or every one when there is no manifest).
     repair
         Add each stable drift's difference, once, conditionally on the item not having moved.
     settle_seconds
@@ -183,22 +192,34 @@ def reconcile(
     Raises
     ------
     ConfigError
-        For an unknown or derived rule.
+        For an unknown or derived rule, or one pending a backfill.
     """
     base = {r.name for r in rules.base_rules}
-    names = [r.name for r in rules.base_rules] if rule_names is None else list(rule_names)
+    states = Manifest(client, table_name, rules.layout).load()
+    # a rule pending a backfill lacks, by design, what the table held before its fences
+    incomplete = {n for n, s in states.items() if s.status != "active"}
+    if rule_names is None:
+        names = [r.name for r in rules.base_rules if r.name not in incomplete]
+    else:
+        names = list(rule_names)
     for name in names:
         if name not in {r.name for r in rules}:
             raise ConfigError(f"no rule named {name!r} in the definitions")
         if name not in base:
             raise ConfigError(f"rule {name!r} is derived: reconcile checks base rules only")
+        if name in incomplete:
+            raise ConfigError(
+                f"rule {name!r} is {states[name].status}: its aggregates do not count the items "
+                "from before its fences yet; run `aggregator backfill` first"
+            )
     checker = _Checker(rules, client, table_name, names)
     report = ReconcileReport()
 
     def check() -> tuple[dict[str, Any], dict[str, Decimal], dict[str, Any]]:
-        before = checker.stored()
-        expected, scanned = checker.expected(clock())
-        after = checker.stored()
+        now = clock()
+        before = checker.stored(now)
+        expected, scanned = checker.expected(now)
+        after = checker.stored(now)
         report.items_scanned = scanned  # per check
         report.checks += 1
         return before, expected, after

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -34,7 +35,7 @@ from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.table import create_table
-from aggregator.runtime.backfill import Backfill
+from aggregator.runtime.backfill import LEASE_SECONDS, Backfill
 from tests.integration.harness import (
     RULES,
     delete,
@@ -170,7 +171,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                     raise SimulatedCrash("backfill killed before applying a stored page")
                 super()._apply(batch, pseudo_shard)
 
-        def backfill(hook) -> Any:
+        def backfill(hook, clock=time.time) -> Any:
             return KillableBackfill(
                 RULES,
                 ddb,
@@ -181,14 +182,18 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                 page_items=case["page_items"],
                 stream_lag_seconds=0,
                 on_page=hook,
+                clock=clock,
             ).run()
 
-        for _ in range(3):  # each kill point fires once: at most two kills, then it finishes
+        for attempt in range(3):  # each kill point fires once: at most two kills
+            # a new backfill resumes where the killed one stopped, once the killed one's lease
+            # has lapsed (its clock runs past it)
+            lapsed = attempt * (LEASE_SECONDS + 1)
             try:
-                stats = backfill(on_page)
+                stats = backfill(on_page, clock=lambda lapsed=lapsed: time.time() + lapsed)
                 break
             except SimulatedCrash:
-                report["killed"] += 1  # a new backfill resumes where the killed one stopped
+                report["killed"] += 1
         for operations, _ in during:
             writer.apply(operations)
         # 4. after the backfill

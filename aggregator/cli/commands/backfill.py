@@ -33,7 +33,7 @@ def _rule_list(ctx: click.Context, param: click.Parameter, value: str | None) ->
 )
 @click.option(
     "--segments",
-    type=click.IntRange(1, 1_000_000),
+    type=click.IntRange(1, 64),
     default=4,
     show_default=True,
     help="Parallel Scan segments (TotalSegments), one thread each.",

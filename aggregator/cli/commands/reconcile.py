@@ -20,16 +20,18 @@ from aggregator.cli.output import console
     "--rules",
     "rule_names",
     callback=_rule_list,
-    help="Comma-separated base rules to check (default: every base rule).",
+    help="Comma-separated base rules to check (default: every base rule the manifest lists as "
+    "active, or every one without a manifest).",
 )
 @click.option("--repair", is_flag=True, help="Add each stable drift's difference, once.")
 @click.option(
     "--settle",
     "settle_seconds",
     type=click.FloatRange(min=0),
-    default=10.0,
+    default=90.0,
     show_default=True,
-    help="Seconds between the two checks of a differing key.",
+    help="Seconds between the two checks of a differing key: longer than the handler takes to "
+    "apply a change (the template's tumbling window is 60 s).",
 )
 @_endpoint_option
 def reconcile_cmd(
