@@ -270,6 +270,26 @@ class Engine:
         value = image.get(self.layout.value_attribute)
         return None if value is None or value == 0 else image
 
+    def _refs(self, rule: Rule, image: Image | None) -> list[tuple[AggregateRef, Decimal]]:
+        """The aggregate items one image contributes to under ``rule``, with the amounts.
+
+        Raises
+        ------
+        EvaluationError
+            As :meth:`Rule.contributions`, or when a sort key would pass the layout's limit.
+        """
+        out = []
+        for c in rule.contributions(image):
+            ref = AggregateRef(rule.name, c.key, c.display, c.bucket)
+            size = len(ref.sort_key.encode("utf-8"))
+            if size > self._max_sort_key_bytes:
+                raise EvaluationError(
+                    f"the aggregate's sort key would be {size} bytes, over {self._sort_key_limit}",
+                    FailureCause.LIMIT_EXCEEDED,
+                )
+            out.append((ref, c.amount))
+        return out
+
     def _rule_delta(
         self, rule: Rule, record: StreamRecord, derived: bool
     ) -> list[tuple[AggregateRef, Decimal]]:
@@ -288,16 +308,8 @@ class Engine:
                     image.check(reads)
                 if derived:
                     image = self._aggregate_image(image)
-                for c in rule.contributions(image):
-                    ref = AggregateRef(rule.name, c.key, c.display, c.bucket)
-                    size = len(ref.sort_key.encode("utf-8"))
-                    if size > self._max_sort_key_bytes:
-                        raise EvaluationError(
-                            f"the aggregate's sort key would be {size} bytes, over "
-                            f"{self._sort_key_limit}",
-                            FailureCause.LIMIT_EXCEEDED,
-                        )
-                    changes[ref] = combine(changes.get(ref, Decimal(0)), c.amount)
+                for ref, amount in self._refs(rule, image):
+                    changes[ref] = combine(changes.get(ref, Decimal(0)), amount)
             except EvaluationError as exc:
                 raise EvaluationError(f"{label}: {exc}", exc.cause) from None
             except ArithmeticError:
@@ -328,18 +340,10 @@ class Engine:
             try:
                 image.check(self._reads[name])
                 changes: dict[AggregateRef, Decimal] = {}
-                for c in rule.contributions(image):
-                    ref = AggregateRef(rule.name, c.key, c.display, c.bucket)
-                    size = len(ref.sort_key.encode("utf-8"))
-                    if size > self._max_sort_key_bytes:
-                        raise EvaluationError(
-                            f"the aggregate's sort key would be {size} bytes, over "
-                            f"{self._sort_key_limit}",
-                            FailureCause.LIMIT_EXCEEDED,
-                        )
-                    if c.bucket is not None and c.bucket.expired(now):
+                for ref, amount in self._refs(rule, image):
+                    if ref.bucket is not None and ref.bucket.expired(now):
                         continue
-                    changes[ref] = add(changes.get(ref, Decimal(0)), c.amount)
+                    changes[ref] = add(changes.get(ref, Decimal(0)), amount)
             except EvaluationError as exc:
                 failed.append((name, exc))
                 continue

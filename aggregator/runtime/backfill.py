@@ -76,7 +76,7 @@ from aggregator.dynamodb.checkpoint import CheckpointWriter
 from aggregator.dynamodb.manifest import FenceStore, Manifest
 from aggregator.dynamodb.writer import WriteStats, error_code, item_size
 from aggregator.runtime.processor import _decode_state, _encode_state
-from aggregator.runtime.runner import GET_RECORDS_LIMIT, to_lambda_record
+from aggregator.runtime.runner import GET_RECORDS_LIMIT, list_shards, to_lambda_record
 
 __all__ = ["Backfill", "BackfillStats", "item_digest"]
 
@@ -367,18 +367,8 @@ class Backfill:
         return fences
 
     def shards(self) -> list[dict[str, Any]]:
-        """Every shard ``DescribeStream`` lists (paginated)."""
-        shards: list[dict[str, Any]] = []
-        start: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"StreamArn": self.stream_arn}
-            if start:
-                kwargs["ExclusiveStartShardId"] = start
-            description = self.streams.describe_stream(**kwargs)["StreamDescription"]
-            shards += description.get("Shards", [])
-            start = description.get("LastEvaluatedShardId")
-            if not start:
-                return shards
+        """Every shard ``DescribeStream`` lists."""
+        return list_shards(self.streams, self.stream_arn)
 
     def read_shard(
         self, shard: dict[str, Any], iterators: dict[str, str | None], last: dict[str, str]

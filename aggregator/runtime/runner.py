@@ -42,6 +42,7 @@ __all__ = [
     "RunnerFaults",
     "SimulatedCrash",
     "StreamRunner",
+    "list_shards",
     "to_lambda_record",
 ]
 
@@ -122,6 +123,23 @@ def to_lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
     out["dynamodb"] = dynamodb
     out["eventSourceARN"] = stream_arn
     return out
+
+
+def list_shards(streams_client: Any, stream_arn: str) -> list[dict[str, Any]]:
+    """Every shard ``DescribeStream`` lists for the stream (following
+    ``LastEvaluatedShardId``), as the API returns them (``ShardId``, ``ParentShardId``,
+    ``SequenceNumberRange``)."""
+    shards: list[dict[str, Any]] = []
+    start: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"StreamArn": stream_arn}
+        if start:
+            kwargs["ExclusiveStartShardId"] = start
+        description = streams_client.describe_stream(**kwargs)["StreamDescription"]
+        shards += description.get("Shards", [])
+        start = description.get("LastEvaluatedShardId")
+        if not start:
+            return shards
 
 
 def _seq(record: dict[str, Any]) -> str:
@@ -308,22 +326,13 @@ class StreamRunner:
     # -- shards --------------------------------------------------------------------------------
 
     def _refresh_shards(self) -> None:
-        start: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"StreamArn": self.stream_arn}
-            if start:
-                kwargs["ExclusiveStartShardId"] = start
-            description = self.streams.describe_stream(**kwargs)["StreamDescription"]
-            for shard in description.get("Shards", []):
-                if shard["ShardId"] not in self._shards:
-                    self._shards[shard["ShardId"]] = _Shard(
-                        shard["ShardId"], shard.get("ParentShardId")
-                    )
-                known = self._shards[shard["ShardId"]]
-                known.closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
-            start = description.get("LastEvaluatedShardId")
-            if not start:
-                break
+        for shard in list_shards(self.streams, self.stream_arn):
+            if shard["ShardId"] not in self._shards:
+                self._shards[shard["ShardId"]] = _Shard(
+                    shard["ShardId"], shard.get("ParentShardId")
+                )
+            known = self._shards[shard["ShardId"]]
+            known.closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
 
     def _ready(self) -> list[_Shard]:
         """Unfinished shards whose parent is finished or no longer listed, parents first."""

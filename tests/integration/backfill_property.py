@@ -30,7 +30,6 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregator.core.records import TTL_PRINCIPAL
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.manifest import Manifest
@@ -45,6 +44,7 @@ from tests.integration.harness import (
     put,
     stored,
 )
+from tests.integration.test_property import mark_ttl
 
 EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "100"))
 OLD_RULES = RuleSet.of(rule("unrelated", match={"nothing": {"exists": True}}, key="X"))
@@ -76,14 +76,6 @@ scenario = st.fixed_dictionaries(
         "duplicates": st.sets(st.integers(1, 12), max_size=3),
     }
 )
-
-
-def mark_ttl(record: dict[str, Any]) -> dict[str, Any]:
-    """Deletes of items flagged ``expired`` are TTL deletes (DynamoDB Local has none)."""
-    old = record["dynamodb"].get("OldImage") or {}
-    if record["eventName"] == "REMOVE" and "expired" in old:
-        record = {**record, "userIdentity": {"type": "Service", "principalId": TTL_PRINCIPAL}}
-    return record
 
 
 class Writer:

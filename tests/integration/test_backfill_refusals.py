@@ -110,3 +110,25 @@ def test_rules_not_deployed_or_derived_without_their_source_are_refused(ddb, str
     }
     with pytest.raises(ConfigError, match="'r1' is already backfilled"):
         Backfill(rules, ddb, streams, name, arn, rule_names=["r1"])
+
+
+def test_rules_counted_without_fences_cannot_be_backfilled(ddb, streams, table):
+    name, arn = table
+    rules = RuleSet.of(R1)
+    put(ddb, name, {"pk": "P1", "sk": "a"})
+    # a handler whose events name no shard (no tumbling windows) counts the rule unfenced
+    runner = pipeline(
+        ddb,
+        streams,
+        name,
+        arn,
+        rules=rules,
+        lifecycle=True,
+        window_seconds=None,
+        mode="at-least-once",
+    ).runner
+    runner.poll_interval = 0.005
+    runner.run()
+    assert Manifest(ddb, name, rules.layout).load()["r1"].unfenced
+    with pytest.raises(ConfigError, match="without fences: a backfill could not be exact"):
+        Backfill(rules, ddb, streams, name, arn, stream_lag_seconds=0).run()

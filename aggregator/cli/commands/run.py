@@ -55,9 +55,10 @@ def run(
     rules = rules_for_table(client, table_name, definitions)
     stream_arn = table_stream_arn(client, table_name)
     runner = StreamRunner(
-        # the rule manifest and backfill fences need the shard id, which events carry only
-        # with tumbling windows (as Lambda's do)
-        create_processor(rules, client, table_name, mode=mode, lifecycle=bool(window_seconds)),
+        # the rule manifest and backfill fences, as in the Lambda handler; without tumbling
+        # windows events name no shard, so pending rules are counted unfenced (and marked so:
+        # a backfill of them refuses)
+        create_processor(rules, client, table_name, mode=mode, lifecycle=True),
         clients.make_client("dynamodbstreams", endpoint_url),
         stream_arn,
         batch_size=batch_size,
