@@ -89,6 +89,9 @@ OPEN_SHARD_EMPTY_PAGES = 10
 """Empty ``GetRecords`` pages in a row after which an open shard counts as read to its end."""
 CLOSED_SHARD_EMPTY_PAGES = 10_000
 """Empty pages followed in a closed shard before giving up (its end is certain to come)."""
+MAX_PAGE_RECORD_BYTES = 350 * 1024
+"""A page's stored amounts and digests must fit one item with room for its key and other
+attributes (DynamoDB Developer Guide, "Service quotas": items are at most 400 KB)."""
 MAX_SEGMENTS = 64
 """One thread per segment, and each segment's checkpoint on every aggregate item it writes (until
 pruned after 25 hours): a bound on both."""
@@ -579,12 +582,21 @@ class Backfill:
         """Count one page whose stream lag has passed: store it, apply it, move the segment on."""
         amounts, page_digests, first_old_used = self._count(items, changed)
         batch = self._batch(amounts, page)
+        packed_digests = zlib.compress(b"".join(page_digests))
+        packed_deltas = zlib.compress(_encode_state(batch).encode("utf-8"))
         record = {
-            "digests": {"B": zlib.compress(b"".join(page_digests))},
-            "deltas": {"B": zlib.compress(_encode_state(batch).encode("utf-8"))},
+            "digests": {"B": packed_digests},
+            "deltas": {"B": packed_deltas},
             "next_key": {"S": json.dumps(next_key) if next_key else ""},
             "items": {"N": str(len(items))},
         }
+        size = len(packed_digests) + len(packed_deltas)
+        if size > MAX_PAGE_RECORD_BYTES:
+            raise ConfigError(
+                f"a page of {len(items)} items makes a {size:,}-byte progress record, over "
+                f"{MAX_PAGE_RECORD_BYTES:,} (DynamoDB items are at most 400 KB): run the "
+                "backfill again with fewer items per page (--page-items)"
+            )
         self._put(f"backfill#{self.stats.backfill_id}#page#{segment}#{page}", record)
         self._apply(batch, pseudo)
         self._save_segment(segment, page, next_key, done=not next_key)

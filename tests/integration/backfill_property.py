@@ -47,6 +47,14 @@ from tests.integration.harness import (
 from tests.integration.test_property import mark_ttl
 
 EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "100"))
+PARTS = 10
+"""Parts per half (each a test of its own)."""
+
+
+def part_examples(half: str, part: int) -> int:
+    """Scenarios of one part: the half's share of :data:`EXAMPLES`, spread over its parts."""
+    total = EXAMPLES - EXAMPLES // 2 if half == "a" else EXAMPLES // 2
+    return total // PARTS + (1 if part < total % PARTS else 0)
 OLD_RULES = RuleSet.of(rule("unrelated", match={"nothing": {"exists": True}}, key="X"))
 _names = itertools.count()
 

@@ -132,3 +132,18 @@ def test_rules_counted_without_fences_cannot_be_backfilled(ddb, streams, table):
     assert Manifest(ddb, name, rules.layout).load()["r1"].unfenced
     with pytest.raises(ConfigError, match="without fences: a backfill could not be exact"):
         Backfill(rules, ddb, streams, name, arn, stream_lag_seconds=0).run()
+
+
+def test_a_page_too_large_to_store_names_the_option_that_shrinks_it(
+    ddb, streams, table, monkeypatch
+):
+    from aggregator.runtime import backfill as backfill_module
+
+    name, arn = table
+    rules = RuleSet.of(R2)
+    for i in range(5):
+        put(ddb, name, {"pk": f"P{i}", "sk": "x", "owner": f"o{i}"})
+    deploy(ddb, streams, name, arn, rules)
+    monkeypatch.setattr(backfill_module, "MAX_PAGE_RECORD_BYTES", 10)
+    with pytest.raises(ConfigError, match=r"progress record, over 10 .*--page-items"):
+        Backfill(rules, ddb, streams, name, arn, stream_lag_seconds=0).run()

@@ -39,6 +39,13 @@ def _rule_list(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Parallel Scan segments (TotalSegments), one thread each.",
 )
 @click.option(
+    "--page-items",
+    type=click.IntRange(1, 1000),
+    default=200,
+    show_default=True,
+    help="Items per Scan page (each page's amounts are stored, then applied, as one step).",
+)
+@click.option(
     "--max-rcu",
     type=click.FloatRange(min=0, min_open=True),
     help="Read at most this many (modelled) RCU per second.",
@@ -62,6 +69,7 @@ def backfill_cmd(
     table_name: str,
     rule_names: list[str] | None,
     segments: int,
+    page_items: int,
     max_rcu: float | None,
     max_wcu: float | None,
     stream_lag_seconds: float,
@@ -119,6 +127,7 @@ def backfill_cmd(
             stream_arn,
             rule_names=rule_names,
             segments=segments,
+            page_items=page_items,
             max_rcu=max_rcu,
             max_wcu=max_wcu,
             stream_lag_seconds=stream_lag_seconds,
