@@ -55,6 +55,8 @@ def part_examples(half: str, part: int) -> int:
     """Scenarios of one part: the half's share of :data:`EXAMPLES`, spread over its parts."""
     total = EXAMPLES - EXAMPLES // 2 if half == "a" else EXAMPLES // 2
     return total // PARTS + (1 if part < total % PARTS else 0)
+
+
 OLD_RULES = RuleSet.of(rule("unrelated", match={"nothing": {"exists": True}}, key="X"))
 _names = itertools.count()
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.backfill_property import PARTS, part_examples, check_backfill_property
+from tests.integration.backfill_property import PARTS, check_backfill_property, part_examples
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("part", range(PARTS))
 def test_backfill_racing_writes_and_faults_is_exact_b(dynamodb_local, part):
-    check_backfill_property(dynamodb_local, part_examples("b", part), "b/%d" % part)
+    check_backfill_property(dynamodb_local, part_examples("b", part), f"b/{part}")
