@@ -43,9 +43,11 @@ soak: install
 		$(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) tests/integration/test_property.py
 	$(BIN)/python -m tests.integration.soak_report .cache/soak $(EXAMPLES)
 	AGGREGATOR_BACKFILL_EXAMPLES=$(BACKFILL_EXAMPLES) AGGREGATOR_EVENT_COUNTER_MODES=all \
-		$(BIN)/pytest -q -s -p no:cacheprovider -n $(WORKERS) --dist loadfile \
+		AGGREGATOR_SOAK_DIR=.cache/soak \
+		$(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile \
 		tests/integration/test_backfill_property_a.py tests/integration/test_backfill_property_b.py \
 		tests/integration/test_event_counter.py
+	$(BIN)/python -m tests.integration.soak_report .cache/soak $(BACKFILL_EXAMPLES) backfill
 
 # WCU and requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.
 bench: install

@@ -22,9 +22,11 @@ both workers, each on a DynamoDB Local of its own.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -49,6 +51,8 @@ from tests.integration.test_property import mark_ttl
 EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "100"))
 PARTS = 10
 """Parts per half (each a test of its own)."""
+SOAK = EXAMPLES > 100
+"""More scenarios than CI runs: each part gets a DynamoDB Local of its own."""
 
 
 def part_examples(half: str, part: int) -> int:
@@ -233,5 +237,9 @@ def check_backfill_property(server, examples: int, label: str) -> None:
         f"{report['first_old']} items counted at their state from the stream, "
         f"{report['killed']} backfills killed and resumed, drift in {report['drift']}"
     )
+    soak_dir = os.environ.get("AGGREGATOR_SOAK_DIR")
+    if soak_dir:
+        Path(soak_dir).mkdir(parents=True, exist_ok=True)
+        (Path(soak_dir) / f"backfill-{label.replace('/', '-')}.json").write_text(json.dumps(report))
     assert report["scenarios"] >= examples
     assert report["drift"] == 0
