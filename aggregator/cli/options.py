@@ -168,3 +168,21 @@ def _window_option(f: Callable[..., Any]) -> Callable[..., Any]:
         help="Emulate Lambda tumbling windows of this length (0: none; the exactly-once modes "
         "need them for the shard id)",
     )(f)
+
+
+def _rule_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise click.BadParameter("name at least one rule, e.g. --rules a,b")
+    return names
+
+
+def _rules_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--rules a,b`` (passed as ``rule_names``: a list, or ``None`` when not given)."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        return click.option("--rules", "rule_names", callback=_rule_list, help=help_text)(f)
+
+    return decorate

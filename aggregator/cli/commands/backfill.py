@@ -9,28 +9,19 @@ from typing import Any
 import click
 
 from aggregator.cli import clients
-from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.options import (
+    _definitions_option,
+    _endpoint_option,
+    _rules_option,
+    _table_option,
+)
 from aggregator.cli.output import console
-
-
-def _rule_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    if not names:
-        raise click.BadParameter("name at least one rule, e.g. --rules a,b")
-    return names
 
 
 @click.command("backfill")
 @_definitions_option
 @_table_option
-@click.option(
-    "--rules",
-    "rule_names",
-    callback=_rule_list,
-    help="Comma-separated rules to backfill (default: every rule pending a backfill).",
-)
+@_rules_option("Comma-separated rules to backfill (default: every rule pending a backfill).")
 @click.option(
     "--segments",
     type=click.IntRange(1, 64),

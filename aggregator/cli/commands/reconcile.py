@@ -8,20 +8,21 @@ from pathlib import Path
 import click
 
 from aggregator.cli import clients
-from aggregator.cli.commands.backfill import _rule_list
-from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.options import (
+    _definitions_option,
+    _endpoint_option,
+    _rules_option,
+    _table_option,
+)
 from aggregator.cli.output import console
 
 
 @click.command("reconcile")
 @_definitions_option
 @_table_option
-@click.option(
-    "--rules",
-    "rule_names",
-    callback=_rule_list,
-    help="Comma-separated base rules to check (default: every base rule the manifest lists as "
-    "active, or every one without a manifest).",
+@_rules_option(
+    "Comma-separated base rules to check (default: every base rule the manifest lists as "
+    "active, or every one without a manifest)."
 )
 @click.option("--repair", is_flag=True, help="Add each stable drift's difference, once.")
 @click.option(
