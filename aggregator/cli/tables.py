@@ -7,12 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from aggregator.cli import clients
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import RuleSet, load_rules
 
 
-def rules_for_table(client: Any, table_name: str, definitions: Path) -> RuleSet:
-    """Load the rules and check the table's key schema against their layout.
+def rules_for_table(
+    table_name: str, definitions: Path, endpoint_url: str | None
+) -> tuple[Any, RuleSet]:
+    """Load the rules, then (a bad rule file is reported before any AWS call) make the DynamoDB
+    client and check the table's key schema against the rules' layout; returns
+    ``(client, rules)``.
 
     Raises
     ------
@@ -25,10 +30,11 @@ def rules_for_table(client: Any, table_name: str, definitions: Path) -> RuleSet:
     from aggregator.dynamodb.tablecheck import check_key_schema
 
     rules = load_rules(definitions)
+    client = clients.make_client("dynamodb", endpoint_url)
     problems = check_key_schema(client, table_name, rules.layout)
     if problems:
         raise ConfigError(
             f"table {table_name!r} does not fit the layout of the rules in {definitions}: "
             + "; ".join(p.line() for p in problems)
         )
-    return rules
+    return client, rules

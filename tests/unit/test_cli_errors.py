@@ -695,3 +695,15 @@ def test_a_table_keyed_otherwise_than_the_layout_is_named_before_any_item_reques
         expected = f"error: table 'solo' does not fit the layout of the rules in {DEFS}"
         assert line.startswith(expected)
         assert "sort key" in line and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["run"], ["query", "top", "total"], ["backfill"], ["reconcile"]]
+)
+def test_a_missing_rule_file_is_reported_before_any_aws_call(
+    aws_env: dict[str, str], tmp_path: Path, command: list[str]
+) -> None:
+    # no region is configured: the rule file's problem must come first, not the region's
+    missing = tmp_path / "nope"
+    line = error_line(invoke([*command, "--table", "game", "-d", str(missing)]))
+    assert line == f"error: {missing}: no such file or directory"

@@ -86,8 +86,7 @@ def backfill_cmd(
     from aggregator.dynamodb.table import table_stream_arn
     from aggregator.runtime.backfill import Backfill
 
-    client = clients.make_client("dynamodb", endpoint_url)
-    rules = rules_for_table(client, table_name, definitions)
+    client, rules = rules_for_table(table_name, definitions, endpoint_url)
     stream_arn = table_stream_arn(client, table_name)
     # DescribeTable's ItemCount is updated about every six hours (DynamoDB API reference,
     # TableDescription): a total for the bar and its ETA, not a promise

@@ -13,7 +13,6 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from aggregator.cli import clients
 from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
 from aggregator.cli.output import _print_aggregates, console, err_console
 from aggregator.core.exceptions import AggregatorError
@@ -23,8 +22,8 @@ def _store(table_name: str, definitions: Path, endpoint_url: str | None) -> Any:
     from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.query import AggregateStore
 
-    client = clients.make_client("dynamodb", endpoint_url)
-    return AggregateStore(client, table_name, rules_for_table(client, table_name, definitions))
+    client, rules = rules_for_table(table_name, definitions, endpoint_url)
+    return AggregateStore(client, table_name, rules)
 
 
 def _key(values: tuple[str, ...]) -> str | list[str]:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from aggregator.cli import clients
 from aggregator.cli.options import (
     _definitions_option,
     _endpoint_option,
@@ -52,8 +51,7 @@ def reconcile_cmd(
     from aggregator.cli.tables import rules_for_table
     from aggregator.runtime.reconcile import reconcile
 
-    client = clients.make_client("dynamodb", endpoint_url)
-    rules = rules_for_table(client, table_name, definitions)
+    client, rules = rules_for_table(table_name, definitions, endpoint_url)
     report = reconcile(
         rules,
         client,

@@ -51,8 +51,7 @@ def run(
     from aggregator.runtime.processor import create_processor
     from aggregator.runtime.runner import PositionStore, StreamRunner
 
-    client = clients.make_client("dynamodb", endpoint_url)
-    rules = rules_for_table(client, table_name, definitions)
+    client, rules = rules_for_table(table_name, definitions, endpoint_url)
     stream_arn = table_stream_arn(client, table_name)
     runner = StreamRunner(
         # the rule manifest and backfill fences, as in the Lambda handler; without tumbling
