@@ -341,8 +341,10 @@ class StreamProcessor:
         if self.lifecycle is None:
             return None
         fenced = self.lifecycle.fenced_rules()
+        if not fenced:  # every rule active and past its fences' retention: nothing per batch
+            return None
         sequence_numbers = [r.sequence_number for r in records if isinstance(r, StreamRecord)]
-        if not fenced or not sequence_numbers:
+        if not sequence_numbers:
             return None
         first = min(sequence_numbers, key=pad_sequence_number)
         return self.lifecycle.fences_for(shard_id, first, fenced)
