@@ -65,11 +65,14 @@ def stream_record(
 class AggregatesStub:
     """A DynamoDB client stand-in over a dict of aggregate sort key -> item attributes (DynamoDB
     JSON): ``get_item`` by sort key, ``query`` by sort-key prefix (``:prefix``) or ``BETWEEN``
-    range (``:low``/``:high``). ``requests`` records ``(operation, arguments)``."""
+    range (``:low``/``:high``). ``requests`` records ``(operation, arguments)``; reads of the
+    rule manifest (the serving generations, ``generations`` in ``items["manifest"]`` if given)
+    are counted in ``manifest_reads`` instead."""
 
     def __init__(self, items: dict[str, dict[str, Any]]) -> None:
         self.items = items
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.manifest_reads = 0
 
     def describe_table(self, **kwargs: Any) -> dict[str, Any]:
         """A table keyed pk/sk (S), as the default layout has it (the CLI checks the keys)."""
@@ -85,6 +88,9 @@ class AggregatesStub:
         }
 
     def get_item(self, **kwargs: Any) -> dict[str, Any]:
+        if kwargs["Key"]["sk"]["S"] == "manifest":
+            self.manifest_reads += 1
+            return {"Item": self.items["manifest"]} if "manifest" in self.items else {}
         self.requests.append(("get_item", kwargs))
         sk = kwargs["Key"]["sk"]["S"]
         return {"Item": {"sk": {"S": sk}, **self.items[sk]}} if sk in self.items else {}

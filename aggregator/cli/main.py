@@ -1,7 +1,7 @@
 """The ``aggregator`` command (click + rich): the ``main`` group and its commands.
 
 Commands: ``validate``, ``filter-criteria``, ``local``, ``create-table``, ``check-table``,
-``prepare-table``, ``run``, ``backfill``, ``reconcile``,
+``prepare-table``, ``run``, ``backfill``, ``reconcile``, ``rebuild``, ``drop-rule``,
 ``query get|list|top|histogram|window``, ``dead-letters``, ``replay-dead-letters``, ``demo``.
 Every command runs through :class:`~aggregator.cli.errors._Group`, which turns any error into
 one line on stderr and an exit code.
@@ -14,6 +14,7 @@ import click
 from aggregator.cli.commands.backfill import backfill_cmd
 from aggregator.cli.commands.deadletters import dead_letters_cmd, replay_dead_letters_cmd
 from aggregator.cli.commands.demo import demo
+from aggregator.cli.commands.lifecycle import drop_rule_cmd, rebuild_cmd
 from aggregator.cli.commands.local import create_table_cmd, local
 from aggregator.cli.commands.query import query
 from aggregator.cli.commands.reconcile import reconcile_cmd
@@ -39,6 +40,8 @@ main.add_command(prepare_table_cmd)
 main.add_command(run)
 main.add_command(backfill_cmd)
 main.add_command(reconcile_cmd)
+main.add_command(rebuild_cmd)
+main.add_command(drop_rule_cmd)
 main.add_command(query)
 main.add_command(dead_letters_cmd)
 main.add_command(replay_dead_letters_cmd)

@@ -18,6 +18,29 @@ States of a rule in the manifest:
     fences for :data:`FENCE_RETENTION_SECONDS` after that (a batch delivered again from before a
     fence must still be skipped), then drops them.
 
+Generations
+-----------
+A rule's aggregates are built by one definition. Changing it means building a new *generation*
+beside the one readers use (``aggregator rebuild``): generation ``g`` of rule ``R`` keeps its
+aggregates under the storage name ``R@g`` (:func:`generation_name`; generation 1 is plain ``R``,
+and ``@`` cannot occur in a rule name), and the manifest entry of each generation is keyed by its
+storage name. Two more states serve the rebuild and the removal of rules:
+
+``requested``
+    ``aggregator rebuild`` asked for a generation with a new fingerprint. The first handler (or
+    runner) that starts with that definition turns it into ``pending`` and counts it from its
+    fences on; until then no handler counts it.
+``retired``
+    A rebuild switched readers to a newer generation; this one's aggregates stay, unchanged,
+    until ``aggregator drop-rule`` deletes them. A handler with its definition is refused.
+``dropping``
+    ``aggregator drop-rule`` is deleting the aggregates (resumable); a handler with the
+    definition is refused.
+
+Which generation readers use is a separate pointer in the manifest (``generations``: rule name
+to generation number, absent for 1), switched in the same conditional write that retires the old
+generation.
+
 Everything here is pure; the I/O lives in :mod:`aggregator.dynamodb.manifest`.
 """
 
@@ -25,22 +48,35 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from aggregator.core.records import pad_sequence_number
-from aggregator.core.rules import Rule
+from aggregator.core.rules import Rule, RuleSet
 
 __all__ = [
     "FENCE_RETENTION_SECONDS",
+    "GENERATION_SEPARATOR",
     "Fence",
     "RuleState",
     "RuleStatus",
+    "changed_definitions",
     "fence_before",
+    "generation_name",
+    "generation_of",
+    "generations_of",
+    "live_generation",
+    "resolved_rules",
     "rule_fingerprint",
+    "storage_rules",
 ]
 
-RuleStatus = Literal["pending", "backfilling", "active"]
+RuleStatus = Literal["requested", "pending", "backfilling", "active", "retired", "dropping"]
+
+GENERATION_SEPARATOR = "@"
+"""Between a rule's name and its generation number in a storage name (``delay@2``); never in a
+rule name (:data:`aggregator.core.rules.model.RULE_NAME_PATTERN`)."""
 
 FENCE_RETENTION_SECONDS = 25 * 3600
 """How long fences are honoured after a rule became active: a batch from before a fence can be
@@ -83,9 +119,12 @@ class RuleState:
     Attributes
     ----------
     name, fingerprint
-        The rule and :func:`rule_fingerprint` of the definition its aggregates were built with.
+        The storage name (the rule's name, or ``<rule>@<generation>`` from the second
+        generation on: :func:`generation_name`) and :func:`rule_fingerprint` of the definition
+        its aggregates were built with.
     status
-        ``pending``, ``backfilling`` or ``active`` (module docstring).
+        ``requested``, ``pending``, ``backfilling``, ``active``, ``retired`` or ``dropping``
+        (module docstring).
     registered_at
         Epoch seconds when the rule was first deployed.
     backfill_id
@@ -139,3 +178,98 @@ def fence_before(sequence_number: str) -> str:
     """The fence that gives the handler a record and everything after it: the record's sequence
     number minus one, 40 digits."""
     return pad_sequence_number(str(int(sequence_number) - 1))
+
+
+def generation_name(rule_name: str, generation: int) -> str:
+    """The storage name of a rule's generation: the rule's name for generation 1, else
+    ``"<rule>@<generation>"``. It prefixes the generation's aggregate sort keys and is its
+    leaderboard partition and manifest key.
+
+    >>> generation_name("delay", 1), generation_name("delay", 3)
+    ('delay', 'delay@3')
+    """
+    if generation < 1:
+        raise ValueError(f"generations count from 1, got {generation}")
+    return rule_name if generation == 1 else f"{rule_name}{GENERATION_SEPARATOR}{generation}"
+
+
+def generation_of(storage_name: str) -> tuple[str, int]:
+    """``(rule name, generation)`` of a storage name; the inverse of :func:`generation_name`.
+
+    >>> generation_of("delay@3"), generation_of("delay")
+    (('delay', 3), ('delay', 1))
+    """
+    name, separator, number = storage_name.partition(GENERATION_SEPARATOR)
+    if separator and number.isdigit() and int(number) >= 2:
+        return name, int(number)
+    return storage_name, 1
+
+
+def storage_rules(rules: RuleSet, storage: Mapping[str, str]) -> RuleSet:
+    """``rules`` with each rule named in ``storage`` renamed to its storage name (rules not
+    named keep theirs): an engine built on the result writes each generation's aggregates under
+    its own sort keys and leaderboard partition. The renamed rules skip validation (their names
+    hold ``@`` on purpose).
+
+    Raises
+    ------
+    ValueError
+        When a renamed rule is derived or the source of a derived rule (a rebuild of either is
+        not supported: the derived rule reads its source's aggregates by rule name).
+    """
+    renamed: list[Rule] = []
+    for r in rules:
+        target = storage.get(r.name, r.name)
+        if target != r.name and (r.is_derived or rules.derived_from(r.name)):
+            raise ValueError(
+                f"rule {r.name!r}: a derived rule, or the source of one, has one generation only"
+            )
+        renamed.append(r if target == r.name else r.model_copy(update={"name": target}))
+    return RuleSet(rules=tuple(renamed), layout=rules.layout)
+
+
+def generations_of(rule_name: str, states: Mapping[str, RuleState]) -> list[RuleState]:
+    """Every generation of ``rule_name`` in ``states`` (keyed by storage name), oldest first."""
+    family = [s for s in states.values() if generation_of(s.name)[0] == rule_name]
+    return sorted(family, key=lambda s: generation_of(s.name)[1])
+
+
+def live_generation(rule: Rule, states: Mapping[str, RuleState]) -> RuleState | None:
+    """The generation of ``rule`` that its definition builds: the newest with its fingerprint
+    that is neither ``retired`` nor ``dropping``; ``None`` when there is none (a new rule, or a
+    changed definition that no rebuild asked for)."""
+    fingerprint = rule_fingerprint(rule)
+    live = [
+        s
+        for s in generations_of(rule.name, states)
+        if s.fingerprint == fingerprint and s.status not in ("retired", "dropping")
+    ]
+    return live[-1] if live else None
+
+
+def resolved_rules(rules: RuleSet, states: Mapping[str, RuleState]) -> RuleSet:
+    """``rules`` named by the storage names of the generations their definitions build
+    (:func:`live_generation`; rules without one keep their names): the rule set a backfill or a
+    reconcile works on.
+
+    Raises
+    ------
+    ValueError
+        As :func:`storage_rules`.
+    """
+    storage = {}
+    for r in rules:
+        state = live_generation(r, states)
+        if state is not None:
+            storage[r.name] = state.name
+    return storage_rules(rules, storage)
+
+
+def changed_definitions(rules: RuleSet, states: Mapping[str, RuleState]) -> list[str]:
+    """Rules the manifest knows whose definition no live generation was built with (changed
+    without ``aggregator rebuild``): their stored aggregates mean something else."""
+    return [
+        r.name
+        for r in rules
+        if generations_of(r.name, states) and live_generation(r, states) is None
+    ]

@@ -4,17 +4,19 @@ Items (sort key text, or on a table without a sort key the partition key
 ``"<control_pk>#<sort key text>"``):
 
 ``manifest``
-    One item whose map attribute ``rules`` holds each deployed rule's state
-    (:class:`~aggregator.core.lifecycle.RuleState`): ``{"fingerprint", "status",
-    "registered_at", "backfill_id", "active_since"}``. Rules are added by the handler or the
-    local runner when they start with a rule the manifest does not know (status ``pending``), one
-    conditional ``UpdateItem`` per new rule, so two starting containers cannot both register it.
-``fence#<rule>#<shardId>``
-    Where the handler's part of a rule begins in one shard (:class:`~aggregator.core.lifecycle.
-    Fence`): attribute ``after`` (40 digits) and ``set_by``. Written once, by whichever of the
-    handler (its first batch of the shard with the rule) and the backfill (the shard's last record
-    when it fences) comes first: a conditional ``PutItem`` on ``attribute_not_exists``; the loser
-    reads the winner's.
+    One item with two map attributes. ``rules`` holds each rule generation's state by storage
+    name (:class:`~aggregator.core.lifecycle.RuleState`): ``{"fingerprint", "status",
+    "registered_at", "backfill_id", "active_since", "retired_at"}``. ``generations`` holds the
+    generation readers use, for each rule rebuilt at least once. Rules are added by the handler
+    or the local runner when they start with a rule the manifest does not know (status
+    ``pending``), with one conditional ``UpdateItem``, so two starting containers cannot both
+    register it; ``aggregator rebuild`` adds ``requested`` generations and switches readers.
+``fence#<shardId>``
+    Where the handler's part of each rule generation begins in one shard
+    (:class:`~aggregator.core.lifecycle.Fence`): map attributes ``after`` (40 digits) and
+    ``set_by``, keyed by storage name. Each entry is written once, by whichever of the handler
+    (its first batch of the shard with the rule) and the backfill (the shard's last record when it
+    fences) comes first (``if_not_exists``); the loser reads the winner's.
 
 Costs: starting a handler reads the manifest once (1 ``GetItem``); each container reads a shard's
 fences once per pending rule (1 strongly consistent ``GetItem``, plus 1 ``PutItem`` the first time
@@ -33,9 +35,19 @@ from botocore.exceptions import ClientError
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
-from aggregator.core.lifecycle import Fence, RuleState, fence_before, rule_fingerprint
+from aggregator.core.lifecycle import (
+    Fence,
+    RuleState,
+    fence_before,
+    generation_name,
+    generation_of,
+    generations_of,
+    live_generation,
+    rule_fingerprint,
+    storage_rules,
+)
 from aggregator.core.records import pad_sequence_number
-from aggregator.core.rules import RuleSet
+from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.writer import error_code
 
 __all__ = ["FenceStore", "Manifest", "RuleLifecycle"]
@@ -56,6 +68,14 @@ def _state_value(state: RuleState) -> dict[str, Any]:
     if state.unfenced:
         value["unfenced"] = {"BOOL": True}
     return {"M": value}
+
+
+def _states(item: dict[str, Any]) -> dict[str, RuleState]:
+    return {name: _state_of(name, v) for name, v in item.get("rules", {}).get("M", {}).items()}
+
+
+def _generations(item: dict[str, Any]) -> dict[str, int]:
+    return {name: int(v["N"]) for name, v in item.get("generations", {}).get("M", {}).items()}
 
 
 def _state_of(name: str, value: dict[str, Any]) -> RuleState:
@@ -90,60 +110,199 @@ class Manifest:
         self.layout = layout
         self.key = layout.item_key(layout.control_pk, MANIFEST_SORT_KEY)
 
+    def _item(self) -> dict[str, Any]:
+        item: dict[str, Any] = (
+            self.client.get_item(TableName=self.table_name, Key=self.key, ConsistentRead=True).get(
+                "Item"
+            )
+            or {}
+        )
+        return item
+
     def load(self) -> dict[str, RuleState]:
-        """Every rule's state (strongly consistent read); ``{}`` when nothing is deployed yet."""
-        item = self.client.get_item(
-            TableName=self.table_name, Key=self.key, ConsistentRead=True
-        ).get("Item")
-        if not item:
-            return {}
-        return {name: _state_of(name, v) for name, v in item.get("rules", {}).get("M", {}).items()}
+        """Every generation's state by storage name (strongly consistent read); ``{}`` when
+        nothing is deployed yet."""
+        return _states(self._item())
+
+    def load_all(self) -> tuple[dict[str, RuleState], dict[str, int]]:
+        """The states (as :meth:`load`) and the serving generation of each rule rebuilt at
+        least once (``{rule: generation}``; a rule not listed serves generation 1), from one
+        strongly consistent read."""
+        item = self._item()
+        return _states(item), _generations(item)
 
     def register(self, rules: RuleSet, *, now: float | None = None) -> dict[str, RuleState]:
-        """Record the rules the manifest does not know as ``pending``; returns every state.
+        """Resolve each rule to the generation its definition builds, recording new rules as
+        ``pending`` and taking up a ``requested`` generation (``aggregator rebuild``) as
+        ``pending``; returns those generations' states, keyed by storage name
+        (:func:`~aggregator.core.lifecycle.generation_name`).
+
+        A rule resolves to the generation with its fingerprint that is neither ``retired`` nor
+        ``dropping``; a rule with no generation at all is new.
 
         Raises
         ------
         ConfigError
-            When a rule's definition differs from the one its aggregates were built with (the
-            same name, another fingerprint), naming the rule and what to do.
+            When a rule's definition differs from every live generation's (the same name,
+            another fingerprint, no rebuild requested), or matches only a retired or dropping
+            one, naming the rules and what to do.
         """
         clock = int(time.time() if now is None else now)
         states = self.load()
-        changed = [
-            r.name
-            for r in rules
-            if r.name in states and states[r.name].fingerprint != rule_fingerprint(r)
-        ]
+        chosen: dict[str, RuleState] = {}
+        new: list[RuleState] = []
+        changed: list[str] = []
+        gone: list[str] = []
+        for r in rules:
+            fingerprint = rule_fingerprint(r)
+            family = generations_of(r.name, states)
+            if not family:
+                new.append(RuleState(r.name, fingerprint, "pending", clock))
+                continue
+            state = live_generation(r, states)
+            if state is not None:
+                if state.status == "requested":
+                    state = self._take_up(state, clock)
+                chosen[state.name] = state
+            elif any(s.fingerprint == fingerprint for s in family):
+                gone.append(r.name)
+            else:
+                changed.append(r.name)
         if changed:
             raise ConfigError(
                 f"rule(s) {', '.join(changed)} changed definition under the same name: their "
                 "aggregates were built with the old one, and mixing two definitions in one "
-                "aggregate is silent corruption; give the changed rule a new name (and drop the "
-                "old one), or rebuild it"
+                "aggregate is silent corruption; run `aggregator rebuild RULE` with the new "
+                "definition before deploying it (or give the changed rule a new name)"
             )
-        new = [
-            RuleState(r.name, rule_fingerprint(r), "pending", clock)
-            for r in rules
-            if r.name not in states
-        ]
+        if gone:
+            raise ConfigError(
+                f"rule(s) {', '.join(gone)}: this definition's aggregates were retired by a "
+                "rebuild or are being dropped; deploy the current definition, or run `aggregator "
+                "rebuild RULE` to build this one again"
+            )
         if new:
-            states.update(self._add(new))
-        return states
+            chosen.update(self._add(new))
+        return chosen
 
-    def _add(self, new: list[RuleState]) -> dict[str, RuleState]:
-        """Add the rules' states unless present (one request for all of them when no other
-        writer raced us); returns the states in force."""
-        # the item itself (on a table without a sort key it carries the collection attribute)
+    def _take_up(self, state: RuleState, clock: int) -> RuleState:
+        """A handler with a requested generation's definition starts counting it: ``requested``
+        becomes ``pending`` (conditionally; a container that lost the race reads the winner's)."""
+        taken = replace(state, status="pending", registered_at=clock)
+        if self.set_state(taken, expected_status="requested"):
+            return taken
+        return self.load().get(state.name, taken)
+
+    def request_generation(self, rule: Rule, *, now: float | None = None) -> RuleState:
+        """Ask for a new generation of ``rule`` (status ``requested``) with its current
+        definition, numbered one above every generation the manifest holds; returns it, or the
+        live generation that already has this definition.
+
+        Raises
+        ------
+        ConfigError
+            When the rule is not in the manifest (a new rule needs a backfill, not a rebuild).
+        """
+        clock = int(time.time() if now is None else now)
+        fingerprint = rule_fingerprint(rule)
+        self._ensure_maps()
+        for _ in range(8):
+            states = self.load()
+            family = generations_of(rule.name, states)
+            if not family:
+                raise ConfigError(
+                    f"rule {rule.name!r} is not deployed: a new rule is backfilled "
+                    "(`aggregator backfill`), not rebuilt"
+                )
+            live = live_generation(rule, states)
+            if live is not None:
+                return live
+            number = max(generation_of(s.name)[1] for s in family) + 1
+            state = RuleState(generation_name(rule.name, number), fingerprint, "requested", clock)
+            added = self._add([state])
+            if added[state.name] == state:
+                return state
+        raise ConfigError(f"rule {rule.name!r}: the manifest kept changing; try again")
+
+    def switch(self, rule_name: str, old: str, new: str, *, now: float | None = None) -> bool:
+        """Make readers use generation ``new`` of ``rule_name`` instead of ``old`` and retire
+        ``old``: one conditional ``UpdateItem``, so every reader sees one generation or the
+        other. Requires ``new`` active and ``old`` still serving. Returns whether it switched."""
+        clock = int(time.time() if now is None else now)
+        number = generation_of(new)[1]
+        old_number = generation_of(old)[1]
+        self._ensure_maps()
+        serving = "(attribute_not_exists(#g.#rule) OR #g.#rule = :old)"
+        if old_number != 1:
+            serving = "#g.#rule = :old"
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=self.key,
+                UpdateExpression="SET #g.#rule = :new, #rules.#o.#status = :retired, "
+                "#rules.#o.#at = :now",
+                ConditionExpression=f"#rules.#n.#status = :active AND {serving}",
+                ExpressionAttributeNames={
+                    "#g": "generations",
+                    "#rule": rule_name,
+                    "#rules": "rules",
+                    "#o": old,
+                    "#n": new,
+                    "#status": "status",
+                    "#at": "retired_at",
+                },
+                ExpressionAttributeValues={
+                    ":new": {"N": str(number)},
+                    ":old": {"N": str(old_number)},
+                    ":retired": {"S": "retired"},
+                    ":active": {"S": "active"},
+                    ":now": {"N": str(clock)},
+                },
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def remove(self, storage_name: str) -> None:
+        """Delete a generation's entry (the end of ``aggregator drop-rule``), and its rule's
+        serving pointer when it was the last generation."""
+        rule_name = generation_of(storage_name)[0]
+        self.client.update_item(
+            TableName=self.table_name,
+            Key=self.key,
+            UpdateExpression="REMOVE #rules.#s",
+            ExpressionAttributeNames={"#rules": "rules", "#s": storage_name},
+        )
+        states, _ = self.load_all()
+        if not any(generation_of(s)[0] == rule_name for s in states):
+            try:
+                self.client.update_item(
+                    TableName=self.table_name,
+                    Key=self.key,
+                    UpdateExpression="REMOVE #g.#rule",
+                    ConditionExpression="attribute_exists(#g)",
+                    ExpressionAttributeNames={"#g": "generations", "#rule": rule_name},
+                )
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+
+    def _ensure_maps(self) -> None:
+        """Create the manifest item's maps (``rules``, ``generations``) where missing, and on a
+        table without a sort key its collection attribute."""
         fields = self.layout.item_fields(self.layout.control_pk, MANIFEST_SORT_KEY)
         extra = {k: v for k, v in fields.items() if k not in self.key}
         sets = "".join(f", #e{i} = :e{i}" for i in range(len(extra)))
         self.client.update_item(
             TableName=self.table_name,
             Key=self.key,
-            UpdateExpression="SET #rules = if_not_exists(#rules, :empty)" + sets,
+            UpdateExpression="SET #rules = if_not_exists(#rules, :empty), "
+            "#g = if_not_exists(#g, :empty)" + sets,
             ExpressionAttributeNames={
                 "#rules": "rules",
+                "#g": "generations",
                 **{f"#e{i}": name for i, name in enumerate(extra)},
             },
             ExpressionAttributeValues={
@@ -151,6 +310,11 @@ class Manifest:
                 **{f":e{i}": {"S": value} for i, value in enumerate(extra.values())},
             },
         )
+
+    def _add(self, new: list[RuleState]) -> dict[str, RuleState]:
+        """Add the rules' states unless present (one request for all of them when no other
+        writer raced us); returns the states in force."""
+        self._ensure_maps()
         names = {f"#r{i}": s.name for i, s in enumerate(new)}
         try:
             self.client.update_item(
@@ -305,7 +469,9 @@ class RuleLifecycle:
     """What the processor asks before each batch: the fences of the rules still fenced.
 
     Built once per container (cold start): registers the rule set in the manifest (refusing
-    changed definitions), then caches each shard's fences on first use.
+    changed definitions), then caches each shard's fences on first use. :attr:`rules` is the
+    rule set to build the engine on: each rule named by the storage name of the generation its
+    definition builds (:func:`~aggregator.core.lifecycle.storage_rules`).
 
     Parameters
     ----------
@@ -329,6 +495,11 @@ class RuleLifecycle:
         self.fences = FenceStore(client, table_name, rules.layout)
         self.clock = clock
         self.states = self.manifest.register(rules, now=clock())
+        storage = {generation_of(name)[0]: name for name in self.states}
+        try:
+            self.rules = storage_rules(rules, storage)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self._cache: dict[tuple[str, str], Fence] = {}
 
     def fenced_rules(self) -> list[str]:

@@ -41,10 +41,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import QueryError, RuleError
 from aggregator.core.layout import TableLayout
+from aggregator.core.lifecycle import generation_name
 from aggregator.core.numbers import add
 from aggregator.core.rules import Rule, RuleSet, unescape_key_part
 from aggregator.core.windows import RangePart, bucket_text, plan_range
 from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.manifest import MANIFEST_SORT_KEY
 
 __all__ = ["Aggregate", "AggregateStore", "HistogramBucket", "WindowResult"]
 
@@ -155,6 +157,17 @@ class AggregateStore:
         The rule set (to resolve keys and know which rules have a leaderboard index).
     layout
         Table layout (default: the rule set's, ``rules.layout``).
+    generations
+        The generation to read of each rebuilt rule (``{rule: generation}``; others read
+        generation 1). Default: the serving generations recorded in the table's manifest by
+        ``aggregator rebuild`` (:mod:`aggregator.dynamodb.manifest`), read with one strongly
+        consistent ``GetItem`` of its ``generations`` map on first use and again after
+        ``generation_cache_seconds``. That read is counted in :attr:`manifest_reads`, not in
+        :attr:`requests`. A rebuild switches the pointer in one write and leaves the old
+        generation intact until ``aggregator drop-rule``, so a reader whose cached pointer is up
+        to ``generation_cache_seconds`` old reads a complete (old) generation, never a mix.
+    generation_cache_seconds
+        How long the serving generations read from the manifest are used (default 60).
 
     Examples
     --------
@@ -164,13 +177,61 @@ class AggregateStore:
     """
 
     def __init__(
-        self, client: Any, table_name: str, rules: RuleSet, *, layout: TableLayout | None = None
+        self,
+        client: Any,
+        table_name: str,
+        rules: RuleSet,
+        *,
+        layout: TableLayout | None = None,
+        generations: Mapping[str, int] | None = None,
+        generation_cache_seconds: float = 60.0,
     ) -> None:
         self.client = client
         self.table_name = table_name
         self.rules = rules
         self.layout = rules.layout if layout is None else layout
         self.requests = 0
+        self.manifest_reads = 0
+        self.generation_cache_seconds = generation_cache_seconds
+        self._fixed_generations = generations is not None
+        self._generations: dict[str, int] | None = (
+            None if generations is None else dict(generations)
+        )
+        self._generations_read_at = 0.0
+
+    def storage_name(self, rule: str) -> str:
+        """The name ``rule``'s serving generation is stored under: the rule's name, or
+        ``"<rule>@<generation>"`` after a rebuild (:func:`~aggregator.core.lifecycle.
+        generation_name`).
+
+        Raises
+        ------
+        QueryError
+            When the manifest cannot be read.
+        """
+        now = time.monotonic()
+        if self._generations is None or (
+            not self._fixed_generations
+            and now - self._generations_read_at > self.generation_cache_seconds
+        ):
+            self._generations = self._read_generations()
+            self._generations_read_at = now
+        return generation_name(rule, self._generations.get(rule, 1))
+
+    def _read_generations(self) -> dict[str, int]:
+        self.manifest_reads += 1
+        try:
+            item = self.client.get_item(
+                TableName=self.table_name,
+                Key=self.layout.item_key(self.layout.control_pk, MANIFEST_SORT_KEY),
+                ProjectionExpression="#g",
+                ExpressionAttributeNames={"#g": "generations"},
+                ConsistentRead=True,
+            ).get("Item")
+        except (ClientError, BotoCoreError) as exc:
+            raise QueryError(f"reading the rule manifest of {self.table_name!r}: {exc}") from exc
+        generations = (item or {}).get("generations", {}).get("M", {})
+        return {name: int(value["N"]) for name, value in generations.items()}
 
     def _rule(self, name: str) -> Rule:
         try:
@@ -178,7 +239,13 @@ class AggregateStore:
         except RuleError as exc:
             raise QueryError(str(exc)) from None
 
-    def sort_key(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any] = ()) -> str:
+    def sort_key(
+        self,
+        rule: str,
+        key: str | Sequence[Any] | Mapping[str, Any] = (),
+        *,
+        storage_name: str | None = None,
+    ) -> str:
         """The sort key of one aggregate.
 
         ``key`` is the placeholder value for a one-placeholder template (``"UA"``, also for a
@@ -186,7 +253,8 @@ class AggregateStore:
         template with several placeholders, split at the template's literal text by
         :meth:`~aggregator.core.rules.KeyTemplate.split_display`, a sequence of values in
         placeholder order, a mapping of placeholder names to values, or empty (or the literal
-        itself) for a literal key.
+        itself) for a literal key. ``storage_name`` names the generation (default: the serving
+        one, :meth:`storage_name`).
 
         Raises
         ------
@@ -220,13 +288,13 @@ class AggregateStore:
         encoded, _ = template.render_values(
             [v if isinstance(v, str | bool | Decimal) else Decimal(str(v)) for v in values]
         )
-        return f"{rule}#{encoded}"
+        return f"{storage_name or self.storage_name(rule)}#{encoded}"
 
-    def _aggregate(self, item: Mapping[str, Any], rule: str) -> Aggregate:
+    def _aggregate(self, item: Mapping[str, Any], rule: str, stored: str) -> Aggregate:
         sk = self.layout.sort_key_of(item) or ""
         key = _s(item.get("key"))
         if key is None:
-            key = unescape_key_part(sk[len(rule) + 1 :])
+            key = unescape_key_part(sk[len(stored) + 1 :])
         value = item.get(self.layout.value_attribute, {}).get("N", "0")
         ttl = item.get(self.layout.ttl_attribute, {}).get("N")
         return Aggregate(
@@ -266,7 +334,8 @@ class AggregateStore:
                 f"rule {rule!r} keeps time buckets: read them with window() "
                 "(aggregator query window) or list()"
             )
-        sk = self.sort_key(rule, key)
+        stored = self.storage_name(rule)
+        sk = self.sort_key(rule, key, storage_name=stored)
         response = self._call(
             "get_item",
             Key={
@@ -275,7 +344,7 @@ class AggregateStore:
             ConsistentRead=True,
         )
         item = response.get("Item")
-        return None if item is None else self._aggregate(item, rule)
+        return None if item is None else self._aggregate(item, rule, stored)
 
     def list(self, rule: str) -> Iterator[Aggregate]:
         """Every aggregate of ``rule`` in sort-key order (paginated ``Query``, 1 MB pages).
@@ -286,9 +355,10 @@ class AggregateStore:
             For an unknown rule or a failed request.
         """
         self._rule(rule)
-        for page in self._pages(begins_with=f"{rule}#"):
+        stored = self.storage_name(rule)
+        for page in self._pages(begins_with=f"{stored}#"):
             for item in page:
-                yield self._aggregate(item, rule)
+                yield self._aggregate(item, rule, stored)
 
     def _pages(
         self, *, begins_with: str | None = None, between: tuple[str, str] | None = None
@@ -327,12 +397,13 @@ class AggregateStore:
             ranked = sorted(self.list(rule), key=lambda a: (-a.value, a.key))
             return ranked[:n]
         lay = self.layout
+        stored = self.storage_name(rule)
         response = self._call(
             "query",
             IndexName=lay.leaderboard_index,
             KeyConditionExpression="#lb = :rule",
             ExpressionAttributeNames={"#lb": lay.leaderboard_attribute},
-            ExpressionAttributeValues={":rule": {"S": rule}},
+            ExpressionAttributeValues={":rule": {"S": stored}},
             ScanIndexForward=False,
             Limit=n,
         )
@@ -340,7 +411,7 @@ class AggregateStore:
         for item in response.get("Items", []):
             sk = lay.sort_key_of(item) or ""
             value = Decimal(item[lay.value_attribute]["N"])
-            out.append(Aggregate(rule, unescape_key_part(sk[len(rule) + 1 :]), value, sk))
+            out.append(Aggregate(rule, unescape_key_part(sk[len(stored) + 1 :]), value, sk))
         return out
 
     # -- histograms ----------------------------------------------------------------------------
@@ -431,10 +502,13 @@ class AggregateStore:
             if end < start:
                 raise QueryError(f"end ({end}) is before start ({start})")
             lo, hi = finest.ceil(start), finest.ceil(end)
-        prefix = self.sort_key(rule, key)
+        stored = self.storage_name(rule)
+        prefix = self.sort_key(rule, key, storage_name=stored)
         template = self._rule(rule).key
         display = (
-            template.template if template.is_literal else unescape_key_part(prefix[len(rule) + 1 :])
+            template.template
+            if template.is_literal
+            else unescape_key_part(prefix[len(stored) + 1 :])
         )
         result = WindowResult(rule, display, lo, hi)
         result.parts = plan_range(spec.granularities, lo, hi)
@@ -452,7 +526,7 @@ class AggregateStore:
             result.read_units += units
             result.items_read += len(items)
             for item in items:
-                a = self._aggregate(item, rule)
+                a = self._aggregate(item, rule, stored)
                 if a.expires is None or a.expires > clock:
                     total = add(total, a.value)
         result.value = total

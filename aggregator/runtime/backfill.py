@@ -68,7 +68,12 @@ from botocore.exceptions import ClientError
 
 from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
 from aggregator.core.exceptions import ConfigError
-from aggregator.core.lifecycle import Fence, RuleState
+from aggregator.core.lifecycle import (
+    Fence,
+    RuleState,
+    changed_definitions,
+    resolved_rules,
+)
 from aggregator.core.numbers import add
 from aggregator.core.records import Image, StreamRecord, pad_sequence_number
 from aggregator.core.rules import RuleSet
@@ -266,7 +271,23 @@ class Backfill:
     ) -> None:
         if not 1 <= segments <= MAX_SEGMENTS:
             raise ConfigError(f"segments must be 1 to {MAX_SEGMENTS}, got {segments}")
-        self.rules = rules
+        self.manifest = Manifest(client, table_name, rules.layout)
+        states = self.manifest.load()
+        # each rule under the storage name of the generation its definition builds (a rebuild
+        # backfills generation 2 or later, "<rule>@<generation>")
+        try:
+            self.rules = resolved_rules(rules, states)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        renamed = {r.name: s.name for r, s in zip(rules, self.rules, strict=True)}
+        changed = [n for n in changed_definitions(rules, states) if n in (rule_names or renamed)]
+        if changed:
+            raise ConfigError(
+                f"rule(s) {', '.join(changed)}: the definition differs from every generation in "
+                "the table; run `aggregator rebuild` to build it as a new generation"
+            )
+        if rule_names is not None:
+            rule_names = [renamed.get(n, n) for n in rule_names]
         self.layout = rules.layout
         self.client = client
         self.streams = streams_client
@@ -277,8 +298,7 @@ class Backfill:
         self.page_items = page_items
         self.on_page = on_page
         self.clock = clock
-        self.engine = Engine(rules)
-        self.manifest = Manifest(client, table_name, self.layout)
+        self.engine = Engine(self.rules)
         self.fence_store = FenceStore(client, table_name, self.layout)
         self.read_limiter = _RateLimiter(max_rcu)
         self.write_limiter = _RateLimiter(max_wcu)
@@ -288,14 +308,13 @@ class Backfill:
         self._owner = uuid.uuid4().hex
         self._leased_at = 0.0
         self._fences: dict[str, dict[str, str]] = {}
-        states = self.manifest.load()
         self.carried: list[str] = []
         self.rule_names = self._select(states, rule_names)
         self.states = {n: states[n] for n in (*self.rule_names, *self.carried)}
         self.writer = CheckpointWriter(
             client, table_name, layout=self.layout, max_workers=8, clock=clock
         )
-        self.leaderboard = {r.name for r in rules if r.leaderboard}
+        self.leaderboard = {r.name for r in self.rules if r.leaderboard}
 
     # -- rules and fences --------------------------------------------------------------------
 
@@ -305,7 +324,9 @@ class Backfill:
         known = {r.name for r in self.rules}
         if names is None:
             chosen = [
-                r.name for r in self.rules if r.name in states and states[r.name].status != "active"
+                r.name
+                for r in self.rules
+                if r.name in states and states[r.name].status in ("pending", "backfilling")
             ]
             if not chosen:
                 raise ConfigError(
@@ -327,6 +348,11 @@ class Backfill:
                 )
             if state.status == "active":
                 raise ConfigError(f"rule {name!r} is already backfilled (active)")
+            if state.status == "requested":
+                raise ConfigError(
+                    f"rule {name!r} was requested by a rebuild, but no handler has started with "
+                    "its new definition yet: deploy it (or start `aggregator run` with it) first"
+                )
             source = self.rules.get(name).source
             if source is not None:
                 if source not in base:

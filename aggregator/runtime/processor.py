@@ -466,7 +466,8 @@ def create_processor(
     ``lifecycle=True`` registers the rules in the table's manifest (refusing a rule whose
     definition changed under the same name) and fences the rules pending a backfill
     (:class:`~aggregator.dynamodb.manifest.RuleLifecycle`); the Lambda handler and the ``run``
-    command do so.
+    command do so. A rule being rebuilt then counts into the generation its definition builds
+    (its aggregates under ``<rule>@<generation>``).
 
     Raises
     ------
@@ -474,6 +475,7 @@ def create_processor(
         For an unknown mode.
     """
     layout = rules.layout if layout is None else layout
+    rule_lifecycle = RuleLifecycle(rules, client, table_name, clock=clock) if lifecycle else None
     writer = make_writer(
         mode,
         client,
@@ -484,12 +486,12 @@ def create_processor(
         **writer_options,
     )
     return StreamProcessor(
-        Engine(rules, layout),
+        Engine(rules if rule_lifecycle is None else rule_lifecycle.rules, layout),
         writer,
         DeadLetterWriter(client, table_name, layout=layout, last_resort=last_resort, clock=clock),
         flush="window" if mode == "window" else "batch",
         metrics=metrics,
         logger=logger,
         clock=clock,
-        lifecycle=RuleLifecycle(rules, client, table_name, clock=clock) if lifecycle else None,
+        lifecycle=rule_lifecycle,
     )

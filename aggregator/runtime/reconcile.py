@@ -42,6 +42,7 @@ from botocore.exceptions import ClientError
 
 from aggregator.core.engine import AggregateRef, CoalescedDelta, Engine
 from aggregator.core.exceptions import ConfigError
+from aggregator.core.lifecycle import changed_definitions, resolved_rules
 from aggregator.core.numbers import add, subtract
 from aggregator.core.records import Image
 from aggregator.core.rules import RuleSet
@@ -194,8 +195,25 @@ def reconcile(
     ConfigError
         For an unknown or derived rule, or one pending a backfill.
     """
-    base = {r.name for r in rules.base_rules}
     states = Manifest(client, table_name, rules.layout).load()
+    changed = changed_definitions(rules, states)
+    if rule_names is not None:
+        changed = [n for n in changed if n in rule_names]
+    if changed:
+        raise ConfigError(
+            f"rule(s) {', '.join(changed)}: the definition differs from every generation in the "
+            "table, so its aggregates cannot be checked against it; run `aggregator rebuild`"
+        )
+    # each rule under the storage name of the generation its definition builds
+    try:
+        resolved = resolved_rules(rules, states)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    renamed = {r.name: s.name for r, s in zip(rules, resolved, strict=True)}
+    if rule_names is not None:
+        rule_names = [renamed.get(n, n) for n in rule_names]
+    rules = resolved
+    base = {r.name for r in rules.base_rules}
     # a rule pending a backfill lacks, by design, what the table held before its fences
     incomplete = {n for n, s in states.items() if s.status != "active"}
     if rule_names is None:

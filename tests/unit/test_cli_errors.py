@@ -688,7 +688,14 @@ def test_a_table_keyed_otherwise_than_the_layout_is_named_before_any_item_reques
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
         BillingMode="PAY_PER_REQUEST",
     )
-    for command in (["run"], ["query", "top", "total_paths_found"], ["backfill"], ["reconcile"]):
+    for command in (
+        ["run"],
+        ["query", "top", "total_paths_found"],
+        ["backfill"],
+        ["reconcile"],
+        ["rebuild", "total_paths_found"],
+        ["drop-rule", "total_paths_found"],
+    ):
         result = invoke([*command, "--table", "solo", "-d", DEFS])
         line = error_line(result)
         assert result.exit_code == 1, result.stderr
@@ -698,7 +705,15 @@ def test_a_table_keyed_otherwise_than_the_layout_is_named_before_any_item_reques
 
 
 @pytest.mark.parametrize(
-    "command", [["run"], ["query", "top", "total"], ["backfill"], ["reconcile"]]
+    "command",
+    [
+        ["run"],
+        ["query", "top", "total"],
+        ["backfill"],
+        ["reconcile"],
+        ["rebuild", "total"],
+        ["drop-rule", "total"],
+    ],
 )
 def test_a_missing_rule_file_is_reported_before_any_aws_call(
     aws_env: dict[str, str], tmp_path: Path, command: list[str]

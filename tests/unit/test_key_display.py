@@ -178,12 +178,18 @@ RULES = RuleSet.of(
 
 
 class GetStub:
-    """Answers GetItem (value 1 for every key) and Query (no items), recording the requests."""
+    """Answers GetItem (value 1 for every key) and Query (no items), recording the requests;
+    the rule manifest (read for the serving generations) is empty and its reads are counted
+    apart."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.manifest_reads = 0
 
     def get_item(self, **kwargs: Any) -> dict[str, Any]:
+        if kwargs["Key"]["sk"]["S"] == "manifest":
+            self.manifest_reads += 1
+            return {}
         self.requests.append(kwargs)
         return {"Item": {**kwargs["Key"], "value": {"N": "1"}}}
 

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,43 +19,126 @@ from aggregator.cli.options import (
 )
 from aggregator.cli.output import console
 
+if TYPE_CHECKING:
+    from aggregator.runtime.backfill import BackfillStats
+
+
+def _backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that shape a backfill (``backfill`` and ``rebuild``)."""
+    for option in reversed(
+        [
+            click.option(
+                "--segments",
+                type=click.IntRange(1, 64),
+                default=4,
+                show_default=True,
+                help="Parallel Scan segments (TotalSegments), one thread each.",
+            ),
+            click.option(
+                "--page-items",
+                type=click.IntRange(1, 1000),
+                default=200,
+                show_default=True,
+                help="Items per Scan page (each page's amounts are stored, then applied, as one "
+                "step).",
+            ),
+            click.option(
+                "--max-rcu",
+                type=click.FloatRange(min=0, min_open=True),
+                help="Read at most this many (modelled) RCU per second.",
+            ),
+            click.option(
+                "--max-wcu",
+                type=click.FloatRange(min=0, min_open=True),
+                help="Write at most this many (modelled) WCU per second.",
+            ),
+            click.option(
+                "--stream-lag",
+                "stream_lag_seconds",
+                type=click.FloatRange(min=0),
+                default=5.0,
+                show_default=True,
+                help="Seconds a write may take to appear in the stream (waited after each page).",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+@contextmanager
+def backfill_progress(client: Any, table_name: str) -> Iterator[Callable[[int, Any], None]]:
+    """A rich progress bar over the table's items (items, rate, ETA); yields the backfill's
+    ``on_page`` callback."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    # DescribeTable's ItemCount is updated about every six hours (DynamoDB API reference,
+    # TableDescription): a total for the bar and its ETA, not a promise
+    total = client.describe_table(TableName=table_name)["Table"].get("ItemCount") or None
+    progress = Progress(
+        TextColumn("backfill"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[rate]} items/s"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    task = progress.add_task("scan", total=total, rate="-", start=False)
+    shown = False
+
+    def on_page(items: int, stats: Any) -> None:
+        nonlocal shown
+        if not shown:  # the bar appears with the first page (a rebuild may not scan at all)
+            progress.start()
+            progress.start_task(task)
+            shown = True
+        elapsed = progress.tasks[0].elapsed or 0.0
+        rate = f"{stats.items_scanned / elapsed:,.0f}" if elapsed > 0 else "-"
+        progress.update(task, advance=items, rate=rate)
+
+    try:
+        yield on_page
+    finally:
+        if shown:
+            progress.stop()
+
+
+def print_backfill_summary(stats: BackfillStats, names: str) -> None:
+    """The backfill's one-line summary (and a note on evaluation failures)."""
+    rate = stats.items_scanned / stats.elapsed_seconds if stats.elapsed_seconds else 0.0
+    console.print(
+        f"backfill {stats.backfill_id}{' (resumed)' if stats.resumed else ''}: "
+        f"{names} active; {stats.items_scanned} items scanned in "
+        f"{stats.pages} pages ({rate:,.0f} items/s), {stats.changed_items} items changed during "
+        f"it ({stats.first_old_used + stats.unscanned_changed} counted at their state from the "
+        f"stream), {stats.write.items_written} aggregate updates, {stats.modelled_rcu} RCU and "
+        f"{stats.write.modelled_wcu} WCU (modelled), {stats.elapsed_seconds:.1f} s",
+        highlight=False,
+    )
+    if stats.evaluation_failures:
+        console.print(
+            f"note: {stats.evaluation_failures} (item, rule) pairs could not be evaluated and "
+            "count nothing (the handler dead-letters such records)",
+            highlight=False,
+        )
+
 
 @click.command("backfill")
 @_definitions_option
 @_table_option
 @_rules_option("Comma-separated rules to backfill (default: every rule pending a backfill).")
-@click.option(
-    "--segments",
-    type=click.IntRange(1, 64),
-    default=4,
-    show_default=True,
-    help="Parallel Scan segments (TotalSegments), one thread each.",
-)
-@click.option(
-    "--page-items",
-    type=click.IntRange(1, 1000),
-    default=200,
-    show_default=True,
-    help="Items per Scan page (each page's amounts are stored, then applied, as one step).",
-)
-@click.option(
-    "--max-rcu",
-    type=click.FloatRange(min=0, min_open=True),
-    help="Read at most this many (modelled) RCU per second.",
-)
-@click.option(
-    "--max-wcu",
-    type=click.FloatRange(min=0, min_open=True),
-    help="Write at most this many (modelled) WCU per second.",
-)
-@click.option(
-    "--stream-lag",
-    "stream_lag_seconds",
-    type=click.FloatRange(min=0),
-    default=5.0,
-    show_default=True,
-    help="Seconds a write may take to appear in the stream (waited after each page).",
-)
+@_backfill_options
 @_endpoint_option
 def backfill_cmd(
     definitions: Path,
@@ -72,43 +157,13 @@ def backfill_cmd(
     Deploy the rules first (the handler, or `aggregator run`, records them as pending), then
     run this. Progress is kept in the table under the control partition.
     """
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TaskProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.table import table_stream_arn
     from aggregator.runtime.backfill import Backfill
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     stream_arn = table_stream_arn(client, table_name)
-    # DescribeTable's ItemCount is updated about every six hours (DynamoDB API reference,
-    # TableDescription): a total for the bar and its ETA, not a promise
-    total = client.describe_table(TableName=table_name)["Table"].get("ItemCount") or None
-    with Progress(
-        TextColumn("backfill"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.fields[rate]} items/s"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
-        task = progress.add_task("scan", total=total, rate="-")
-
-        def on_page(items: int, stats: Any) -> None:
-            elapsed = progress.tasks[0].elapsed or 0.0
-            rate = f"{stats.items_scanned / elapsed:,.0f}" if elapsed > 0 else "-"
-            progress.update(task, advance=items, rate=rate)
-
+    with backfill_progress(client, table_name) as on_page:
         backfill = Backfill(
             rules,
             client,
@@ -124,20 +179,4 @@ def backfill_cmd(
             on_page=on_page,
         )
         stats = backfill.run()
-    rate = stats.items_scanned / stats.elapsed_seconds if stats.elapsed_seconds else 0.0
-    names = ", ".join([*backfill.rule_names, *backfill.carried])
-    console.print(
-        f"backfill {stats.backfill_id}{' (resumed)' if stats.resumed else ''}: "
-        f"{names} active; {stats.items_scanned} items scanned in "
-        f"{stats.pages} pages ({rate:,.0f} items/s), {stats.changed_items} items changed during "
-        f"it ({stats.first_old_used + stats.unscanned_changed} counted at their state from the "
-        f"stream), {stats.write.items_written} aggregate updates, {stats.modelled_rcu} RCU and "
-        f"{stats.write.modelled_wcu} WCU (modelled), {stats.elapsed_seconds:.1f} s",
-        highlight=False,
-    )
-    if stats.evaluation_failures:
-        console.print(
-            f"note: {stats.evaluation_failures} (item, rule) pairs could not be evaluated and "
-            "count nothing (the handler dead-letters such records)",
-            highlight=False,
-        )
+    print_backfill_summary(stats, ", ".join([*backfill.rule_names, *backfill.carried]))

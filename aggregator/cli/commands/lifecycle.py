@@ -1,0 +1,161 @@
+"""``rebuild`` and ``drop-rule``: change a rule's definition on a live table, and delete the
+aggregates of a removed rule or of the generations a rebuild retired
+(:mod:`aggregator.runtime.rebuild`, :mod:`aggregator.runtime.drop`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from aggregator.cli import clients
+from aggregator.cli.commands.backfill import (
+    _backfill_options,
+    backfill_progress,
+    print_backfill_summary,
+)
+from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.output import console
+
+
+@click.command("rebuild")
+@click.argument("rule_name", metavar="RULE")
+@_definitions_option
+@_table_option
+@_backfill_options
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds to wait for a handler (or `aggregator run`) to start with the new definition "
+    "before giving up; 0 requests the new generation and returns.",
+)
+@_endpoint_option
+def rebuild_cmd(
+    rule_name: str,
+    definitions: Path,
+    table_name: str,
+    segments: int,
+    page_items: int,
+    max_rcu: float | None,
+    max_wcu: float | None,
+    stream_lag_seconds: float,
+    wait_seconds: float,
+    endpoint_url: str | None,
+) -> None:
+    """Build RULE's new definition (in the rule files) as a new generation beside the one
+    readers use, then switch readers to it in one write.
+
+    Run it before deploying the changed rule: it requests the generation, waits for the
+    handler with the new definition to start counting it, backfills it from a scan while the
+    table is written, and switches. Until the switch readers get the old generation's values
+    as of the deployment. Run again to resume; the old generation stays until
+    `aggregator drop-rule RULE`.
+    """
+    from aggregator.cli.tables import rules_for_table
+    from aggregator.dynamodb.table import table_stream_arn
+    from aggregator.runtime.rebuild import Rebuild, generation_label
+
+    client, rules = rules_for_table(table_name, definitions, endpoint_url)
+    stream_arn = table_stream_arn(client, table_name)
+    announced = False
+
+    def on_wait(target: str, waited: float) -> None:
+        nonlocal announced
+        if not announced:
+            console.print(
+                f"rebuild {rule_name}: {generation_label(target)} requested; deploy the "
+                f"new definition now (the handler, or `aggregator run`); waiting up to "
+                f"{wait_seconds:,.0f} s for it to start counting the new generation",
+                highlight=False,
+            )
+            announced = True
+
+    with backfill_progress(client, table_name) as on_page:
+        rebuild = Rebuild(
+            rules,
+            client,
+            clients.make_client("dynamodbstreams", endpoint_url),
+            table_name,
+            stream_arn,
+            rule_name,
+            wait_seconds=wait_seconds,
+            on_wait=on_wait,
+            segments=segments,
+            page_items=page_items,
+            max_rcu=max_rcu,
+            max_wcu=max_wcu,
+            stream_lag_seconds=stream_lag_seconds,
+            on_page=on_page,
+        )
+
+        result = rebuild.run()
+    if result.outcome == "unchanged":
+        console.print(
+            f"rebuild {rule_name}: readers already use {generation_label(result.serving)}, built "
+            "with this definition; nothing to rebuild",
+            highlight=False,
+        )
+        return
+    if result.outcome == "requested":
+        console.print(
+            f"rebuild {rule_name}: {generation_label(result.target)} requested; no handler has "
+            "started with the new definition yet. Deploy it, then run this command again to "
+            "backfill the generation and switch readers",
+            highlight=False,
+        )
+        return
+    if result.backfill is not None:
+        print_backfill_summary(result.backfill, result.target)
+    console.print(
+        f"rebuild {rule_name}: readers switched from {generation_label(result.serving)} to "
+        f"{generation_label(result.target)}; the old generation's aggregates stay until "
+        f"`aggregator drop-rule {rule_name}`",
+        highlight=False,
+    )
+
+
+@click.command("drop-rule")
+@click.argument("rule_name", metavar="RULE")
+@_definitions_option
+@_table_option
+@_endpoint_option
+def drop_rule_cmd(
+    rule_name: str, definitions: Path, table_name: str, endpoint_url: str | None
+) -> None:
+    """Delete RULE's aggregates, fences and manifest entries: every generation of a rule
+    removed from the rule files, or the generations a rebuild retired of a rule still in them.
+
+    Deploy the rule files without the rule first. Batched (BatchWriteItem, 25 keys a request);
+    run again to resume a drop that was stopped.
+    """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from aggregator.cli.tables import rules_for_table
+    from aggregator.runtime.drop import DropRule
+
+    client, rules = rules_for_table(table_name, definitions, endpoint_url)
+    with Progress(
+        TextColumn(f"drop-rule {rule_name}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f} items deleted"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("delete", total=None)
+        drop = DropRule(
+            rules,
+            client,
+            table_name,
+            rule_name,
+            on_deleted=lambda n: progress.update(task, advance=n),
+        )
+        result = drop.run()
+    console.print(
+        f"drop-rule {rule_name}: {', '.join(result.generations)} dropped; "
+        f"{result.items_deleted} aggregate items and {result.fences_removed} fences deleted",
+        highlight=False,
+    )

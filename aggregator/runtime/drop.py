@@ -1,0 +1,174 @@
+"""Drop a rule: delete the aggregates of a rule removed from the definitions, or of the
+generations a rebuild retired, with their fences and manifest entries.
+
+Steps per generation (:class:`DropRule`), each safe to repeat, so a killed drop is resumed by
+running it again:
+
+1. Mark the generation ``dropping`` in the manifest: from then on a handler starting with its
+   definition is refused (it would write the aggregates again).
+2. Delete its aggregate items (sort keys ``<storage name>#...``): pages of the aggregates
+   collection (:func:`~aggregator.dynamodb.collections.query_collection`) deleted with
+   ``BatchWriteItem``, 25 keys a request (DynamoDB API Reference, "BatchWriteItem"), unprocessed
+   keys sent again (boto3's ``BatchWriter``). A run resumes by reading the collection again: the
+   items already deleted are no longer there.
+3. Remove its fence from each shard's fence item, then its manifest entry (and the rule's serving
+   pointer with its last generation).
+
+What is not checked: that no handler still *runs* the dropped definition. Deploy the rule set
+without the rule first (or, for a retired generation, let the deployment of the new definition
+finish): a warm container with the old rule set would write the deleted aggregates again.
+
+Costs: reading the generation's aggregates once (1 RCU per 4 KB, strongly consistent; without a
+sort key, the collection index and ``BatchGetItem``) and one write unit per deleted item (per
+started 1 KB), plus one ``UpdateItem`` per fence item that holds the generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from boto3.dynamodb.table import BatchWriter
+
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.lifecycle import RuleState, generations_of
+from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.manifest import Manifest
+
+__all__ = ["DropResult", "DropRule"]
+
+BATCH_WRITE_ITEMS = 25
+"""Most requests one ``BatchWriteItem`` carries (DynamoDB API Reference, "BatchWriteItem")."""
+
+
+@dataclass(slots=True)
+class DropResult:
+    """What :meth:`DropRule.run` deleted: ``generations`` (storage names), ``items_deleted``
+    (aggregate items) and ``fences_removed`` (fence entries)."""
+
+    rule: str
+    generations: list[str] = field(default_factory=list)
+    items_deleted: int = 0
+    fences_removed: int = 0
+
+
+class DropRule:
+    """Delete a rule's aggregates (module docstring).
+
+    Parameters
+    ----------
+    rules
+        The rule set being deployed (the definitions). A rule named in it keeps its live
+        generation: only its ``retired`` (or half-dropped) generations go. A rule not in it loses
+        every generation.
+    client, table_name
+        A boto3 DynamoDB client and the table.
+    rule_name
+        The rule.
+    on_deleted
+        Called with the number of items of each page read and queued for deletion (progress;
+        the last 24 are sent when the page's generation is done).
+
+    Raises
+    ------
+    ConfigError
+        On construction, for a rule in the definitions without retired generations (nothing
+        the command may drop).
+    """
+
+    def __init__(
+        self,
+        rules: RuleSet,
+        client: Any,
+        table_name: str,
+        rule_name: str,
+        *,
+        on_deleted: Callable[[int], None] | None = None,
+    ) -> None:
+        self.rules = rules
+        self.layout = rules.layout
+        self.client = client
+        self.table_name = table_name
+        self.rule_name = rule_name
+        self.on_deleted = on_deleted
+        self.manifest = Manifest(client, table_name, self.layout)
+        family = generations_of(rule_name, self.manifest.load())
+        if rule_name in {r.name for r in rules}:
+            self.targets = [s for s in family if s.status in ("retired", "dropping")]
+            if not self.targets:
+                raise ConfigError(
+                    f"rule {rule_name!r} is in the definitions and has no retired generation: "
+                    "remove it from the rule file and deploy that first (drop-rule deletes a "
+                    "removed rule's aggregates, or the generations a rebuild retired)"
+                )
+        else:
+            # (no derived rule in the definitions reads it: a rule set names its sources)
+            # a rule counted without the manifest (lifecycle off) has items but no entry
+            self.targets = family or [RuleState(rule_name, "", "dropping", 0)]
+
+    def run(self) -> DropResult:
+        """Drop every target generation (module docstring); returns what was deleted."""
+        result = DropResult(self.rule_name)
+        known = self.manifest.load()
+        for state in self.targets:
+            name = state.name
+            result.generations.append(name)
+            if name in known and known[name].status != "dropping":
+                self.manifest.set_state(
+                    replace(known[name], status="dropping"), expected_status=known[name].status
+                )
+            result.items_deleted += self._delete_aggregates(name)
+            result.fences_removed += self._remove_fences(name)
+            if name in known:
+                self.manifest.remove(name)
+        return result
+
+    def _delete_aggregates(self, storage_name: str) -> int:
+        deleted = 0
+        pages = query_collection(
+            self._call,
+            self.table_name,
+            self.layout,
+            self.layout.aggregates_pk,
+            begins_with=f"{storage_name}#",
+        )
+        # boto3's BatchWriter sends 25 deletes a request and sends unprocessed keys again
+        with BatchWriter(self.table_name, self.client, flush_amount=BATCH_WRITE_ITEMS) as writer:
+            for page in pages:
+                for item in page:
+                    sort_key = self.layout.sort_key_of(item) or ""
+                    writer.delete_item(Key=self.layout.aggregate_key(sort_key))
+                deleted += len(page)
+                if self.on_deleted is not None:
+                    self.on_deleted(len(page))
+        return deleted
+
+    def _call(self, operation: str, **request: Any) -> dict[str, Any]:
+        response: dict[str, Any] = getattr(self.client, operation)(**request)
+        return response
+
+    def _remove_fences(self, storage_name: str) -> int:
+        removed = 0
+        for page in query_collection(
+            self._call,
+            self.table_name,
+            self.layout,
+            self.layout.control_pk,
+            begins_with="fence#",
+        ):
+            for item in page:
+                if storage_name not in item.get("after", {}).get("M", {}):
+                    continue
+                key = self.layout.item_key(
+                    self.layout.control_pk, self.layout.sort_key_of(item) or ""
+                )
+                self.client.update_item(
+                    TableName=self.table_name,
+                    Key=key,
+                    UpdateExpression="REMOVE #a.#r, #b.#r",
+                    ExpressionAttributeNames={"#a": "after", "#b": "set_by", "#r": storage_name},
+                )
+                removed += 1
+        return removed

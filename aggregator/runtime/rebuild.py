@@ -1,0 +1,215 @@
+"""Rebuild: build a changed rule's aggregates as a new generation while readers keep using the
+old one, then switch readers in one write.
+
+Steps (:class:`Rebuild`; every step can be repeated, so a killed rebuild is run again):
+
+1. **Request** a generation of the rule with its new definition (``requested``, storage name
+   ``<rule>@<generation>``: :mod:`aggregator.core.lifecycle`). Only now may a handler start with
+   the new definition: the manifest refuses a changed definition that no rebuild asked for.
+2. **Deploy** the new definition (the user's step). The first handler or ``aggregator run`` that
+   starts with it takes the generation up (``pending``) and counts the records after its fences
+   into it. The old generation is no longer counted by handlers running the new definition: from
+   the deployment to the switch, readers see its values as of the deployment (complete, not
+   current). A handler still running the old definition keeps counting it.
+3. **Backfill** the new generation (:mod:`aggregator.runtime.backfill`), exactly, while the
+   application writes.
+4. **Switch** readers: one conditional ``UpdateItem`` of the manifest sets the rule's serving
+   generation and retires the old one, only if the new one is active and the old one still
+   serves. :class:`~aggregator.dynamodb.query.AggregateStore` reads the pointer (one ``GetItem``
+   per ``generation_cache_seconds``), so a query reads one generation, never a mix; the old
+   generation stays intact until ``aggregator drop-rule`` deletes it
+   (:mod:`aggregator.runtime.drop`).
+
+Not supported: rebuilding a derived rule or the source of one (refused).
+
+Costs: those of the backfill, plus three small writes to the manifest; after the switch a stream
+record costs what it did before (the new generation is an ordinary rule under another name).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from aggregator.core.exceptions import ConfigError, RuleError
+from aggregator.core.lifecycle import (
+    generation_name,
+    generation_of,
+    generations_of,
+    rule_fingerprint,
+)
+from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.manifest import Manifest
+from aggregator.runtime.backfill import Backfill, BackfillStats
+
+__all__ = ["Rebuild", "RebuildResult"]
+
+DEFAULT_WAIT_SECONDS = 3600.0
+"""How long :meth:`Rebuild.run` waits, by default, for a handler to start with the new
+definition."""
+
+
+@dataclass(slots=True)
+class RebuildResult:
+    """What :meth:`Rebuild.run` did.
+
+    Attributes
+    ----------
+    rule
+        The rule.
+    outcome
+        ``unchanged`` (readers already use a generation with this definition), ``requested``
+        (the new generation waits for a handler with its definition; run again after deploying)
+        or ``switched`` (built and serving).
+    serving, target
+        Storage names of the generation readers used before, and of the one built.
+    backfill
+        The backfill's figures, when one ran.
+    """
+
+    rule: str
+    outcome: Literal["unchanged", "requested", "switched"]
+    serving: str
+    target: str
+    backfill: BackfillStats | None = None
+
+
+class Rebuild:
+    """Rebuild one rule from its new definition in ``rules`` (module docstring).
+
+    Parameters
+    ----------
+    rules
+        The rule set with the new definition (the one being deployed).
+    client, streams_client, table_name, stream_arn
+        The table, its stream and boto3 clients for both.
+    rule_name
+        The rule to rebuild.
+    wait_seconds
+        How long to wait for a handler to take the requested generation up (0: return at once
+        with ``outcome="requested"``).
+    poll_seconds
+        Manifest reads while waiting are this far apart.
+    on_wait
+        Called with the requested generation's storage name and the seconds waited so far,
+        before each wait.
+    backfill_options
+        Passed to :class:`~aggregator.runtime.backfill.Backfill` (``segments``, ``max_rcu``,
+        ``page_items``, ``on_page``, ...).
+
+    Raises
+    ------
+    ConfigError
+        On construction, for an unknown rule, a derived rule or the source of one, or a rule the
+        table does not know (a new rule is backfilled, not rebuilt).
+    """
+
+    def __init__(
+        self,
+        rules: RuleSet,
+        client: Any,
+        streams_client: Any,
+        table_name: str,
+        stream_arn: str,
+        rule_name: str,
+        *,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
+        poll_seconds: float = 5.0,
+        on_wait: Callable[[str, float], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        **backfill_options: Any,
+    ) -> None:
+        try:
+            self.rule = rules.get(rule_name)
+        except RuleError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.rule.is_derived or rules.derived_from(rule_name):
+            raise ConfigError(
+                f"rule {rule_name!r} is derived, or the source of a derived rule: such rules "
+                "have one generation; deploy the changed rule under a new name instead"
+            )
+        self.rules = rules
+        self.client = client
+        self.streams = streams_client
+        self.table_name = table_name
+        self.stream_arn = stream_arn
+        self.wait_seconds = wait_seconds
+        self.poll_seconds = poll_seconds
+        self.on_wait = on_wait
+        self.clock = clock
+        self.sleep = sleep
+        self.backfill_options = backfill_options
+        self.manifest = Manifest(client, table_name, rules.layout)
+
+    def serving(self) -> str:
+        """The storage name of the generation readers use now.
+
+        Raises
+        ------
+        ConfigError
+            When the table has no generation of the rule.
+        """
+        states, serving = self.manifest.load_all()
+        if not generations_of(self.rule.name, states):
+            raise ConfigError(
+                f"rule {self.rule.name!r} is not deployed: a new rule is backfilled "
+                "(`aggregator backfill`), not rebuilt"
+            )
+        return generation_name(self.rule.name, serving.get(self.rule.name, 1))
+
+    def run(self) -> RebuildResult:
+        """Request, wait for the deployment, backfill, switch (module docstring); each step is
+        skipped when already done.
+
+        Raises
+        ------
+        ConfigError
+            From the backfill, or when another process switched the rule meanwhile.
+        """
+        name = self.rule.name
+        serving = self.serving()
+        states = self.manifest.load()
+        current = states.get(serving)
+        if current is not None and current.fingerprint == rule_fingerprint(self.rule):
+            return RebuildResult(name, "unchanged", serving, serving)
+        target = self.manifest.request_generation(self.rule, now=self.clock())
+        waited = 0.0
+        while target.status == "requested":
+            if waited >= self.wait_seconds:
+                return RebuildResult(name, "requested", serving, target.name)
+            if self.on_wait is not None:
+                self.on_wait(target.name, waited)
+            pause = min(self.poll_seconds, self.wait_seconds - waited)
+            self.sleep(pause)
+            waited += pause
+            target = self.manifest.load().get(target.name, target)
+        stats = None
+        if target.status in ("pending", "backfilling"):
+            backfill = Backfill(
+                self.rules,
+                self.client,
+                self.streams,
+                self.table_name,
+                self.stream_arn,
+                rule_names=[name],
+                clock=self.clock,
+                **self.backfill_options,
+            )
+            stats = backfill.run()
+        switched = self.manifest.switch(name, serving, target.name, now=self.clock())
+        if not switched and self.serving() != target.name:
+            raise ConfigError(
+                f"rule {name!r}: readers could not be switched from {serving} to "
+                f"{target.name} (another process changed the rule's generations); run the "
+                "rebuild again"
+            )
+        return RebuildResult(name, "switched", serving, target.name, stats)
+
+
+def generation_label(storage_name: str) -> str:
+    """``"generation 2 (delay@2)"``: how messages name a generation."""
+    number = generation_of(storage_name)[1]
+    return f"generation {number} ({storage_name})"
