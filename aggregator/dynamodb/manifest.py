@@ -161,8 +161,6 @@ class Manifest:
                 continue
             state = live_generation(r, states)
             if state is not None:
-                if state.status == "requested":
-                    state = self._take_up(state, clock)
                 chosen[state.name] = state
             elif any(s.fingerprint == fingerprint for s in family):
                 gone.append(r.name)
@@ -181,6 +179,10 @@ class Manifest:
                 "rebuild or are being dropped; deploy the current definition, or run `aggregator "
                 "rebuild RULE` to build this one again"
             )
+        # only once nothing is refused: a taken-up generation must be counted from now on
+        for name, state in list(chosen.items()):
+            if state.status == "requested":
+                chosen[name] = self._take_up(state, clock)
         if new:
             chosen.update(self._add(new))
         return chosen
