@@ -76,17 +76,25 @@ def replay_dead_letters_cmd(
 ) -> None:
     """Re-apply dead-lettered records exactly once with the current (fixed) rules."""
     from aggregator.core.exceptions import ConfigError
+    from aggregator.core.lifecycle import resolved_rules
     from aggregator.core.rules import load_rules
     from aggregator.core.windows import parse_duration
     from aggregator.dynamodb.deadletters import replay_dead_letters
+    from aggregator.dynamodb.manifest import Manifest
 
     try:
         min_age_seconds = 0 if min_age.strip() == "0" else parse_duration(min_age)
     except ValueError as exc:
         raise ConfigError(f"--min-age: {exc}") from None
     rules = load_rules(definitions)
+    client = clients.make_client("dynamodb", endpoint_url)
+    # letters of a rebuilt rule name its generation ("<rule>@<n>"): replay into that generation
+    try:
+        rules = resolved_rules(rules, Manifest(client, table_name, rules.layout).load())
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     result = replay_dead_letters(
-        clients.make_client("dynamodb", endpoint_url),
+        client,
         table_name,
         rules,
         layout=rules.layout,
