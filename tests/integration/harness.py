@@ -223,3 +223,12 @@ def pipeline(
         poll_interval=0.05,
     )
     return Pipeline(client, faults, runner)
+
+
+def deploy(ddb, streams, table: str, arn: str, rules: RuleSet) -> None:
+    """A handler starts with ``rules`` (registering them in the manifest) and processes the
+    stream to its end; the positions are kept in the table, so each deployment continues where
+    the last one stopped."""
+    runner = pipeline(ddb, streams, table, arn, rules=rules, lifecycle=True).runner
+    runner.poll_interval = 0.005
+    runner.run()

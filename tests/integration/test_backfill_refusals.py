@@ -12,30 +12,14 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.manifest import Manifest
-from aggregator.dynamodb.table import create_table
 from aggregator.runtime.backfill import LEASE_SECONDS, Backfill
-from tests.integration.harness import pipeline, put
+from tests.integration.harness import deploy, pipeline, put
 
 pytestmark = pytest.mark.integration
 
 R1 = rule("r1", key="ALL")
 R2 = rule("r2", key="{owner}")
 HIST = rule("hist", source="r2", key="{value}")
-
-
-@pytest.fixture
-def table(ddb):
-    name = f"refuse-{time.monotonic_ns()}"
-    arn = create_table(ddb, name)
-    yield name, arn
-    ddb.delete_table(TableName=name)
-
-
-def deploy(ddb, streams, name, arn, rules):
-    """The handler starts with ``rules`` (registering them) and processes what is there."""
-    runner = pipeline(ddb, streams, name, arn, rules=rules, lifecycle=True).runner
-    runner.poll_interval = 0.005
-    runner.run()
 
 
 def test_rules_deployed_at_different_times_are_backfilled_apart(ddb, streams, table):

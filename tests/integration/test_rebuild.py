@@ -22,7 +22,7 @@ from aggregator.runtime.backfill import Backfill
 from aggregator.runtime.drop import DropRule
 from aggregator.runtime.rebuild import Rebuild
 from tests.factories import ddb_json
-from tests.integration.harness import delete, final_items, pipeline, put
+from tests.integration.harness import delete, deploy, final_items, put
 
 pytestmark = pytest.mark.integration
 
@@ -30,22 +30,6 @@ V1 = rule("per_owner", key="{owner}", leaderboard=True)  # paths per owner
 V2 = rule("per_owner", key="{owner}", delta={"attribute": "points"}, leaderboard=True)
 OTHER = rule("everything", key="ALL")
 OLD, NEW = RuleSet.of(V1, OTHER), RuleSet.of(V2, OTHER)
-
-
-@pytest.fixture
-def table(ddb):
-    name = f"rebuild-{time.monotonic_ns()}"
-    arn = create_table(ddb, name)
-    yield name, arn
-    ddb.delete_table(TableName=name)
-
-
-def deploy(ddb, streams, name, arn, rules):
-    """A handler starts with ``rules`` and processes the stream to its end (the positions are
-    kept in the table, so each deployment continues where the last one stopped)."""
-    runner = pipeline(ddb, streams, name, arn, rules=rules, lifecycle=True).runner
-    runner.poll_interval = 0.005
-    runner.run()
 
 
 def writes(ddb, name, start, n):
