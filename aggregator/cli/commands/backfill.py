@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,8 +24,20 @@ if TYPE_CHECKING:
     from aggregator.runtime.backfill import BackfillStats
 
 
+BACKFILL_OPTION_NAMES = ("segments", "page_items", "max_rcu", "max_wcu", "stream_lag_seconds")
+
+
 def _backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options that shape a backfill (``backfill`` and ``rebuild``)."""
+    """The options that shape a backfill (``backfill`` and ``rebuild``), handed to the command
+    as one mapping, ``backfill_options``, of :class:`~aggregator.runtime.backfill.Backfill`'s
+    keyword arguments."""
+
+    @functools.wraps(command)
+    def with_options(**kwargs: Any) -> Any:
+        options = {name: kwargs.pop(name) for name in BACKFILL_OPTION_NAMES}
+        return command(backfill_options=options, **kwargs)
+
+    wrapped: Callable[..., Any] = with_options
     for option in reversed(
         [
             click.option(
@@ -62,8 +75,8 @@ def _backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
             ),
         ]
     ):
-        command = option(command)
-    return command
+        wrapped = option(wrapped)
+    return wrapped
 
 
 @contextmanager
@@ -144,11 +157,7 @@ def backfill_cmd(
     definitions: Path,
     table_name: str,
     rule_names: list[str] | None,
-    segments: int,
-    page_items: int,
-    max_rcu: float | None,
-    max_wcu: float | None,
-    stream_lag_seconds: float,
+    backfill_options: dict[str, Any],
     endpoint_url: str | None,
 ) -> None:
     """Count the items already in the table for rules pending a backfill, exactly, while the
@@ -171,12 +180,8 @@ def backfill_cmd(
             table_name,
             stream_arn,
             rule_names=rule_names,
-            segments=segments,
-            page_items=page_items,
-            max_rcu=max_rcu,
-            max_wcu=max_wcu,
-            stream_lag_seconds=stream_lag_seconds,
             on_page=on_page,
+            **backfill_options,
         )
         stats = backfill.run()
     print_backfill_summary(stats, ", ".join([*backfill.rule_names, *backfill.carried]))

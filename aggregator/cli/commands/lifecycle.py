@@ -5,6 +5,7 @@ aggregates of a removed rule or of the generations a rebuild retired
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -37,11 +38,7 @@ def rebuild_cmd(
     rule_name: str,
     definitions: Path,
     table_name: str,
-    segments: int,
-    page_items: int,
-    max_rcu: float | None,
-    max_wcu: float | None,
-    stream_lag_seconds: float,
+    backfill_options: dict[str, Any],
     wait_seconds: float,
     endpoint_url: str | None,
 ) -> None:
@@ -83,12 +80,8 @@ def rebuild_cmd(
             rule_name,
             wait_seconds=wait_seconds,
             on_wait=on_wait,
-            segments=segments,
-            page_items=page_items,
-            max_rcu=max_rcu,
-            max_wcu=max_wcu,
-            stream_lag_seconds=stream_lag_seconds,
             on_page=on_page,
+            **backfill_options,
         )
 
         result = rebuild.run()
