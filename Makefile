@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint soak bench clean
+.PHONY: install demo test lint soak bench bench-scale clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ soak: install
 # WCU and requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.
 bench: install
 	$(BIN)/python -m bench.write_modes $(ARGS)
+
+# Exactly-once over many stream shards: the flights (48 simulated hours, 4-hour rollovers) and a
+# hot-key workload at 20,000 records/s through the shard twin for P = 1, 16, 64; plots in
+# bench/plots/. Its last line: "scale: P=64 exactly-once/at-least-once WCU <ratio>; largest ...".
+bench-scale: install
+	$(BIN)/python -m bench.scale $(ARGS)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .mypy_cache

@@ -177,8 +177,14 @@ class CheckpointWriter(_BaseWriter):
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
                 # a failed conditional write still consumes write capacity (the item's size)
-                total, index = self._modelled_units(delta, self._checkpoint_extra(shard_id, last))
-                stats.modelled_wcu += total - index
+                failed: Mapping[str, Any] = exc.response
+                total, _ = self._modelled_units(
+                    delta,
+                    self._checkpoint_extra(shard_id, last),
+                    failed.get("Item"),
+                    applied=False,
+                )
+                stats.modelled_wcu += total
                 current = self._current_checkpoint(delta, shard_id, exc, stats)
                 if current is None:  # checkpoint vanished meanwhile: start over
                     expected = None
@@ -196,10 +202,11 @@ class CheckpointWriter(_BaseWriter):
                 expected = current
                 continue
             stats.items_written += 1
-            total, index = self._modelled_units(delta, self._checkpoint_extra(shard_id, last))
+            old = response.get("Attributes") or {}
+            total, index = self._modelled_units(delta, self._checkpoint_extra(shard_id, last), old)
             stats.modelled_wcu += total
             stats.modelled_index_wcu += index
-            self._prune(delta, shard_id, response.get("Attributes") or {}, stats)
+            self._prune(delta, shard_id, old, stats)
             return stats
         raise WriteError(
             f"{delta.ref.sort_key}: checkpoint kept changing during {MAX_RECOVERY_ROUNDS} "

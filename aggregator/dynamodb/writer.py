@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -37,16 +37,20 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.updates import aggregate_update
 
 __all__ = [
     "AtLeastOnceWriter",
+    "WriteObservation",
     "WriteResult",
     "WriteStats",
     "Writer",
     "attribute_size",
     "item_size",
+    "typed_attribute_size",
+    "typed_item_size",
 ]
 
 MAX_ITEM_BYTES = 400 * 1024
@@ -82,6 +86,32 @@ def attribute_size(value: Any) -> int:
 def item_size(item: Mapping[str, Any]) -> int:
     """Size in bytes of an item of deserialized values: attribute names plus values."""
     return sum(len(name.encode("utf-8")) + attribute_size(v) for name, v in item.items())
+
+
+def typed_attribute_size(value: Mapping[str, Any]) -> int:
+    """:func:`attribute_size` of a value in DynamoDB JSON (``{"N": "12"}``, ``{"B": b"..."}``)."""
+    (kind, inner), *_ = value.items()
+    if kind == "S":
+        return len(str(inner).encode("utf-8"))
+    if kind == "N":
+        return _number_size(Decimal(inner))
+    if kind == "B":
+        return len(inner)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + typed_attribute_size(v) + 1 for k, v in inner.items())
+    if kind == "L":
+        return 3 + sum(typed_attribute_size(v) + 1 for v in inner)
+    if kind in ("SS", "NS", "BS"):
+        element = {"SS": "S", "NS": "N", "BS": "B"}[kind]
+        return sum(typed_attribute_size({element: v}) for v in inner)
+    raise TypeError(f"unsupported attribute value type {kind!r}")
+
+
+def typed_item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
+    """:func:`item_size` of an item in DynamoDB JSON (an ``ALL_OLD`` image, say)."""
+    return sum(len(name.encode("utf-8")) + typed_attribute_size(v) for name, v in item.items())
 
 
 def write_units(size_bytes: int) -> int:
@@ -156,6 +186,39 @@ class WriteStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
+@dataclass(frozen=True, slots=True)
+class WriteObservation:
+    """One modelled write of an aggregate item, for capacity models
+    (:mod:`aggregator.dev.capacity`).
+
+    Attributes
+    ----------
+    at_seconds
+        The writer's clock at the write (epoch seconds; a simulated clock in the shard twin).
+    partition
+        The table partition key value of the item.
+    sort_key
+        The aggregate's sort key text (``rule#key``).
+    wcu
+        Modelled table write capacity units of the write.
+    item_bytes
+        The item's size after the write (before it, for a write whose condition failed).
+    index_partition
+        The leaderboard index's partition key value the write changes, ``None`` when it changes
+        no index entry.
+    index_wcu
+        Modelled index write capacity units.
+    """
+
+    at_seconds: float
+    partition: str
+    sort_key: str
+    wcu: int
+    item_bytes: int
+    index_partition: str | None
+    index_wcu: int
+
+
 @dataclass(slots=True)
 class WriteResult:
     """Outcome of :meth:`Writer.apply`.
@@ -228,8 +291,10 @@ class _BaseWriter:
         throttle_retries: int = 3,
         backoff_seconds: float = 0.05,
         clock: Any = time.time,
+        observer: Callable[[WriteObservation], None] | None = None,
     ) -> None:
         self.client = client
+        self.observer = observer
         self.table_name = table_name
         self.layout = layout
         self.max_workers = max_workers
@@ -248,19 +313,21 @@ class _BaseWriter:
     def _key(self, delta: CoalescedDelta) -> dict[str, Any]:
         return self.layout.aggregate_key(delta.ref.sort_key)
 
-    def _modelled_units(
-        self, delta: CoalescedDelta, extra: Mapping[str, Any] | None = None
-    ) -> tuple[int, int]:
-        """``(total, index part)`` modelled WCU of one update of ``delta``'s item."""
+    def _new_attributes(
+        self, delta: CoalescedDelta, amount: Decimal, extra: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """The attributes an update of ``delta``'s item writes (deserialized), its key included."""
         lay = self.layout
         item: dict[str, Any] = {
             **lay.item_fields(lay.aggregates_pk, delta.ref.sort_key),
-            lay.value_attribute: delta.amount,
+            lay.value_attribute: amount,
             "rule": delta.ref.rule,
             "key": delta.ref.display_key,
         }
+        if not lay.has_sort_key:
+            item[lay.collection_attribute] = lay.aggregates_pk
         if delta.leaderboard:
-            item[lay.leaderboard_attribute] = delta.ref.rule
+            item[lay.leaderboard_attribute] = self.index_partition(delta)
         bucket = delta.ref.bucket
         if bucket is not None:
             item.update(granularity=bucket.granularity, bucket=bucket.text)
@@ -268,11 +335,58 @@ class _BaseWriter:
                 item[lay.ttl_attribute] = Decimal(bucket.expires)
         if extra:
             item.update(extra)
-        units = write_units(item_size(item))
+        return item
+
+    def index_partition(self, delta: CoalescedDelta) -> str:
+        """The leaderboard index's partition key value of ``delta``'s item."""
+        return delta.ref.rule
+
+    def _modelled_units(
+        self,
+        delta: CoalescedDelta,
+        extra: Mapping[str, Any] | None = None,
+        old: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        removed: tuple[str, ...] = (),
+        applied: bool = True,
+    ) -> tuple[int, int]:
+        """``(total, index part)`` modelled WCU of one update of ``delta``'s item.
+
+        ``old`` is the item before the update in DynamoDB JSON (the ``ALL_OLD`` the update
+        returned; ``None`` or empty for a new item): DynamoDB charges an ``UpdateItem`` for the
+        larger of the item's sizes before and after it (Developer Guide, "Read/write capacity
+        mode", write request units), so checkpoints of other shards on the item count. Without
+        ``old`` the item is taken to hold only what this update writes. ``removed`` are
+        attributes the update removes; ``applied=False`` models a write whose condition failed
+        (charged for the item's size, no index change). Each call is also reported to
+        :attr:`observer`.
+        """
+        lay = self.layout
+        written = self._new_attributes(delta, delta.amount, extra)
+        if old:
+            before = typed_item_size(old)
+            sizes = {
+                name: len(name.encode("utf-8")) + typed_attribute_size(value)
+                for name, value in old.items()
+                if name not in removed
+            }
+            if applied:
+                previous = old.get(lay.value_attribute, {}).get("N")
+                written[lay.value_attribute] = (
+                    delta.amount if previous is None else add(Decimal(previous), delta.amount)
+                )
+                sizes.update(
+                    (name, len(name.encode("utf-8")) + attribute_size(value))
+                    for name, value in written.items()
+                )
+            after = sum(sizes.values())
+        else:
+            before, after = 0, item_size(written)
+        units = write_units(max(before, after))
         index_units = 0
-        if delta.leaderboard and delta.amount != 0:
+        if applied and delta.leaderboard and delta.amount != 0:
             index_entry = {
-                k: item[k]
+                k: written[k]
                 for k in (
                     *lay.aggregate_key(delta.ref.sort_key),
                     lay.leaderboard_attribute,
@@ -280,12 +394,28 @@ class _BaseWriter:
                 )
             }
             index_units = 2 * write_units(item_size(index_entry))
+        if self.observer is not None:
+            self.observer(
+                WriteObservation(
+                    at_seconds=float(self._clock()),
+                    partition=lay.aggregates_pk
+                    if lay.has_sort_key
+                    else lay.key_text(lay.aggregates_pk, delta.ref.sort_key),
+                    sort_key=delta.ref.sort_key,
+                    wcu=units,
+                    item_bytes=after if applied else before,
+                    index_partition=self.index_partition(delta) if index_units else None,
+                    index_wcu=index_units,
+                )
+            )
         return units + index_units, index_units
 
     def _update_request(self, delta: CoalescedDelta, amount: Decimal) -> dict[str, Any]:
-        """``UpdateItem`` arguments that ``ADD`` ``amount`` and set the descriptive attributes."""
+        """``UpdateItem`` arguments that ``ADD`` ``amount`` and set the descriptive attributes
+        (returning the item as it was, which sizes the write; no extra capacity)."""
         request = add_update(self.table_name, self.layout, delta, amount)
         request["ReturnConsumedCapacity"] = "TOTAL"
+        request["ReturnValues"] = "ALL_OLD"
         return request
 
     def _call(self, operation: str, request: dict[str, Any], stats: WriteStats) -> dict[str, Any]:
@@ -395,7 +525,9 @@ class AtLeastOnceWriter(_BaseWriter):
 
     def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
         stats = WriteStats()
-        self._call("update_item", self._update_request(delta, delta.amount), stats)
+        response = self._call("update_item", self._update_request(delta, delta.amount), stats)
         stats.items_written = 1
-        stats.modelled_wcu, stats.modelled_index_wcu = self._modelled_units(delta)
+        stats.modelled_wcu, stats.modelled_index_wcu = self._modelled_units(
+            delta, old=response.get("Attributes")
+        )
         return stats

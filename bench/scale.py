@@ -1,0 +1,471 @@
+"""Exactly-once at many shards (``make bench-scale``, or ``python -m bench.scale``).
+
+Two workloads, each replayed through the shard twin (:mod:`aggregator.dev.shards`: ``P``
+partitions, each a lineage of shards rolling over every 4 hours, Lambda's polling and batching
+on a simulated clock) on DynamoDB Local, with the capacity model
+(:mod:`aggregator.dev.capacity`) watching every aggregate write:
+
+**Flights, 48 simulated hours.** Two days of the 2013 New York City departures, replayed like
+``aggregator demo`` (insert as scheduled, modify to departed or cancelled, delete 2 % as
+corrections) on a table with only a partition key, so flights spread over the partitions by
+partition key hash; each write arrives at a simulated time of its own (scheduled six hours before
+its hour, departed or cancelled within its hour, deleted the hour after). Rules:
+``definitions/flights.yaml`` plus ``departures_total`` (a ``TOTAL``: every shard writes it). For
+P in 1, 16, 64 and both modes (at-least-once, exactly-once): modelled WCU per 1,000 source
+records and the ratio of the modes, the largest aggregate item and its growth per simulated hour,
+top-N requests, and every aggregate against the CSV ground truth.
+
+**Hot keys, 20,000 source records a second.** Likes arriving at 20,000 a second for a few
+simulated seconds (half on one post, the rest over 100), counted per post (a leaderboard) and in
+total; exactly-once mode. The capacity model's peaks per item, table partition and index
+partition, against DynamoDB's 1,000 WCU per second.
+
+The last line is ``scale: P=64 exactly-once/at-least-once WCU <ratio>; largest aggregate item
+<bytes> B``. Exit 1 when an aggregate differs from the ground truth, 2 on an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from aggregator.core.exceptions import AggregatorError
+from aggregator.core.rules import RuleSet, load_rules, rule
+
+__all__ = ["main"]
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFINITIONS = ROOT / "definitions" / "flights.yaml"
+PK_ONLY = ROOT / "definitions" / "layouts" / "pk_only.yaml"
+PARTITIONS = (1, 16, 64)
+MODES = ("at-least-once", "exactly-once")
+ROLLOVER_SECONDS = 4 * 3600
+FIRST_DAY, LAST_DAY = date(2013, 1, 1), date(2013, 1, 2)
+HOT_RATE = 20_000
+"""Source records per simulated second of the hot-key workload."""
+HOT_SECONDS = 2
+BATCH_SIZE = 100
+"""Lambda's default ``BatchSize``."""
+WINDOW_SECONDS = 60
+TOP_N = 10
+PLOTS = ROOT / "bench" / "plots"
+TOTAL_RULE = rule("departures_total", match={"status": "departed"}, key="TOTAL")
+
+
+def _epoch(iso: str) -> float:
+    return datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def flight_arrival(record: dict[str, Any]) -> float:
+    """When a write of the flights replay arrives: six hours before the flight's hour when it is
+    scheduled, within its hour when it departs or is cancelled, in the hour after when it is
+    deleted (spread over the hour by a hash of the key, so an hour's flights do not all arrive in
+    the same second)."""
+    dynamodb = record["dynamodb"]
+    image = dynamodb.get("NewImage") or dynamodb.get("OldImage") or {}
+    hour = _epoch(image["time_hour"]["S"])
+    spread = zlib.crc32(json.dumps(dynamodb["Keys"], sort_keys=True).encode()) % 3600
+    if record["eventName"] == "REMOVE":
+        return hour + 3600 + spread
+    if image.get("status", {}).get("S") == "scheduled":
+        return hour - 6 * 3600 + spread // 6
+    return hour + spread
+
+
+@dataclass(slots=True)
+class Figures:
+    """One run's figures (sizes in bytes, times in seconds)."""
+
+    workload: str
+    partitions: int
+    mode: str
+    source_records: int = 0
+    stream_records: int = 0
+    batches: int = 0
+    modelled_wcu: int = 0
+    index_wcu: int = 0
+    largest_item_bytes: int = 0
+    largest_item: str = ""
+    largest_by_hour: list[int] = field(default_factory=list)
+    item_peak: int = 0
+    item_peak_name: str = ""
+    partition_peak: int = 0
+    partition_peak_name: str = ""
+    index_peak: int = 0
+    index_peak_name: str = ""
+    throttled_seconds: int = 0
+    top_requests: int = 0
+    shards: int = 0
+    simulated_hours: float = 0.0
+    exact: bool = False
+    differences: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def wcu_per_1k(self) -> float:
+        return self.modelled_wcu * 1000 / self.source_records if self.source_records else 0.0
+
+
+def _rules_flights() -> RuleSet:
+    rules = load_rules([DEFINITIONS, PK_ONLY])
+    return RuleSet.of(*rules.rules, TOTAL_RULE, layout=rules.layout)
+
+
+def _rules_hot() -> RuleSet:
+    layout = load_rules([DEFINITIONS, PK_ONLY]).layout
+    return RuleSet.of(
+        rule("likes_total", match={"post": {"exists": True}}, key="TOTAL"),
+        rule("likes_per_post", match={"post": {"exists": True}}, key="{post}", leaderboard=True),
+        layout=layout,
+    )
+
+
+def _run_twin(
+    local: Any,
+    rules: RuleSet,
+    table: str,
+    partitions: int,
+    mode: str,
+    start: float,
+    arrival: Any,
+    figures: Figures,
+) -> Any:
+    from aggregator.dev.capacity import CapacityModel
+    from aggregator.dev.shards import EventSourceTwin, ShardPlan, ShardTwin, SimulatedClock
+    from aggregator.runtime.processor import create_processor
+
+    ddb = local.client("dynamodb")
+    clock = SimulatedClock(start)
+    capacity = CapacityModel()
+    twin = ShardTwin(
+        local.client("dynamodbstreams"),
+        _stream_arn(ddb, table),
+        ShardPlan(partitions, ROLLOVER_SECONDS, start),
+        clock,
+        arrival=arrival,
+        layout=rules.layout,
+    )
+    source = EventSourceTwin(
+        twin,
+        lambda p: create_processor(
+            rules, ddb, table, mode=mode, clock=clock, max_workers=4, observer=capacity.observe
+        ),
+        batch_size=BATCH_SIZE,
+        tumbling_window_seconds=WINDOW_SECONDS,
+        threads=8,
+    )
+    try:
+        stats = source.run()
+    finally:
+        source.close()
+    report = capacity.report()
+    figures.stream_records = stats.records
+    figures.source_records = stats.records - stats.self_writes - stats.derived_inputs
+    figures.batches = stats.batches
+    figures.modelled_wcu = stats.write.modelled_wcu
+    figures.index_wcu = stats.write.modelled_index_wcu
+    figures.largest_item_bytes = report.largest_item_bytes
+    figures.largest_item = report.largest_item_name
+    figures.largest_by_hour = report.largest_item_by_hour
+    for name, peak in (
+        ("item", report.item),
+        ("partition", report.partition),
+        ("index", report.index_partition),
+    ):
+        if peak is not None:
+            setattr(figures, f"{name}_peak", peak.wcu_per_second)
+            setattr(figures, f"{name}_peak_name", peak.name)
+    figures.throttled_seconds = report.throttled_seconds
+    figures.shards = twin.shards_opened()
+    figures.simulated_hours = (clock.now - start) / 3600
+    return stats
+
+
+def _stream_arn(ddb: Any, table: str) -> str:
+    return str(ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"])
+
+
+def run_flights(partitions: int, mode: str) -> Figures:
+    """The flights workload on a fresh DynamoDB Local (module docstring)."""
+    from aggregator.dev.demo import replay_flights
+    from aggregator.dev.flights import read_flights
+    from aggregator.dev.local import DynamoDBLocal
+    from aggregator.dynamodb.query import AggregateStore
+    from aggregator.dynamodb.table import create_table
+    from tests.integration.test_flights import ground_truth, scanned_aggregates
+
+    began = time.monotonic()
+    figures = Figures("flights", partitions, mode)
+    rules = _rules_flights()
+    flights = read_flights(start=FIRST_DAY, end=LAST_DAY)
+    with DynamoDBLocal() as local:
+        ddb = local.client("dynamodb")
+        table = "scale-flights"
+        create_table(ddb, table, layout=rules.layout)
+        replay_flights(ddb, table, flights, layout=rules.layout)
+        start = min(_epoch(f.time_hour) for f in flights) - 6 * 3600
+        _run_twin(local, rules, table, partitions, mode, start, flight_arrival, figures)
+        truth = ground_truth(FIRST_DAY, LAST_DAY)
+        truth["departures_total"] = {"TOTAL": sum(truth["flights_by_carrier"].values(), Decimal(0))}
+        scanned = scanned_aggregates(ddb, table, rules.layout)
+        figures.differences = [
+            f"{r.name} differs" for r in rules if truth.get(r.name, {}) != scanned.get(r.name, {})
+        ]
+        figures.exact = not figures.differences
+        store = AggregateStore(ddb, table, rules)
+        store.top("flights_by_carrier", TOP_N)
+        figures.top_requests = store.requests
+    figures.seconds = time.monotonic() - began
+    return figures
+
+
+def run_hot(partitions: int, mode: str = "exactly-once") -> Figures:
+    """The hot-key workload on a fresh DynamoDB Local (module docstring)."""
+    from aggregator.dev.demo import write_steps
+    from aggregator.dev.flights import ReplayStep
+    from aggregator.dev.local import DynamoDBLocal
+    from aggregator.dynamodb.query import AggregateStore
+    from aggregator.dynamodb.table import create_table
+    from tests.integration.test_flights import scanned_aggregates
+
+    began = time.monotonic()
+    figures = Figures("hot keys", partitions, mode)
+    rules = _rules_hot()
+    count = HOT_RATE * HOT_SECONDS
+    posts = [f"post-{0 if i % 2 == 0 else 1 + (i * 7919) % 100}" for i in range(count)]
+    start = 1_700_000_000.0
+    with DynamoDBLocal() as local:
+        ddb = local.client("dynamodb")
+        table = "scale-hot"
+        create_table(ddb, table, layout=rules.layout)
+        key = rules.layout.partition_key
+        items = tuple({key: f"LIKE#{i}", "post": post} for i, post in enumerate(posts))
+        write_steps(ddb, table, [ReplayStep(FIRST_DAY, "schedule", "put", items)])
+
+        def arrival(record: dict[str, Any]) -> float:
+            number = int(record["dynamodb"]["Keys"][key]["S"].split("#")[1])
+            return start + number / HOT_RATE
+
+        _run_twin(local, rules, table, partitions, mode, start, arrival, figures)
+        truth: dict[str, dict[str, Decimal]] = {"likes_total": {"TOTAL": Decimal(count)}}
+        per_post: dict[str, Decimal] = {}
+        for post in posts:
+            per_post[post] = per_post.get(post, Decimal(0)) + 1
+        truth["likes_per_post"] = per_post
+        scanned = scanned_aggregates(ddb, table, rules.layout)
+        figures.differences = [
+            f"{name}: differs" for name in truth if truth[name] != scanned.get(name, {})
+        ]
+        figures.exact = not figures.differences
+        store = AggregateStore(ddb, table, rules)
+        store.top("likes_per_post", TOP_N)
+        figures.top_requests = store.requests
+    figures.seconds = time.monotonic() - began
+    return figures
+
+
+def _ratio(runs: list[Figures], partitions: int) -> float:
+    by_mode = {r.mode: r for r in runs if r.workload == "flights" and r.partitions == partitions}
+    base = by_mode["at-least-once"].wcu_per_1k
+    return by_mode["exactly-once"].wcu_per_1k / base if base else float("nan")
+
+
+def render(console: Console, runs: list[Figures]) -> None:
+    table = Table(title="Flights, 48 simulated hours, 4-hour rollovers", title_justify="left")
+    for header in (
+        "P",
+        "mode",
+        "shards",
+        "source\nrecords",
+        "WCU\nper 1k",
+        "EO/ALO",
+        "largest\nitem B",
+        "top-N\nrequests",
+        "exact",
+        "run s",
+    ):
+        table.add_column(header, justify="left" if header == "mode" else "right")
+    for r in runs:
+        if r.workload != "flights":
+            continue
+        ratio = f"{_ratio(runs, r.partitions):.3f}" if r.mode == "exactly-once" else ""
+        table.add_row(
+            str(r.partitions),
+            r.mode,
+            f"{r.shards:,}",
+            f"{r.source_records:,}",
+            f"{r.wcu_per_1k:,.1f}",
+            ratio,
+            f"{r.largest_item_bytes:,}",
+            str(r.top_requests),
+            "[green]✓[/]" if r.exact else "[bold red]FAIL[/]",
+            f"{r.seconds:.0f}",
+        )
+    console.print(table)
+    hot = Table(
+        title=f"Hot keys, {HOT_RATE:,} source records/s for {HOT_SECONDS} simulated s "
+        "(peaks in WCU per second; limit 1,000)",
+        title_justify="left",
+    )
+    for header in (
+        "P",
+        "mode",
+        "WCU\nper 1k",
+        "item\npeak",
+        "table partition\npeak",
+        "index partition\npeak",
+        "over\nlimit",
+        "largest\nitem B",
+        "exact",
+        "run s",
+    ):
+        hot.add_column(header, justify="left" if header == "mode" else "right")
+    for r in runs:
+        if r.workload != "hot keys":
+            continue
+        hot.add_row(
+            str(r.partitions),
+            r.mode,
+            f"{r.wcu_per_1k:,.1f}",
+            f"{r.item_peak:,}",
+            f"{r.partition_peak:,}",
+            f"{r.index_peak:,}",
+            f"{r.throttled_seconds:,}",
+            f"{r.largest_item_bytes:,}",
+            "[green]✓[/]" if r.exact else "[bold red]FAIL[/]",
+            f"{r.seconds:.0f}",
+        )
+    console.print(hot)
+
+
+def plot(runs: list[Figures], directory: Path) -> list[Path]:
+    """WCU per 1,000 records against P per mode, and the largest item per simulated hour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    flights = [r for r in runs if r.workload == "flights"]
+    out = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode in MODES:
+        points = sorted((r.partitions, r.wcu_per_1k) for r in flights if r.mode == mode)
+        ax.plot([p for p, _ in points], [w for _, w in points], marker="o", label=mode)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("partitions (stream shards at a time)")
+    ax.set_ylabel("modelled WCU per 1,000 source records")
+    ax.set_title("Flights, 48 simulated hours, 4-hour rollovers")
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    fig.tight_layout()
+    path = directory / "scale_wcu.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    out.append(path)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in flights:
+        if r.mode != "exactly-once":
+            continue
+        sizes = []
+        running = 0
+        for size in r.largest_by_hour:
+            running = max(running, size)
+            sizes.append(running)
+        ax.plot(range(len(sizes)), sizes, label=f"P={r.partitions}")
+    ax.axhline(4096, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("simulated hours")
+    ax.set_ylabel("largest aggregate item so far (bytes)")
+    ax.set_title("Exactly-once: largest aggregate item")
+    ax.legend()
+    fig.tight_layout()
+    path = directory / "scale_item_size.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    out.append(path)
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.scale",
+        description="Exactly-once cost and item sizes over many stream shards (shard twin on "
+        "DynamoDB Local) and the capacity model at 20,000 source records/s.",
+    )
+    p.add_argument(
+        "--partitions",
+        default=",".join(map(str, PARTITIONS)),
+        help="comma-separated partition counts (1,16,64)",
+    )
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the figures as JSON")
+    p.add_argument(
+        "--plots", type=Path, default=PLOTS, metavar="DIR", help="where the PNGs go (bench/plots)"
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    console = Console(width=150) if not sys.stdout.isatty() else Console()
+    try:
+        partitions = tuple(int(p) for p in args.partitions.split(","))
+    except ValueError:
+        console.print(f"error: --partitions: not a list of integers: {args.partitions!r}")
+        return 2
+    if 64 not in partitions:
+        console.print("error: --partitions must include 64 (the last line reports P=64)")
+        return 2
+    runs: list[Figures] = []
+    try:
+        for p in partitions:
+            for mode in MODES:
+                with console.status(f"flights, P={p}, {mode} ..."):
+                    runs.append(run_flights(p, mode))
+                r = runs[-1]
+                console.print(
+                    f"flights P={p:<3} {mode:<14} {r.source_records:,} source records, "
+                    f"{r.wcu_per_1k:,.1f} WCU/1k, largest item {r.largest_item_bytes:,} B, "
+                    f"{'exact' if r.exact else 'NOT EXACT ' + '; '.join(r.differences)} "
+                    f"({r.seconds:.0f} s)",
+                    highlight=False,
+                )
+            with console.status(f"hot keys, P={p} ..."):
+                runs.append(run_hot(p))
+            r = runs[-1]
+            console.print(
+                f"hot keys P={p:<3} item peak {r.item_peak:,} WCU/s, index partition peak "
+                f"{r.index_peak:,} WCU/s, {'exact' if r.exact else 'NOT EXACT'} "
+                f"({r.seconds:.0f} s)",
+                highlight=False,
+            )
+    except AggregatorError as exc:
+        console.print(f"error: {exc}", highlight=False)
+        return 2
+    render(console, runs)
+    for path in plot(runs, args.plots):
+        console.print(f"plot: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2, default=str))
+    p64 = [r for r in runs if r.workload == "flights" and r.partitions == 64]
+    largest = max(r.largest_item_bytes for r in p64)
+    print(
+        f"scale: P=64 exactly-once/at-least-once WCU {_ratio(runs, 64):.3f}; "
+        f"largest aggregate item {largest} B"
+    )
+    return 0 if all(r.exact for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
