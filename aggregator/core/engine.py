@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -42,6 +42,7 @@ from aggregator.core.text import bound
 
 __all__ = [
     "MAX_SORT_KEY_BYTES",
+    "PARTIAL_MARK",
     "AggregateRef",
     "BatchDeltas",
     "CoalescedDelta",
@@ -63,10 +64,23 @@ class AggregateRef:
     key: str
     display_key: str
     bucket: Bucket | None = None
+    partial: bool = False
+    """A change to one of the aggregate's partial items (a rule with ``write_shards``); the
+    writer picks the partial from the shard id."""
 
     @property
     def sort_key(self) -> str:
         return f"{self.rule}#{self.key}"
+
+    @property
+    def batch_key(self) -> str:
+        """Key of the item's changes in :attr:`BatchDeltas.deltas`: the sort key, prefixed with
+        :data:`PARTIAL_MARK` for a partial (rule names start with a letter, so never with it)."""
+        return f"{PARTIAL_MARK}{self.sort_key}" if self.partial else self.sort_key
+
+
+PARTIAL_MARK = "~"
+"""Prefix of the :attr:`AggregateRef.batch_key` of changes to partial items."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +147,13 @@ class CoalescedDelta:
         ``(sequence number, amount)`` per record, in stream order.
     leaderboard
         Whether the item belongs to the leaderboard index.
+    index_partitions
+        The rule's ``leaderboard_partitions`` (:func:`index_partition`).
+    write_shards
+        The rule's ``write_shards``: for a change to a partial (``ref.partial``), how many
+        partials the aggregate has.
+    slot
+        Which partial the writer chose (``None`` before it did, and for aggregates).
     """
 
     ref: AggregateRef
@@ -140,6 +161,9 @@ class CoalescedDelta:
     first_sequence_number: str
     parts: list[tuple[str, Decimal]]
     leaderboard: bool = False
+    index_partitions: int = 1
+    write_shards: int = 1
+    slot: int | None = None
 
     def amount_after(self, sequence_number: str) -> Decimal:
         """Sum of the parts whose sequence number is greater than ``sequence_number``."""
@@ -158,7 +182,8 @@ class BatchDeltas:
     Attributes
     ----------
     deltas
-        Coalesced deltas keyed by aggregate sort key, in order of first touch.
+        Coalesced deltas keyed by :attr:`AggregateRef.batch_key` (the aggregate's sort key, or
+        for a change to its partials that key marked), in order of first touch.
     failures
         One entry per (record, rule) that could not be evaluated.
     records
@@ -168,6 +193,8 @@ class BatchDeltas:
         self-writes: derived rules evaluate them).
     derived_inputs
         Records of source aggregates that derived rules evaluated.
+    partial_inputs
+        Records of partial aggregates (rules with ``write_shards``) added to their aggregate.
     malformed
         Records that could not be read as stream records (one failure each).
     expired
@@ -186,6 +213,7 @@ class BatchDeltas:
     records: int = 0
     self_writes: int = 0
     derived_inputs: int = 0
+    partial_inputs: int = 0
     malformed: int = 0
     expired: int = 0
     expired_retractions: int = 0
@@ -231,6 +259,14 @@ class Engine:
             else f"the {layout.max_sort_text_bytes}-byte limit for a sort key text on a table "
             f"without a sort key ({MAX_SORT_KEY_BYTES} bytes less {layout.aggregates_pk + '#'!r})"
         )
+        sharded = [r.name for r in rules if r.write_shards > 1]
+        if sharded and not layout.has_sort_key:
+            raise ConfigError(
+                f"rule {sharded[0]!r}: write_shards needs a table with a sort key (the partials "
+                "of an aggregate share an item collection, so that their stream records reach "
+                "one shard)"
+            )
+        self._sharded = {r.name: r for r in rules if r.write_shards > 1}
         self._base = rules.base_rules
         self._derived = {source: rules.derived_from(source) for source in rules.sources}
         # per rule, the attributes to deserialize before evaluating it (sorted: the first
@@ -317,7 +353,44 @@ class Engine:
                     f"{label}: the delta needs more than DynamoDB's 38 significant digits",
                     FailureCause.LIMIT_EXCEEDED,
                 ) from None
-        return [(ref, amount) for ref, amount in changes.items() if amount != 0]
+        partial = not derived and rule.write_shards > 1
+        return [
+            (replace(ref, partial=True) if partial else ref, amount)
+            for ref, amount in changes.items()
+            if amount != 0
+        ]
+
+    def _partial_delta(
+        self, record: StreamRecord, rule: Rule, total: str
+    ) -> tuple[list[RecordDelta], list[RecordFailure]]:
+        """The change a record of one of ``rule``'s partial items makes to the aggregate
+        ``total`` (its sort key): the partial's new value less its old one."""
+        value = self.layout.value_attribute
+        amounts = []
+        display = None
+        try:
+            for label, image in (("OldImage", record.old_image), ("NewImage", record.new_image)):
+                if image is None:
+                    amounts.append(Decimal(0))
+                    continue
+                try:
+                    image.check((value, "key"))
+                except EvaluationError as exc:
+                    raise EvaluationError(f"{label}: {exc}", exc.cause) from None
+                amount = image.get(value)
+                amounts.append(Decimal(0) if amount is None else Decimal(amount))
+                display = image.get("key") if display is None or label == "NewImage" else display
+            change = subtract(amounts[1], amounts[0])
+        except EvaluationError as exc:
+            return [], [self._failure(record, rule.name, str(exc), exc.cause)]
+        except ArithmeticError:
+            reason = "the partial's change needs more than DynamoDB's 38 significant digits"
+            return [], [self._failure(record, rule.name, reason, FailureCause.LIMIT_EXCEEDED)]
+        if change == 0:
+            return [], []
+        key = total[len(rule.name) + 1 :]
+        ref = AggregateRef(rule.name, key, str(display if display is not None else key))
+        return [RecordDelta(ref, change, record.sequence_number)], []
 
     def image_contributions(
         self, image: Image | None, rules: Iterable[str], *, now: float
@@ -464,7 +537,6 @@ class Engine:
             there too, and none of its deltas is applied.
         """
         batch = BatchDeltas()
-        leaderboard = {r.name for r in self.rules.rules if r.leaderboard}
         clock = time.time() if now is None else now
         for record in records:
             batch.records += 1
@@ -487,13 +559,19 @@ class Engine:
                 batch.malformed += 1
                 batch.failures.append(self._malformed(record))
                 continue
-            self_write, source = self._classify(record)
-            if self_write:
-                batch.self_writes += 1
-                continue
-            if source is not None:
-                batch.derived_inputs += 1
-            deltas, failures = self._evaluate(record, source, fences, batch)
+            total = self.layout.partial_total(record.keys)
+            sharded = None if total is None else self._sharded.get(total.partition("#")[0])
+            if sharded is not None and total is not None:
+                batch.partial_inputs += 1
+                deltas, failures = self._partial_delta(record, sharded, total)
+            else:
+                self_write, source = self._classify(record)
+                if self_write:
+                    batch.self_writes += 1
+                    continue
+                if source is not None:
+                    batch.derived_inputs += 1
+                deltas, failures = self._evaluate(record, source, fences, batch)
             batch.failures.extend(failures)
             deltas = self._drop_expired(batch, deltas, clock)
             by_rule: dict[str, list[RecordDelta]] = {}
@@ -502,9 +580,9 @@ class Engine:
             for rule_name, group in by_rule.items():
                 try:  # all of a (record, rule)'s deltas, or none
                     sums = {
-                        d.ref.sort_key: add(
-                            batch.deltas[d.ref.sort_key].amount
-                            if d.ref.sort_key in batch.deltas
+                        d.ref.batch_key: add(
+                            batch.deltas[d.ref.batch_key].amount
+                            if d.ref.batch_key in batch.deltas
                             else Decimal(0),
                             d.amount,
                         )
@@ -523,7 +601,7 @@ class Engine:
                     continue
                 batch.record_deltas += len(group)
                 for d in group:
-                    self._coalesce(batch, d, sums[d.ref.sort_key], d.ref.rule in leaderboard)
+                    self._coalesce(batch, d, sums[d.ref.batch_key], self.rules.get(d.ref.rule))
         return batch
 
     @staticmethod
@@ -540,12 +618,18 @@ class Engine:
         return kept
 
     @staticmethod
-    def _coalesce(batch: BatchDeltas, d: RecordDelta, total: Decimal, leaderboard: bool) -> None:
-        sk = d.ref.sort_key
+    def _coalesce(batch: BatchDeltas, d: RecordDelta, total: Decimal, rule: Rule) -> None:
+        sk = d.ref.batch_key
         current = batch.deltas.get(sk)
         if current is None:
             batch.deltas[sk] = CoalescedDelta(
-                d.ref, total, d.sequence_number, [(d.sequence_number, d.amount)], leaderboard
+                d.ref,
+                total,
+                d.sequence_number,
+                [(d.sequence_number, d.amount)],
+                rule.leaderboard and not d.ref.partial,
+                rule.leaderboard_partitions,
+                rule.write_shards,
             )
             return
         current.amount = total

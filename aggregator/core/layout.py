@@ -39,6 +39,7 @@ a sort key.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,7 +51,11 @@ __all__ = [
     "DEFAULT_LAYOUT",
     "MAX_SORT_KEY_BYTES",
     "TableLayout",
+    "leaderboard_partition",
 ]
+
+PARTIAL_PREFIX = "PARTIAL#"
+"""Sort keys of partial aggregates start with it (:meth:`TableLayout.partial_key`)."""
 
 MAX_SORT_KEY_BYTES = 1024
 """Longest sort key value, in UTF-8 bytes; also the limit of a GSI's sort key attribute
@@ -173,9 +178,9 @@ class TableLayout(BaseModel):
             ("partition_key", self.partition_key),
             ("sort_key", self.sort_key),
         ):
-            if name is not None and name.startswith("ck#"):
+            if name is not None and name.startswith(("ck#", "c#")):
                 raise ValueError(
-                    f"{field_name} {name!r}: names starting with 'ck#' are checkpoints"
+                    f"{field_name} {name!r}: names starting with 'c#' or 'ck#' are checkpoints"
                 )
         for key_field in ("partition_key", "sort_key"):
             name = getattr(self, key_field)
@@ -312,7 +317,34 @@ class TableLayout(BaseModel):
 
     def is_reserved(self, keys: Mapping[str, Any]) -> bool:
         """Whether a key or item map (DynamoDB JSON) is of an item the framework owns."""
-        return self.partition_of(keys) in self.reserved_partition_keys
+        return (
+            self.partition_of(keys) in self.reserved_partition_keys
+            or self.partial_total(keys) is not None
+        )
+
+    # -- partial aggregates (write sharding) -----------------------------------------------------
+
+    def partial_key(self, sort_key: str, slot: int) -> dict[str, dict[str, str]]:
+        """Key of partial ``slot`` of the aggregate ``sort_key`` (a rule with ``write_shards``):
+        partition key ``"<aggregates_pk>#<sort key>"``, so all partials of one aggregate share
+        an item collection, and sort key ``"PARTIAL#<slot, 3 digits>"``. Tables with a sort key
+        only (rules refuse write sharding on others)."""
+        assert self.sort_key is not None, "write sharding needs a table with a sort key"
+        return {
+            self.partition_key: {"S": f"{self.aggregates_pk}#{sort_key}"},
+            self.sort_key: {"S": f"{PARTIAL_PREFIX}{slot:03d}"},
+        }
+
+    def partial_total(self, keys: Mapping[str, Any]) -> str | None:
+        """The aggregate's sort key text when the key map is of a partial aggregate
+        (:meth:`partial_key`), else ``None``."""
+        if self.sort_key is None:
+            return None
+        partition, sort = self._split(keys)
+        prefix = f"{self.aggregates_pk}#"
+        if partition is None or sort is None or not partition.startswith(prefix):
+            return None
+        return partition[len(prefix) :] if sort.startswith(PARTIAL_PREFIX) else None
 
     def aggregate_sort_key(self, keys: Mapping[str, Any]) -> str | None:
         """The ``"<rule>#<key>"`` sort key text when the key map is of an aggregate item, else
@@ -328,3 +360,13 @@ class TableLayout(BaseModel):
 
 
 DEFAULT_LAYOUT = TableLayout()
+
+
+def leaderboard_partition(rule: str, sort_key: str, partitions: int) -> str:
+    """The leaderboard index's partition key value of an aggregate: the rule's (storage) name,
+    or with ``partitions`` > 1 ``"<rule>#<n>"`` for ``n`` = CRC-32 of the sort key modulo
+    ``partitions`` (stable across processes and versions), so a rule's entries spread evenly
+    over that many index partitions."""
+    if partitions <= 1:
+        return rule
+    return f"{rule}#{zlib.crc32(sort_key.encode('utf-8')) % partitions}"

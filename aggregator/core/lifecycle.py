@@ -88,7 +88,8 @@ data capture for DynamoDB Streams"), plus one hour."""
 def rule_fingerprint(rule: Rule) -> str:
     """A short digest of what a rule's aggregates mean: its match, key, delta, window, source and
     TTL-delete policy (not its name, description or leaderboard flag, which do not change any
-    value). 16 hex digits of SHA-256 over a canonical JSON text.
+    value), and where they are kept (``write_shards``, ``leaderboard_partitions``, when set). 16
+    hex digits of SHA-256 over a canonical JSON text.
 
     Examples
     --------
@@ -98,7 +99,7 @@ def rule_fingerprint(rule: Rule) -> str:
     >>> rule_fingerprint(rule("a", key="X")) == rule_fingerprint(rule("a", key="Y"))
     False
     """
-    meaning = {
+    meaning: dict[str, object] = {
         # the conditions' reprs name their classes and fields (frozen dataclasses), so two
         # operators with the same operands differ
         "match": repr(rule.match),
@@ -108,6 +109,12 @@ def rule_fingerprint(rule: Rule) -> str:
         "source": rule.source,
         "ttl_deletes": rule.ttl_deletes,
     }
+    # where the aggregates are kept: changing either needs a rebuild (only when set, so the
+    # fingerprints of rules without them stay what they were)
+    if rule.write_shards != 1:
+        meaning["write_shards"] = rule.write_shards
+    if rule.leaderboard_partitions != 1:
+        meaning["leaderboard_partitions"] = rule.leaderboard_partitions
     text = json.dumps(meaning, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 

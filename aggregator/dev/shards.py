@@ -271,21 +271,27 @@ class ShardTwin:
         shard.sequence_numbers.append(sequence_number)
 
     def _shard(self, partition: int, generation: int) -> _TwinShard:
+        """The shard of ``generation``, created on its first record: a generation that received
+        no record is left out of the lineage (the shard before it is the parent), as an empty
+        shard has nothing to process and closes before its successor opens."""
         lineage = self._by_partition[partition]
-        while len(lineage) <= generation:
-            g = len(lineage)
-            opened, closes = self.plan.span(partition, g)
-            shard = _TwinShard(
-                self.plan.shard_id(partition, g),
-                partition,
-                g,
-                lineage[-1].shard_id if lineage else None,
-                opened,
-                closes,
-            )
-            lineage.append(shard)
-            self._shards[shard.shard_id] = shard
-        return lineage[generation]
+        if lineage and lineage[-1].generation == generation:
+            return lineage[-1]
+        for shard in reversed(lineage):
+            if shard.generation == generation:
+                return shard
+        opened, closes = self.plan.span(partition, generation)
+        shard = _TwinShard(
+            self.plan.shard_id(partition, generation),
+            partition,
+            generation,
+            lineage[-1].shard_id if lineage else None,
+            opened,
+            closes,
+        )
+        lineage.append(shard)
+        self._shards[shard.shard_id] = shard
+        return shard
 
     def next_arrival(self) -> float | None:
         """Arrival time of the earliest record not visible yet (``None``: none pending)."""
@@ -305,9 +311,8 @@ class ShardTwin:
         return total
 
     def shards_opened(self) -> int:
-        """Shards of every partition opened by the clock's time."""
-        now = self.clock.now
-        return sum(self.plan.generation(p, now) + 1 for p in range(self.plan.partitions))
+        """Shards that received records, over every partition."""
+        return len(self._shards)
 
     def view(self, partition: int) -> PartitionStream:
         """A ``dynamodbstreams`` client that sees only ``partition``'s shards."""
@@ -323,7 +328,6 @@ class PartitionStream:
 
     def _lineage(self) -> list[_TwinShard]:
         now = self.twin.clock.now
-        self.twin._shard(self.partition, self.twin.plan.generation(self.partition, now))
         return [s for s in self.twin._by_partition[self.partition] if s.opened <= now]
 
     def describe_stream(self, **kwargs: Any) -> dict[str, Any]:

@@ -1,16 +1,20 @@
 """Exactly-once aggregates by per-item shard checkpoints (the default write mode).
 
 Every aggregate item remembers, for each stream shard that wrote it, the sequence number up to
-which that shard's records are included in its value: attribute ``ck#<shardId>`` holding
-``"<40-digit sequence number>@<epoch seconds of the write>"``. Zero-padding makes text order
-numeric order, and the ``@`` suffix never changes a ``<`` comparison against a bare 40-digit
-sequence number (``"…5@t" < "…5"`` is false, ``"…4@t" < "…5"`` is true).
+which that shard's records are included in its value: attribute ``c#<shard token>``
+(:func:`checkpoint_attribute`: 12 characters of a digest of the shard id) holding 21 bytes of
+Binary, the sequence number as 17 big-endian bytes followed by the write time in 4 bytes of epoch
+seconds (:func:`encode_checkpoint`). DynamoDB compares binary values byte by byte, so the order
+is numeric, and the time suffix never changes a ``<`` against a bare 17-byte bound (a longer
+value with the same prefix is greater). A checkpoint takes 35 bytes of the item; the format
+before 0.11 (``ck#<shardId>`` = ``"<seq40>@<epoch s>"``) took 91, and is still honoured.
 
 For a batch of one shard, per aggregate item ``X`` (coalesced: summed delta ``D``, sequence
 number ``first`` of the first record that touched ``X``, the batch's ``last``):
 
-1. ``UpdateItem``: ``ADD value :D SET ck = :last@now`` on condition
-   ``attribute_not_exists(ck) OR ck < :first``; 1 WCU for a small item, the same as
+1. ``UpdateItem``: ``ADD value :D SET ck = :last+now`` on condition
+   ``attribute_not_exists(ck) OR ck < :first`` (and the same on the shard's old-format
+   checkpoint, which the update removes); 1 WCU for an item under 1 KB, the same as
    at-least-once. Keys whose deltas sum to zero are written too (``ADD 0``) so their checkpoint
    moves: skipping them lets a later redelivery with other batch boundaries re-apply half of them.
 2. ``ConditionalCheckFailed`` means an earlier attempt applied part of this batch to ``X``: read
@@ -36,7 +40,10 @@ retention, plus stale ones until its next update.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -49,22 +56,86 @@ from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
 from aggregator.dynamodb.updates import aggregate_update, prune_update
 from aggregator.dynamodb.writer import WriteStats, _BaseWriter, error_code
 
-__all__ = ["CHECKPOINT_PREFIX", "CheckpointWriter", "checkpoint_attribute", "parse_checkpoint"]
+__all__ = [
+    "CHECKPOINT_PREFIX",
+    "LEGACY_CHECKPOINT_PREFIX",
+    "CheckpointWriter",
+    "checkpoint_attribute",
+    "decode_checkpoint",
+    "encode_checkpoint",
+    "is_checkpoint_attribute",
+    "legacy_checkpoint_attribute",
+    "parse_checkpoint",
+]
 
-CHECKPOINT_PREFIX = "ck#"
-"""Checkpoint attributes are named ``ck#<shardId>``; readers ignore them."""
+CHECKPOINT_PREFIX = "c#"
+"""Checkpoint attributes are named ``c#<shard token>`` (:func:`checkpoint_attribute`); readers
+ignore them."""
+LEGACY_CHECKPOINT_PREFIX = "ck#"
+"""Checkpoints written before version 0.11 were ``ck#<shardId>`` = ``"<seq40>@<epoch s>"``
+(91 bytes for a DynamoDB shard id); they are still honoured, removed by the next write of their
+shard, and pruned by age like the others."""
+SEQUENCE_NUMBER_BYTES = 17
+"""A sequence number (at most 40 decimal digits, DynamoDB Streams API reference, ``StreamRecord``)
+as a big-endian unsigned integer: 10**40 < 2**136."""
+SHARD_TOKEN_BYTES = 9
 
 DEFAULT_CHECKPOINT_RETENTION_SECONDS = 25 * 3600
 MAX_RECOVERY_ROUNDS = 5
 
 
 def checkpoint_attribute(shard_id: str) -> str:
-    """Name of the checkpoint attribute for ``shard_id``."""
-    return f"{CHECKPOINT_PREFIX}{shard_id}"
+    """Name of the checkpoint attribute for ``shard_id``: ``c#`` and 12 URL-safe base64
+    characters of a 72-bit BLAKE2b digest of the shard id (14 bytes, against 40 for
+    ``ck#<shardId>``). Two shards writing one item within the checkpoint retention share a name
+    with a probability of about n**2 / 2**73 for n such shards (n = 1,000: 1e-16)."""
+    digest = hashlib.blake2b(shard_id.encode("utf-8"), digest_size=SHARD_TOKEN_BYTES).digest()
+    return CHECKPOINT_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii")
+
+
+def legacy_checkpoint_attribute(shard_id: str) -> str:
+    """Name of the checkpoint attribute of ``shard_id`` in the format before 0.11."""
+    return f"{LEGACY_CHECKPOINT_PREFIX}{shard_id}"
+
+
+def is_checkpoint_attribute(name: str) -> bool:
+    """Whether an attribute name is a checkpoint's (either format)."""
+    return name.startswith((CHECKPOINT_PREFIX, LEGACY_CHECKPOINT_PREFIX))
+
+
+def sequence_bytes(sequence_number: str) -> bytes:
+    """A sequence number as :data:`SEQUENCE_NUMBER_BYTES` big-endian bytes: DynamoDB compares
+    binary values byte by byte, unsigned (Developer Guide, "Supported data types": Binary), so
+    byte order is numeric order."""
+    return int(sequence_number).to_bytes(SEQUENCE_NUMBER_BYTES, "big")
+
+
+def encode_checkpoint(sequence_number: str, written_seconds: float) -> bytes:
+    """A checkpoint value: the sequence number's 17 bytes, then the write time as 4 bytes of
+    epoch seconds (21 bytes; 51 in the old text form). Longer than a bare :func:`sequence_bytes`
+    bound with the same prefix, so ``value < bound`` holds exactly when the checkpoint's
+    sequence number is below the bound's."""
+    return sequence_bytes(sequence_number) + int(written_seconds).to_bytes(4, "big")
+
+
+def decode_checkpoint(value: Any) -> tuple[str, int]:
+    """A checkpoint value of either format -> ``(seq40, epoch seconds)``.
+
+    Raises
+    ------
+    ValueError
+        When the value is in neither form.
+    """
+    if isinstance(value, bytes | bytearray):
+        if len(value) != SEQUENCE_NUMBER_BYTES + 4:
+            raise ValueError(f"not a checkpoint value: {bytes(value)!r}")
+        number = int.from_bytes(value[:SEQUENCE_NUMBER_BYTES], "big")
+        return pad_sequence_number(str(number)), int.from_bytes(value[-4:], "big")
+    return parse_checkpoint(str(value))
 
 
 def parse_checkpoint(value: str) -> tuple[str, int]:
-    """``"<seq40>@<epoch seconds>"`` -> ``(seq40, epoch seconds)``.
+    """``"<seq40>@<epoch seconds>"`` (the format before 0.11) -> ``(seq40, epoch seconds)``.
 
     Raises
     ------
@@ -75,6 +146,29 @@ def parse_checkpoint(value: str) -> tuple[str, int]:
     if len(seq) != SEQUENCE_NUMBER_WIDTH or not seq.isdigit() or not written.isdigit():
         raise ValueError(f"not a checkpoint value: {value!r}")
     return seq, int(written)
+
+
+def _typed_value(value: Mapping[str, Any]) -> Any:
+    return value.get("B", value.get("S"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkpoints:
+    """A shard's checkpoint attributes on an item as read (DynamoDB JSON; ``None``: absent)."""
+
+    value: Mapping[str, Any] | None
+    legacy: Mapping[str, Any] | None
+
+    def applied_to(self) -> str | None:
+        """The 40-digit sequence number up to which the shard's records are in the item."""
+        found = []
+        for value in (self.value, self.legacy):
+            if value is not None:
+                try:
+                    found.append(decode_checkpoint(_typed_value(value))[0])
+                except ValueError:
+                    continue
+        return max(found) if found else None
 
 
 class CheckpointWriter(_BaseWriter):
@@ -110,8 +204,8 @@ class CheckpointWriter(_BaseWriter):
                 "mapping (template.yaml does), or choose AGGREGATOR_MODE=at-least-once"
             )
 
-    def _checkpoint_value(self, last: str) -> str:
-        return f"{pad_sequence_number(last)}@{int(self._clock())}"
+    def _checkpoint_value(self, last: str) -> bytes:
+        return encode_checkpoint(last, self._clock())
 
     def _request(
         self,
@@ -119,19 +213,32 @@ class CheckpointWriter(_BaseWriter):
         amount: Decimal,
         shard_id: str,
         last: str,
-        current: str | None,
+        current: _Checkpoints | None,
     ) -> dict[str, Any]:
-        """The conditional update: on condition that the checkpoint is below the item's first
-        record in the batch (``current`` is ``None``), or still equals ``current`` (recovery)."""
+        """The conditional update: on condition that the shard's checkpoint is below the item's
+        first record in the batch (``current`` is ``None``), or still what was read (``current``:
+        recovery). It also removes the shard's checkpoint in the old format, whose condition it
+        checks the same way (the new checkpoint covers at least as much)."""
         ck = checkpoint_attribute(shard_id)
-        update = aggregate_update(self.layout, delta, amount).set(
-            ck, {"S": self._checkpoint_value(last)}
+        legacy = legacy_checkpoint_attribute(shard_id)
+        update = (
+            aggregate_update(self.layout, delta, amount)
+            .set(ck, {"B": self._checkpoint_value(last)})
+            .remove(legacy)
         )
         if current is None:
-            first = pad_sequence_number(delta.first_sequence_number)
-            update = update.where_missing_or_below(ck, {"S": first})
+            update = update.where_missing_or_below(
+                ck, {"B": sequence_bytes(delta.first_sequence_number)}
+            ).where_missing_or_below(
+                legacy, {"S": pad_sequence_number(delta.first_sequence_number)}
+            )
         else:
-            update = update.where_equals(ck, {"S": current})
+            for name, value in ((ck, current.value), (legacy, current.legacy)):
+                update = (
+                    update.where_missing(name)
+                    if value is None
+                    else update.where_equals(name, dict(value))
+                )
         return {
             "TableName": self.table_name,
             "Key": self._key(delta),
@@ -143,10 +250,12 @@ class CheckpointWriter(_BaseWriter):
 
     def _current_checkpoint(
         self, delta: CoalescedDelta, shard_id: str, failure: ClientError, stats: WriteStats
-    ) -> str | None:
+    ) -> _Checkpoints:
         # botocore-stubs' error response does not declare the "Item" that DynamoDB adds for
         # ReturnValuesOnConditionCheckFailure
         error_response: Mapping[str, Any] = failure.response
+        ck = checkpoint_attribute(shard_id)
+        legacy = legacy_checkpoint_attribute(shard_id)
         item = error_response.get("Item")
         if item is None:  # endpoints that do not return the item on a failed condition
             response = self._call(
@@ -155,20 +264,21 @@ class CheckpointWriter(_BaseWriter):
                     "TableName": self.table_name,
                     "Key": self._key(delta),
                     "ConsistentRead": True,
-                    "ProjectionExpression": "#ck",  # a projection, not an update
-                    "ExpressionAttributeNames": {"#ck": checkpoint_attribute(shard_id)},
+                    "ProjectionExpression": "#ck, #legacy",  # a projection, not an update
+                    "ExpressionAttributeNames": {"#ck": ck, "#legacy": legacy},
                 },
                 stats,
             )
             item = response.get("Item") or {}
-        value = item.get(checkpoint_attribute(shard_id))
-        return None if value is None else value["S"]
+        return _Checkpoints(item.get(ck), item.get(legacy))
 
     def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
         assert shard_id is not None
         stats = WriteStats()
         amount = delta.amount
-        expected: str | None = None  # the checkpoint the next attempt expects (None: below first)
+        # the checkpoints the next attempt expects (None: below the batch's first record)
+        expected: _Checkpoints | None = None
+        removed = (legacy_checkpoint_attribute(shard_id),)
         for _ in range(MAX_RECOVERY_ROUNDS):
             request = self._request(delta, amount, shard_id, last, expected)
             try:
@@ -186,11 +296,11 @@ class CheckpointWriter(_BaseWriter):
                 )
                 stats.modelled_wcu += total
                 current = self._current_checkpoint(delta, shard_id, exc, stats)
-                if current is None:  # checkpoint vanished meanwhile: start over
+                applied_to = current.applied_to()
+                if applied_to is None:  # checkpoint vanished meanwhile: start over
                     expected = None
                     amount = delta.amount
                     continue
-                applied_to, _ = parse_checkpoint(current)
                 stats.conditional_recoveries += 1
                 remaining = [(s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to]
                 if not remaining:
@@ -203,7 +313,9 @@ class CheckpointWriter(_BaseWriter):
                 continue
             stats.items_written += 1
             old = response.get("Attributes") or {}
-            total, index = self._modelled_units(delta, self._checkpoint_extra(shard_id, last), old)
+            total, index = self._modelled_units(
+                delta, self._checkpoint_extra(shard_id, last), old, removed=removed
+            )
             stats.modelled_wcu += total
             stats.modelled_index_wcu += index
             self._prune(delta, shard_id, old, stats)
@@ -220,16 +332,17 @@ class CheckpointWriter(_BaseWriter):
         self, delta: CoalescedDelta, shard_id: str, old: dict[str, Any], stats: WriteStats
     ) -> None:
         horizon = self._clock() - self.checkpoint_retention_seconds
-        stale: dict[str, str] = {}
+        own = (checkpoint_attribute(shard_id), legacy_checkpoint_attribute(shard_id))
+        stale: dict[str, dict[str, Any]] = {}
         for name, value in old.items():
-            if not name.startswith(CHECKPOINT_PREFIX) or name == checkpoint_attribute(shard_id):
+            if not is_checkpoint_attribute(name) or name in own:
                 continue
             try:
-                _, written = parse_checkpoint(value.get("S", ""))
+                _, written = decode_checkpoint(_typed_value(value))
             except ValueError:
                 continue
             if written < horizon:
-                stale[name] = value["S"]
+                stale[name] = dict(value)
         if not stale:
             return
         request = {

@@ -47,7 +47,7 @@ import json
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Protocol
@@ -460,6 +460,10 @@ def replay_dead_letters(
             # a base rule that has since become derived: apply the dead letter's rule only
             if delta.amount == 0 or delta.ref.rule != letter.rule:
                 continue
+            if delta.ref.partial:  # write sharding: the replay adds to the aggregate itself
+                delta = replace(
+                    delta, ref=replace(delta.ref, partial=False), leaderboard=rule.leaderboard
+                )
             actions.append({"Update": add_update(table_name, layout, delta, delta.amount)})
         actions.append(
             {

@@ -383,8 +383,9 @@ class AggregateStore:
         """The ``n`` largest aggregates of ``rule``, largest first (ties by key).
 
         Leaderboard rules read one page of the sparse ``leaderboard`` GSI in descending order
-        (eventually consistent, as every GSI read); other rules read all their aggregates and
-        sort them.
+        (eventually consistent, as every GSI read): one ``Query`` of at most ``n`` entries per
+        index partition (``leaderboard_partitions``, merged); other rules read all their
+        aggregates and sort them.
 
         Raises
         ------
@@ -398,21 +399,26 @@ class AggregateStore:
             return ranked[:n]
         lay = self.layout
         stored = self.storage_name(rule)
-        response = self._call(
-            "query",
-            IndexName=lay.leaderboard_index,
-            KeyConditionExpression="#lb = :rule",
-            ExpressionAttributeNames={"#lb": lay.leaderboard_attribute},
-            ExpressionAttributeValues={":rule": {"S": stored}},
-            ScanIndexForward=False,
-            Limit=n,
-        )
+        partitions = self._rule(rule).leaderboard_partitions
+        names = [stored] if partitions == 1 else [f"{stored}#{i}" for i in range(partitions)]
         out = []
-        for item in response.get("Items", []):
-            sk = lay.sort_key_of(item) or ""
-            value = Decimal(item[lay.value_attribute]["N"])
-            out.append(Aggregate(rule, unescape_key_part(sk[len(stored) + 1 :]), value, sk))
-        return out
+        for name in names:  # each key is in one index partition: the top n of the union is exact
+            response = self._call(
+                "query",
+                IndexName=lay.leaderboard_index,
+                KeyConditionExpression="#lb = :rule",
+                ExpressionAttributeNames={"#lb": lay.leaderboard_attribute},
+                ExpressionAttributeValues={":rule": {"S": name}},
+                ScanIndexForward=False,
+                Limit=n,
+            )
+            for item in response.get("Items", []):
+                sk = lay.sort_key_of(item) or ""
+                value = Decimal(item[lay.value_attribute]["N"])
+                out.append(Aggregate(rule, unescape_key_part(sk[len(stored) + 1 :]), value, sk))
+        if partitions > 1:
+            out.sort(key=lambda a: (-a.value, a.key))
+        return out[:n]
 
     # -- histograms ----------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from aggregator.core.engine import CoalescedDelta
-from aggregator.core.layout import TableLayout
+from aggregator.core.layout import TableLayout, leaderboard_partition
 
 __all__ = ["Update", "added_amounts", "aggregate_update", "prune_update", "resolved"]
 
@@ -188,7 +188,10 @@ def aggregate_update(layout: TableLayout, delta: CoalescedDelta, amount: Decimal
     if not layout.has_sort_key:
         update = update.set(layout.collection_attribute, {"S": layout.aggregates_pk})
     if delta.leaderboard:
-        update = update.set(layout.leaderboard_attribute, {"S": delta.ref.rule})
+        partition = leaderboard_partition(
+            delta.ref.rule, delta.ref.sort_key, delta.index_partitions
+        )
+        update = update.set(layout.leaderboard_attribute, {"S": partition})
     bucket = delta.ref.bucket
     if bucket is not None:
         update = update.set("granularity", {"S": bucket.granularity}).set(
@@ -199,10 +202,11 @@ def aggregate_update(layout: TableLayout, delta: CoalescedDelta, amount: Decimal
     return update
 
 
-def prune_update(stale: Mapping[str, str]) -> Update:
+def prune_update(stale: Mapping[str, AttributeValue]) -> Update:
     """``REMOVE`` of stale checkpoint attributes, each on condition that it still holds the value
-    read (``{attribute: value}``), so a checkpoint written meanwhile is never lost."""
+    read (``{attribute: value}``, values in DynamoDB JSON), so a checkpoint written meanwhile is
+    never lost."""
     update = Update()
     for attribute, value in stale.items():
-        update = update.remove(attribute).where_equals(attribute, {"S": value})
+        update = update.remove(attribute).where_equals(attribute, dict(value))
     return update

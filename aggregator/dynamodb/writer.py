@@ -27,16 +27,22 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
-from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.core.layout import (
+    DEFAULT_LAYOUT,
+    PARTIAL_PREFIX,
+    TableLayout,
+    leaderboard_partition,
+)
 from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.updates import aggregate_update
@@ -311,15 +317,31 @@ class _BaseWriter:
     # -- items ---------------------------------------------------------------------------------
 
     def _key(self, delta: CoalescedDelta) -> dict[str, Any]:
+        if delta.slot is not None:
+            return self.layout.partial_key(delta.ref.sort_key, delta.slot)
         return self.layout.aggregate_key(delta.ref.sort_key)
+
+    @staticmethod
+    def _placed(delta: CoalescedDelta, shard_id: str | None) -> CoalescedDelta:
+        """``delta`` with its partial chosen: CRC-32 of the shard id modulo ``write_shards``,
+        so a shard always writes the same partial (its checkpoint lives there). Without a shard
+        id (at-least-once without tumbling windows: nothing to protect) the first record's
+        sequence number decides."""
+        if not delta.ref.partial or delta.slot is not None:
+            return delta
+        basis = shard_id or delta.first_sequence_number
+        return replace(delta, slot=zlib.crc32(basis.encode("utf-8")) % delta.write_shards)
 
     def _new_attributes(
         self, delta: CoalescedDelta, amount: Decimal, extra: Mapping[str, Any] | None
     ) -> dict[str, Any]:
         """The attributes an update of ``delta``'s item writes (deserialized), its key included."""
         lay = self.layout
+        key = {
+            name: value["S"] for name, value in self._key(delta).items()
+        }  # the item's key attributes, as written
         item: dict[str, Any] = {
-            **lay.item_fields(lay.aggregates_pk, delta.ref.sort_key),
+            **key,
             lay.value_attribute: amount,
             "rule": delta.ref.rule,
             "key": delta.ref.display_key,
@@ -328,6 +350,8 @@ class _BaseWriter:
             item[lay.collection_attribute] = lay.aggregates_pk
         if delta.leaderboard:
             item[lay.leaderboard_attribute] = self.index_partition(delta)
+        if delta.slot is not None:
+            item.pop(lay.collection_attribute, None)
         bucket = delta.ref.bucket
         if bucket is not None:
             item.update(granularity=bucket.granularity, bucket=bucket.text)
@@ -339,7 +363,7 @@ class _BaseWriter:
 
     def index_partition(self, delta: CoalescedDelta) -> str:
         """The leaderboard index's partition key value of ``delta``'s item."""
-        return delta.ref.rule
+        return leaderboard_partition(delta.ref.rule, delta.ref.sort_key, delta.index_partitions)
 
     def _modelled_units(
         self,
@@ -398,10 +422,10 @@ class _BaseWriter:
             self.observer(
                 WriteObservation(
                     at_seconds=float(self._clock()),
-                    partition=lay.aggregates_pk
-                    if lay.has_sort_key
-                    else lay.key_text(lay.aggregates_pk, delta.ref.sort_key),
-                    sort_key=delta.ref.sort_key,
+                    partition=str(written[lay.partition_key]),
+                    sort_key=delta.ref.sort_key
+                    if delta.slot is None
+                    else f"{delta.ref.sort_key}/{PARTIAL_PREFIX}{delta.slot}",
                     wcu=units,
                     item_bytes=after if applied else before,
                     index_partition=self.index_partition(delta) if index_units else None,
@@ -414,6 +438,7 @@ class _BaseWriter:
         """``UpdateItem`` arguments that ``ADD`` ``amount`` and set the descriptive attributes
         (returning the item as it was, which sizes the write; no extra capacity)."""
         request = add_update(self.table_name, self.layout, delta, amount)
+        request["Key"] = self._key(delta)  # a partial's, for a rule with write_shards
         request["ReturnConsumedCapacity"] = "TOTAL"
         request["ReturnValues"] = "ALL_OLD"
         return request
@@ -472,7 +497,7 @@ class _BaseWriter:
             if delta.ref.bucket is not None and delta.ref.bucket.expired(now):
                 result.stats.expired_skipped += 1
                 continue
-            todo.append(delta)
+            todo.append(self._placed(delta, shard_id))
         last = batch.last_sequence_number or ""
 
         def run(delta: CoalescedDelta) -> tuple[WriteStats, str | None]:

@@ -535,8 +535,9 @@ class Backfill:
         seq = str(sequence)
         batch = BatchDeltas(first_sequence_number=seq, last_sequence_number=seq)
         for ref, amount in amounts.items():
+            rule = self.rules.get(ref.rule)
             batch.deltas[ref.sort_key] = CoalescedDelta(
-                ref, amount, seq, [(seq, amount)], ref.rule in self.leaderboard
+                ref, amount, seq, [(seq, amount)], rule.leaderboard, rule.leaderboard_partitions
             )
         return batch
 

@@ -23,13 +23,19 @@ import json
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
+from aggregator.core.engine import (
+    PARTIAL_MARK,
+    AggregateRef,
+    BatchDeltas,
+    CoalescedDelta,
+    Engine,
+)
 from aggregator.core.exceptions import ConfigError, EventError, WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add
@@ -119,6 +125,8 @@ def _encode_state(batch: BatchDeltas) -> str:
             d.first_sequence_number,
             [[s, str(a)] for s, a in d.parts],
             _encode_bucket(d.ref.bucket),
+            d.index_partitions,
+            d.write_shards,
         ]
         for sk, d in batch.deltas.items()
     }
@@ -146,8 +154,15 @@ def _decode_state(text: str | None) -> BatchDeltas:
         for _, a in decoded:
             amount = add(amount, a)
         bucket = _decode_bucket(rest[0] if rest else None)
+        index_partitions, write_shards = (rest[1], rest[2]) if len(rest) >= 3 else (1, 1)
         batch.deltas[sk] = CoalescedDelta(
-            AggregateRef(rule, key, display, bucket), amount, first, decoded, bool(leaderboard)
+            AggregateRef(rule, key, display, bucket, partial=sk.startswith(PARTIAL_MARK)),
+            amount,
+            first,
+            decoded,
+            bool(leaderboard),
+            index_partitions,
+            write_shards,
         )
     return batch
 
@@ -174,9 +189,7 @@ def _merge(into: BatchDeltas, batch: BatchDeltas) -> BatchDeltas:
     for sk, d in batch.deltas.items():
         current = into.deltas.get(sk)
         if current is None:
-            into.deltas[sk] = CoalescedDelta(
-                d.ref, d.amount, d.first_sequence_number, list(d.parts), d.leaderboard
-            )
+            into.deltas[sk] = replace(d, parts=list(d.parts))
             continue
         known = {s for s, _ in current.parts}
         for s, a in d.parts:

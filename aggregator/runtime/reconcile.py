@@ -46,7 +46,7 @@ from aggregator.core.lifecycle import changed_definitions, resolved_rules
 from aggregator.core.numbers import add, subtract
 from aggregator.core.records import Image
 from aggregator.core.rules import RuleSet
-from aggregator.dynamodb.checkpoint import CHECKPOINT_PREFIX
+from aggregator.dynamodb.checkpoint import is_checkpoint_attribute
 from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import aggregate_update
@@ -54,7 +54,7 @@ from aggregator.dynamodb.writer import error_code
 
 __all__ = ["Drift", "ReconcileReport", "reconcile"]
 
-Version = tuple[tuple[str, str], ...] | None
+Version = tuple[tuple[str, str, Any], ...] | None
 """An aggregate item's value and checkpoints as read (``None``: no item)."""
 
 
@@ -92,12 +92,13 @@ class ReconcileReport:
         return all(d.status == "repaired" for d in self.drifts)
 
 
-def _version(item: dict[str, Any], value_attribute: str) -> tuple[tuple[str, str], ...]:
+def _version(item: dict[str, Any], value_attribute: str) -> tuple[tuple[str, str, Any], ...]:
+    """``(attribute, type, value)`` of the item's value and checkpoints, sorted."""
     return tuple(
         sorted(
-            (name, str(next(iter(v.values()))))
+            (name, *next(iter(v.items())))
             for name, v in item.items()
-            if name == value_attribute or name.startswith(CHECKPOINT_PREFIX)
+            if name == value_attribute or is_checkpoint_attribute(name)
         )
     )
 
@@ -294,16 +295,17 @@ def _repair(
     layout = checker.layout
     if ref is None:  # no item counts for it any more: the stored item's own description
         ref = AggregateRef(rule, sort_key.partition("#")[2], display)
-    leaderboard = checker.rules.get(rule).leaderboard
+    definition = checker.rules.get(rule)
     difference = subtract(expected, stored)
-    delta = CoalescedDelta(ref, difference, "0", [], leaderboard)
+    delta = CoalescedDelta(
+        ref, difference, "0", [], definition.leaderboard, definition.leaderboard_partitions
+    )
     update = aggregate_update(layout, delta, difference)
     if row is None:
         update = update.where_missing(layout.value_attribute)
     else:
-        for attribute, text in row[1] or ():
-            kind = "N" if attribute == layout.value_attribute else "S"
-            update = update.where_equals(attribute, {kind: text})
+        for attribute, kind, value in row[1] or ():
+            update = update.where_equals(attribute, {kind: value})
     try:
         checker.client.update_item(
             TableName=checker.table_name, Key=layout.aggregate_key(sort_key), **update.render()

@@ -25,6 +25,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.shards import EventSourceTwin, ShardPlan, ShardTwin, SimulatedClock
 from aggregator.dynamodb.table import create_table
@@ -38,6 +39,21 @@ from tests.integration.harness import (
     stored,
 )
 
+# The wide rules with write sharding: the TOTAL over 4 partials, and per_owner (a leaderboard
+# spread over 2 index partitions, and the source of two derived rules) over 3.
+SHARDED_RULES = RuleSet.of(
+    rule("paths", match={"sk": {"prefix": "PATH#"}}, key="TOTAL", write_shards=4),
+    rule(
+        "per_owner",
+        match={"sk": {"prefix": "PATH#"}},
+        key="{owner}",
+        leaderboard=True,
+        leaderboard_partitions=2,
+        write_shards=3,
+    ),
+    *(r for r in WIDE_RULES if r.name not in ("paths", "per_owner")),
+)
+RULES = {"wide": WIDE_RULES, "sharded": SHARDED_RULES}
 EXAMPLES = int(os.environ.get("AGGREGATOR_SHARD_EXAMPLES", "50"))
 SOAK_DIR = os.environ.get("AGGREGATOR_SOAK_DIR")
 START = 1_700_000_000 // 3600 * 3600
@@ -60,6 +76,7 @@ scenario = st.fixed_dictionaries(
         "rollover": st.sampled_from([30, 600, 4 * 3600]),
         "spacing": st.sampled_from([0, 1, 20, 2 * 3600]),
         "mode": st.sampled_from(["exactly-once", "window"]),
+        "rules": st.sampled_from(sorted(RULES)),
         "batch_size": st.integers(1, 7),
         # (partition, delivery number within it) -> crash after n updates
         "crashes": st.dictionaries(
@@ -96,6 +113,7 @@ def apply_ops(ddb, name: str, operations) -> None:
 
 def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> None:
     name = f"shards-{os.getpid()}-{next(_names)}"
+    rules = RULES[case["rules"]]
     arn = create_table(ddb, name)
     try:
         apply_ops(ddb, name, case["ops"])
@@ -119,7 +137,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
 
         def processor_for(p: int):
             return create_processor(
-                WIDE_RULES,
+                rules,
                 clients[p],
                 name,
                 mode=case["mode"],

@@ -8,7 +8,11 @@ import pytest
 
 from aggregator.core.engine import Engine
 from aggregator.core.records import StreamRecord
-from aggregator.dynamodb.checkpoint import CheckpointWriter
+from aggregator.dynamodb.checkpoint import (
+    CheckpointWriter,
+    checkpoint_attribute,
+    decode_checkpoint,
+)
 from aggregator.runtime.processor import StreamProcessor, create_processor
 from tests.factories import stream_record
 from tests.integration.harness import RULES, stored
@@ -25,12 +29,13 @@ class Clock:
 
 
 def checkpoints(ddb, table: str) -> dict[str, str]:
+    """Checkpoint attribute -> its value (text or bytes) on paths#TOTAL."""
     item = ddb.get_item(
         TableName=table,
         Key={"pk": {"S": "AGGREGATES"}, "sk": {"S": "paths#TOTAL"}},
         ConsistentRead=True,
     )["Item"]
-    return {k: v["S"] for k, v in item.items() if k.startswith("ck#")}
+    return {k: next(iter(v.values())) for k, v in item.items() if k.startswith(("ck#", "c#"))}
 
 
 def test_stale_checkpoints_of_other_shards_are_pruned(ddb, table):
@@ -44,14 +49,55 @@ def test_stale_checkpoints_of_other_shards_are_pruned(ddb, table):
         result = writer.apply(engine.process([StreamRecord(record)]), shard_id=shard)
         assert result.retry_from is None
 
+    old, new = checkpoint_attribute("shard-old"), checkpoint_attribute("shard-new")
     apply("shard-old", 1, "PATH#1")
     clock.now += 1800  # within the retention: both checkpoints stay
     apply("shard-new", 2, "PATH#2")
-    assert set(checkpoints(ddb, name)) == {"ck#shard-old", "ck#shard-new"}
+    assert set(checkpoints(ddb, name)) == {old, new}
     clock.now += 3601  # shard-old's checkpoint is now older than the retention
     apply("shard-new", 3, "PATH#3")
-    assert set(checkpoints(ddb, name)) == {"ck#shard-new"}
+    assert set(checkpoints(ddb, name)) == {new}
     assert stored(ddb, name)["paths"] == {"TOTAL": Decimal(3)}
+    # 14 bytes of name and 21 of value: the sequence number and the time of the write
+    (value,) = checkpoints(ddb, name).values()
+    assert len(new) == 14 and len(value) == 21
+    assert decode_checkpoint(value) == ("3".zfill(40), int(clock.now))
+
+
+def test_old_format_checkpoints_still_protect_and_are_replaced(ddb, table):
+    """An item written before 0.11 carries ck#<shardId> = "<seq40>@<time>": a batch it already
+    covers is not applied again, a later one is, and the old attribute gives way to the new."""
+    name, _ = table
+    clock = Clock(1_000_000)
+    writer = CheckpointWriter(ddb, name, clock=clock)
+    engine = Engine(RULES)
+    ddb.put_item(
+        TableName=name,
+        Item={
+            "pk": {"S": "AGGREGATES"},
+            "sk": {"S": "paths#TOTAL"},
+            "value": {"N": "2"},
+            "rule": {"S": "paths"},
+            "key": {"S": "TOTAL"},
+            "ck#shard-1": {"S": "5".zfill(40) + "@999000"},
+        },
+    )
+
+    def apply(seqs: list[int]) -> None:
+        records = [
+            StreamRecord(stream_record("INSERT", None, {"pk": "P", "sk": f"PATH#{s}"}, seq=s))
+            for s in seqs
+        ]
+        assert writer.apply(engine.process(records), shard_id="shard-1").retry_from is None
+
+    apply([4, 5])  # redelivered: covered by the old checkpoint
+    assert stored(ddb, name)["paths"] == {"TOTAL": Decimal(2)}
+    assert set(checkpoints(ddb, name)) == {"ck#shard-1"}
+    apply([5, 6, 7])  # half covered: only 6 and 7 count
+    assert stored(ddb, name)["paths"] == {"TOTAL": Decimal(4)}
+    assert set(checkpoints(ddb, name)) == {checkpoint_attribute("shard-1")}
+    apply([6, 7])  # and the new checkpoint protects as the old one did
+    assert stored(ddb, name)["paths"] == {"TOTAL": Decimal(4)}
 
 
 def test_window_state_over_the_limit_is_flushed_early(ddb, table):

@@ -41,12 +41,12 @@ def test_several_conditions_are_anded_with_their_ors_parenthesized():
 
 
 def test_prune_removes_each_checkpoint_only_if_unchanged():
-    rendered = prune_update({"ck#a": "1@5", "ck#b": "2@6"}).render()
+    rendered = prune_update({"ck#a": {"S": "1@5"}, "c#b": {"B": b"\x02"}}).render()
     assert resolved(rendered) == {
         "ADD": {},
         "SET": {},
-        "REMOVE": ["ck#a", "ck#b"],
-        "CONDITION": "ck#a = {'S': '1@5'} AND ck#b = {'S': '2@6'}",
+        "REMOVE": ["ck#a", "c#b"],
+        "CONDITION": "ck#a = {'S': '1@5'} AND c#b = {'B': b'\\x02'}",
     }
 
 

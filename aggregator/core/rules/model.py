@@ -84,6 +84,21 @@ class Rule(BaseModel):
         shrink. ``retract``: treat it like any delete.
     leaderboard
         Also put the aggregate items into the sparse ``leaderboard`` GSI for top-N queries.
+    leaderboard_partitions
+        Spread the rule's index entries over this many index partition key values
+        (``<rule>#<n>``, by a hash of the aggregate's key; 1: all under ``<rule>``): an index
+        partition takes at most 1,000 WCU a second (DynamoDB Developer Guide, "Best practices
+        for designing and using partition keys effectively"), and a throttled index throttles
+        the table (Developer Guide, "GSI write throttling and back pressure"). ``top`` then reads
+        every one of them and merges (one ``Query`` each). Needs ``leaderboard: true``.
+    write_shards
+        Write sharding for aggregates with many writers: each stream shard adds its deltas to
+        one of this many *partial* items of the aggregate (chosen by a hash of the shard id), in
+        an item collection of the aggregate's own, and the aggregate itself is kept up to date
+        from the partials' stream records, one shard's batch at a time (1: no partials). Each
+        partial then carries the checkpoints of a few shards only, and the aggregate those of
+        the few shards of its partials' collection. Not for windowed or derived rules; needs a
+        table with a sort key.
     window
         Optional :class:`Window`: count per time bucket of an event-time attribute; the sort key
         becomes ``"<name>#<key>#<granularity>#<bucket start>"``.
@@ -105,6 +120,8 @@ class Rule(BaseModel):
     delta: DeltaSpec = Field(default_factory=lambda: DeltaSpec(constant=Decimal(1)))
     ttl_deletes: Literal["keep", "retract"] = "keep"
     leaderboard: StrictBool = False
+    leaderboard_partitions: int = Field(default=1, ge=1, le=100, strict=True)
+    write_shards: int = Field(default=1, ge=1, le=100, strict=True)
     window: Window | None = None
     source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
 
@@ -118,6 +135,17 @@ class Rule(BaseModel):
         problem = self._sort_key_problem()
         if problem:
             raise _FieldError("key", problem)
+        if self.leaderboard_partitions > 1 and not self.leaderboard:
+            raise _FieldError(
+                "leaderboard_partitions", "leaderboard_partitions needs leaderboard: true"
+            )
+        if self.write_shards > 1 and (self.window is not None or self.source is not None):
+            raise _FieldError(
+                "write_shards",
+                "write_shards cannot be combined with "
+                + ("window" if self.window is not None else "source")
+                + ": partial aggregates are for plain rules",
+            )
         return self
 
     def _sort_key_problem(self) -> str | None:

@@ -239,6 +239,8 @@ def rule(
     description: str = "",
     ttl_deletes: Literal["keep", "retract"] = "keep",
     leaderboard: bool = False,
+    leaderboard_partitions: int = 1,
+    write_shards: int = 1,
     window: Mapping[str, Any] | None = None,
     source: str | None = None,
 ) -> Rule:
@@ -261,7 +263,7 @@ def rule(
     RuleError
         Naming the rule and field, e.g. ``<python>: rule 'x', field 'key': ...``.
     """
-    data = {
+    data: dict[str, Any] = {
         "name": name,
         "description": description,
         "match": match,
@@ -272,6 +274,10 @@ def rule(
         "window": window,
         "source": source,
     }
+    if leaderboard_partitions != 1:
+        data["leaderboard_partitions"] = leaderboard_partitions
+    if write_shards != 1:
+        data["write_shards"] = write_shards
     try:
         return Rule.model_validate(data)
     except ValidationError as exc:
