@@ -7,18 +7,22 @@ on a simulated clock) on DynamoDB Local, with the capacity model
 
 **Flights, 48 simulated hours.** Two days of the 2013 New York City departures, replayed like
 ``aggregator demo`` (insert as scheduled, modify to departed or cancelled, delete 2 % as
-corrections) on a table with only a partition key, so flights spread over the partitions by
-partition key hash; each write arrives at a simulated time of its own (scheduled six hours before
-its hour, departed or cancelled within its hour, deleted the hour after). Rules:
-``definitions/flights.yaml`` plus ``departures_total`` (a ``TOTAL``: every shard writes it). For
+corrections), each flight its own item collection (partition key ``FLIGHT#<day>#<flight>``) so
+flights spread over the partitions by partition key hash; each write arrives at a simulated time
+of its own (scheduled six hours before its hour, departed or cancelled within its hour, deleted
+the hour after). Rules: ``definitions/flights.yaml`` plus ``departures_total`` (a ``TOTAL``:
+every shard writes it), with ``write_shards: 64`` on every rule whose keys all shards write (all
+but the per-plane count and the histogram over it) and ``leaderboard_partitions: 4`` on
+``flights_by_carrier``. For
 P in 1, 16, 64 and both modes (at-least-once, exactly-once): modelled WCU per 1,000 source
 records and the ratio of the modes, the largest aggregate item and its growth per simulated hour,
 top-N requests, and every aggregate against the CSV ground truth.
 
 **Hot keys, 20,000 source records a second.** Likes arriving at 20,000 a second for a few
-simulated seconds (half on one post, the rest over 100), counted per post (a leaderboard) and in
-total; exactly-once mode. The capacity model's peaks per item, table partition and index
-partition, against DynamoDB's 1,000 WCU per second.
+simulated seconds (half on one post, the rest over 100), counted per post (a leaderboard over 8
+index partitions) and in total, both with ``write_shards: 64``; exactly-once mode. The capacity
+model's peaks per item, table partition and index partition, against DynamoDB's 1,000 WCU per
+second.
 
 The last line is ``scale: P=64 exactly-once/at-least-once WCU <ratio>; largest aggregate item
 <bytes> B``. Exit 1 when an aggregate differs from the ground truth, 2 on an error.
@@ -42,13 +46,12 @@ from rich.console import Console
 from rich.table import Table
 
 from aggregator.core.exceptions import AggregatorError
-from aggregator.core.rules import RuleSet, load_rules, rule
+from aggregator.core.rules import Rule, RuleSet, load_rules, rule
 
 __all__ = ["main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFINITIONS = ROOT / "definitions" / "flights.yaml"
-PK_ONLY = ROOT / "definitions" / "layouts" / "pk_only.yaml"
 PARTITIONS = (1, 16, 64)
 MODES = ("at-least-once", "exactly-once")
 ROLLOVER_SECONDS = 4 * 3600
@@ -118,18 +121,61 @@ class Figures:
         return self.modelled_wcu * 1000 / self.source_records if self.source_records else 0.0
 
 
+SHARDED = {
+    # rules whose keys every shard writes (few keys, many records each): partials per key
+    "flights_by_carrier",
+    "delay_minutes_by_carrier",
+    "departures_by_origin",
+    "cancellations_by_carrier",
+    "flights_by_route",
+    "departures_by_origin_hour",
+    "departures_total",
+}
+WRITE_SHARDS = 64
+LEADERBOARD_PARTITIONS = 4
+
+
 def _rules_flights() -> RuleSet:
-    rules = load_rules([DEFINITIONS, PK_ONLY])
-    return RuleSet.of(*rules.rules, TOTAL_RULE, layout=rules.layout)
+    """``definitions/flights.yaml`` plus the ``TOTAL`` rule, the rules of :data:`SHARDED` with
+    ``write_shards`` and ``flights_by_carrier`` with ``leaderboard_partitions`` (the rule file's
+    YAML, with these two fields added, is what a user would write)."""
+    loaded = load_rules(DEFINITIONS)
+    rules = []
+    for r in (*loaded.rules, TOTAL_RULE):
+        update: dict[str, Any] = {}
+        if r.name in SHARDED:
+            update["write_shards"] = WRITE_SHARDS
+        if r.name == "flights_by_carrier":
+            update["leaderboard_partitions"] = LEADERBOARD_PARTITIONS
+        rules.append(Rule.model_validate({**dict(r), **update}) if update else r)
+    return RuleSet.of(*rules, layout=loaded.layout)
 
 
 def _rules_hot() -> RuleSet:
-    layout = load_rules([DEFINITIONS, PK_ONLY]).layout
     return RuleSet.of(
-        rule("likes_total", match={"post": {"exists": True}}, key="TOTAL"),
-        rule("likes_per_post", match={"post": {"exists": True}}, key="{post}", leaderboard=True),
-        layout=layout,
+        rule("likes_total", match={"post": {"exists": True}}, key="TOTAL", write_shards=64),
+        rule(
+            "likes_per_post",
+            match={"post": {"exists": True}},
+            key="{post}",
+            leaderboard=True,
+            leaderboard_partitions=8,
+            write_shards=64,
+        ),
     )
+
+
+def per_flight_keys(steps: Any) -> Any:
+    """The replay's writes with one item collection per flight (partition key
+    ``FLIGHT#<day>#<flight>``, sort key ``FLIGHT``), so the flights spread over the partitions
+    (the demo keys a day's flights under one partition key)."""
+    from aggregator.dev.flights import ReplayStep
+
+    for step in steps:
+        items = tuple(
+            {**item, "pk": f"{item['pk']}#{item['sk']}", "sk": "FLIGHT"} for item in step.items
+        )
+        yield ReplayStep(step.day, step.phase, step.action, items)
 
 
 def _run_twin(
@@ -172,7 +218,9 @@ def _run_twin(
         source.close()
     report = capacity.report()
     figures.stream_records = stats.records
-    figures.source_records = stats.records - stats.self_writes - stats.derived_inputs
+    figures.source_records = (
+        stats.records - stats.self_writes - stats.derived_inputs - stats.partial_inputs
+    )
     figures.batches = stats.batches
     figures.modelled_wcu = stats.write.modelled_wcu
     figures.index_wcu = stats.write.modelled_index_wcu
@@ -199,8 +247,8 @@ def _stream_arn(ddb: Any, table: str) -> str:
 
 def run_flights(partitions: int, mode: str) -> Figures:
     """The flights workload on a fresh DynamoDB Local (module docstring)."""
-    from aggregator.dev.demo import replay_flights
-    from aggregator.dev.flights import read_flights
+    from aggregator.dev.demo import write_steps
+    from aggregator.dev.flights import read_flights, replay_steps
     from aggregator.dev.local import DynamoDBLocal
     from aggregator.dynamodb.query import AggregateStore
     from aggregator.dynamodb.table import create_table
@@ -214,7 +262,7 @@ def run_flights(partitions: int, mode: str) -> Figures:
         ddb = local.client("dynamodb")
         table = "scale-flights"
         create_table(ddb, table, layout=rules.layout)
-        replay_flights(ddb, table, flights, layout=rules.layout)
+        write_steps(ddb, table, per_flight_keys(replay_steps(flights, rules.layout)))
         start = min(_epoch(f.time_hour) for f in flights) - 6 * 3600
         _run_twin(local, rules, table, partitions, mode, start, flight_arrival, figures)
         truth = ground_truth(FIRST_DAY, LAST_DAY)
@@ -251,7 +299,10 @@ def run_hot(partitions: int, mode: str = "exactly-once") -> Figures:
         table = "scale-hot"
         create_table(ddb, table, layout=rules.layout)
         key = rules.layout.partition_key
-        items = tuple({key: f"LIKE#{i}", "post": post} for i, post in enumerate(posts))
+        items = tuple(
+            {key: f"LIKE#{i}", rules.layout.sort_key or "": "LIKE", "post": post}
+            for i, post in enumerate(posts)
+        )
         write_steps(ddb, table, [ReplayStep(FIRST_DAY, "schedule", "put", items)])
 
         def arrival(record: dict[str, Any]) -> float:

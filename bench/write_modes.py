@@ -428,6 +428,13 @@ def parser() -> argparse.ArgumentParser:
         "--definitions", type=Path, default=DEFAULT_DEFINITIONS, help="rule file (flights.yaml)"
     )
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the figures as JSON")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=ROOT / "bench" / "plots" / "write_modes.png",
+        metavar="PATH",
+        help="where the bar chart goes (bench/plots/write_modes.png)",
+    )
     return p
 
 
@@ -652,7 +659,44 @@ def _main(args: argparse.Namespace, console: Console, command: str, began: float
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         console.print(f"figures written to {args.json}", highlight=False)
 
+    if args.plot is not None:
+        console.print(f"plot: {plot(runs, args.plot)}", highlight=False)
     return 0 if all_equal and all(v.ok for v in verdicts) else 1
+
+
+def plot(runs: Sequence[RunFigures], path: Path) -> Path:
+    """Bars of modelled WCU per 1,000 source records (table and index parts) per strategy, one
+    group per batch size, written to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({r.batch_size for r in runs})
+    strategies = [s for s in STRATEGIES if any(r.strategy == s for r in runs)]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(1, len(strategies))
+    for i, strategy in enumerate(strategies):
+        table, index, xs = [], [], []
+        for j, size in enumerate(sizes):
+            run = next((r for r in runs if r.strategy == strategy and r.batch_size == size), None)
+            if run is None:
+                continue
+            xs.append(j + i * width)
+            table.append(run.per_1k(run.table_wcu))
+            index.append(run.per_1k(run.modelled_index_wcu))
+        bars = ax.bar(xs, table, width, label=f"{strategy} (table)")
+        ax.bar(xs, index, width, bottom=table, color=bars.patches[0].get_facecolor(), alpha=0.45)
+    ax.set_xticks([j + width * (len(strategies) - 1) / 2 for j in range(len(sizes))])
+    ax.set_xticklabels([f"batch size {size:,}" for size in sizes])
+    ax.set_ylabel("modelled WCU per 1,000 source records")
+    ax.set_title("Write strategies, flights replay (pale: leaderboard index part)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ Regions
     partition key value (``ForAllValues:StringEquals``) or, on a table without a sort key, to
     keys starting with it and ``#`` (``ForAllValues:StringLike``; the values contain no other
     ``*`` or ``?``, which are wildcards there: IAM User Guide, "String condition operators"),
-    with ``Null: false`` so a request without keys is not allowed vacuously.
+    with ``Null: false`` so a request without keys is not allowed vacuously. With a rule that has
+    ``write_shards``, the aggregates' grant also allows ``"<aggregates_pk>#*"`` (the partials'
+    item collections).
 ``filters``
     The stream event's ``FilterCriteria`` (:func:`aggregator.runtime.filters.filter_criteria`).
 
@@ -53,14 +55,21 @@ _BEGIN = re.compile(r"^(?P<indent>[ ]*)# aggregator:begin (?P<name>[a-z-]+)[ ]*$
 _END = "# aggregator:end {name}"
 
 
-def _leading_keys(layout: TableLayout, partition: str) -> dict[str, Any]:
-    if layout.has_sort_key:
-        operator, value = "ForAllValues:StringEquals", partition
+def _leading_keys(
+    layout: TableLayout, partition: str, *, collections: bool = False
+) -> dict[str, Any]:
+    """``collections``: also the partition keys ``"<partition>#..."`` (the item collections of
+    partial aggregates, for rules with ``write_shards``)."""
+    values: list[str]
+    if not layout.has_sort_key:
+        operator, values = "ForAllValues:StringLike", [f"{partition}#*"]
+    elif collections:
+        operator, values = "ForAllValues:StringLike", [partition, f"{partition}#*"]
     else:
-        operator, value = "ForAllValues:StringLike", f"{partition}#*"
+        operator, values = "ForAllValues:StringEquals", [partition]
     return {
         "Condition": {
-            operator: {"dynamodb:LeadingKeys": [value]},
+            operator: {"dynamodb:LeadingKeys": values},
             "Null": {"dynamodb:LeadingKeys": "false"},
         }
     }
@@ -93,7 +102,9 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
             "GlobalSecondaryIndexes": definition["GlobalSecondaryIndexes"],
             "TimeToLiveSpecification": {"AttributeName": layout.ttl_attribute, "Enabled": True},
         },
-        "aggregates-leading-keys": _leading_keys(layout, layout.aggregates_pk),
+        "aggregates-leading-keys": _leading_keys(
+            layout, layout.aggregates_pk, collections=any(r.write_shards > 1 for r in rules)
+        ),
         "dead-letters-leading-keys": _leading_keys(layout, layout.dead_letters_pk),
         "control-leading-keys": _leading_keys(layout, layout.control_pk),
         "filters": {"FilterCriteria": filter_criteria(rules)},

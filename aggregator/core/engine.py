@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -366,8 +367,11 @@ class Engine:
         """The change a record of one of ``rule``'s partial items makes to the aggregate
         ``total`` (its sort key): the partial's new value less its old one."""
         value = self.layout.value_attribute
+        if record.is_ttl_delete:  # a partial time bucket expired: its aggregate expires itself
+            return [], []
         amounts = []
         display = None
+        bucket = None
         try:
             for label, image in (("OldImage", record.old_image), ("NewImage", record.new_image)):
                 if image is None:
@@ -380,6 +384,8 @@ class Engine:
                 amount = image.get(value)
                 amounts.append(Decimal(0) if amount is None else Decimal(amount))
                 display = image.get("key") if display is None or label == "NewImage" else display
+                if rule.window is not None:
+                    bucket = self._partial_bucket(image, label)
             change = subtract(amounts[1], amounts[0])
         except EvaluationError as exc:
             return [], [self._failure(record, rule.name, str(exc), exc.cause)]
@@ -389,8 +395,30 @@ class Engine:
         if change == 0:
             return [], []
         key = total[len(rule.name) + 1 :]
-        ref = AggregateRef(rule.name, key, str(display if display is not None else key))
-        return [RecordDelta(ref, change, record.sequence_number)], []
+        shown = str(display if display is not None else key)
+        return [
+            RecordDelta(AggregateRef(rule.name, key, shown, bucket), change, record.sequence_number)
+        ], []
+
+    def _partial_bucket(self, image: Image, label: str) -> Bucket:
+        """The time bucket a partial of a windowed rule belongs to, from its attributes
+        (``granularity``, ``bucket``, the TTL attribute), as the aggregate will carry them."""
+        ttl = self.layout.ttl_attribute
+        try:
+            image.check(("granularity", "bucket", ttl))
+            granularity, text = image.get("granularity"), image.get("bucket")
+            expires = image.get(ttl)
+            start = datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        except (EvaluationError, ValueError) as exc:
+            raise EvaluationError(
+                f"{label}: not a partial time bucket: {exc}", FailureCause.INVALID_VALUE
+            ) from None
+        return Bucket(
+            str(granularity),
+            int(start.timestamp()),
+            str(text),
+            None if expires is None else int(expires),
+        )
 
     def image_contributions(
         self, image: Image | None, rules: Iterable[str], *, now: float

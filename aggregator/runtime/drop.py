@@ -9,8 +9,9 @@ running it again:
 2. Delete its aggregate items (sort keys ``<storage name>#...``): pages of the aggregates
    collection (:func:`~aggregator.dynamodb.collections.query_collection`) deleted with
    ``BatchWriteItem``, 25 keys a request (DynamoDB API Reference, "BatchWriteItem"), unprocessed
-   keys sent again (boto3's ``BatchWriter``). A run resumes by reading the collection again: the
-   items already deleted are no longer there.
+   keys sent again (boto3's ``BatchWriter``); on a table with a sort key, each aggregate's
+   partials (``write_shards``) before it, found with one ``Query`` of their collection. A run
+   resumes by reading the collection again: the items already deleted are no longer there.
 3. Remove its fence from each shard's fence item, then its manifest entry (and the rule's serving
    pointer with its last generation).
 
@@ -19,8 +20,9 @@ without the rule first (or, for a retired generation, let the deployment of the 
 finish): a warm container with the old rule set would write the deleted aggregates again.
 
 Costs: reading the generation's aggregates once (1 RCU per 4 KB, strongly consistent; without a
-sort key, the collection index and ``BatchGetItem``) and one write unit per deleted item (per
-started 1 KB), plus one ``UpdateItem`` per fence item that holds the generation.
+sort key, the collection index and ``BatchGetItem``), with a sort key one ``Query`` per aggregate
+for its partials (1 RCU when it has none), and one write unit per deleted item (per started 1 KB),
+plus one ``UpdateItem`` per fence item that holds the generation.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 from boto3.dynamodb.table import BatchWriter
 
 from aggregator.core.exceptions import ConfigError
+from aggregator.core.layout import PARTIAL_PREFIX
 from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.collections import query_collection
@@ -139,11 +142,36 @@ class DropRule:
             for page in pages:
                 for item in page:
                     sort_key = self.layout.sort_key_of(item) or ""
+                    # partials first: a run killed in between finds the aggregate again
+                    for partial in self._partials(sort_key):
+                        writer.delete_item(Key=partial)
                     writer.delete_item(Key=self.layout.aggregate_key(sort_key))
                 deleted += len(page)
                 if self.on_deleted is not None:
                     self.on_deleted(len(page))
         return deleted
+
+    def _partials(self, sort_key: str) -> list[dict[str, Any]]:
+        """Keys of the aggregate's partials (a rule with ``write_shards``): one ``Query`` of
+        their item collection, on a table with a sort key."""
+        lay = self.layout
+        if lay.sort_key is None:
+            return []
+        paginator = self.client.get_paginator("query")
+        keys = []
+        for page in paginator.paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="#pk = :pk AND begins_with(#sk, :partial)",
+            ExpressionAttributeNames={"#pk": lay.partition_key, "#sk": lay.sort_key},
+            ExpressionAttributeValues={
+                ":pk": {"S": f"{lay.aggregates_pk}#{sort_key}"},
+                ":partial": {"S": PARTIAL_PREFIX},
+            },
+            ProjectionExpression="#pk, #sk",
+            ConsistentRead=True,
+        ):
+            keys += page.get("Items", [])
+        return keys
 
     def _call(self, operation: str, **request: Any) -> dict[str, Any]:
         response: dict[str, Any] = getattr(self.client, operation)(**request)

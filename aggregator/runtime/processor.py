@@ -78,6 +78,8 @@ class BatchOutcome:
         coalesced aggregate items, and (record, rule) evaluation failures (dead-lettered).
     derived_inputs
         Records of source aggregates that derived rules evaluated.
+    partial_inputs
+        Records of partial aggregates (``write_shards``) added to their aggregate.
     malformed
         Records that could not be read as stream records (dead-lettered with rule ``*``).
     failure_causes
@@ -102,6 +104,7 @@ class BatchOutcome:
     aggregate_items: int = 0
     failures: int = 0
     derived_inputs: int = 0
+    partial_inputs: int = 0
     malformed: int = 0
     failure_causes: Counter[str] = field(default_factory=Counter)
     expired: int = 0
@@ -309,6 +312,7 @@ class StreamProcessor:
             aggregate_items=len(batch.deltas),
             failures=len(batch.failures),
             derived_inputs=batch.derived_inputs,
+            partial_inputs=batch.partial_inputs,
             malformed=batch.malformed,
             failure_causes=Counter(str(f.cause) for f in batch.failures),
             expired=batch.expired,
@@ -416,6 +420,7 @@ class StreamProcessor:
             "SelfWritesSkipped": outcome.self_writes,
             "Deltas": outcome.record_deltas,
             "DerivedInputs": outcome.derived_inputs,
+            "PartialInputs": outcome.partial_inputs,
             "ExpiredBucketDeltasSkipped": outcome.expired,
             "AggregateItemsWritten": w.items_written,
             "ConditionalCheckRecoveries": w.conditional_recoveries,

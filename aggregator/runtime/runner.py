@@ -163,6 +163,7 @@ class RunStats:
     aggregate_items: int = 0
     failures: int = 0
     derived_inputs: int = 0
+    partial_inputs: int = 0
     expired: int = 0
     expired_retractions: int = 0
     retries: int = 0
@@ -180,6 +181,7 @@ class RunStats:
         self.aggregate_items += outcome.aggregate_items
         self.failures += outcome.failures
         self.derived_inputs += outcome.derived_inputs
+        self.partial_inputs += outcome.partial_inputs
         self.expired += outcome.expired
         self.expired_retractions += outcome.expired_retractions
         self.write.add(outcome.write)

@@ -39,8 +39,9 @@ from tests.integration.harness import (
     stored,
 )
 
-# The wide rules with write sharding: the TOTAL over 4 partials, and per_owner (a leaderboard
-# spread over 2 index partitions, and the source of two derived rules) over 3.
+# The wide rules with write sharding: the TOTAL over 4 partials, per_owner (a leaderboard spread
+# over 2 index partitions, and the source of two derived rules) over 3, the windowed rule's
+# buckets over 2.
 SHARDED_RULES = RuleSet.of(
     rule("paths", match={"sk": {"prefix": "PATH#"}}, key="TOTAL", write_shards=4),
     rule(
@@ -51,7 +52,15 @@ SHARDED_RULES = RuleSet.of(
         leaderboard_partitions=2,
         write_shards=3,
     ),
-    *(r for r in WIDE_RULES if r.name not in ("paths", "per_owner")),
+    rule(
+        "points_by_hour",
+        match={"ts": {"exists": True}},
+        key="{owner}",
+        delta={"attribute": "points"},
+        window={"time": "ts", "unit": "epoch_seconds", "granularities": ["hour", "minute"]},
+        write_shards=2,
+    ),
+    *(r for r in WIDE_RULES if r.name not in ("paths", "per_owner", "points_by_hour")),
 )
 RULES = {"wide": WIDE_RULES, "sharded": SHARDED_RULES}
 EXAMPLES = int(os.environ.get("AGGREGATOR_SHARD_EXAMPLES", "50"))

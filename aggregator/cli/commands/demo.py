@@ -135,7 +135,12 @@ def demo(
             table.add_row(w.key, f"{w.value:,}", str(w.requests), str(w.items_read))
         console.print(table)
     run_stats = result.run
-    source_records = run_stats.records - run_stats.self_writes - run_stats.derived_inputs
+    source_records = (
+        run_stats.records
+        - run_stats.self_writes
+        - run_stats.derived_inputs
+        - run_stats.partial_inputs
+    )
     per_k = (run_stats.write.modelled_wcu * 1000 / source_records) if source_records else 0
     console.print("\n[bold]Summary[/]")
     summary = Table.grid(padding=(0, 2))

@@ -68,6 +68,8 @@ def run(
     extras = ""
     if stats.derived_inputs:
         extras += f", {stats.derived_inputs} source aggregates read by derived rules"
+    if stats.partial_inputs:
+        extras += f", {stats.partial_inputs} partial aggregates added to their aggregate"
     if stats.expired:
         extras += f", {stats.expired} deltas to expired buckets skipped"
     console.print(

@@ -97,8 +97,8 @@ class Rule(BaseModel):
         an item collection of the aggregate's own, and the aggregate itself is kept up to date
         from the partials' stream records, one shard's batch at a time (1: no partials). Each
         partial then carries the checkpoints of a few shards only, and the aggregate those of
-        the few shards of its partials' collection. Not for windowed or derived rules; needs a
-        table with a sort key.
+        the few shards of its partials' collection. Time buckets have partials of their own.
+        Not for derived rules; needs a table with a sort key.
     window
         Optional :class:`Window`: count per time bucket of an event-time attribute; the sort key
         becomes ``"<name>#<key>#<granularity>#<bucket start>"``.
@@ -139,12 +139,11 @@ class Rule(BaseModel):
             raise _FieldError(
                 "leaderboard_partitions", "leaderboard_partitions needs leaderboard: true"
             )
-        if self.write_shards > 1 and (self.window is not None or self.source is not None):
+        if self.write_shards > 1 and self.source is not None:
             raise _FieldError(
                 "write_shards",
-                "write_shards cannot be combined with "
-                + ("window" if self.window is not None else "source")
-                + ": partial aggregates are for plain rules",
+                "write_shards cannot be combined with source: a derived rule's aggregates are "
+                "written from the few shards of the aggregates' own item collection",
             )
         return self
 
