@@ -34,8 +34,10 @@ Pruning: a checkpoint written more than ``checkpoint_retention_seconds`` ago (de
 protect anything, because no record it covers can be delivered again (Lambda drops records older
 than the maximum record age). Each update returns the item's previous image (``ReturnValues:
 ALL_OLD``, no extra request); stale checkpoints of other shards found there are removed by one
-conditional ``REMOVE``. So an item carries checkpoints only of shards that wrote it within the
-retention, plus stale ones until its next update.
+conditional ``REMOVE`` when that brings the item under a kilobyte boundary (every later write
+then costs less), and otherwise left (they cost nothing below the boundary). So an item carries
+the checkpoints of shards that wrote it within the retention, plus at most about a kilobyte of
+stale ones.
 """
 
 from __future__ import annotations
@@ -54,7 +56,14 @@ from aggregator.core.exceptions import ConfigError, WriteError
 from aggregator.core.numbers import add
 from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
 from aggregator.dynamodb.updates import aggregate_update, prune_update
-from aggregator.dynamodb.writer import WriteStats, _BaseWriter, error_code
+from aggregator.dynamodb.writer import (
+    WriteStats,
+    _BaseWriter,
+    error_code,
+    typed_attribute_size,
+    typed_item_size,
+    write_units,
+)
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -345,6 +354,15 @@ class CheckpointWriter(_BaseWriter):
                 stale[name] = dict(value)
         if not stale:
             return
+        # Removing stale checkpoints costs a write; it pays only when it brings the item under a
+        # kilobyte boundary (1 WCU per started KB on every later write). Until then they stay:
+        # an item holds at most a kilobyte's worth of them.
+        size = typed_item_size(old) + len(own[0]) + SEQUENCE_NUMBER_BYTES + 4
+        stale_bytes = sum(
+            len(name.encode("utf-8")) + typed_attribute_size(value) for name, value in stale.items()
+        )
+        if write_units(size) == write_units(size - stale_bytes):
+            return
         request = {
             "TableName": self.table_name,
             "Key": self._key(delta),
@@ -357,4 +375,4 @@ class CheckpointWriter(_BaseWriter):
             # best effort: the aggregate update itself succeeded; the next update tries again
             return
         stats.pruned_checkpoints += len(stale)
-        stats.modelled_wcu += 1
+        stats.modelled_wcu += write_units(size)

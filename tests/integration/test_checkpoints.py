@@ -38,30 +38,41 @@ def checkpoints(ddb, table: str) -> dict[str, str]:
     return {k: next(iter(v.values())) for k, v in item.items() if k.startswith(("ck#", "c#"))}
 
 
-def test_stale_checkpoints_of_other_shards_are_pruned(ddb, table):
+def test_stale_checkpoints_are_pruned_when_that_saves_a_write_unit(ddb, table):
     name, _ = table
     clock = Clock(1_000_000)
     writer = CheckpointWriter(ddb, name, checkpoint_retention_seconds=3600, clock=clock)
     engine = Engine(RULES)
+    seq = iter(range(1, 1000))
 
-    def apply(shard: str, seq: int, sk: str) -> None:
-        record = stream_record("INSERT", None, {"pk": "P", "sk": sk, "owner": "ann"}, seq=seq)
+    def apply(shard: str) -> None:
+        n = next(seq)
+        record = stream_record("INSERT", None, {"pk": "P", "sk": f"PATH#{n}"}, seq=n)
         result = writer.apply(engine.process([StreamRecord(record)]), shard_id=shard)
         assert result.retry_from is None
 
-    old, new = checkpoint_attribute("shard-old"), checkpoint_attribute("shard-new")
-    apply("shard-old", 1, "PATH#1")
+    apply("shard-old")
     clock.now += 1800  # within the retention: both checkpoints stay
-    apply("shard-new", 2, "PATH#2")
-    assert set(checkpoints(ddb, name)) == {old, new}
-    clock.now += 3601  # shard-old's checkpoint is now older than the retention
-    apply("shard-new", 3, "PATH#3")
-    assert set(checkpoints(ddb, name)) == {new}
-    assert stored(ddb, name)["paths"] == {"TOTAL": Decimal(3)}
+    apply("shard-new")
+    assert set(checkpoints(ddb, name)) == {
+        checkpoint_attribute(s) for s in ("shard-old", "shard-new")
+    }
+    clock.now += 3601  # shard-old's checkpoint is stale, but the item is far under 1 KB: it stays
+    apply("shard-new")
+    assert len(checkpoints(ddb, name)) == 2
+    # 30 more shards: at about 1 KB, removing shard-old's stale checkpoint saves a write unit
+    for i in range(30):
+        apply(f"shard-{i}")
+    assert checkpoint_attribute("shard-old") not in checkpoints(ddb, name)
+    assert len(checkpoints(ddb, name)) == 31
+    clock.now += 3601  # all stale but the next writer's: removing them saves a write unit
+    apply("shard-new")
+    assert set(checkpoints(ddb, name)) == {checkpoint_attribute("shard-new")}
+    assert stored(ddb, name)["paths"] == {"TOTAL": Decimal(34)}
     # 14 bytes of name and 21 of value: the sequence number and the time of the write
     (value,) = checkpoints(ddb, name).values()
-    assert len(new) == 14 and len(value) == 21
-    assert decode_checkpoint(value) == ("3".zfill(40), int(clock.now))
+    assert len(checkpoint_attribute("shard-new")) == 14 and len(value) == 21
+    assert decode_checkpoint(value) == ("34".zfill(40), int(clock.now))
 
 
 def test_old_format_checkpoints_still_protect_and_are_replaced(ddb, table):
