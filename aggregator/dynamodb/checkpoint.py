@@ -6,8 +6,8 @@ which that shard's records are included in its value: attribute ``c#<shard token
 Binary, the sequence number as 17 big-endian bytes followed by the write time in 4 bytes of epoch
 seconds (:func:`encode_checkpoint`). DynamoDB compares binary values byte by byte, so the order
 is numeric, and the time suffix never changes a ``<`` against a bare 17-byte bound (a longer
-value with the same prefix is greater). A checkpoint takes 35 bytes of the item; the format
-before 0.11 (``ck#<shardId>`` = ``"<seq40>@<epoch s>"``) took 91, and is still honoured.
+value with the same prefix is greater). A checkpoint takes 35 bytes of the item; the first
+format (``ck#<shardId>`` = ``"<seq40>@<epoch s>"``) took 91, and is still honoured.
 
 For a batch of one shard, per aggregate item ``X`` (coalesced: summed delta ``D``, sequence
 number ``first`` of the first record that touched ``X``, the batch's ``last``):
@@ -81,7 +81,7 @@ CHECKPOINT_PREFIX = "c#"
 """Checkpoint attributes are named ``c#<shard token>`` (:func:`checkpoint_attribute`); readers
 ignore them."""
 LEGACY_CHECKPOINT_PREFIX = "ck#"
-"""Checkpoints written before version 0.11 were ``ck#<shardId>`` = ``"<seq40>@<epoch s>"``
+"""Checkpoints in the first format were ``ck#<shardId>`` = ``"<seq40>@<epoch s>"``
 (91 bytes for a DynamoDB shard id); they are still honoured, removed by the next write of their
 shard, and pruned by age like the others."""
 SEQUENCE_NUMBER_BYTES = 17
@@ -103,7 +103,7 @@ def checkpoint_attribute(shard_id: str) -> str:
 
 
 def legacy_checkpoint_attribute(shard_id: str) -> str:
-    """Name of the checkpoint attribute of ``shard_id`` in the format before 0.11."""
+    """Name of the checkpoint attribute of ``shard_id`` in the first format."""
     return f"{LEGACY_CHECKPOINT_PREFIX}{shard_id}"
 
 
@@ -144,7 +144,7 @@ def decode_checkpoint(value: Any) -> tuple[str, int]:
 
 
 def parse_checkpoint(value: str) -> tuple[str, int]:
-    """``"<seq40>@<epoch seconds>"`` (the format before 0.11) -> ``(seq40, epoch seconds)``.
+    """``"<seq40>@<epoch seconds>"`` (the first format) -> ``(seq40, epoch seconds)``.
 
     Raises
     ------

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
+from hypothesis import HealthCheck, given, settings
 
 from aggregator.core.layout import DEFAULT_LAYOUT
-from aggregator.core.rules import RuleSet, rule
+from aggregator.core.rules import Rule, RuleSet, rule
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.runtime.processor import create_processor
@@ -49,6 +54,39 @@ WIDE_RULES = RuleSet.of(
 )
 
 _DESER = TypeDeserializer()
+
+
+def placed(base: Rule, **placement: int) -> Rule:
+    """``base`` with ``write_shards`` / ``leaderboard_partitions`` set (validated again)."""
+    return Rule.model_validate({**dict(base), **placement})
+
+
+def run_property(
+    strategy: Any,
+    examples: int,
+    run: Callable[[dict[str, Any]], None],
+    report: dict[str, int],
+    summary: Callable[[dict[str, int]], str],
+    soak_file: str,
+) -> None:
+    """Run ``examples`` hypothesis scenarios of ``strategy`` through ``run`` (which counts into
+    ``report``, including ``scenarios`` and ``drift``), print ``summary(report)``, write the
+    report to ``$AGGREGATOR_SOAK_DIR/<soak_file>`` when set, and require every scenario run and
+    none drifted."""
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(case=strategy)
+    def scenarios(case):
+        run(case)
+
+    scenarios()
+    print("\n" + summary(report))
+    soak_dir = os.environ.get("AGGREGATOR_SOAK_DIR")
+    if soak_dir:
+        Path(soak_dir).mkdir(parents=True, exist_ok=True)
+        (Path(soak_dir) / soak_file).write_text(json.dumps(report))
+    assert report["scenarios"] >= examples
+    assert report["drift"] == 0
 
 
 def utc_text(epoch_seconds: int) -> str:

@@ -17,15 +17,12 @@ Split into two files (``test_shards_property_a.py``, ``_b.py``), one per pytest-
 from __future__ import annotations
 
 import itertools
-import json
 import os
-from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregator.core.rules import RuleSet, rule
+from aggregator.core.rules import RuleSet
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.shards import EventSourceTwin, ShardPlan, ShardTwin, SimulatedClock
 from aggregator.dynamodb.table import create_table
@@ -35,36 +32,25 @@ from tests.integration.harness import (
     delete,
     expected_from_items,
     final_items,
+    placed,
     put,
+    run_property,
     stored,
 )
 
 # The wide rules with write sharding: the TOTAL over 4 partials, per_owner (a leaderboard spread
 # over 2 index partitions, and the source of two derived rules) over 3, the windowed rule's
 # buckets over 2.
+SHARDING: dict[str, dict[str, int]] = {
+    "paths": {"write_shards": 4},
+    "per_owner": {"write_shards": 3, "leaderboard_partitions": 2},
+    "points_by_hour": {"write_shards": 2},
+}
 SHARDED_RULES = RuleSet.of(
-    rule("paths", match={"sk": {"prefix": "PATH#"}}, key="TOTAL", write_shards=4),
-    rule(
-        "per_owner",
-        match={"sk": {"prefix": "PATH#"}},
-        key="{owner}",
-        leaderboard=True,
-        leaderboard_partitions=2,
-        write_shards=3,
-    ),
-    rule(
-        "points_by_hour",
-        match={"ts": {"exists": True}},
-        key="{owner}",
-        delta={"attribute": "points"},
-        window={"time": "ts", "unit": "epoch_seconds", "granularities": ["hour", "minute"]},
-        write_shards=2,
-    ),
-    *(r for r in WIDE_RULES if r.name not in ("paths", "per_owner", "points_by_hour")),
+    *(placed(r, **SHARDING[r.name]) if r.name in SHARDING else r for r in WIDE_RULES.rules)
 )
 RULES = {"wide": WIDE_RULES, "sharded": SHARDED_RULES}
 EXAMPLES = int(os.environ.get("AGGREGATOR_SHARD_EXAMPLES", "50"))
-SOAK_DIR = os.environ.get("AGGREGATOR_SOAK_DIR")
 START = 1_700_000_000 // 3600 * 3600
 _names = itertools.count()
 
@@ -195,19 +181,15 @@ def check_part(label: str, dynamodb_local) -> None:
     streams = dynamodb_local.client("dynamodbstreams")
     report = {"scenarios": 0, "drift": 0, "records": 0, "shards": 0, "faults": 0}
 
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(case=scenario)
-    def scenarios(case):
-        run_scenario(ddb, streams, case, report)
-
-    scenarios()
-    print(
-        f"\nmulti-shard property {label}: {report['scenarios']} scenarios, "
-        f"{report['records']} stream records over {report['shards']} shards, "
-        f"{report['faults']} injected faults and retries, drift in {report['drift']} scenarios"
+    run_property(
+        scenario,
+        EXAMPLES,
+        lambda case: run_scenario(ddb, streams, case, report),
+        report,
+        lambda r: (
+            f"multi-shard property {label}: {r['scenarios']} scenarios, {r['records']} stream "
+            f"records over {r['shards']} shards, {r['faults']} injected faults and retries, "
+            f"drift in {r['drift']} scenarios"
+        ),
+        f"shards-{label}.json",
     )
-    if SOAK_DIR:
-        Path(SOAK_DIR).mkdir(parents=True, exist_ok=True)
-        (Path(SOAK_DIR) / f"shards-{label}.json").write_text(json.dumps(report))
-    assert report["scenarios"] >= EXAMPLES
-    assert report["drift"] == 0

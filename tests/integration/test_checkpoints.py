@@ -76,8 +76,9 @@ def test_stale_checkpoints_are_pruned_when_that_saves_a_write_unit(ddb, table):
 
 
 def test_old_format_checkpoints_still_protect_and_are_replaced(ddb, table):
-    """An item written before 0.11 carries ck#<shardId> = "<seq40>@<time>": a batch it already
-    covers is not applied again, a later one is, and the old attribute gives way to the new."""
+    """An item written in the first format carries ck#<shardId> = "<seq40>@<time>": a batch it
+    already covers is not applied again, a later one is, and the old attribute gives way to the
+    new."""
     name, _ = table
     clock = Clock(1_000_000)
     writer = CheckpointWriter(ddb, name, clock=clock)

@@ -22,15 +22,12 @@ parallel and no part nears the suite's per-test timeout. Each part writes its fi
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 from boto3.dynamodb.types import TypeDeserializer
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aggregator.core.records import TTL_PRINCIPAL
@@ -44,6 +41,7 @@ from tests.integration.harness import (
     final_items,
     pipeline,
     put,
+    run_property,
     stored,
 )
 
@@ -52,7 +50,6 @@ pytestmark = pytest.mark.integration
 EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_EXAMPLES", "100"))
 PART_SIZE = int(os.environ.get("AGGREGATOR_PROPERTY_PART_SIZE", "100"))
 PARTS = max(1, math.ceil(EXAMPLES / PART_SIZE))
-SOAK_DIR = os.environ.get("AGGREGATOR_SOAK_DIR")
 _names = itertools.count()
 _DESER = TypeDeserializer()
 
@@ -235,23 +232,15 @@ def test_aggregates_equal_rules_over_final_items(part, fresh_dynamodb_local):
     streams = fresh_dynamodb_local.client("dynamodbstreams")
     report = {"scenarios": 0, "drift": 0, "records": 0, "faults": 0, "malformed": 0}
 
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
+    run_property(
+        scenario,
+        examples,
+        lambda case: run_scenario(ddb, streams, case, report),
+        report,
+        lambda r: (
+            f"property part {part + 1}/{PARTS}: {r['scenarios']} scenarios, "
+            f"{r['records']} stream records, {r['faults']} injected faults and retries, "
+            f"{r['malformed']} malformed records, drift in {r['drift']} scenarios"
+        ),
+        f"part-{part:05d}.json",
     )
-    @given(case=scenario)
-    def scenarios(case):
-        run_scenario(ddb, streams, case, report)
-
-    scenarios()
-    print(
-        f"\nproperty part {part + 1}/{PARTS}: {report['scenarios']} scenarios, "
-        f"{report['records']} stream records, {report['faults']} injected faults and retries, "
-        f"{report['malformed']} malformed records, drift in {report['drift']} scenarios"
-    )
-    if SOAK_DIR:
-        Path(SOAK_DIR).mkdir(parents=True, exist_ok=True)
-        (Path(SOAK_DIR) / f"part-{part:05d}.json").write_text(json.dumps(report))
-    assert report["scenarios"] >= examples
-    assert report["drift"] == 0

@@ -29,7 +29,10 @@ def validate(paths: tuple[Path, ...]) -> None:
         )
         options = []
         if r.leaderboard:
-            options.append("leaderboard")
+            partitions = r.leaderboard_partitions
+            options.append("leaderboard" + (f" over {partitions}" if partitions > 1 else ""))
+        if r.write_shards > 1:
+            options.append(f"write_shards={r.write_shards}")
         if r.ttl_deletes != "keep":
             options.append(f"ttl_deletes={r.ttl_deletes}")
         if r.source is not None:
