@@ -132,20 +132,24 @@ SHARDED = {
     "departures_total",
 }
 WRITE_SHARDS = 64
+UNSHARDED = "flights, no write sharding"
 LEADERBOARD_PARTITIONS = 4
 
 
-def _rules_flights() -> RuleSet:
+def _rules_flights(sharded: bool = True) -> RuleSet:
     """``definitions/flights.yaml`` plus the ``TOTAL`` rule, the rules of :data:`SHARDED` with
     ``write_shards`` and ``flights_by_carrier`` with ``leaderboard_partitions`` (the rule file's
-    YAML, with these two fields added, is what a user would write)."""
+    YAML, with these two fields added, is what a user would write); ``sharded=False``: as they
+    are (the comparison)."""
     loaded = load_rules(DEFINITIONS)
     rules = []
     for r in (*loaded.rules, TOTAL_RULE):
         update: dict[str, Any] = {}
-        if r.name in SHARDED:
+        if not sharded:
+            pass
+        elif r.name in SHARDED:
             update["write_shards"] = WRITE_SHARDS
-        if r.name == "flights_by_carrier":
+        if sharded and r.name == "flights_by_carrier":
             update["leaderboard_partitions"] = LEADERBOARD_PARTITIONS
         rules.append(Rule.model_validate({**dict(r), **update}) if update else r)
     return RuleSet.of(*rules, layout=loaded.layout)
@@ -245,8 +249,9 @@ def _stream_arn(ddb: Any, table: str) -> str:
     return str(ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"])
 
 
-def run_flights(partitions: int, mode: str) -> Figures:
-    """The flights workload on a fresh DynamoDB Local (module docstring)."""
+def run_flights(partitions: int, mode: str, *, sharded: bool = True) -> Figures:
+    """The flights workload on a fresh DynamoDB Local (module docstring); ``sharded=False``
+    without write sharding and leaderboard partitions."""
     from aggregator.dev.demo import write_steps
     from aggregator.dev.flights import read_flights, replay_steps
     from aggregator.dev.local import DynamoDBLocal
@@ -255,8 +260,8 @@ def run_flights(partitions: int, mode: str) -> Figures:
     from tests.integration.test_flights import ground_truth, scanned_aggregates
 
     began = time.monotonic()
-    figures = Figures("flights", partitions, mode)
-    rules = _rules_flights()
+    figures = Figures("flights" if sharded else UNSHARDED, partitions, mode)
+    rules = _rules_flights(sharded)
     flights = read_flights(start=FIRST_DAY, end=LAST_DAY)
     with DynamoDBLocal() as local:
         ddb = local.client("dynamodb")
@@ -348,13 +353,15 @@ def render(console: Console, runs: list[Figures]) -> None:
         "run s",
     ):
         table.add_column(header, justify="left" if header == "mode" else "right")
-    for r in runs:
-        if r.workload != "flights":
-            continue
-        ratio = f"{_ratio(runs, r.partitions):.3f}" if r.mode == "exactly-once" else ""
+    for r in sorted(
+        (r for r in runs if r.workload in ("flights", UNSHARDED)),
+        key=lambda r: (r.partitions, r.workload == UNSHARDED),
+    ):
+        sharded = r.workload == "flights"
+        ratio = f"{_ratio(runs, r.partitions):.3f}" if sharded and r.mode == "exactly-once" else ""
         table.add_row(
             str(r.partitions),
-            r.mode,
+            r.mode if sharded else f"{r.mode}, no write sharding",
             f"{r.shards:,}",
             f"{r.source_records:,}",
             f"{r.wcu_per_1k:,.1f}",
@@ -410,24 +417,28 @@ def plot(runs: list[Figures], directory: Path) -> list[Path]:
 
     directory.mkdir(parents=True, exist_ok=True)
     flights = [r for r in runs if r.workload == "flights"]
+    unsharded = [r for r in runs if r.workload == UNSHARDED]
     out = []
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for mode in MODES:
-        points = sorted((r.partitions, r.wcu_per_1k) for r in flights if r.mode == mode)
-        ax.plot([p for p, _ in points], [w for _, w in points], marker="o", label=mode)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    lines = [(f"{mode}, write sharding", [r for r in flights if r.mode == mode]) for mode in MODES]
+    lines.append(("exactly-once, no write sharding", unsharded))
+    for label, group in lines:
+        points = sorted((r.partitions, r.wcu_per_1k) for r in group)
+        style = "--" if "no write" in label else "-"
+        ax.plot([p for p, _ in points], [w for _, w in points], style, marker="o", label=label)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("partitions (stream shards at a time)")
+    ax.set_xlabel("partitions (stream shards open at a time)")
     ax.set_ylabel("modelled WCU per 1,000 source records")
     ax.set_title("Flights, 48 simulated hours, 4-hour rollovers")
     ax.set_ylim(bottom=0)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     path = directory / "scale_wcu.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     out.append(path)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in flights:
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for r in [*flights, *unsharded]:
         if r.mode != "exactly-once":
             continue
         sizes = []
@@ -435,12 +446,15 @@ def plot(runs: list[Figures], directory: Path) -> list[Path]:
         for size in r.largest_by_hour:
             running = max(running, size)
             sizes.append(running)
-        ax.plot(range(len(sizes)), sizes, label=f"P={r.partitions}")
-    ax.axhline(4096, color="grey", linestyle="--", linewidth=1)
+        sharded = r.workload == "flights"
+        label = f"P={r.partitions}" + ("" if sharded else ", no write sharding")
+        ax.plot(range(len(sizes)), sizes, "-" if sharded else "--", label=label)
+    ax.axhline(4096, color="grey", linestyle=":", linewidth=1)
+    ax.set_yscale("log")
     ax.set_xlabel("simulated hours")
     ax.set_ylabel("largest aggregate item so far (bytes)")
-    ax.set_title("Exactly-once: largest aggregate item")
-    ax.legend()
+    ax.set_title("Exactly-once: largest aggregate item (dotted: 4 KB)")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     path = directory / "scale_item_size.png"
     fig.savefig(path, dpi=110)
@@ -461,6 +475,11 @@ def parser() -> argparse.ArgumentParser:
         help="comma-separated partition counts (1,16,64)",
     )
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the figures as JSON")
+    p.add_argument(
+        "--no-comparison",
+        action="store_true",
+        help="skip the exactly-once runs without write sharding (the 'before' curves)",
+    )
     p.add_argument(
         "--plots", type=Path, default=PLOTS, metavar="DIR", help="where the PNGs go (bench/plots)"
     )
@@ -490,6 +509,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{r.wcu_per_1k:,.1f} WCU/1k, largest item {r.largest_item_bytes:,} B, "
                     f"{'exact' if r.exact else 'NOT EXACT ' + '; '.join(r.differences)} "
                     f"({r.seconds:.0f} s)",
+                    highlight=False,
+                )
+            if p > 1 and not args.no_comparison:
+                with console.status(f"flights without write sharding, P={p} ..."):
+                    runs.append(run_flights(p, "exactly-once", sharded=False))
+                r = runs[-1]
+                console.print(
+                    f"flights P={p:<3} exactly-once without write sharding: "
+                    f"{r.wcu_per_1k:,.1f} WCU/1k, largest item {r.largest_item_bytes:,} B, "
+                    f"{'exact' if r.exact else 'NOT EXACT'} ({r.seconds:.0f} s)",
                     highlight=False,
                 )
             with console.status(f"hot keys, P={p} ..."):

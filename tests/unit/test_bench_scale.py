@@ -1,0 +1,70 @@
+"""The scale benchmark's own pieces (no servers): arrival times, per-flight keys, the ratio and
+the plots."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from aggregator.dev.flights import ReplayStep
+from bench.scale import (
+    UNSHARDED,
+    Figures,
+    _ratio,
+    _rules_flights,
+    flight_arrival,
+    per_flight_keys,
+    plot,
+)
+from bench.write_modes import RunFigures
+from bench.write_modes import plot as plot_write_modes
+from tests.factories import stream_record
+
+FLIGHT = {"pk": "FLIGHT#2013-01-01#AA1#JFK#7", "sk": "FLIGHT", "time_hour": "2013-01-01T10:00:00Z"}
+HOUR = 1357034400  # 2013-01-01T10:00:00Z
+
+
+def test_a_flights_writes_arrive_in_their_order_around_its_hour():
+    scheduled = flight_arrival(stream_record("INSERT", None, {**FLIGHT, "status": "scheduled"}))
+    departed = flight_arrival(
+        stream_record("MODIFY", {**FLIGHT, "status": "scheduled"}, {**FLIGHT, "status": "departed"})
+    )
+    deleted = flight_arrival(stream_record("REMOVE", {**FLIGHT, "status": "departed"}))
+    assert HOUR - 6 * 3600 <= scheduled < HOUR - 5 * 3600
+    assert HOUR <= departed < HOUR + 3600 <= deleted < HOUR + 7200
+    assert scheduled < departed < deleted
+
+
+def test_per_flight_keys_give_each_flight_its_collection():
+    step = ReplayStep(date(2013, 1, 1), "schedule", "put", ({"pk": "FLIGHT#d", "sk": "AA1#7"},))
+    (out,) = per_flight_keys([step])
+    assert out.items == ({"pk": "FLIGHT#d#AA1#7", "sk": "FLIGHT"},)
+
+
+def test_sharded_rules_are_the_many_writer_ones():
+    rules = {r.name: r for r in _rules_flights()}
+    assert rules["departures_total"].write_shards == 64
+    assert rules["flights_by_plane"].write_shards == 1
+    assert rules["flights_by_carrier"].leaderboard_partitions == 4
+    assert all(r.write_shards == 1 for r in _rules_flights(sharded=False))
+
+
+def figures(workload, p, mode, wcu, largest):
+    return Figures(
+        workload, p, mode, source_records=1000, modelled_wcu=wcu, largest_by_hour=largest
+    )
+
+
+def test_ratio_and_plots(tmp_path):
+    runs = [
+        figures("flights", 64, "at-least-once", 2000, [100, 100]),
+        figures("flights", 64, "exactly-once", 2050, [300, 500]),
+        figures(UNSHARDED, 64, "exactly-once", 9000, [3000, 30000]),
+        figures("flights", 16, "at-least-once", 2000, [100]),
+        figures("flights", 16, "exactly-once", 2000, [200]),
+    ]
+    assert round(_ratio(runs, 64), 3) == 1.025
+    paths = plot(runs, tmp_path)
+    assert [p.name for p in paths] == ["scale_wcu.png", "scale_item_size.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    modes = [RunFigures("at-least-once", 100, "t", modelled_wcu=10, stream_records=100)]
+    assert plot_write_modes(modes, tmp_path / "modes.png").stat().st_size > 1000
