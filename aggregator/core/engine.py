@@ -10,6 +10,11 @@ are the source aggregate item; a value of 0 counts as absent), and user items by
 rules only. Windowed rules contribute once per granularity; deltas aimed at time buckets past
 their retention are skipped and counted (``BatchDeltas.expired``).
 
+Write sharding (rules with ``write_shards``): a user item's change goes to one of the
+aggregate's *partial* items (``AggregateRef.partial``; the writer picks which from the shard id),
+and a record of a partial item changes the aggregate by the partial's new value less its old one
+(a TTL delete of a partial time bucket changes nothing: the aggregate's bucket expires too).
+
 A batch's deltas are then coalesced: one amount per aggregate item, with the sequence numbers of
 the first record that touched it and of the batch's last record (what the exactly-once write
 protocol needs), and the per-record parts (to recompute the amount after a checkpoint).
@@ -149,7 +154,8 @@ class CoalescedDelta:
     leaderboard
         Whether the item belongs to the leaderboard index.
     index_partitions
-        The rule's ``leaderboard_partitions`` (:func:`index_partition`).
+        The rule's ``leaderboard_partitions``
+        (:func:`~aggregator.core.layout.leaderboard_partition`).
     write_shards
         The rule's ``write_shards``: for a change to a partial (``ref.partial``), how many
         partials the aggregate has.
@@ -268,6 +274,7 @@ class Engine:
                 "one shard)"
             )
         self._sharded = {r.name: r for r in rules if r.write_shards > 1}
+        self._by_name = {r.name: r for r in rules}
         self._base = rules.base_rules
         self._derived = {source: rules.derived_from(source) for source in rules.sources}
         # per rule, the attributes to deserialize before evaluating it (sorted: the first
@@ -629,7 +636,7 @@ class Engine:
                     continue
                 batch.record_deltas += len(group)
                 for d in group:
-                    self._coalesce(batch, d, sums[d.ref.batch_key], self.rules.get(d.ref.rule))
+                    self._coalesce(batch, d, sums[d.ref.batch_key], self._by_name[d.ref.rule])
         return batch
 
     @staticmethod

@@ -15,7 +15,9 @@ Modes
 Cost model
 ----------
 Each write's modelled capacity follows DynamoDB's pricing rules (Developer Guide, "Read/write
-capacity mode" and "Item sizes and formats"): 1 WCU per started KB of the item, and for items in
+capacity mode" and "Item sizes and formats"): 1 WCU per started KB of the larger of the item's
+sizes before and after the update (the size before comes from the ``ALL_OLD`` image every update
+asks for, so other shards' checkpoints on the item count), and for items in
 the leaderboard GSI 2 more per non-zero update, since changing the indexed ``value`` deletes and
 re-puts the index entry (Developer Guide, "Provisioned throughput considerations for GSIs"); the
 first write of an item costs only 1 there, so the index figure is an upper bound.
@@ -204,7 +206,7 @@ class WriteObservation:
     partition
         The table partition key value of the item.
     sort_key
-        The aggregate's sort key text (``rule#key``).
+        The aggregate's sort key text (``rule#key``; ``rule#key/PARTIAL#<n>`` for a partial).
     wcu
         Modelled table write capacity units of the write.
     item_bytes
