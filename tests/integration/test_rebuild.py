@@ -202,3 +202,43 @@ def test_the_commands_rebuild_and_drop_a_rule_on_a_live_table(ddb, dynamodb_loca
     out = ok("drop-rule", "likes_per_post")
     assert "drop-rule likes_per_post: likes_per_post dropped; 2 aggregate items" in out
     ddb.delete_table(TableName=name)
+
+
+def test_write_sharded_rules_rebuild_and_drop_with_their_partials(ddb, streams, table):
+    """A rule that gains write_shards is a new definition (where it keeps its aggregates
+    changed): it is rebuilt like any other, and dropping the retired generation and then the
+    rule deletes the partials' item collections too."""
+    name, arn = table
+    plain = RuleSet.of(V1, OTHER)
+    sharded = RuleSet.of(
+        rule(
+            "per_owner", key="{owner}", leaderboard=True, leaderboard_partitions=2, write_shards=3
+        ),
+        OTHER,
+    )
+    writes(ddb, name, 0, 30)
+    deploy(ddb, streams, name, arn, plain)
+    assert Rebuild(sharded, ddb, streams, name, arn, "per_owner", wait_seconds=0).run().outcome == (
+        "requested"
+    )
+    deploy(ddb, streams, name, arn, sharded)  # takes generation 2 up
+    writes(ddb, name, 30, 20)  # written through partials
+    deploy(ddb, streams, name, arn, sharded)
+    assert Rebuild(sharded, ddb, streams, name, arn, "per_owner").run().outcome == "switched"
+    deploy(ddb, streams, name, arn, sharded)
+    store = AggregateStore(ddb, name, sharded)
+    expected = truth(ddb, name, points=False)
+    assert read(store) == expected
+    assert [a.value for a in store.top("per_owner", 2)] == sorted(expected.values())[::-1][:2]
+
+    def partial_collections() -> set[str]:
+        items = ddb.scan(TableName=name, ConsistentRead=True)["Items"]
+        return {i["pk"]["S"] for i in items if i["pk"]["S"].startswith("AGGREGATES#")}
+
+    assert partial_collections() == {f"AGGREGATES#per_owner@2#{o}" for o in expected}
+    DropRule(sharded, ddb, name, "per_owner").run()  # the retired generation 1
+    assert read(store) == expected
+    remaining = RuleSet.of(OTHER)
+    deploy(ddb, streams, name, arn, remaining)
+    DropRule(remaining, ddb, name, "per_owner").run()
+    assert partial_collections() == set()

@@ -1069,3 +1069,19 @@ def test_the_template_command_renders_in_place_and_checks(tmp_path: Path) -> Non
     result = runner.invoke(main, ["template", "-d", str(rules), str(broken)])
     assert result.exit_code == 1 and "no region 'table'" in result.output
     assert "Traceback" not in result.output
+
+
+def test_write_sharding_grants_the_partials_collections() -> None:
+    from aggregator.cli.template import render_regions
+    from aggregator.core.rules import RuleSet, rule
+
+    plain = render_regions(RuleSet.of(rule("t", key="TOTAL")))["aggregates-leading-keys"]
+    assert plain["Condition"]["ForAllValues:StringEquals"] == {
+        "dynamodb:LeadingKeys": ["AGGREGATES"]
+    }
+    sharded = render_regions(RuleSet.of(rule("t", key="TOTAL", write_shards=8)))
+    condition = sharded["aggregates-leading-keys"]["Condition"]
+    assert condition["ForAllValues:StringLike"] == {
+        "dynamodb:LeadingKeys": ["AGGREGATES", "AGGREGATES#*"]
+    }
+    assert condition["Null"] == {"dynamodb:LeadingKeys": "false"}
