@@ -13,10 +13,10 @@ of its own (scheduled six hours before its hour, departed or cancelled within it
 the hour after). Rules: ``definitions/flights.yaml`` plus ``departures_total`` (a ``TOTAL``:
 every shard writes it), with ``write_shards: 64`` on every rule whose keys all shards write (all
 but the per-plane count and the histogram over it) and ``leaderboard_partitions: 4`` on
-``flights_by_carrier``. For
-P in 1, 16, 64 and both modes (at-least-once, exactly-once): modelled WCU per 1,000 source
-records and the ratio of the modes, the largest aggregate item and its growth per simulated hour,
-top-N requests, and every aggregate against the CSV ground truth.
+``flights_by_carrier``. For P in 1, 16, 64 and both modes (at-least-once, exactly-once): modelled
+WCU per 1,000 source records and the ratio of the modes, the largest aggregate item and its
+growth per simulated hour, top-N requests, and every aggregate against the CSV ground truth. For
+comparison (P > 1, unless ``--no-comparison``), the same without write sharding.
 
 **Hot keys, 20,000 source records a second.** Likes arriving at 20,000 a second for a few
 simulated seconds (half on one post, the rest over 100), counted per post (a leaderboard over 8
@@ -332,8 +332,11 @@ def run_hot(partitions: int, mode: str = "exactly-once") -> Figures:
     return figures
 
 
-def _ratio(runs: list[Figures], partitions: int) -> float:
-    by_mode = {r.mode: r for r in runs if r.workload == "flights" and r.partitions == partitions}
+def _ratio(runs: list[Figures], partitions: int, workload: str = "flights") -> float:
+    """Exactly-once WCU per 1,000 source records over at-least-once's, for one P."""
+    by_mode = {r.mode: r for r in runs if r.workload == workload and r.partitions == partitions}
+    if not {"at-least-once", "exactly-once"} <= set(by_mode):
+        return float("nan")
     base = by_mode["at-least-once"].wcu_per_1k
     return by_mode["exactly-once"].wcu_per_1k / base if base else float("nan")
 
@@ -358,7 +361,7 @@ def render(console: Console, runs: list[Figures]) -> None:
         key=lambda r: (r.partitions, r.workload == UNSHARDED),
     ):
         sharded = r.workload == "flights"
-        ratio = f"{_ratio(runs, r.partitions):.3f}" if sharded and r.mode == "exactly-once" else ""
+        ratio = f"{_ratio(runs, r.partitions, r.workload):.3f}" if r.mode == "exactly-once" else ""
         table.add_row(
             str(r.partitions),
             r.mode if sharded else f"{r.mode}, no write sharding",
@@ -421,7 +424,9 @@ def plot(runs: list[Figures], directory: Path) -> list[Path]:
     out = []
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     lines = [(f"{mode}, write sharding", [r for r in flights if r.mode == mode]) for mode in MODES]
-    lines.append(("exactly-once, no write sharding", unsharded))
+    lines += [
+        (f"{mode}, no write sharding", [r for r in unsharded if r.mode == mode]) for mode in MODES
+    ]
     for label, group in lines:
         points = sorted((r.partitions, r.wcu_per_1k) for r in group)
         style = "--" if "no write" in label else "-"
@@ -478,7 +483,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-comparison",
         action="store_true",
-        help="skip the exactly-once runs without write sharding (the 'before' curves)",
+        help="skip the runs without write sharding (the comparison, for P > 1)",
     )
     p.add_argument(
         "--plots", type=Path, default=PLOTS, metavar="DIR", help="where the PNGs go (bench/plots)"
@@ -511,12 +516,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"({r.seconds:.0f} s)",
                     highlight=False,
                 )
-            if p > 1 and not args.no_comparison:
-                with console.status(f"flights without write sharding, P={p} ..."):
-                    runs.append(run_flights(p, "exactly-once", sharded=False))
+            for mode in MODES if p > 1 and not args.no_comparison else ():
+                with console.status(f"flights without write sharding, P={p}, {mode} ..."):
+                    runs.append(run_flights(p, mode, sharded=False))
                 r = runs[-1]
                 console.print(
-                    f"flights P={p:<3} exactly-once without write sharding: "
+                    f"flights P={p:<3} {mode:<14} without write sharding: "
                     f"{r.wcu_per_1k:,.1f} WCU/1k, largest item {r.largest_item_bytes:,} B, "
                     f"{'exact' if r.exact else 'NOT EXACT'} ({r.seconds:.0f} s)",
                     highlight=False,

@@ -17,6 +17,15 @@ for a strongly consistent read: DynamoDB Developer Guide, "Read consumption for 
 article) rounds every item up to 4 KB, i.e. up to 83 RCU, and asks for keys whether or not a
 bucket was ever written.
 
+Write sharding and leaderboard partitions
+-----------------------------------------
+A rule with ``write_shards`` keeps partial items beside each aggregate, and the aggregate itself
+is kept from them by the stream (:mod:`aggregator.core.engine`): every read here reads the
+aggregates, at the same cost as without (``get`` one ``GetItem``). A rule with
+``leaderboard_partitions: L`` has its index entries under ``L`` index partition key values:
+``top`` sends one ``Query`` per partition (``L`` requests, each at most ``n`` entries) and merges
+them; each key is in exactly one partition, so the merged top ``n`` is exact.
+
 Tables without a sort key
 -------------------------
 Every read of a collection (``list``, ``histogram``, ``top`` of a rule without a leaderboard,
