@@ -33,9 +33,11 @@ test: lint
 # 100 scenarios spread over WORKERS processes (pytest-xdist), each part on its own DynamoDB Local;
 # prints the scenarios, records, faults and drift of all parts. EXAMPLES=10000 for a long one.
 # Then the backfill property test with BACKFILL_EXAMPLES scenarios (two halves, one per worker)
-# and the 37-hour event counter in all three write modes (make test runs one).
+# and the 37-hour event counter in all three write modes (make test runs one). Last, the
+# multi-shard property test with SHARD_EXAMPLES scenarios in each of its two halves.
 EXAMPLES ?= 1000
 BACKFILL_EXAMPLES ?= 400
+SHARD_EXAMPLES ?= 250
 WORKERS ?= 2
 soak: install
 	rm -rf .cache/soak
@@ -48,6 +50,10 @@ soak: install
 		tests/integration/test_backfill_property_a.py tests/integration/test_backfill_property_b.py \
 		tests/integration/test_event_counter.py
 	$(BIN)/python -m tests.integration.soak_report .cache/soak $(BACKFILL_EXAMPLES) backfill
+	AGGREGATOR_SHARD_EXAMPLES=$(SHARD_EXAMPLES) AGGREGATOR_SOAK_DIR=.cache/soak \
+		$(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile \
+		tests/integration/test_shards_property_a.py tests/integration/test_shards_property_b.py
+	$(BIN)/python -m tests.integration.soak_report .cache/soak $$(( 2 * $(SHARD_EXAMPLES) )) shards
 
 # WCU and requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.
 bench: install

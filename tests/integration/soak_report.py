@@ -3,6 +3,7 @@ and fails unless every scenario ran without drift. ``make soak`` runs it after t
 
     python -m tests.integration.soak_report .cache/soak 1000            # test_property.py
     python -m tests.integration.soak_report .cache/soak 400 backfill   # backfill_property.py
+    python -m tests.integration.soak_report .cache/soak 500 shards     # shards_property.py
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ def main(argv: list[str]) -> int:
     directory, wanted = Path(argv[0]), int(argv[1])
     kind = argv[2] if len(argv) > 2 else "property"
     totals: dict[str, int] = {"scenarios": 0, "drift": 0}
-    parts = sorted(directory.glob("part-*.json" if kind == "property" else "backfill-*.json"))
+    pattern = {"property": "part-*.json", "shards": "shards-*.json"}.get(kind, "backfill-*.json")
+    parts = sorted(directory.glob(pattern))
     for part in parts:
         for key, value in json.loads(part.read_text()).items():
             totals[key] = totals.get(key, 0) + value
@@ -25,6 +27,13 @@ def main(argv: list[str]) -> int:
             f"property soak: {totals['scenarios']} scenarios in {len(parts)} parts, "
             f"{totals.get('records', 0)} stream records, {totals.get('faults', 0)} injected "
             f"faults and retries, {totals.get('malformed', 0)} malformed records, drift in "
+            f"{totals['drift']} scenarios"
+        )
+    elif kind == "shards":
+        print(
+            f"multi-shard soak: {totals['scenarios']} scenarios in {len(parts)} parts, "
+            f"{totals.get('records', 0)} stream records over {totals.get('shards', 0)} shards, "
+            f"{totals.get('faults', 0)} injected faults and retries, drift in "
             f"{totals['drift']} scenarios"
         )
     else:
