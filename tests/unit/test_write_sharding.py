@@ -134,3 +134,25 @@ def test_fingerprints_change_only_when_the_placement_is_set():
     sharded = rule("r", key="{a}", leaderboard=True, write_shards=2)
     spread = rule("r", key="{a}", leaderboard=True, leaderboard_partitions=2)
     assert len({rule_fingerprint(x) for x in (plain, sharded, spread)}) == 3
+
+
+def test_rule_files_take_yaml_numbers_and_refuse_partials_without_a_sort_key(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "rules:\n  - {name: r, key: '{k}', leaderboard: true, leaderboard_partitions: 4,"
+        " write_shards: 16}\n"
+    )
+    (r,) = load_rules(good).rules
+    assert (r.write_shards, r.leaderboard_partitions) == (16, 4)
+    for value in ("2.5", "true", "'many'"):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(f"rules:\n  - {{name: r, key: K, write_shards: {value}}}\n")
+        with pytest.raises(RuleError, match=r"bad\.yaml: rule 'r', field 'write_shards'"):
+            load_rules(bad)
+    pk_only = tmp_path / "pk_only.yaml"
+    pk_only.write_text(
+        "table: {partition_key: id, sort_key: null}\n"
+        "rules:\n  - {name: r, key: K, write_shards: 2}\n"
+    )
+    with pytest.raises(RuleError, match="field 'write_shards': needs a table with a sort key"):
+        load_rules(pk_only)

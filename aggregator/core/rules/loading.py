@@ -242,6 +242,14 @@ def load_rules(
                 f"{origin[rules[index].name]}: rule {_name(rules[index].name)}, "
                 f"field 'source': {message}"
             )
+    if not errors and not layout.has_sort_key:
+        errors += [
+            f"{origin[r.name]}: rule {_name(r.name)}, field 'write_shards': needs a table with a "
+            "sort key (this table: section has sort_key: null): the partials of an aggregate "
+            "share an item collection"
+            for r in rules
+            if r.write_shards > 1
+        ]
     if errors:
         raise RuleError("\n".join(errors))
     if not rules:

@@ -38,6 +38,18 @@ BUCKET_TEXT_BYTES = len("2013-01-01T05:00:00Z")
 """Length of a bucket start in a windowed aggregate's sort key (fixed-width UTC text)."""
 
 
+def _whole(value: Any) -> Any:
+    """YAML numbers load as ``Decimal``: a whole one becomes an ``int``; booleans, fractions and
+    text are refused (strictly typed below)."""
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    return value
+
+
+CountField = Annotated[int, BeforeValidator(_whole), Field(ge=1, le=100, strict=True)]
+"""A count from 1 to 100 (``write_shards``, ``leaderboard_partitions``)."""
+
+
 class _FieldError(ValueError):
     """A problem found by a whole-rule check that belongs to one field: ``path`` names it
     (``key``), so messages say ``field 'key'`` rather than ``field '(rule)'``."""
@@ -120,8 +132,8 @@ class Rule(BaseModel):
     delta: DeltaSpec = Field(default_factory=lambda: DeltaSpec(constant=Decimal(1)))
     ttl_deletes: Literal["keep", "retract"] = "keep"
     leaderboard: StrictBool = False
-    leaderboard_partitions: int = Field(default=1, ge=1, le=100, strict=True)
-    write_shards: int = Field(default=1, ge=1, le=100, strict=True)
+    leaderboard_partitions: CountField = 1
+    write_shards: CountField = 1
     window: Window | None = None
     source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
 
