@@ -234,7 +234,8 @@ class ShardTwin:
         at: float | None = None
         if self.arrival is not None and not self.layout.is_reserved(keys):
             at = self.arrival(record)
-        at = now if at is None else float(at)
+        # a record read late cannot arrive in the past: DynamoDB appends to the open shard
+        at = now if at is None else max(float(at), now)
         item = json.dumps(keys, sort_keys=True)
         at = max(at, self._latest_arrival.get(item, at))  # one item's records stay in order
         self._latest_arrival[item] = at

@@ -24,7 +24,9 @@ is kept from them by the stream (:mod:`aggregator.core.engine`): every read here
 aggregates, at the same cost as without (``get`` one ``GetItem``). A rule with
 ``leaderboard_partitions: L`` has its index entries under ``L`` index partition key values:
 ``top`` sends one ``Query`` per partition (``L`` requests, each at most ``n`` entries) and merges
-them; each key is in exactly one partition, so the merged top ``n`` is exact.
+them; each key is in exactly one partition, so the merged top ``n`` is exact. When they hold
+fewer than ``n`` entries it reads the unspread partition too (one more request): during the
+rebuild that spreads a leaderboard, readers still read the generation built before.
 
 Tables without a sort key
 -------------------------
@@ -410,8 +412,9 @@ class AggregateStore:
         stored = self.storage_name(rule)
         partitions = self._rule(rule).leaderboard_partitions
         names = [stored] if partitions == 1 else [f"{stored}#{i}" for i in range(partitions)]
-        out = []
-        for name in names:  # each key is in one index partition: the top n of the union is exact
+        out: list[Aggregate] = []
+        for name in self._top_partitions(names, stored, out, n):
+            # each key is in one index partition: the top n of the union is exact
             response = self._call(
                 "query",
                 IndexName=lay.leaderboard_index,
@@ -428,6 +431,18 @@ class AggregateStore:
         if partitions > 1:
             out.sort(key=lambda a: (-a.value, a.key))
         return out[:n]
+
+    @staticmethod
+    def _top_partitions(
+        names: builtins.list[str], stored: str, found: builtins.list[Aggregate], n: int
+    ) -> Iterator[str]:
+        """The index partitions ``top`` reads: ``names``, then, when they held fewer than ``n``
+        entries, ``stored`` itself. Between the deployment of a definition that spreads the
+        index (``leaderboard_partitions``) and the rebuild's switch, readers still read the
+        generation built before, whose entries are under ``stored``."""
+        yield from names
+        if names != [stored] and len(found) < n:
+            yield stored
 
     # -- histograms ----------------------------------------------------------------------------
 

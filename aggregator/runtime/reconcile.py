@@ -19,7 +19,9 @@ condition requires.
 
 Assumptions (stated, not checked): the handler applies a change within ``settle_seconds`` of its
 write (an unprocessed change looks like drift in both checks); the default, 90 s, covers the
-template's 60 s tumbling window, during which the ``window`` mode holds deltas back. Rules pending
+template's 60 s tumbling window, during which the ``window`` mode holds deltas back; with a
+write-sharded rule among those checked it waits twice as long (a change reaches the aggregate
+through its partial, in two passes through the stream). Rules pending
 a backfill are left out (they lack the items from before their fences by design). Rules with
 ``ttl_deletes: keep`` keep counting items that TTL deleted; the scan cannot see those, so such
 rules are compared as if nothing had expired (pass ``rule_names`` to leave them out on a table
@@ -185,7 +187,8 @@ def reconcile(
     repair
         Add each stable drift's difference, once, conditionally on the item not having moved.
     settle_seconds
-        Wait between the two checks of the candidates.
+        Wait between the two checks of the candidates (doubled when a checked rule has
+        ``write_shards``).
 
     Returns
     -------
@@ -256,7 +259,10 @@ def reconcile(
     candidates = sorted(k for k in keys if expected1.get(k, Decimal(0)) != value(after1, k))
     if not candidates:
         return report
-    time.sleep(settle_seconds)
+    # a write-sharded rule's change reaches its aggregate in two passes through the stream (the
+    # partial, then the aggregate): wait for both before calling a difference stable
+    sharded = any(r.write_shards > 1 for r in rules if r.name in names)
+    time.sleep(settle_seconds * (2 if sharded else 1))
     before2, expected2, after2 = check()
     for key in candidates:
         rule = key.partition("#")[0]

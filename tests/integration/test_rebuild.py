@@ -221,7 +221,10 @@ def test_write_sharded_rules_rebuild_and_drop_with_their_partials(ddb, streams, 
     assert Rebuild(sharded, ddb, streams, name, arn, "per_owner", wait_seconds=0).run().outcome == (
         "requested"
     )
+    before = sorted(truth(ddb, name, points=False).values())[::-1][:2]
     deploy(ddb, streams, name, arn, sharded)  # takes generation 2 up
+    # readers still read generation 1, whose index entries are not spread
+    assert [a.value for a in AggregateStore(ddb, name, sharded).top("per_owner", 2)] == before
     writes(ddb, name, 30, 20)  # written through partials
     deploy(ddb, streams, name, arn, sharded)
     assert Rebuild(sharded, ddb, streams, name, arn, "per_owner").run().outcome == "switched"
