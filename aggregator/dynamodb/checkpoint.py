@@ -357,7 +357,9 @@ class CheckpointWriter(_BaseWriter):
         # Removing stale checkpoints costs a write; it pays only when it brings the item under a
         # kilobyte boundary (1 WCU per started KB on every later write). Until then they stay:
         # an item holds at most a kilobyte's worth of them.
-        size = typed_item_size(old) + len(own[0]) + SEQUENCE_NUMBER_BYTES + 4
+        # the item as this update left it: without the shard's old checkpoints, with its new one
+        kept = {name: value for name, value in old.items() if name not in own}
+        size = typed_item_size(kept) + len(own[0]) + SEQUENCE_NUMBER_BYTES + 4
         stale_bytes = sum(
             len(name.encode("utf-8")) + typed_attribute_size(value) for name, value in stale.items()
         )
