@@ -255,9 +255,8 @@ def run_flights(partitions: int, mode: str, *, sharded: bool = True) -> Figures:
     from aggregator.dev.demo import write_steps
     from aggregator.dev.flights import read_flights, replay_steps
     from aggregator.dev.local import DynamoDBLocal
-    from aggregator.dynamodb.query import AggregateStore
     from aggregator.dynamodb.table import create_table
-    from tests.integration.test_flights import ground_truth, scanned_aggregates
+    from tests.integration.test_flights import ground_truth
 
     began = time.monotonic()
     figures = Figures("flights" if sharded else UNSHARDED, partitions, mode)
@@ -272,16 +271,32 @@ def run_flights(partitions: int, mode: str, *, sharded: bool = True) -> Figures:
         _run_twin(local, rules, table, partitions, mode, start, flight_arrival, figures)
         truth = ground_truth(FIRST_DAY, LAST_DAY)
         truth["departures_total"] = {"TOTAL": sum(truth["flights_by_carrier"].values(), Decimal(0))}
-        scanned = scanned_aggregates(ddb, table, rules.layout)
-        figures.differences = [
-            f"{r.name} differs" for r in rules if truth.get(r.name, {}) != scanned.get(r.name, {})
-        ]
-        figures.exact = not figures.differences
-        store = AggregateStore(ddb, table, rules)
-        store.top("flights_by_carrier", TOP_N)
-        figures.top_requests = store.requests
+        _check(figures, ddb, table, rules, truth, "flights_by_carrier")
     figures.seconds = time.monotonic() - began
     return figures
+
+
+def _check(
+    figures: Figures,
+    ddb: Any,
+    table: str,
+    rules: RuleSet,
+    truth: dict[str, dict[str, Decimal]],
+    leaderboard: str,
+) -> None:
+    """Every rule's aggregates (a plain ``Scan``) against ``truth``, and the requests of one
+    top-N of ``leaderboard``."""
+    from aggregator.dynamodb.query import AggregateStore
+    from tests.integration.test_flights import scanned_aggregates
+
+    scanned = scanned_aggregates(ddb, table, rules.layout)
+    figures.differences = [
+        f"{r.name} differs" for r in rules if truth.get(r.name, {}) != scanned.get(r.name, {})
+    ]
+    figures.exact = not figures.differences
+    store = AggregateStore(ddb, table, rules)
+    store.top(leaderboard, TOP_N)
+    figures.top_requests = store.requests
 
 
 def run_hot(partitions: int, mode: str = "exactly-once") -> Figures:
@@ -289,9 +304,7 @@ def run_hot(partitions: int, mode: str = "exactly-once") -> Figures:
     from aggregator.dev.demo import write_steps
     from aggregator.dev.flights import ReplayStep
     from aggregator.dev.local import DynamoDBLocal
-    from aggregator.dynamodb.query import AggregateStore
     from aggregator.dynamodb.table import create_table
-    from tests.integration.test_flights import scanned_aggregates
 
     began = time.monotonic()
     figures = Figures("hot keys", partitions, mode)
@@ -320,14 +333,7 @@ def run_hot(partitions: int, mode: str = "exactly-once") -> Figures:
         for post in posts:
             per_post[post] = per_post.get(post, Decimal(0)) + 1
         truth["likes_per_post"] = per_post
-        scanned = scanned_aggregates(ddb, table, rules.layout)
-        figures.differences = [
-            f"{name}: differs" for name in truth if truth[name] != scanned.get(name, {})
-        ]
-        figures.exact = not figures.differences
-        store = AggregateStore(ddb, table, rules)
-        store.top("likes_per_post", TOP_N)
-        figures.top_requests = store.requests
+        _check(figures, ddb, table, rules, truth, "likes_per_post")
     figures.seconds = time.monotonic() - began
     return figures
 
