@@ -31,6 +31,7 @@ The last line is ``scale: P=64 exactly-once/at-least-once WCU <ratio>; largest a
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -443,20 +444,12 @@ def plot(runs: list[Figures], directory: Path) -> list[Path]:
     ax.set_title("Flights, 48 simulated hours, 4-hour rollovers")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = directory / "scale_wcu.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    out.append(path)
+    out.append(_save(fig, directory / "scale_wcu.png"))
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for r in [*flights, *unsharded]:
         if r.mode != "exactly-once":
             continue
-        sizes = []
-        running = 0
-        for size in r.largest_by_hour:
-            running = max(running, size)
-            sizes.append(running)
+        sizes = list(itertools.accumulate(r.largest_by_hour, max))  # largest so far
         sharded = r.workload == "flights"
         label = f"P={r.partitions}" + ("" if sharded else ", no write sharding")
         ax.plot(range(len(sizes)), sizes, "-" if sharded else "--", label=label)
@@ -466,12 +459,18 @@ def plot(runs: list[Figures], directory: Path) -> list[Path]:
     ax.set_ylabel("largest aggregate item so far (bytes)")
     ax.set_title("Exactly-once: largest aggregate item (dotted: 4 KB)")
     ax.legend(fontsize=8)
+    out.append(_save(fig, directory / "scale_item_size.png"))
+    return out
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Lay out, write (PNG, 110 dpi) and close one figure."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    path = directory / "scale_item_size.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    out.append(path)
-    return out
+    return path
 
 
 def parser() -> argparse.ArgumentParser:

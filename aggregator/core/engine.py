@@ -594,7 +594,9 @@ class Engine:
                 batch.malformed += 1
                 batch.failures.append(self._malformed(record))
                 continue
-            total = self.layout.partial_total(record.keys)
+            # only a handler running write-sharded rules reads partials (for any other, their
+            # records are self-writes, which _classify tells by the same key test)
+            total = self.layout.partial_total(record.keys) if self._sharded else None
             sharded = None if total is None else self._sharded.get(total.partition("#")[0])
             if sharded is not None and total is not None:
                 batch.partial_inputs += 1

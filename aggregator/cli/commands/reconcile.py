@@ -31,7 +31,8 @@ from aggregator.cli.output import console
     default=90.0,
     show_default=True,
     help="Seconds between the two checks of a differing key: longer than the handler takes to "
-    "apply a change (the template's tumbling window is 60 s).",
+    "apply a change (the template's tumbling window is 60 s); doubled when a checked rule has "
+    "write_shards.",
 )
 @_endpoint_option
 def reconcile_cmd(
