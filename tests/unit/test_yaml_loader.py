@@ -115,6 +115,12 @@ def test_nested_merges_are_not_mistaken_for_duplicates():
         ("r:\n  m: {status: x, status: y}", 2, 18, "duplicate key 'status' (also on line 2)"),
         ("- {k: 1}\n- k: 1\n  'k': 2", 3, 3, "duplicate key 'k' (also on line 2)"),
         ("1: a\n1.0: b", 2, 1, "duplicate key '1.0' (also on line 1)"),
+        (
+            "a: {<<: {x: 1},\n  <<: {y: 2}}",
+            2,
+            3,
+            "duplicate key '<<' (also on line 1); merge several mappings with one '<<: [*a, *b]'",
+        ),
     ],
 )
 def test_duplicate_keys_are_errors(text, line, column, problem):

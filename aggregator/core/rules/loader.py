@@ -34,6 +34,9 @@ key flattening and validation far from Python's recursion limit."""
 
 _YAML_TAG = "tag:yaml.org,2002:"
 
+_Pair = tuple[yaml.Node, yaml.Node]
+_MERGE_KEY = object()  # the identity of '<<' in the duplicate-key check
+
 _INT_PATTERN = r"^[-+]?[0-9]+$"
 _FLOAT_PATTERN = (
     r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
@@ -59,7 +62,8 @@ class RuleLoader(yaml.SafeLoader):
     are only ``true``/``True``/``TRUE``/``false``/``False``/``FALSE`` (``yes``, ``on``, ``NO``
     stay strings); integers are decimal digits only (``0123`` is 123, never octal; ``0x1F`` and
     ``1_000`` stay strings); ``12:30`` and ``2024-01-01`` stay strings. Anchors, aliases and
-    merge keys (``<<: *base``, ``<<: [*a, *b]``) work.
+    merge keys (``<<: *base``, ``<<: [*a, *b]``) work, resolved by :meth:`merged_pairs` (the
+    YAML merge-key rule, the same on every PyYAML release, not PyYAML's own flattening).
 
     Integers and floats become ``Decimal`` built from the scalar text, so
     ``1.2345678901234567890123`` stays exact; ``.inf`` and ``.nan`` become infinite and NaN
@@ -85,6 +89,7 @@ class RuleLoader(yaml.SafeLoader):
 
     _composing_depth = 0
     _composed_nodes = 0
+    _merged: dict[int, tuple[yaml.MappingNode, list[_Pair]]] = {}
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         # PyYAML composes recursively (three frames per level): stop well before the
@@ -111,7 +116,100 @@ class RuleLoader(yaml.SafeLoader):
     def construct_document(self, node: yaml.Node) -> Any:
         self._check_expansion(node)
         self._check_unique_keys(node)
-        return super().construct_document(node)
+        self._merged: dict[int, tuple[yaml.MappingNode, list[_Pair]]] = {}
+        try:
+            return super().construct_document(node)
+        finally:
+            self._merged = {}
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        """Construct a mapping with its merge keys resolved by :meth:`merged_pairs`.
+
+        Replaces ``SafeConstructor.construct_mapping``, whose merge-key flattening changed
+        between PyYAML releases (6.0.4 lets a merged-in key override an explicit key of the
+        merged mapping); the composed nodes are left as they are.
+        """
+        if not isinstance(node, yaml.MappingNode):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"expected a mapping node, but found {_kind(node)}", node.start_mark
+            )
+        flat = yaml.MappingNode(
+            node.tag, self.merged_pairs(node), node.start_mark, node.end_mark, node.flow_style
+        )
+        return yaml.constructor.BaseConstructor.construct_mapping(self, flat, deep=deep)
+
+    def merged_pairs(self, node: yaml.MappingNode) -> list[_Pair]:
+        """The key/value node pairs of a mapping once its merge key (``<<``) is resolved.
+
+        Values follow the merge-key rule of YAML (https://yaml.org/type/merge.html): a key
+        written in the mapping itself wins over every merged one; ``<<: *a`` inserts each key
+        of ``*a`` (with ``*a``'s own merge resolved first) that the mapping does not have;
+        ``<<: [*a, *b]`` merges the mappings in turn, so a key of ``*a`` wins over the same key
+        of ``*b``. Keys are compared as constructed values (``1`` and ``1.0`` are one key).
+
+        The order of the keys is PyYAML 6.0.3's (the merged mappings' keys, the last of a
+        sequence first, then the mapping's own): a rule's match conditions are evaluated, shown
+        and fingerprinted in that order, so a file keeps the fingerprint it had.
+
+        Raises
+        ------
+        yaml.constructor.ConstructorError
+            A ``<<`` value that is neither a mapping nor a sequence of mappings.
+        """
+        cached = self._merged.get(id(node))
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        own: list[_Pair] = []
+        sources: list[yaml.MappingNode] = []  # highest precedence first
+        for key_node, value_node in node.value:
+            if key_node.tag != _YAML_TAG + "merge":
+                own.append((key_node, value_node))
+            else:
+                sources.extend(self._merge_sources(node, value_node))
+        merged = [self.merged_pairs(source) for source in sources]
+        winners: dict[Any, _Pair] = {}
+        for pairs in (own, *merged):
+            for pair in pairs:
+                winners.setdefault(self._merge_identity(pair[0]), pair)
+        order: dict[Any, None] = {}
+        for pairs in (*reversed(merged), own):
+            for key_node, _ in pairs:
+                order.setdefault(self._merge_identity(key_node), None)
+        result = [winners[identity] for identity in order]
+        self._merged[id(node)] = (node, result)
+        return result
+
+    @staticmethod
+    def _merge_sources(node: yaml.MappingNode, value: yaml.Node) -> list[yaml.MappingNode]:
+        """The mappings a ``<<`` value names, highest precedence first."""
+        if isinstance(value, yaml.MappingNode):
+            return [value]
+        if not isinstance(value, yaml.SequenceNode):
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"expected a mapping or list of mappings for merging, but found {_kind(value)}",
+                value.start_mark,
+            )
+        for source in value.value:
+            if not isinstance(source, yaml.MappingNode):
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"expected a mapping for merging, but found {_kind(source)}",
+                    source.start_mark,
+                )
+        return list(value.value)
+
+    def _merge_identity(self, key_node: yaml.Node) -> Any:
+        """What makes two keys one key for merging: the constructed key (an unhashable one
+        stays distinct, and construction reports it)."""
+        key = self.construct_object(key_node)
+        try:
+            hash(key)
+        except TypeError:
+            return ("unhashable", id(key_node))
+        return key
 
     @staticmethod
     def _check_expansion(root: yaml.Node) -> None:
@@ -188,15 +286,20 @@ class RuleLoader(yaml.SafeLoader):
                     if not isinstance(key_node, yaml.ScalarNode):
                         continue  # unhashable: construction reports it
                     if key_node.tag == _YAML_TAG + "merge":
-                        continue
-                    # Equal as dict keys (1 and 1.0 too): one would silently replace the other.
-                    first = keys.setdefault(self.construct_object(key_node), key_node)
+                        # '<<' twice: no rule says which wins; a sequence says it
+                        identity: Any = _MERGE_KEY
+                        hint = "; merge several mappings with one '<<: [*a, *b]'"
+                    else:
+                        # Equal as dict keys (1 and 1.0 too): one would silently replace the
+                        # other.
+                        identity, hint = self.construct_object(key_node), ""
+                    first = keys.setdefault(identity, key_node)
                     if first is not key_node:
                         raise yaml.constructor.ConstructorError(
                             None,
                             None,
                             f"duplicate key {quote(key_node.value)} "
-                            f"(also on line {first.start_mark.line + 1})",
+                            f"(also on line {first.start_mark.line + 1}){hint}",
                             key_node.start_mark,
                         )
 
@@ -211,6 +314,11 @@ class RuleLoader(yaml.SafeLoader):
         raise yaml.constructor.ConstructorError(
             None, None, f"{quote(text)} is not a decimal number", node.start_mark
         )
+
+
+def _kind(node: yaml.Node) -> str:
+    """``scalar``, ``sequence`` or ``mapping``, as PyYAML's messages name nodes."""
+    return str(getattr(node, "id", type(node).__name__))
 
 
 def _too_many(*, aliases: bool) -> str:
