@@ -16,7 +16,7 @@ UV := .cache/uv/bin/uv
 UV_COMPILE = $(UV) pip compile --quiet pyproject.toml requirements/build.in --extra dev \
 	--universal --python-version 3.11 --generate-hashes
 
-.PHONY: install lock test-latest test-lowest test-yaml demo test lint soak bench bench-scale clean
+.PHONY: install lock test-latest test-lowest test-yaml test-package demo test lint soak bench bench-scale clean
 
 # A virtualenv from a lock file: $(1) the virtualenv, $(2) the lock. Every package comes from the
 # lock (--no-deps; pip checks the hashes); the package itself is installed editable with the
@@ -46,6 +46,9 @@ $(UV):
 lock: $(UV)
 	$(UV_COMPILE) $(if $(PACKAGE),--upgrade-package $(PACKAGE),--upgrade) \
 		--custom-compile-command "make lock" -o $(LOCK)
+	$(UV) pip compile --quiet requirements/sam.in --universal --python-version 3.11 \
+		--generate-hashes $(if $(PACKAGE),--upgrade-package $(PACKAGE),--upgrade) \
+		--custom-compile-command "make lock" -o requirements/sam.txt
 
 # The whole suite against the newest releases the ranges allow, resolved now (not from the lock
 # or pip's cache), in .venv-latest: catches the next breaking release before users meet it.
@@ -124,6 +127,25 @@ soak: install
 		tests/integration/test_shards_property_a.py tests/integration/test_shards_property_b.py
 	$(BIN)/python -m tests.integration.soak_report .cache/soak $$(( 2 * $(SHARD_EXAMPLES) )) shards
 
+# The package as a user gets it: the wheel built from this checkout, installed into a fresh
+# virtualenv in a directory outside the clone (the locked versions of its dependencies), where
+# tests/package runs aggregator init, aggregator template, cfn-lint and `sam build` (the SAM CLI
+# from PyPI, locked in requirements/sam.txt, in .cache/sam-cli). CI runs it after make test.
+SAM_VENV := .cache/sam-cli
+$(SAM_VENV)/bin/sam: requirements/sam.txt
+	rm -rf $(SAM_VENV)
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install --quiet --no-deps -r requirements/sam.txt
+	touch $@
+
+test-package: install $(SAM_VENV)/bin/sam
+	rm -rf dist .cache/constraints.txt
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	$(BIN)/pip freeze --exclude-editable > .cache/constraints.txt
+	AGGREGATOR_WHEEL="$$(ls dist/ddb_aggregator-*.whl)" AGGREGATOR_SAM="$(abspath $(SAM_VENV))/bin/sam" \
+		AGGREGATOR_CONSTRAINTS="$(abspath .cache/constraints.txt)" \
+		$(BIN)/pytest -q -p no:cacheprovider tests/package
+
 # WCU and requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.
 bench: install
 	$(BIN)/python -m bench.write_modes $(ARGS)
@@ -136,75 +158,3 @@ bench-scale: install
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-lowest .cache .pytest_cache .ruff_cache .mypy_cache
-
-# The Lambda artifact. `sam build` runs `make build-AggregatorFunction` (template.yaml, BuildMethod:
-# makefile) with ARTIFACTS_DIR set; run it by hand to see what ships (default build/AggregatorFunction).
-# It ships only what the handler needs:
-# - aggregator/ without aggregator/dev and aggregator/cli (dev tools; an import-linter contract in
-#   pyproject.toml keeps the handler's imports off them);
-# - the rule files (*.yaml, *.yml at the top of each directory, or files) of DEFINITIONS, copied to
-#   definitions/ (the template's DefinitionsPath). Default rules/: your rules; DEFINITIONS=definitions
-#   ships the demo rules;
-# - requirements.txt, installed for the function's runtime and architecture (python3.12, arm64).
-#   LAMBDA_BOTO3=runtime leaves boto3/botocore (about 26 of 42 MB) to the Lambda runtime's own copy.
-# It also checks that the template is rendered for the rules it ships (`aggregator template
-# --check`: the table's keys, the role's leading keys, the stream filters), with the aggregator
-# CLI of $(VENV) or the PATH.
-DEFINITIONS ?= rules
-ARTIFACTS_DIR ?= build/AggregatorFunction
-SAM_TEMPLATE ?= template.yaml
-LAMBDA_PYTHON_VERSION ?= 3.12
-LAMBDA_PLATFORM ?= manylinux2014_aarch64
-LAMBDA_BOTO3 ?= bundle
-AGGREGATOR_CLI ?= $(firstword $(wildcard $(BIN)/aggregator) $(shell command -v aggregator 2>/dev/null))
-
-.PHONY: build-AggregatorFunction lambda-code lambda-template-check lambda-dependencies
-
-build-AggregatorFunction: lambda-code lambda-template-check lambda-dependencies
-
-lambda-code:
-	@test -n "$(strip $(ARTIFACTS_DIR))" || { echo "ARTIFACTS_DIR is empty" >&2; exit 1; }
-	rm -rf "$(ARTIFACTS_DIR)/aggregator" "$(ARTIFACTS_DIR)/definitions"
-	mkdir -p "$(ARTIFACTS_DIR)/definitions"
-	cp -R aggregator "$(ARTIFACTS_DIR)/aggregator"
-	rm -rf "$(ARTIFACTS_DIR)/aggregator/dev" "$(ARTIFACTS_DIR)/aggregator/cli"
-	find "$(ARTIFACTS_DIR)/aggregator" -name __pycache__ -type d -prune -exec rm -rf {} +
-	@set -e; \
-	for src in $(DEFINITIONS); do \
-	  if [ -d "$$src" ]; then \
-	    files=$$(find "$$src" -maxdepth 1 -type f \( -name '*.yaml' -o -name '*.yml' \) | sort); \
-	  elif [ -f "$$src" ]; then \
-	    files="$$src"; \
-	  else \
-	    echo "DEFINITIONS=$(DEFINITIONS): $$src does not exist; put your rule files in rules/ or" \
-	      "pass DEFINITIONS=<files or directories> (DEFINITIONS=definitions ships the demo rules)" >&2; \
-	    exit 1; \
-	  fi; \
-	  for f in $$files; do \
-	    dest="$(ARTIFACTS_DIR)/definitions/$$(basename "$$f")"; \
-	    if [ -e "$$dest" ]; then echo "DEFINITIONS: two rule files named $$(basename "$$f")" >&2; exit 1; fi; \
-	    cp "$$f" "$$dest"; \
-	  done; \
-	done; \
-	if [ -z "$$(ls "$(ARTIFACTS_DIR)/definitions")" ]; then \
-	  echo "DEFINITIONS=$(DEFINITIONS): no rule files (*.yaml, *.yml) found" >&2; exit 1; \
-	fi; \
-	echo "rule files: $$(ls "$(ARTIFACTS_DIR)/definitions" | tr '\n' ' ')"
-
-lambda-template-check: lambda-code
-	@if [ -n "$(AGGREGATOR_CLI)" ] && "$(AGGREGATOR_CLI)" --help >/dev/null 2>&1; then \
-	  "$(AGGREGATOR_CLI)" template -d "$(ARTIFACTS_DIR)/definitions" --check "$(SAM_TEMPLATE)"; \
-	else \
-	  echo "warning: no aggregator CLI to run (make install): $(SAM_TEMPLATE) was not" \
-	    "checked against the rules shipped" >&2; \
-	fi
-
-lambda-dependencies:
-	@mkdir -p "$(ARTIFACTS_DIR)"
-	@if [ "$(LAMBDA_BOTO3)" = runtime ]; then grep -iv '^boto3' requirements.txt; else cat requirements.txt; fi \
-		> "$(ARTIFACTS_DIR)/.requirements.txt"
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --no-compile \
-		--upgrade --target "$(ARTIFACTS_DIR)" --platform $(LAMBDA_PLATFORM) --implementation cp \
-		--python-version $(LAMBDA_PYTHON_VERSION) --only-binary=:all: \
-		-r "$(ARTIFACTS_DIR)/.requirements.txt"
-	rm -rf "$(ARTIFACTS_DIR)/bin" "$(ARTIFACTS_DIR)/.requirements.txt"

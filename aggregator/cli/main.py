@@ -1,8 +1,9 @@
 """The ``aggregator`` command (click + rich): the ``main`` group and its commands.
 
-Commands: ``validate``, ``filter-criteria``, ``local``, ``create-table``, ``check-table``,
-``prepare-table``, ``run``, ``backfill``, ``reconcile``, ``rebuild``, ``drop-rule``,
-``query get|list|top|histogram|window``, ``dead-letters``, ``replay-dead-letters``, ``demo``.
+Commands: ``init``, ``build``, ``validate``, ``filter-criteria``, ``template``, ``local``,
+``create-table``, ``check-table``, ``prepare-table``, ``run``, ``backfill``, ``reconcile``,
+``rebuild``, ``drop-rule``, ``query get|list|top|histogram|window``, ``dead-letters``,
+``replay-dead-letters``, ``demo``.
 Every command runs through :class:`~aggregator.cli.errors._Group`, which turns any error into
 one line on stderr and an exit code.
 """
@@ -16,6 +17,7 @@ from aggregator.cli.commands.deadletters import dead_letters_cmd, replay_dead_le
 from aggregator.cli.commands.demo import demo
 from aggregator.cli.commands.lifecycle import drop_rule_cmd, rebuild_cmd
 from aggregator.cli.commands.local import create_table_cmd, local
+from aggregator.cli.commands.project import build_cmd, init_cmd
 from aggregator.cli.commands.query import query
 from aggregator.cli.commands.reconcile import reconcile_cmd
 from aggregator.cli.commands.rules import filter_criteria_cmd, template_cmd, validate
@@ -30,6 +32,8 @@ def main() -> None:
     """ddb-aggregator: live aggregates inside one DynamoDB table, from its stream."""
 
 
+main.add_command(init_cmd)
+main.add_command(build_cmd)
 main.add_command(validate)
 main.add_command(filter_criteria_cmd)
 main.add_command(template_cmd)

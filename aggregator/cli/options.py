@@ -100,16 +100,70 @@ def _table_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+class RuleSources(tuple[Path, ...]):
+    """The rule files and directories of one or more ``-d`` options, as
+    :func:`~aggregator.core.rules.load_rules` takes them; prints as ``a, b``."""
+
+    def __str__(self) -> str:
+        return ", ".join(str(p) for p in self)
+
+    def options(self) -> str:
+        """``-d a -d b``: the options that name these sources again."""
+        return " ".join(f"-d {p}" for p in self)
+
+
+DEFAULT_RULE_DIRECTORIES = (Path("rules"), Path("definitions"))
+"""Where rules are found without ``-d``: ``./rules`` (what ``aggregator init`` writes), else
+``./definitions`` (this repository's demo rules)."""
+
+
+def default_rule_sources() -> RuleSources | None:
+    """The first of :data:`DEFAULT_RULE_DIRECTORIES` that exists, or ``None``."""
+    for directory in DEFAULT_RULE_DIRECTORIES:
+        if directory.is_dir():
+            return RuleSources((directory,))
+    return None
+
+
+def _rule_sources(
+    ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]
+) -> RuleSources:
+    """``-d`` values (repeatable), or the default rule directory.
+
+    Raises
+    ------
+    ConfigError
+        Without ``-d`` when neither default directory exists, naming the ways to give rules.
+    """
+    if value:
+        return RuleSources(value)
+    found = default_rule_sources()
+    if found is None:
+        raise ConfigError(
+            "no rules: give rule files or directories with -d (repeatable) or "
+            "AGGREGATOR_DEFINITIONS; without them ./rules or ./definitions is read, and neither "
+            "exists here (aggregator init writes a starter rules/)"
+        )
+    return found
+
+
 def _definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--definitions",
         "-d",
         envvar="AGGREGATOR_DEFINITIONS",
-        default="definitions",
-        show_default=True,
+        multiple=True,
+        callback=_rule_sources,
         type=click.Path(path_type=Path),
-        help="Rule file or directory [env AGGREGATOR_DEFINITIONS]",
+        help="Rule file or directory, repeatable (default: ./rules, else ./definitions) "
+        "[env AGGREGATOR_DEFINITIONS, several separated by ':']",
     )(f)
+
+
+def _optional_rule_sources(
+    ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]
+) -> RuleSources | None:
+    return RuleSources(value) if value else None
 
 
 def _layout_definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -119,18 +173,19 @@ def _layout_definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
         "--definitions",
         "-d",
         envvar="AGGREGATOR_DEFINITIONS",
-        default=None,
+        multiple=True,
+        callback=_optional_rule_sources,
         type=click.Path(path_type=Path),
-        help="Rule file or directory whose table: section gives the layout (default: "
-        "./definitions if it exists, else pk/sk and the default names) [env "
-        "AGGREGATOR_DEFINITIONS]",
+        help="Rule file or directory whose table: section gives the layout, repeatable "
+        "(default: ./rules or ./definitions if one exists, else pk/sk and the default names) "
+        "[env AGGREGATOR_DEFINITIONS, several separated by ':']",
     )(f)
 
 
-def layout_of(definitions: Path | None) -> TableLayout:
-    """The table layout declared by the rules at ``definitions``; without ``-d``, the rules in
-    ``./definitions`` when that directory exists (the other commands' default), else the default
-    layout.
+def layout_of(definitions: RuleSources | None) -> TableLayout:
+    """The table layout declared by the rules at ``definitions``; without ``-d``, the rules of
+    :func:`default_rule_sources` when one exists (the other commands' default), else the
+    default layout.
 
     Raises
     ------
@@ -141,8 +196,8 @@ def layout_of(definitions: Path | None) -> TableLayout:
     from aggregator.core.rules import load_rules
 
     if definitions is None:
-        default = Path("definitions")
-        return load_rules(default).layout if default.is_dir() else DEFAULT_LAYOUT
+        found = default_rule_sources()
+        return load_rules(found).layout if found is not None else DEFAULT_LAYOUT
     return load_rules(definitions).layout
 
 

@@ -4,16 +4,16 @@ mismatch named, not with a DynamoDB validation error or an empty answer."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from aggregator.cli import clients
+from aggregator.cli.options import RuleSources
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import RuleSet, load_rules
 
 
 def rules_for_table(
-    table_name: str, definitions: Path, endpoint_url: str | None
+    table_name: str, definitions: RuleSources, endpoint_url: str | None
 ) -> tuple[Any, RuleSet]:
     """Load the rules, then (a bad rule file is reported before any AWS call) make the DynamoDB
     client and check the table's key schema against the rules' layout; returns

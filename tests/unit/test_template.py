@@ -1,5 +1,5 @@
-"""Offline checks of the SAM template (template.yaml), of the Lambda artifact the Makefile builds
-and of requirements.txt.
+"""Offline checks of the SAM template (aggregator/cli/project/template.yaml, which `aggregator
+init` writes into a project; the build and init are tested in test_project.py).
 
 No network and no AWS credentials: cfn-lint validates the template against its bundled
 CloudFormation and SAM schemas, and the template is parsed with cfn-lint's own YAML loader,
@@ -11,18 +11,14 @@ by resolving the template's conditions and the few intrinsic functions it uses.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cfnlint.decode.cfn_yaml import loads as cfn_yaml_loads
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 from aggregator.cli.template import render_template
 from aggregator.core.layout import DEFAULT_LAYOUT
@@ -31,16 +27,11 @@ from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.runtime.filters import check_template, filter_criteria
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE_PATH = ROOT / "template.yaml"
-MAKEFILE_PATH = ROOT / "Makefile"
-REQUIREMENTS_PATH = ROOT / "requirements.txt"
-PYPROJECT_PATH = ROOT / "pyproject.toml"
+# the template `aggregator init` writes (package data), rendered for the demo rules
+TEMPLATE_PATH = ROOT / "aggregator" / "cli" / "project" / "template.yaml"
 
 # The reserved partition keys the handler filters; the template must drop the same ones.
 RESERVED_PARTITION_KEYS = DEFAULT_LAYOUT.reserved_partition_keys
-
-# Runtime dependencies that only the command-line interface needs; not shipped to Lambda.
-CLI_ONLY_DEPENDENCIES = {"click", "rich"}
 
 # An existing table to attach to, as a user would pass it.
 EXISTING_TABLE = "orders"
@@ -105,14 +96,6 @@ def _only_resource(template: dict[str, Any], resource_type: str) -> tuple[str, d
     assert len(found) == 1, f"expected exactly one {resource_type}, found {sorted(found)}"
     ((name, resource),) = found.items()
     return name, resource
-
-
-def _normalized_requirement(text: str) -> str:
-    req = Requirement(text)
-    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-    marker = f"; {req.marker}" if req.marker else ""
-    # str(SpecifierSet) sorts its specifiers, so ">=2.6,<3" and "<3,>=2.6" compare equal.
-    return f"{canonicalize_name(req.name)}{extras}{req.specifier}{marker}"
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -748,209 +731,6 @@ def test_outputs(template: dict[str, Any]) -> None:
         "FailureQueueUrl": {"Ref": queue_name},  # Ref of an SQS queue is its URL
         "LogGroupName": {"Ref": log_group},
     }
-
-
-# --------------------------------------------------------------------------------------------
-# the Lambda artifact (Makefile: build-AggregatorFunction)
-# --------------------------------------------------------------------------------------------
-
-_MAKE = shutil.which("make")
-needs_make = pytest.mark.usefixtures("_make_installed")
-
-
-@pytest.fixture
-def _make_installed() -> None:
-    """The build targets are make targets: without make they cannot be checked, which fails."""
-    if _MAKE is None:
-        pytest.fail("make is not installed: the artifact's build cannot be checked")
-
-
-def _make(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:
-    assert _MAKE
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"MAKEFLAGS", "MAKELEVEL", "ARTIFACTS_DIR", "DEFINITIONS", "AGGREGATOR_CLI"}
-    }
-    return subprocess.run(
-        [_MAKE, "--no-print-directory", "-s", *args, *(f"{k}={v}" for k, v in variables.items())],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def _package_files(root: Path) -> set[str]:
-    return {
-        p.relative_to(root).as_posix()
-        for p in root.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
-    }
-
-
-def test_makefile_builds_the_function_by_its_logical_id(template: dict[str, Any]) -> None:
-    (name,) = [
-        n for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"
-    ]
-    assert f"\nbuild-{name}:" in MAKEFILE_PATH.read_text(encoding="utf-8")
-
-
-@needs_make
-def test_makefile_installs_requirements_for_the_functions_runtime(
-    function: dict[str, Any],
-) -> None:
-    """The dependencies are installed for the runtime and architecture the template names (a
-    wheel built for the build machine would not load on arm64)."""
-    result = _make("-n", "lambda-dependencies", ARTIFACTS_DIR="/nonexistent/artifact")
-    assert result.returncode == 0, result.stderr
-    commands = " ".join(result.stdout.split())
-    version = function["Runtime"].removeprefix("python")
-    arch = {"arm64": "aarch64", "x86_64": "x86_64"}[function["Architectures"][0]]
-    assert f"--python-version {version}" in commands
-    assert f"--platform manylinux2014_{arch}" in commands
-    assert "--only-binary=:all:" in commands
-    assert "--target /nonexistent/artifact" in commands.replace('"', "")
-
-
-@needs_make
-def test_artifact_ships_the_runtime_package_and_the_chosen_rules_only(tmp_path: Path) -> None:
-    artifact = tmp_path / "artifact"
-    result = _make("lambda-code", ARTIFACTS_DIR=str(artifact), DEFINITIONS="definitions")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert sorted(p.name for p in artifact.iterdir()) == ["aggregator", "definitions"]
-    shipped = _package_files(artifact / "aggregator")
-    source = _package_files(ROOT / "aggregator")
-    # everything but the dev tools and the CLI, no bytecode
-    assert shipped == {f for f in source if not f.startswith(("dev/", "cli/"))}
-    assert not list(artifact.rglob("__pycache__"))
-    assert sorted(p.name for p in (artifact / "definitions").iterdir()) == sorted(
-        p.name for p in (ROOT / "definitions").iterdir() if p.suffix in (".yaml", ".yml")
-    )
-
-    # The handler's whole import closure loads from the artifact without the dev tools, the
-    # CLI and their libraries, and finds the rules where the template's DefinitionsPath says.
-    script = """
-import importlib.abc, json, sys
-
-BLOCKED = ("aggregator.dev", "aggregator.cli", "click", "rich")
-
-def blocked(name):
-    return any(name == b or name.startswith(b + ".") for b in BLOCKED)
-
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if blocked(name):
-            raise ImportError(f"the Lambda artifact must not import {name}")
-        return None
-
-sys.meta_path.insert(0, Block())
-import aggregator.handler as handler
-from aggregator.core.rules import load_rules
-
-settings = handler.HandlerSettings.from_env()
-rules = load_rules(settings.definitions)
-print(json.dumps({
-    "package": handler.__file__,
-    "definitions": str(settings.definitions),
-    "rules": len(rules),
-    "blocked": sorted(m for m in sys.modules if blocked(m)),
-}))
-"""
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("AGGREGATOR_")},
-        "PYTHONPATH": str(artifact),
-        "LAMBDA_TASK_ROOT": str(artifact),
-        "AGGREGATOR_TABLE_NAME": "t",
-        "AGGREGATOR_DEFINITIONS": "definitions",  # the template's DefinitionsPath default
-    }
-    run = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    loaded = json.loads(run.stdout)
-    assert Path(loaded["package"]).is_relative_to(artifact)
-    assert Path(loaded["definitions"]) == artifact / "definitions"
-    assert loaded["rules"] == len(load_rules(ROOT / "definitions"))
-    assert loaded["blocked"] == []
-
-
-@needs_make
-def test_artifact_needs_rule_files(tmp_path: Path) -> None:
-    artifact = tmp_path / "artifact"
-    missing = _make("lambda-code", ARTIFACTS_DIR=str(artifact), DEFINITIONS=str(tmp_path / "no"))
-    assert missing.returncode != 0
-    assert "does not exist" in missing.stderr and "DEFINITIONS=definitions" in missing.stderr
-    (tmp_path / "empty").mkdir()
-    empty = _make("lambda-code", ARTIFACTS_DIR=str(artifact), DEFINITIONS=str(tmp_path / "empty"))
-    assert empty.returncode != 0
-    assert "no rule files" in empty.stderr
-
-
-@needs_make
-def test_build_checks_the_template_against_the_shipped_rules(tmp_path: Path) -> None:
-    cli = shutil.which("aggregator", path=str(Path(sys.executable).parent))
-    if cli is None:
-        pytest.fail("the aggregator CLI is not installed next to this Python (make install)")
-    demo = _make(
-        "lambda-template-check",
-        ARTIFACTS_DIR=str(tmp_path / "demo"),
-        DEFINITIONS="definitions",
-        AGGREGATOR_CLI=cli,
-    )
-    assert demo.returncode == 0, demo.stdout + demo.stderr
-    assert "template.yaml: rendered for the rules" in demo.stdout
-    # Rules of one's own without derived rules: the template (rendered for the demo rules) no
-    # longer fits them, and the build says how to render it.
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "orders.yaml").write_text(
-        "version: 1\n"
-        "rules:\n"
-        "  - name: orders_per_customer\n"
-        "    match:\n"
-        "      customer: {exists: true}\n"
-        '    key: "{customer}"\n',
-        encoding="utf-8",
-    )
-    own = _make(
-        "lambda-template-check",
-        ARTIFACTS_DIR=str(tmp_path / "own"),
-        DEFINITIONS=str(rules),
-        AGGREGATOR_CLI=cli,
-    )
-    assert own.returncode != 0
-    assert "not rendered for the rules" in own.stdout + own.stderr
-    assert "run: aggregator template -d" in own.stdout + own.stderr
-
-
-# --------------------------------------------------------------------------------------------
-# requirements.txt
-# --------------------------------------------------------------------------------------------
-
-
-def test_requirements_txt_matches_pyproject_runtime_dependencies() -> None:
-    pyproject = tomllib.loads(PYPROJECT_PATH.read_text(encoding="utf-8"))
-    expected = {
-        _normalized_requirement(dep)
-        for dep in pyproject["project"]["dependencies"]
-        if canonicalize_name(Requirement(dep).name) not in CLI_ONLY_DEPENDENCIES
-    }
-
-    lines = REQUIREMENTS_PATH.read_text(encoding="utf-8").splitlines()
-    entries = [line.strip() for line in lines]
-    entries = [line for line in entries if line and not line.startswith("#")]
-    actual = [_normalized_requirement(line) for line in entries]
-
-    assert len(actual) == len(set(actual)), f"duplicate lines in requirements.txt: {actual}"
-    assert set(actual) == expected
-    assert expected, "pyproject.toml lists no runtime dependencies"
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,13 +6,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from aggregator.cli import clients
 from aggregator.cli.options import (
+    RuleSources,
     _definitions_option,
     _endpoint_option,
     _rules_option,
@@ -154,7 +154,7 @@ def print_backfill_summary(stats: BackfillStats, names: str) -> None:
 @_backfill_options
 @_endpoint_option
 def backfill_cmd(
-    definitions: Path,
+    definitions: RuleSources,
     table_name: str,
     rule_names: list[str] | None,
     backfill_options: dict[str, Any],

@@ -3,13 +3,12 @@ and re-apply them once the rules are fixed."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 from rich.table import Table
 
 from aggregator.cli import clients
 from aggregator.cli.options import (
+    RuleSources,
     _definitions_option,
     _endpoint_option,
     _layout_definitions_option,
@@ -23,7 +22,9 @@ from aggregator.cli.output import console
 @_table_option
 @_layout_definitions_option
 @_endpoint_option
-def dead_letters_cmd(table_name: str, definitions: Path | None, endpoint_url: str | None) -> None:
+def dead_letters_cmd(
+    table_name: str, definitions: RuleSources | None, endpoint_url: str | None
+) -> None:
     """List records a rule could not evaluate, and malformed records (rule *): skipped, kept
     with their cause; replayable ones apply with replay-dead-letters once the rules are fixed."""
     from aggregator.dynamodb.deadletters import list_dead_letters
@@ -72,7 +73,7 @@ def dead_letters_cmd(table_name: str, definitions: Path | None, endpoint_url: st
     "deliver them again, and a replayed letter could be applied twice",
 )
 def replay_dead_letters_cmd(
-    table_name: str, definitions: Path, endpoint_url: str | None, min_age: str
+    table_name: str, definitions: RuleSources, endpoint_url: str | None, min_age: str
 ) -> None:
     """Re-apply dead-lettered records exactly once with the current (fixed) rules."""
     from aggregator.core.exceptions import ConfigError

@@ -4,7 +4,6 @@ aggregates of a removed rule or of the generations a rebuild retired
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -15,7 +14,7 @@ from aggregator.cli.commands.backfill import (
     backfill_progress,
     print_backfill_summary,
 )
-from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option, _table_option
 from aggregator.cli.output import console
 
 
@@ -36,7 +35,7 @@ from aggregator.cli.output import console
 @_endpoint_option
 def rebuild_cmd(
     rule_name: str,
-    definitions: Path,
+    definitions: RuleSources,
     table_name: str,
     backfill_options: dict[str, Any],
     wait_seconds: float,
@@ -116,7 +115,7 @@ def rebuild_cmd(
 @_table_option
 @_endpoint_option
 def drop_rule_cmd(
-    rule_name: str, definitions: Path, table_name: str, endpoint_url: str | None
+    rule_name: str, definitions: RuleSources, table_name: str, endpoint_url: str | None
 ) -> None:
     """Delete RULE's aggregates, fences and manifest entries: every generation of a rule
     removed from the rule files, or the generations a rebuild retired of a rule still in them.

@@ -9,6 +9,7 @@ import click
 
 from aggregator.cli import clients
 from aggregator.cli.options import (
+    RuleSources,
     _check_table_name,
     _endpoint_option,
     _layout_definitions_option,
@@ -42,7 +43,7 @@ def local(
     install_dir: Path | None,
     install_only: bool,
     table_name: str | None,
-    definitions: Path | None,
+    definitions: RuleSources | None,
 ) -> None:
     """Install (first time) and run AWS's DynamoDB Local until interrupted (Ctrl-C).
 
@@ -75,7 +76,9 @@ def local(
 @_table_option
 @_layout_definitions_option
 @_endpoint_option
-def create_table_cmd(table_name: str, definitions: Path | None, endpoint_url: str | None) -> None:
+def create_table_cmd(
+    table_name: str, definitions: RuleSources | None, endpoint_url: str | None
+) -> None:
     """Create a table with the layout's keys, stream (NEW_AND_OLD_IMAGES), leaderboard index
     and TTL."""
     from aggregator.dynamodb.table import create_table

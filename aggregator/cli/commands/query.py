@@ -6,19 +6,18 @@ import math
 import re
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option, _table_option
 from aggregator.cli.output import _print_aggregates, console, err_console
 from aggregator.core.exceptions import AggregatorError
 
 
-def _store(table_name: str, definitions: Path, endpoint_url: str | None) -> Any:
+def _store(table_name: str, definitions: RuleSources, endpoint_url: str | None) -> Any:
     from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.query import AggregateStore
 
@@ -81,7 +80,11 @@ def query() -> None:
 @_definitions_option
 @_endpoint_option
 def query_get(
-    rule: str, values: tuple[str, ...], table_name: str, definitions: Path, endpoint_url: str | None
+    rule: str,
+    values: tuple[str, ...],
+    table_name: str,
+    definitions: RuleSources,
+    endpoint_url: str | None,
 ) -> None:
     """One aggregate: RULE and its key, as query list shows it (JFK#LAX) or as the key's
     placeholder values in order (JFK LAX); nothing for a literal key.
@@ -106,7 +109,9 @@ def query_get(
 @_table_option
 @_definitions_option
 @_endpoint_option
-def query_list(rule: str, table_name: str, definitions: Path, endpoint_url: str | None) -> None:
+def query_list(
+    rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None
+) -> None:
     """Every aggregate of RULE, in key order (a windowed rule's with their granularity and
     bucket start)."""
     store = _store(table_name, definitions, endpoint_url)
@@ -120,7 +125,7 @@ def query_list(rule: str, table_name: str, definitions: Path, endpoint_url: str 
 @_definitions_option
 @_endpoint_option
 def query_top(
-    rule: str, n: int, table_name: str, definitions: Path, endpoint_url: str | None
+    rule: str, n: int, table_name: str, definitions: RuleSources, endpoint_url: str | None
 ) -> None:
     """The N largest aggregates of RULE (leaderboard index when the rule has one)."""
     store = _store(table_name, definitions, endpoint_url)
@@ -133,7 +138,7 @@ def query_top(
 @_definitions_option
 @_endpoint_option
 def query_histogram(
-    rule: str, table_name: str, definitions: Path, endpoint_url: str | None
+    rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None
 ) -> None:
     """How many source keys have each value: RULE is a derived rule keyed by "{value}"."""
     store = _store(table_name, definitions, endpoint_url)
@@ -206,7 +211,7 @@ def query_window(
     start: str | None,
     end: str | None,
     table_name: str,
-    definitions: Path,
+    definitions: RuleSources,
     endpoint_url: str | None,
 ) -> None:
     """Count or sum of a windowed RULE for one key (its placeholder values, or the key as query

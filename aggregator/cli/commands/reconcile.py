@@ -3,11 +3,10 @@ the drift and optionally repair it (:mod:`aggregator.runtime.reconcile`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from aggregator.cli.options import (
+    RuleSources,
     _definitions_option,
     _endpoint_option,
     _rules_option,
@@ -36,7 +35,7 @@ from aggregator.cli.output import console
 )
 @_endpoint_option
 def reconcile_cmd(
-    definitions: Path,
+    definitions: RuleSources,
     table_name: str,
     rule_names: list[str] | None,
     repair: bool,

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from aggregator.cli.options import _definitions_option
+from aggregator.cli.options import RuleSources, _definitions_option
 from aggregator.cli.output import console, err_console
 
 
@@ -59,7 +59,7 @@ def validate(paths: tuple[Path, ...]) -> None:
     type=click.Path(path_type=Path),
     help="Check this SAM template's stream filters instead of printing them",
 )
-def filter_criteria_cmd(definitions: Path, template: Path | None) -> None:
+def filter_criteria_cmd(definitions: RuleSources, template: Path | None) -> None:
     """Print the event source mapping's FilterCriteria for the rules (JSON), or --check that a
     template carries them. Derived rules need their source aggregates let through."""
     import json
@@ -92,7 +92,7 @@ def filter_criteria_cmd(definitions: Path, template: Path | None) -> None:
     is_flag=True,
     help="Exit 1 if the template is not rendered for the rules, instead of rewriting it",
 )
-def template_cmd(definitions: Path, template: Path, check: bool) -> None:
+def template_cmd(definitions: RuleSources, template: Path, check: bool) -> None:
     """Render the parts of a SAM template (default template.yaml) that follow from the rules:
     the created table's keys and indexes, the role's leading keys and the stream filters."""
     from aggregator.cli.template import check_template_regions, render_template
@@ -104,7 +104,7 @@ def template_cmd(definitions: Path, template: Path, check: bool) -> None:
         if not check_template_regions(template, rules):
             err_console.print(
                 f"{template}: not rendered for the rules in {definitions}; run: aggregator "
-                f"template -d {definitions} {template}",
+                f"template {definitions.options()} {template}",
                 highlight=False,
                 markup=False,
             )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from aggregator.cli import clients
 from aggregator.cli.options import (
+    RuleSources,
     _definitions_option,
     _endpoint_option,
     _mode_option,
@@ -37,7 +36,7 @@ from aggregator.cli.output import console
 )
 def run(
     table_name: str,
-    definitions: Path,
+    definitions: RuleSources,
     endpoint_url: str | None,
     mode: str,
     window_seconds: int,

@@ -3,12 +3,10 @@ and apply the missing parts (stream, leaderboard index, TTL)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from aggregator.cli import clients
-from aggregator.cli.options import _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option, _table_option
 from aggregator.cli.output import console, err_console
 
 
@@ -16,7 +14,7 @@ from aggregator.cli.output import console, err_console
 @_table_option
 @_definitions_option
 @_endpoint_option
-def check_table_cmd(table_name: str, definitions: Path, endpoint_url: str | None) -> None:
+def check_table_cmd(table_name: str, definitions: RuleSources, endpoint_url: str | None) -> None:
     """Report every way the table differs from what the rules need (key names and types,
     stream view type, leaderboard index, TTL attribute), one line each with its fix; exit 1 if
     there is any."""
@@ -67,7 +65,7 @@ def check_table_cmd(table_name: str, definitions: Path, endpoint_url: str | None
     "waits between changes)",
 )
 def prepare_table_cmd(
-    table_name: str, definitions: Path, endpoint_url: str | None, wait: bool
+    table_name: str, definitions: RuleSources, endpoint_url: str | None, wait: bool
 ) -> None:
     """Apply what the table lacks for the rules: enable the stream (NEW_AND_OLD_IMAGES), create
     the leaderboard index, enable TTL. Idempotent; prints each change; never disables or

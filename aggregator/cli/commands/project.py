@@ -1,0 +1,113 @@
+"""``init`` and ``build``: a project of one's own, deployed with SAM."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from aggregator.cli.output import console
+
+_NEXT_STEPS = """\
+next:
+  1. write your rules in {rules}/ (aggregator validate {rules})
+  2. aggregator template -d {rules}          # after every change of the rules
+  3. sam build && sam deploy --guided       # ExistingTableName and ExistingTableStreamArn
+                                            # attach it to a table of yours
+"""
+
+
+@click.command("init")
+@click.argument(
+    "directory",
+    default=Path("."),
+    required=False,
+    type=click.Path(file_okay=False, path_type=Path),
+)
+@click.option("--force", is_flag=True, help="Replace files that exist with other content")
+@click.option(
+    "--show",
+    type=click.Choice(["template.yaml", "Makefile", "samconfig.toml", "rules/example.yaml"]),
+    help="Print one of the project files as shipped (nothing is written)",
+)
+def init_cmd(directory: Path, force: bool, show: str | None) -> None:
+    """Write a deployable project into DIRECTORY (default: here): template.yaml (SAM),
+    Makefile (the build sam build runs), samconfig.toml and, when rules/ has no rule file, a
+    starter rules/example.yaml. The template is rendered for the rules. Files that exist with
+    other content are left alone unless --force."""
+    from aggregator.cli.project.scaffold import init_project, project_file
+
+    if show is not None:
+        click.echo(project_file(show), nl=False)
+        return
+    result = init_project(directory, force=force)
+    where = "" if directory == Path(".") else f" in {directory}"
+    if result.written:
+        console.print(f"wrote {', '.join(result.written)}{where}", highlight=False)
+    if result.unchanged:
+        console.print(f"already as written: {', '.join(result.unchanged)}", highlight=False)
+    rules = result.rules if directory == Path(".") else os.path.join(directory, result.rules)
+    console.print(_NEXT_STEPS.format(rules=rules), highlight=False, end="")
+
+
+@click.command("build")
+@click.option(
+    "--definitions",
+    "-d",
+    "definitions",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Rule file or directory to ship (repeat for several) [default: rules]",
+)
+@click.option(
+    "--output",
+    envvar="ARTIFACTS_DIR",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The artifact directory [env ARTIFACTS_DIR, as sam build sets it]",
+)
+@click.option(
+    "--template",
+    default=Path("template.yaml"),
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The SAM template: checked to be rendered for the rules; names the runtime",
+)
+@click.option(
+    "--boto3",
+    type=click.Choice(["bundle", "runtime"]),
+    default="bundle",
+    show_default=True,
+    help="Ship boto3, or use the Lambda runtime's own copy",
+)
+@click.option(
+    "--no-dependencies",
+    is_flag=True,
+    help="Ship the code and the rules only (no pip install)",
+)
+def build_cmd(
+    definitions: tuple[Path, ...],
+    output: Path,
+    template: Path,
+    boto3: str,
+    no_dependencies: bool,
+) -> None:
+    """Build the Lambda function's artifact (sam build runs this through the project's
+    Makefile): the installed aggregator package without its CLI, the rule files, and its
+    dependencies for the template's runtime and architecture, after checking that the template
+    is rendered for the rules."""
+    from aggregator.cli.project.build import build_function
+
+    built = build_function(
+        list(definitions) or [Path("rules")],
+        output,
+        template=template,
+        boto3=boto3,
+        dependencies=not no_dependencies,
+    )
+    console.print(
+        f"{output}: {built.files:,} files, {built.size_bytes:,} bytes; rule files: "
+        f"{' '.join(built.rule_files)}",
+        highlight=False,
+    )

@@ -1,0 +1,348 @@
+"""The Lambda artifact of a project's function (``aggregator build``, run by ``sam build``).
+
+What ships, into ``output``:
+
+- ``aggregator/``: the *installed* aggregator package (wherever this CLI imports it from: a wheel
+  in a virtualenv, or an editable checkout) without ``aggregator/cli`` and ``aggregator/dev``,
+  which the handler never imports (an import-linter contract keeps it so), and without bytecode;
+- ``definitions/``: the rule files (top-level ``*.yaml``/``*.yml`` of each directory, or files),
+  where the template's ``DefinitionsPath`` (default ``definitions``) points the function;
+- the package's runtime dependencies (its distribution metadata, less the CLI-only ``click`` and
+  ``rich``), installed by pip for the function's Python version and architecture as the
+  template's ``Runtime`` and ``Architectures`` name them (``--platform manylinux2014_<arch>
+  --only-binary=:all:``: a wheel built for this machine would not load there), at the versions
+  installed here wherever they are installed (a constraints file): the function runs what the
+  project was tested with.
+
+Before anything is written, the rules are validated and the template is checked to be rendered
+for them (:func:`aggregator.cli.template.check_template_regions`), so a template rendered for
+other rules (other filters, other grants) is never deployed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import yaml
+
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.rules import RuleSet, load_rules
+
+__all__ = [
+    "CLI_ONLY_DEPENDENCIES",
+    "DISTRIBUTION",
+    "FunctionBuild",
+    "FunctionRuntime",
+    "build_function",
+    "function_runtime",
+    "lambda_requirements",
+    "rule_files",
+]
+
+DISTRIBUTION = "ddb-aggregator"
+"""The distribution (``pip install ddb-aggregator``) whose package and dependencies ship."""
+
+CLI_ONLY_DEPENDENCIES = frozenset({"click", "rich"})
+"""Dependencies only the CLI imports: they do not ship to Lambda."""
+
+_RUNTIME_BOTO3 = frozenset({"boto3"})
+"""Left to the Lambda runtime's own copy with ``--boto3 runtime`` (botocore and s3transfer go
+with it: nothing else of ours requires them)."""
+
+_FUNCTION = "AggregatorFunction"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionRuntime:
+    """The function's runtime as the template declares it: ``python_version`` (``"3.12"``) and
+    ``platform`` (pip's ``manylinux2014_aarch64`` or ``manylinux2014_x86_64``)."""
+
+    python_version: str
+    platform: str
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionBuild:
+    """What :func:`build_function` wrote: the rule files shipped, the requirements installed,
+    and the artifact's size in bytes and files."""
+
+    rule_files: tuple[str, ...]
+    requirements: tuple[str, ...]
+    size_bytes: int
+    files: int
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """Reads a CloudFormation template: intrinsic functions (``!Ref``, ``!If``...) become
+    ``None``; only literal properties are read."""
+
+
+_CfnLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def function_runtime(template: Path) -> FunctionRuntime:
+    """The ``Runtime`` and ``Architectures`` of the template's ``AggregatorFunction``.
+
+    Lambda's architectures are ``x86_64`` (the default) and ``arm64`` (Lambda Developer Guide,
+    "Selecting and configuring an instruction set architecture"); Python runtimes are named
+    ``python3.N`` ("Lambda runtimes").
+
+    Raises
+    ------
+    ConfigError
+        When the template cannot be read, has no ``AggregatorFunction``, or names a runtime that
+        is not Python or an unknown architecture.
+    """
+    try:
+        document = yaml.load(template.read_text(encoding="utf-8"), Loader=_CfnLoader)
+    except OSError as exc:
+        raise ConfigError(f"{template}: cannot read the template: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{template}: not a YAML template: {exc}") from None
+    resources = document.get("Resources") if isinstance(document, dict) else None
+    function = resources.get(_FUNCTION) if isinstance(resources, dict) else None
+    properties = function.get("Properties") if isinstance(function, dict) else None
+    if not isinstance(properties, dict):
+        raise ConfigError(f"{template}: no resource {_FUNCTION} with Properties")
+    runtime = properties.get("Runtime")
+    if not isinstance(runtime, str) or not runtime.startswith("python3."):
+        raise ConfigError(
+            f"{template}: {_FUNCTION}'s Runtime is {runtime!r}; the aggregator needs a literal "
+            "python3.N runtime"
+        )
+    architectures = properties.get("Architectures") or ["x86_64"]
+    arch = {"arm64": "aarch64", "x86_64": "x86_64"}.get(str(architectures[0]))
+    if arch is None:
+        raise ConfigError(
+            f"{template}: {_FUNCTION}'s Architectures is {architectures!r}; arm64 or x86_64"
+        )
+    return FunctionRuntime(runtime.removeprefix("python"), f"manylinux2014_{arch}")
+
+
+def rule_files(paths: Iterable[Path]) -> list[Path]:
+    """The rule files that ship from ``paths``: each directory's top-level ``*.yaml`` and
+    ``*.yml`` (sorted), each file itself.
+
+    Raises
+    ------
+    ConfigError
+        When a path does not exist, two files share a name (they land in one directory), or
+        there are no rule files at all.
+    """
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(
+                p for p in path.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml")
+            )
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ConfigError(f"{path}: no such rule file or directory")
+    names: dict[str, Path] = {}
+    for file in files:
+        first = names.setdefault(file.name, file)
+        if first != file:
+            raise ConfigError(
+                f"two rule files named {file.name} ({first} and {file}): they would land in one "
+                "directory; rename one"
+            )
+    if not files:
+        raise ConfigError("no rule files (*.yaml, *.yml) in " + ", ".join(str(p) for p in paths))
+    return files
+
+
+def lambda_requirements(*, boto3: str = "bundle") -> list[str]:
+    """The requirements of :data:`DISTRIBUTION` the function needs: its runtime dependencies
+    (extras' dependencies and :data:`CLI_ONLY_DEPENDENCIES` left out; with ``boto3="runtime"``
+    boto3 too), as written in its metadata, e.g. ``"pydantic<3,>=2.10"``.
+
+    Raises
+    ------
+    ConfigError
+        When the distribution is not installed (the CLI runs from a bare checkout).
+    """
+    try:
+        declared = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        raise ConfigError(
+            f"the {DISTRIBUTION} distribution is not installed here: pip install it (or pip "
+            "install -e . in its checkout) to build the function"
+        ) from None
+    left_out = CLI_ONLY_DEPENDENCIES | (_RUNTIME_BOTO3 if boto3 == "runtime" else frozenset())
+    requirements = []
+    for text in declared:
+        marker = text.partition(";")[2]
+        if re.search(r"\bextra\b", marker):
+            continue
+        name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", text.strip())
+        if name is None or _canonical(name.group()) in left_out:
+            continue
+        requirements.append(text.strip())
+    return requirements
+
+
+def _canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed_versions() -> list[str]:
+    """``name==version`` of every distribution installed here (pip constraints)."""
+    pins = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and _canonical(name) != DISTRIBUTION:
+            pins[_canonical(name)] = f"{name}=={dist.version}"
+    return sorted(pins.values())
+
+
+def _copy_package(output: Path) -> None:
+    import aggregator
+
+    source = Path(aggregator.__file__).resolve().parent
+    target = output / "aggregator"
+    shutil.rmtree(target, ignore_errors=True)
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        left_out = {n for n in names if n == "__pycache__" or n.endswith((".pyc", ".pyo"))}
+        if Path(directory).resolve() == source:
+            left_out |= {"cli", "dev"} & set(names)
+        return left_out
+
+    shutil.copytree(source, target, ignore=ignore)
+
+
+def _pip_install(
+    output: Path, requirements: Sequence[str], runtime: FunctionRuntime, *, pin: bool
+) -> None:
+    """Install ``requirements`` into ``output`` for the function's platform.
+
+    Raises
+    ------
+    ConfigError
+        When pip is missing or fails (its last lines are in the message).
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-warn-conflicts",
+            "--no-compile",
+            "--upgrade",
+            "--target",
+            str(output),
+            "--platform",
+            runtime.platform,
+            "--implementation",
+            "cp",
+            "--python-version",
+            runtime.python_version,
+            "--only-binary=:all:",
+        ]
+        if pin:
+            constraints = Path(scratch) / "constraints.txt"
+            constraints.write_text("\n".join(_installed_versions()) + "\n", encoding="utf-8")
+            command += ["--constraint", str(constraints)]
+        try:
+            result = subprocess.run(
+                [*command, *requirements], capture_output=True, text=True, check=False
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot run pip ({sys.executable} -m pip): {exc}") from None
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        if any("No module named pip" in line for line in lines):
+            raise ConfigError(
+                f"pip is not installed in this environment ({sys.executable}); install it "
+                "(python -m ensurepip, or uv pip install pip) to build the function"
+            )
+        tail = " | ".join(lines[-3:]) or f"exit {result.returncode}"
+        raise ConfigError(
+            f"pip could not install the function's dependencies for {runtime.platform}, "
+            f"Python {runtime.python_version}: {tail}"
+        )
+    shutil.rmtree(output / "bin", ignore_errors=True)
+
+
+def _size(output: Path) -> tuple[int, int]:
+    files = [p for p in output.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def build_function(
+    definitions: Sequence[Path],
+    output: Path,
+    *,
+    template: Path | None,
+    runtime: FunctionRuntime | None = None,
+    boto3: str = "bundle",
+    dependencies: bool = True,
+    pin: bool = True,
+) -> FunctionBuild:
+    """Build the function's artifact into ``output`` (see the module docstring).
+
+    Parameters
+    ----------
+    definitions
+        Rule files or directories (as ``-d``).
+    output
+        The artifact directory (SAM's ``ARTIFACTS_DIR``); created if missing. What an earlier
+        build left there is replaced.
+    template
+        The SAM template: checked to be rendered for the rules, and the source of the runtime
+        unless ``runtime`` is given. ``None`` skips the check (``runtime`` is then required).
+    boto3
+        ``"bundle"`` ships boto3 (about 26 MB unzipped with botocore); ``"runtime"`` leaves it
+        to the Lambda runtime's own copy.
+    dependencies
+        ``False`` skips pip (the code and rules only).
+    pin
+        Constrain the dependencies to the versions installed here.
+
+    Raises
+    ------
+    RuleError
+        When the rules are invalid.
+    ConfigError
+        When the template is not rendered for the rules (naming the command that renders it),
+        or as :func:`rule_files`, :func:`function_runtime` and pip's install.
+    """
+    from aggregator.cli.template import check_template_regions
+
+    files = rule_files(definitions)
+    rules: RuleSet = load_rules(files)
+    if template is not None:
+        if not check_template_regions(template, rules):
+            sources = " ".join(f"-d {p}" for p in definitions)
+            raise ConfigError(
+                f"{template}: not rendered for the rules in {', '.join(map(str, definitions))}; "
+                f"run: aggregator template {sources} {template}"
+            )
+        runtime = runtime or function_runtime(template)
+    if runtime is None:
+        raise ConfigError("no template to read the function's runtime from")
+    output.mkdir(parents=True, exist_ok=True)
+    _copy_package(output)
+    shipped = output / "definitions"
+    shutil.rmtree(shipped, ignore_errors=True)
+    shipped.mkdir()
+    for file in files:
+        shutil.copyfile(file, shipped / file.name)
+    requirements = lambda_requirements(boto3=boto3) if dependencies else []
+    if requirements:
+        _pip_install(output, requirements, runtime, pin=pin)
+    size, count = _size(output)
+    return FunctionBuild(tuple(f.name for f in files), tuple(requirements), size, count)

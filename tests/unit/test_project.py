@@ -1,0 +1,401 @@
+"""A project of one's own: ``aggregator init`` (package data rendered for the project's rules)
+and ``aggregator build`` (the Lambda artifact ``sam build`` runs through the project's Makefile).
+
+The wheel installed outside the repository, with the real ``sam build``, is
+tests/package/test_own_project.py (``make test-package``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cfnlint.decode.cfn_yaml import loads as cfn_yaml_loads
+from click.testing import CliRunner
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from aggregator.cli import main
+from aggregator.cli.project import build as build_module
+from aggregator.cli.project.build import (
+    CLI_ONLY_DEPENDENCIES,
+    FunctionRuntime,
+    build_function,
+    function_runtime,
+    lambda_requirements,
+)
+from aggregator.cli.project.scaffold import PROJECT_FILES, init_project, project_file
+from aggregator.cli.template import check_template_regions
+from aggregator.core.exceptions import ConfigError, RuleError
+from aggregator.core.rules import load_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT_DATA = ROOT / "aggregator" / "cli" / "project"
+TEMPLATE_PATH = PROJECT_DATA / "template.yaml"
+
+ORDERS_RULES = (
+    "version: 1\n"
+    "rules:\n"
+    "  - name: orders_per_customer\n"
+    "    match:\n"
+    "      customer: {exists: true}\n"
+    '    key: "{customer}"\n'
+)
+
+
+def _normalized_requirement(text: str) -> str:
+    req = Requirement(text)
+    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+    marker = f"; {req.marker}" if req.marker else ""
+    # str(SpecifierSet) sorts its specifiers, so ">=2.6,<3" and "<3,>=2.6" compare equal.
+    return f"{canonicalize_name(req.name)}{extras}{req.specifier}{marker}"
+
+
+def _package_files(root: Path) -> set[str]:
+    return {
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def _invoke(*args: str, cwd: Path | None = None) -> Any:
+    runner = CliRunner()
+    if cwd is None:
+        return runner.invoke(main, list(args))
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        return runner.invoke(main, list(args))
+    finally:
+        os.chdir(old)
+
+
+# --------------------------------------------------------------------------------------------
+# aggregator init
+# --------------------------------------------------------------------------------------------
+
+
+def test_init_writes_a_project_rendered_for_its_starter_rules(tmp_path: Path) -> None:
+    result = _invoke("init", str(tmp_path / "shop"))
+    assert result.exit_code == 0, result.output
+    project = tmp_path / "shop"
+    assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()) == [
+        "Makefile",
+        "rules/example.yaml",
+        "samconfig.toml",
+        "template.yaml",
+    ]
+    rules = load_rules(project / "rules")
+    assert [r.name for r in rules] == ["orders_per_customer", "revenue_per_customer"]
+    assert check_template_regions(project / "template.yaml", rules)
+    assert (project / "Makefile").read_text() == project_file("Makefile")
+    assert "build_in_source = true" in (project / "samconfig.toml").read_text()
+    lines = result.output.splitlines()
+    assert (
+        lines[0]
+        == f"wrote template.yaml, Makefile, samconfig.toml, rules/example.yaml in {project}"
+    )
+    assert "sam build && sam deploy --guided" in result.output
+
+
+def test_init_twice_changes_nothing(tmp_path: Path) -> None:
+    init_project(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    again = init_project(tmp_path)
+    assert again.written == ()
+    assert again.unchanged == PROJECT_FILES
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_init_keeps_the_rules_that_are_there_and_renders_for_them(tmp_path: Path) -> None:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "orders.yaml").write_text(
+        "version: 1\ntable: {partition_key: PK, sort_key: SK}\n" + ORDERS_RULES.split("\n", 1)[1]
+    )
+    done = init_project(tmp_path)
+    assert "rules/example.yaml" not in done.written
+    assert not (tmp_path / "rules" / "example.yaml").exists()
+    rules = load_rules(tmp_path / "rules")
+    assert check_template_regions(tmp_path / "template.yaml", rules)
+    template = cfn_yaml_loads((tmp_path / "template.yaml").read_text(), "template.yaml")
+    keys = template["Resources"]["Table"]["Properties"]["KeySchema"]
+    assert [k["AttributeName"] for k in keys] == ["PK", "SK"]
+
+
+def test_init_never_overwrites_other_content_unless_forced(tmp_path: Path) -> None:
+    (tmp_path / "Makefile").write_text("all:\n\techo mine\n")
+    (tmp_path / "template.yaml").write_text("Resources: {}\n")
+    result = _invoke("init", str(tmp_path))
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"error: {tmp_path}: template.yaml, Makefile already exist(s) with other content; "
+        "aggregator init leaves them alone (--force replaces them; a Makefile of your own "
+        "needs the build-AggregatorFunction target of `aggregator init --show Makefile`)"
+    ]
+    assert (tmp_path / "Makefile").read_text() == "all:\n\techo mine\n"
+    assert not (tmp_path / "rules").exists()  # nothing written at all
+    forced = _invoke("init", str(tmp_path), "--force")
+    assert forced.exit_code == 0, forced.output
+    assert (tmp_path / "Makefile").read_text() == project_file("Makefile")
+
+
+def test_init_with_invalid_rules_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "bad.yaml").write_text("version: 1\nrules:\n  - {name: x}\n")
+    with pytest.raises(RuleError, match=r"bad\.yaml: rule 'x'"):
+        init_project(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rules"]
+
+
+def test_init_shows_a_project_file() -> None:
+    result = _invoke("init", "--show", "Makefile")
+    assert result.exit_code == 0
+    assert result.output == project_file("Makefile")
+    assert "\nbuild-AggregatorFunction:" in result.output
+
+
+def test_the_shipped_starter_rules_and_template_are_consistent() -> None:
+    """The package's template is rendered for the repository's demo rules (test_template.py
+    checks it in depth); the starter rules load, and init renders the template for them."""
+    assert check_template_regions(TEMPLATE_PATH, load_rules(ROOT / "definitions"))
+    assert load_rules(PROJECT_DATA / "rules" / "example.yaml")
+
+
+def test_the_wheel_carries_the_project_files() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    data = pyproject["tool"]["setuptools"]["package-data"]["aggregator.cli.project"]
+    shipped = {p.relative_to(PROJECT_DATA).as_posix() for p in PROJECT_DATA.rglob("*")}
+    for name in [*PROJECT_FILES, "rules/example.yaml"]:
+        assert name in shipped
+        assert any(Path(name).match(pattern) for pattern in data), name
+
+
+# --------------------------------------------------------------------------------------------
+# aggregator build
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_project_makefile_builds_the_function_by_its_logical_id() -> None:
+    template = cfn_yaml_loads(TEMPLATE_PATH.read_text(encoding="utf-8"), str(TEMPLATE_PATH))
+    (name,) = [
+        n for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"
+    ]
+    assert template["Resources"][name]["Metadata"] == {"BuildMethod": "makefile"}
+    assert f"\nbuild-{name}:" in project_file("Makefile")
+
+
+def test_the_runtime_comes_from_the_template(tmp_path: Path) -> None:
+    assert function_runtime(TEMPLATE_PATH) == FunctionRuntime("3.12", "manylinux2014_aarch64")
+    x86 = tmp_path / "x86.yaml"
+    x86.write_text(TEMPLATE_PATH.read_text().replace("        - arm64\n", "        - x86_64\n"))
+    assert function_runtime(x86) == FunctionRuntime("3.12", "manylinux2014_x86_64")
+    node = tmp_path / "node.yaml"
+    node.write_text(TEMPLATE_PATH.read_text().replace("Runtime: python3.12", "Runtime: nodejs20.x"))
+    with pytest.raises(ConfigError, match=r"Runtime is 'nodejs20\.x'"):
+        function_runtime(node)
+
+
+def test_lambda_requirements_are_the_runtime_dependencies_less_the_cli() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    expected = {
+        _normalized_requirement(dep)
+        for dep in pyproject["project"]["dependencies"]
+        if canonicalize_name(Requirement(dep).name) not in CLI_ONLY_DEPENDENCIES
+    }
+    assert expected and {_normalized_requirement(r) for r in lambda_requirements()} == expected
+    runtime = {_normalized_requirement(r) for r in lambda_requirements(boto3="runtime")}
+    assert runtime == {r for r in expected if not r.startswith("boto3")}
+
+
+def test_build_installs_dependencies_for_the_functions_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip installs for the runtime and architecture the template names (a wheel built for
+    this machine would not load on arm64), pinned to what is installed here."""
+    calls: list[list[str]] = []
+
+    def fake_run(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(command)
+        constraints = Path(command[command.index("--constraint") + 1]).read_text()
+        calls.append(constraints.splitlines())
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(build_module.subprocess, "run", fake_run)
+    out = tmp_path / "artifact"
+    built = build_function([ROOT / "definitions"], out, template=TEMPLATE_PATH)
+    command, constraints = calls
+    assert command[:4] == [sys.executable, "-m", "pip", "install"]
+    text = " ".join(command)
+    assert "--platform manylinux2014_aarch64" in text
+    assert "--python-version 3.12" in text
+    assert "--implementation cp" in text and "--only-binary=:all:" in text
+    assert f"--target {out}" in text
+    assert command[-len(built.requirements) :] == list(built.requirements)
+    import pydantic
+
+    assert f"pydantic=={pydantic.VERSION}" in constraints
+    assert not any(c.lower().startswith("ddb-aggregator==") for c in constraints)
+
+
+def test_a_failing_pip_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_run(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(
+            command, 1, "", "ERROR: Could not find a version that satisfies x\nERROR: No match\n"
+        )
+
+    monkeypatch.setattr(build_module.subprocess, "run", fake_run)
+    with pytest.raises(ConfigError) as info:
+        build_function([ROOT / "definitions"], tmp_path / "a", template=TEMPLATE_PATH)
+    assert str(info.value) == (
+        "pip could not install the function's dependencies for manylinux2014_aarch64, Python "
+        "3.12: ERROR: Could not find a version that satisfies x | ERROR: No match"
+    )
+
+
+def test_artifact_ships_the_runtime_package_and_the_chosen_rules_only(tmp_path: Path) -> None:
+    artifact = tmp_path / "artifact"
+    (artifact / "aggregator").mkdir(parents=True)
+    (artifact / "aggregator" / "stale.py").write_text("")  # an earlier build's leftovers go
+    build_function([ROOT / "definitions"], artifact, template=TEMPLATE_PATH, dependencies=False)
+    assert sorted(p.name for p in artifact.iterdir()) == ["aggregator", "definitions"]
+    shipped = _package_files(artifact / "aggregator")
+    source = _package_files(ROOT / "aggregator")
+    # everything but the dev tools and the CLI, no bytecode
+    assert shipped == {f for f in source if not f.startswith(("dev/", "cli/"))}
+    assert not list(artifact.rglob("__pycache__"))
+    assert sorted(p.name for p in (artifact / "definitions").iterdir()) == sorted(
+        p.name for p in (ROOT / "definitions").iterdir() if p.suffix in (".yaml", ".yml")
+    )
+
+    # The handler's whole import closure loads from the artifact without the dev tools, the
+    # CLI and their libraries, and finds the rules where the template's DefinitionsPath says.
+    script = """
+import importlib.abc, json, sys
+
+BLOCKED = ("aggregator.dev", "aggregator.cli", "click", "rich")
+
+def blocked(name):
+    return any(name == b or name.startswith(b + ".") for b in BLOCKED)
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if blocked(name):
+            raise ImportError(f"the Lambda artifact must not import {name}")
+        return None
+
+sys.meta_path.insert(0, Block())
+import aggregator.handler as handler
+from aggregator.core.rules import load_rules
+
+settings = handler.HandlerSettings.from_env()
+rules = load_rules(settings.definitions)
+print(json.dumps({
+    "package": handler.__file__,
+    "definitions": str(settings.definitions),
+    "rules": len(rules),
+    "blocked": sorted(m for m in sys.modules if blocked(m)),
+}))
+"""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AGGREGATOR_")},
+        "PYTHONPATH": str(artifact),
+        "LAMBDA_TASK_ROOT": str(artifact),
+        "AGGREGATOR_TABLE_NAME": "t",
+        "AGGREGATOR_DEFINITIONS": "definitions",  # the template's DefinitionsPath default
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    loaded = json.loads(run.stdout)
+    assert Path(loaded["package"]).is_relative_to(artifact)
+    assert Path(loaded["definitions"]) == artifact / "definitions"
+    assert loaded["rules"] == len(load_rules(ROOT / "definitions"))
+    assert loaded["blocked"] == []
+
+
+def test_artifact_needs_rule_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such rule file or directory"):
+        build_function([tmp_path / "no"], tmp_path / "a", template=TEMPLATE_PATH)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"no rule files \(\*.yaml, \*.yml\) in"):
+        build_function([tmp_path / "empty"], tmp_path / "a", template=TEMPLATE_PATH)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    (tmp_path / "one" / "r.yaml").write_text(ORDERS_RULES)
+    (tmp_path / "two" / "r.yaml").write_text(ORDERS_RULES)
+    with pytest.raises(ConfigError, match=r"two rule files named r\.yaml"):
+        build_function([tmp_path / "one", tmp_path / "two"], tmp_path / "a", template=None)
+    assert not (tmp_path / "a").exists()
+
+
+def test_build_checks_the_template_against_the_shipped_rules(tmp_path: Path) -> None:
+    """Rules of one's own without derived rules: the template (rendered for the demo rules) no
+    longer fits them, and the build says how to render it; nothing is built."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "orders.yaml").write_text(ORDERS_RULES)
+    shutil.copyfile(TEMPLATE_PATH, tmp_path / "template.yaml")
+    result = _invoke("build", "--output", "out", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "error: template.yaml: not rendered for the rules in rules; run: aggregator template "
+        "-d rules template.yaml"
+    ]
+    assert not (tmp_path / "out").exists()
+    assert _invoke("template", "-d", "rules", cwd=tmp_path).exit_code == 0
+    built = _invoke("build", "--output", "out", "--no-dependencies", cwd=tmp_path)
+    assert built.exit_code == 0, built.output
+    assert built.output.startswith("out: ") and built.output.endswith("rule files: orders.yaml\n")
+
+
+def test_the_project_makefile_runs_aggregator_build(tmp_path: Path) -> None:
+    """``sam build`` runs ``make build-AggregatorFunction`` with ARTIFACTS_DIR; the recipe runs
+    the aggregator CLI given (or on the PATH), and says what to do when there is none."""
+    assert shutil.which("make"), "make is needed to check the project's build recipe"
+    init_project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL"}}
+    cli = Path(sys.executable).parent / "aggregator"
+    out = tmp_path / "artifact"
+    ran = subprocess.run(
+        [
+            "make",
+            "-s",
+            "build-AggregatorFunction",
+            f"ARTIFACTS_DIR={out}",
+            f"AGGREGATOR={cli}",
+            "BUILD_ARGS=--no-dependencies",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert sorted(p.name for p in (out / "definitions").iterdir()) == ["example.yaml"]
+    missing = subprocess.run(
+        ["make", "-s", "build-AggregatorFunction", f"ARTIFACTS_DIR={out}", "AGGREGATOR=nope"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode != 0
+    assert "'nope' not found: activate the virtualenv where ddb-aggregator is installed" in (
+        missing.stderr
+    )
