@@ -111,6 +111,10 @@ def test_windowed_event_exactly_once_even_when_delivered_twice(configure, ddb, c
     assert emf[0]["RecordsReceived"] == [7.0]
     assert emf[0]["SelfWritesSkipped"] == [1.0]
     assert emf[0]["DeadLetters"] == [1.0]
+    # what the template's DeadLettersAlarm watches: DeadLetters by the service dimension
+    (directive,) = emf[0]["_aws"]["CloudWatchMetrics"]
+    assert directive["Dimensions"] == [["service"]]
+    assert "DeadLetters" in [m["Name"] for m in directive["Metrics"]]
     assert emf[0]["AggregateItemsWritten"] == [4.0]
     assert emf[0]["ConditionalCheckRecoveries"] == [0.0]
     assert emf[1]["AggregateItemsWritten"] == [0.0]

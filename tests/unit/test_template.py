@@ -343,6 +343,9 @@ def test_parameters(template: dict[str, Any]) -> None:
     assert params["LogLevel"]["Default"] == "INFO"
     # The local runner's partition is not the function's business: no parameter, no grant.
     assert not [p for p in params if "Runner" in p]
+    assert params["Alarms"]["Default"] == "Enabled"
+    assert params["AlarmTopicArn"]["Default"] == ""
+    assert params["IteratorAgeAlarmMilliseconds"]["Default"] == 600000
 
 
 def test_existing_table_parameters_accept_a_table_and_its_stream(template: dict[str, Any]) -> None:
@@ -460,7 +463,7 @@ def test_function_settings(
         "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": "90000",
         # the last resort for dead letters is the mapping's own on-failure queue
         "AGGREGATOR_ON_FAILURE_QUEUE_URL": {"Ref": queue_name},
-        "POWERTOOLS_SERVICE_NAME": "ddb-aggregator",
+        "POWERTOOLS_SERVICE_NAME": {"Ref": "AWS::StackName"},
         "POWERTOOLS_METRICS_NAMESPACE": "DdbAggregator",
         "POWERTOOLS_LOG_LEVEL": {"Ref": "LogLevel"},
         # Powertools Tracer follows the Tracing parameter
@@ -865,3 +868,93 @@ def test_write_sharding_grants_the_partials_collections() -> None:
         "dynamodb:LeadingKeys": ["AGGREGATES", "AGGREGATES#*"]
     }
     assert condition["Null"] == {"dynamodb:LeadingKeys": "false"}
+
+
+# --------------------------------------------------------------------------------------------
+# alarms
+# --------------------------------------------------------------------------------------------
+
+
+def _alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        name: resource
+        for name, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::CloudWatch::Alarm"
+    }
+
+
+def test_alarms_watch_the_lag_the_dead_letters_and_the_failure_queue(
+    template: dict[str, Any], function: dict[str, Any], queue: tuple[str, dict[str, Any]]
+) -> None:
+    alarms = _alarms(template)
+    assert sorted(alarms) == ["DeadLettersAlarm", "FailureQueueAlarm", "IteratorAgeAlarm"]
+    notify = {"Fn::If": ["AlarmsNotify", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+    for alarm in alarms.values():
+        assert alarm["Condition"] == "CreateAlarms"
+        props = alarm["Properties"]
+        assert props["AlarmActions"] == props["OKActions"] == notify
+        assert props["TreatMissingData"] == "notBreaching"  # no traffic is no alarm
+    lag = alarms["IteratorAgeAlarm"]["Properties"]
+    assert (lag["Namespace"], lag["MetricName"], lag["Statistic"]) == (
+        "AWS/Lambda",
+        "IteratorAge",
+        "Maximum",
+    )
+    assert lag["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "AggregatorFunction"}}]
+    assert lag["Threshold"] == {"Ref": "IteratorAgeAlarmMilliseconds"}
+    assert lag["ComparisonOperator"] == "GreaterThanThreshold"
+    # the handler's EMF metric, in the namespace and service the function is given (the
+    # handler's EMF output is checked in tests/integration/test_handler.py)
+    env = function["Environment"]["Variables"]
+    dead = alarms["DeadLettersAlarm"]["Properties"]
+    assert (dead["Namespace"], dead["MetricName"], dead["Statistic"]) == (
+        env["POWERTOOLS_METRICS_NAMESPACE"],
+        "DeadLetters",
+        "Sum",
+    )
+    assert dead["Dimensions"] == [{"Name": "service", "Value": env["POWERTOOLS_SERVICE_NAME"]}]
+    assert (dead["Threshold"], dead["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    queue_name, _ = queue
+    failed = alarms["FailureQueueAlarm"]["Properties"]
+    assert (failed["Namespace"], failed["MetricName"]) == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+    )
+    assert failed["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_name, "QueueName"]}}
+    ]
+    assert (failed["Threshold"], failed["ComparisonOperator"]) == (
+        1,
+        "GreaterThanOrEqualToThreshold",
+    )
+
+
+@pytest.mark.parametrize(
+    ("alarms", "topic", "created", "notified"),
+    [
+        ("Enabled", "", True, False),
+        ("Enabled", "arn:aws:sns:eu-west-1:123456789012:ops", True, True),
+        ("Disabled", "arn:aws:sns:eu-west-1:123456789012:ops", False, False),
+    ],
+)
+def test_alarm_parameters(
+    template: dict[str, Any], alarms: str, topic: str, created: bool, notified: bool
+) -> None:
+    conditions = template["Conditions"]
+    values = {"Alarms": alarms, "AlarmTopicArn": topic}
+
+    def holds(expression: Any) -> bool:
+        ((op, args),) = expression.items()
+        if op == "Fn::Equals":
+            left, right = (values.get(a["Ref"]) if isinstance(a, dict) else a for a in args)
+            return left == right
+        if op == "Fn::Not":
+            return not holds(args[0])
+        if op == "Fn::And":
+            return all(holds(a) for a in args)
+        if op == "Condition":
+            return holds(conditions[args])
+        raise AssertionError(op)
+
+    assert holds(conditions["CreateAlarms"]) is created
+    assert holds(conditions["AlarmsNotify"]) is notified
