@@ -2,7 +2,7 @@
 
 Commands: ``init``, ``build``, ``validate``, ``filter-criteria``, ``template``, ``local``,
 ``create-table``, ``check-table``, ``prepare-table``, ``run``, ``backfill``, ``reconcile``,
-``rebuild``, ``drop-rule``, ``query get|list|top|histogram|window``, ``dead-letters``,
+``rebuild``, ``drop-rule``, ``status``, ``query get|list|top|histogram|window``, ``dead-letters``,
 ``replay-dead-letters``, ``demo``.
 Every command runs through :class:`~aggregator.cli.errors._Group`, which turns any error into
 one line on stderr and an exit code.
@@ -22,6 +22,7 @@ from aggregator.cli.commands.query import query
 from aggregator.cli.commands.reconcile import reconcile_cmd
 from aggregator.cli.commands.rules import filter_criteria_cmd, template_cmd, validate
 from aggregator.cli.commands.run import run
+from aggregator.cli.commands.status import status_cmd
 from aggregator.cli.commands.table import check_table_cmd, prepare_table_cmd
 from aggregator.cli.errors import _Group
 
@@ -46,6 +47,7 @@ main.add_command(backfill_cmd)
 main.add_command(reconcile_cmd)
 main.add_command(rebuild_cmd)
 main.add_command(drop_rule_cmd)
+main.add_command(status_cmd)
 main.add_command(query)
 main.add_command(dead_letters_cmd)
 main.add_command(replay_dead_letters_cmd)

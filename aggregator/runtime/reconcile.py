@@ -21,8 +21,9 @@ Assumptions (stated, not checked): the handler applies a change within ``settle_
 write (an unprocessed change looks like drift in both checks); the default, 90 s, covers the
 template's 60 s tumbling window, during which the ``window`` mode holds deltas back; with a
 write-sharded rule among those checked it waits twice as long (a change reaches the aggregate
-through its partial, in two passes through the stream). Rules pending
-a backfill are left out (they lack the items from before their fences by design). Rules with
+through its partial, in two passes through the stream). Rules pending a backfill cannot be
+checked (they lack the items from before their fences by design): with any among the rules to
+check, reconcile refuses, naming them, rather than report the others alone as clean. Rules with
 ``ttl_deletes: keep`` keep counting items that TTL deleted; the scan cannot see those, so such
 rules are compared as if nothing had expired (pass ``rule_names`` to leave them out on a table
 with TTL deletes). Time buckets past their retention are left out on both sides.
@@ -182,8 +183,8 @@ def reconcile(
     client, table_name
         A boto3 DynamoDB client and the table.
     rule_names
-        Base rules to check (default: every base rule that is active in the table's rule
-        manifest, or every one when there is no manifest).
+        Base rules to check (default: every base rule; every one must be active in the table's
+        rule manifest, or there is no manifest).
     repair
         Add each stable drift's difference, once, conditionally on the item not having moved.
     settle_seconds
@@ -222,6 +223,15 @@ def reconcile(
     incomplete = {n for n, s in states.items() if s.status != "active"}
     if rule_names is None:
         names = [r.name for r in rules.base_rules if r.name not in incomplete]
+        left_out = [r.name for r in rules.base_rules if r.name in incomplete]
+        if left_out:
+            # checking the others only would report "no drift" for rules it never looked at
+            listed = ", ".join(f"{n} ({states[n].status})" for n in left_out)
+            others = f", or check the others with --rules {','.join(names)}" if names else ""
+            raise ConfigError(
+                f"rule(s) {listed} do not count the items from before their fences yet, so "
+                f"their aggregates cannot be checked: run `aggregator backfill` first{others}"
+            )
     else:
         names = list(rule_names)
     for name in names:

@@ -53,7 +53,7 @@ def social(ddb, dynamodb_local, tmp_path):
     ddb.delete_table(TableName="social")
 
 
-def test_reconcile_leaves_a_rule_pending_a_backfill_alone(ddb, dynamodb_local, tmp_path):
+def test_reconcile_refuses_rules_pending_a_backfill(ddb, dynamodb_local, tmp_path):
     rules_dir = tmp_path / "rules"
     rules_dir.mkdir()
     shutil.copy(ROOT / "definitions" / "reference_counts.yaml", rules_dir)
@@ -64,8 +64,12 @@ def test_reconcile_leaves_a_rule_pending_a_backfill_alone(ddb, dynamodb_local, t
     assert cli.invoke(main, ["run", *common, "-d", str(rules_dir)]).exit_code == 0
     args = ["reconcile", *common, "-d", str(rules_dir), "--settle", "0"]
     result = cli.invoke(main, args)
-    assert result.exit_code == 0, result.output
-    assert "0 keys checked" in result.output  # skipped: pending
+    # every rule is pending: nothing could be checked, and reconcile says so (never "0 drifting")
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        "error: rule(s) likes_per_post (pending) do not count the items from before their "
+        "fences yet, so their aggregates cannot be checked: run `aggregator backfill` first"
+    ]
     result = cli.invoke(main, [*args, "--rules", "likes_per_post"])
     assert result.exit_code == 1
     assert "rule 'likes_per_post' is pending" in result.output

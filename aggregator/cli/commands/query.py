@@ -17,11 +17,28 @@ from aggregator.cli.output import _print_aggregates, console, err_console
 from aggregator.core.exceptions import AggregatorError
 
 
-def _store(table_name: str, definitions: RuleSources, endpoint_url: str | None) -> Any:
+def _store(
+    table_name: str, definitions: RuleSources, endpoint_url: str | None, rule: str
+) -> Any:
+    """The store, after a warning on stderr when ``rule``'s serving generation does not count
+    the table's older items yet (pending or being backfilled: one more ``GetItem``)."""
     from aggregator.cli.tables import rules_for_table
+    from aggregator.core.lifecycle import generation_name
+    from aggregator.dynamodb.manifest import Manifest
     from aggregator.dynamodb.query import AggregateStore
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
+    states, serving = Manifest(client, table_name, rules.layout).load_all()
+    known = any(r.name == rule for r in rules)
+    state = states.get(generation_name(rule, serving.get(rule, 1))) if known else None
+    if state is not None and state.status in ("requested", "pending", "backfilling"):
+        err_console.print(
+            f"warning: rule {rule!r} is {state.status}: its aggregates do not count the items "
+            "from before its fences yet, so they are incomplete (aggregator status --table "
+            f"{table_name}; aggregator backfill --table {table_name})",
+            markup=False,
+            highlight=False,
+        )
     return AggregateStore(client, table_name, rules)
 
 
@@ -91,7 +108,7 @@ def query_get(
 
     With one placeholder the argument is its value. When a value holds a separator of the key
     ('#'), the key text can split in several ways: give the values separately."""
-    store = _store(table_name, definitions, endpoint_url)
+    store = _store(table_name, definitions, endpoint_url, rule)
     # key text is the same for a string and a number attribute (numbers render in plain form)
     aggregate = store.get(rule, _key(values))
     if aggregate is None:
@@ -114,7 +131,7 @@ def query_list(
 ) -> None:
     """Every aggregate of RULE, in key order (a windowed rule's with their granularity and
     bucket start)."""
-    store = _store(table_name, definitions, endpoint_url)
+    store = _store(table_name, definitions, endpoint_url, rule)
     _print_rule_aggregates(store, rule, rule, list(store.list(rule)))
 
 
@@ -128,7 +145,7 @@ def query_top(
     rule: str, n: int, table_name: str, definitions: RuleSources, endpoint_url: str | None
 ) -> None:
     """The N largest aggregates of RULE (leaderboard index when the rule has one)."""
-    store = _store(table_name, definitions, endpoint_url)
+    store = _store(table_name, definitions, endpoint_url, rule)
     _print_rule_aggregates(store, rule, f"top {n}: {rule}", store.top(rule, n))
 
 
@@ -141,7 +158,7 @@ def query_histogram(
     rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None
 ) -> None:
     """How many source keys have each value: RULE is a derived rule keyed by "{value}"."""
-    store = _store(table_name, definitions, endpoint_url)
+    store = _store(table_name, definitions, endpoint_url, rule)
     rows = store.histogram(rule)
     table = Table(title=f"{rule} ({store.requests} request(s))", title_justify="left")
     table.add_column("value", justify="right")
@@ -233,7 +250,7 @@ def query_window(
     except ValueError as exc:
         raise QueryError(f"--last: {exc}") from None
     end_seconds = _now_instant(now) if now is not None else _instant(end)
-    store = _store(table_name, definitions, endpoint_url)
+    store = _store(table_name, definitions, endpoint_url, rule)
     result = store.window(rule, _key(values), start=_instant(start), end=end_seconds, last=seconds)
     table = Table(title=f"{rule} {result.key}", title_justify="left", show_header=False)
     table.add_column("", style="bold")

@@ -19,8 +19,8 @@ from aggregator.cli.output import console
 @_definitions_option
 @_table_option
 @_rules_option(
-    "Comma-separated base rules to check (default: every base rule the manifest lists as "
-    "active, or every one without a manifest)."
+    "Comma-separated base rules to check (default: every base rule; all must be active in the "
+    "manifest, or there is no manifest)."
 )
 @click.option("--repair", is_flag=True, help="Add each stable drift's difference, once.")
 @click.option(

@@ -1,0 +1,81 @@
+"""``status``: every rule's generations and states, which generation readers use, fences,
+backfill progress, dead letters, and the next command (:mod:`aggregator.runtime.status`)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import click
+
+from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.output import console
+
+if TYPE_CHECKING:
+    from aggregator.runtime.status import RuleReport
+
+
+def _state_cell(report: RuleReport) -> str:
+    parts = []
+    for g in report.generations:
+        text = f"{g.generation}: {g.status}"
+        if g.backfill is not None:
+            b = g.backfill
+            text += f" ({b.segments_done}/{b.segments} segments, {b.pages} pages)"
+        if g.unfenced:
+            text += " (unfenced)"
+        parts.append(text)
+    return "; ".join(parts) or "-"
+
+
+@click.command("status")
+@_definitions_option
+@_table_option
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON")
+@_endpoint_option
+def status_cmd(
+    definitions: RuleSources, table_name: str, as_json: bool, endpoint_url: str | None
+) -> None:
+    """Show each rule's state on the table: its definition (built, new, changed, removed), each
+    generation's state (requested, pending, backfilling, active, retired, dropping) with the
+    shards fenced and a backfill's progress, the generation readers use, its dead letters, and
+    the next command to run."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from aggregator.cli.tables import rules_for_table
+    from aggregator.runtime.status import table_status
+
+    client, rules = rules_for_table(table_name, definitions, endpoint_url)
+    status = table_status(rules, client, table_name)
+    if as_json:
+        click.echo(json.dumps(status.to_json(), indent=2))
+        return
+    table = Table(title=f"rules on {table_name}", title_justify="left")
+    for column in ("rule", "definition", "generations", "readers", "fences", "dead letters"):
+        table.add_column(
+            column,
+            justify="right" if column == "dead letters" else "left",
+            no_wrap=column == "rule",
+        )
+    table.add_column("next")
+    for r in status.rules:
+        fences = ", ".join(f"{g.generation}: {g.fenced_shards}" for g in r.generations) or "-"
+        builds = f" (builds {r.builds})" if r.builds not in (None, r.serving) else ""
+        table.add_row(
+            Text(r.rule),
+            r.definition + builds,
+            Text(_state_cell(r)),
+            str(r.serving),
+            fences,
+            str(r.dead_letters),
+            Text(r.next or "-"),
+        )
+    console.print(table)
+    for rule, count in status.other_dead_letters.items():
+        console.print(
+            Text(
+                f"{count} dead letter(s) of rule {rule!r}, which neither the rule files nor "
+                "the table's manifest name"
+            )
+        )
