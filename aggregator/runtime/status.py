@@ -254,8 +254,5 @@ def _generation(
         unfenced=state.unfenced,
         fenced_shards=fenced.get(state.name, 0),
         dead_letters=letters.get(state.name, 0),
-        backfill=progress.get(state.backfill_id or "")
-        if state.status == "backfilling"
-        else None,
+        backfill=progress.get(state.backfill_id or "") if state.status == "backfilling" else None,
     )
-

@@ -17,9 +17,7 @@ from aggregator.cli.output import _print_aggregates, console, err_console
 from aggregator.core.exceptions import AggregatorError
 
 
-def _store(
-    table_name: str, definitions: RuleSources, endpoint_url: str | None, rule: str
-) -> Any:
+def _store(table_name: str, definitions: RuleSources, endpoint_url: str | None, rule: str) -> Any:
     """The store, after a warning on stderr when ``rule``'s serving generation does not count
     the table's older items yet (pending or being backfilled: one more ``GetItem``)."""
     from aggregator.cli.tables import rules_for_table
