@@ -66,6 +66,7 @@ __all__ = [
     "generation_name",
     "generation_of",
     "generations_of",
+    "index_stale",
     "live_generation",
     "resolved_rules",
     "rule_fingerprint",
@@ -141,6 +142,13 @@ class RuleState:
     unfenced
         A handler counted the rule without fences (its events named no shard: no tumbling
         windows), so no backfill of it can be exact.
+    leaderboard
+        Whether the generation's existing aggregates carry leaderboard index entries: the
+        ``leaderboard`` flag of the definition they were written under (not part of the
+        fingerprint: turning it on or off changes no value). ``None`` for entries recorded
+        before the flag was. When it differs from the deployed definition's flag, the index is
+        incomplete (or stale) until ``aggregator rebuild`` writes (or removes) the entries of
+        the existing aggregates (:func:`index_stale`).
     """
 
     name: str
@@ -150,6 +158,7 @@ class RuleState:
     backfill_id: str | None = None
     active_since: int | None = None
     unfenced: bool = False
+    leaderboard: bool | None = None
 
     def fenced(self, now: float) -> bool:
         """Whether the handler must honour the rule's fences at ``now`` (epoch seconds)."""
@@ -179,6 +188,17 @@ class Fence:
     def covers(self, sequence_number: str) -> bool:
         """Whether a record of the shard is the handler's to count."""
         return pad_sequence_number(sequence_number) > self.after
+
+
+def index_stale(rule: Rule, state: RuleState | None) -> bool:
+    """Whether ``rule``'s leaderboard index does not match its generation's existing
+    aggregates: the definition's ``leaderboard`` flag differs from the one they were written
+    under (``state.leaderboard``; an unrecorded flag is taken to match)."""
+    return (
+        state is not None
+        and state.leaderboard is not None
+        and (state.leaderboard != rule.leaderboard)
+    )
 
 
 def fence_before(sequence_number: str) -> str:

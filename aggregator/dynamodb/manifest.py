@@ -67,6 +67,8 @@ def _state_value(state: RuleState) -> dict[str, Any]:
         value["active_since"] = {"N": str(state.active_since)}
     if state.unfenced:
         value["unfenced"] = {"BOOL": True}
+    if state.leaderboard is not None:
+        value["leaderboard"] = {"BOOL": state.leaderboard}
     return {"M": value}
 
 
@@ -88,6 +90,7 @@ def _state_of(name: str, value: dict[str, Any]) -> RuleState:
         backfill_id=m.get("backfill_id", {}).get("S"),
         active_since=int(m["active_since"]["N"]) if "active_since" in m else None,
         unfenced=m.get("unfenced", {}).get("BOOL", False),
+        leaderboard=m["leaderboard"]["BOOL"] if "leaderboard" in m else None,
     )
 
 
@@ -153,15 +156,20 @@ class Manifest:
         new: list[RuleState] = []
         changed: list[str] = []
         gone: list[str] = []
+        unrecorded: list[tuple[str, bool]] = []
         for r in rules:
             fingerprint = rule_fingerprint(r)
             family = generations_of(r.name, states)
             if not family:
-                new.append(RuleState(r.name, fingerprint, "pending", clock))
+                new.append(
+                    RuleState(r.name, fingerprint, "pending", clock, leaderboard=r.leaderboard)
+                )
                 continue
             state = live_generation(r, states)
             if state is not None:
                 chosen[state.name] = state
+                if state.leaderboard is None:
+                    unrecorded.append((state.name, r.leaderboard))
             elif any(s.fingerprint == fingerprint for s in family):
                 gone.append(r.name)
             else:
@@ -185,7 +193,34 @@ class Manifest:
                 chosen[name] = self._take_up(state, clock)
         if new:
             chosen.update(self._add(new))
+        # entries from before the flag was recorded: their aggregates were written under this
+        # definition's flag as far as anyone can tell; from now on a change of it shows
+        for name, flag in unrecorded:
+            if self.set_leaderboard(name, flag, only_if_unrecorded=True):
+                chosen[name] = replace(chosen[name], leaderboard=flag)
         return chosen
+
+    def set_leaderboard(self, name: str, flag: bool, *, only_if_unrecorded: bool = False) -> bool:
+        """Record whether generation ``name``'s existing aggregates carry leaderboard index
+        entries (:attr:`~aggregator.core.lifecycle.RuleState.leaderboard`); with
+        ``only_if_unrecorded``, only when nothing is recorded yet. Returns whether it wrote."""
+        condition = "attribute_exists(#rules.#name)"
+        if only_if_unrecorded:
+            condition += " AND attribute_not_exists(#rules.#name.#lb)"
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=self.key,
+                UpdateExpression="SET #rules.#name.#lb = :flag",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#rules": "rules", "#name": name, "#lb": "leaderboard"},
+                ExpressionAttributeValues={":flag": {"BOOL": flag}},
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def _take_up(self, state: RuleState, clock: int) -> RuleState:
         """A handler with a requested generation's definition starts counting it: ``requested``
@@ -220,7 +255,13 @@ class Manifest:
             if live is not None:
                 return live
             number = max(generation_of(s.name)[1] for s in family) + 1
-            state = RuleState(generation_name(rule.name, number), fingerprint, "requested", clock)
+            state = RuleState(
+                generation_name(rule.name, number),
+                fingerprint,
+                "requested",
+                clock,
+                leaderboard=rule.leaderboard,
+            )
             added = self._add([state])
             if added[state.name] == state:
                 return state

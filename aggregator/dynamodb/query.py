@@ -209,6 +209,7 @@ class AggregateStore:
             None if generations is None else dict(generations)
         )
         self._generations_read_at = 0.0
+        self._indexed: dict[str, bool] = {}
 
     def storage_name(self, rule: str) -> str:
         """The name ``rule``'s serving generation is stored under: the rule's name, or
@@ -235,14 +236,30 @@ class AggregateStore:
             item = self.client.get_item(
                 TableName=self.table_name,
                 Key=self.layout.item_key(self.layout.control_pk, MANIFEST_SORT_KEY),
-                ProjectionExpression="#g",
-                ExpressionAttributeNames={"#g": "generations"},
+                ProjectionExpression="#g, #r",
+                ExpressionAttributeNames={"#g": "generations", "#r": "rules"},
                 ConsistentRead=True,
             ).get("Item")
         except (ClientError, BotoCoreError) as exc:
             raise QueryError(f"reading the rule manifest of {self.table_name!r}: {exc}") from exc
         generations = (item or {}).get("generations", {}).get("M", {})
+        # the generations whose existing aggregates were written without (or with) index
+        # entries: their leaderboard flag as recorded (lifecycle.RuleState.leaderboard)
+        self._indexed = {
+            name: value["M"]["leaderboard"]["BOOL"]
+            for name, value in (item or {}).get("rules", {}).get("M", {}).items()
+            if "leaderboard" in value.get("M", {})
+        }
         return {name: int(value["N"]) for name, value in generations.items()}
+
+    def index_complete(self, rule: str) -> bool:
+        """Whether ``rule``'s leaderboard index holds every aggregate of its serving
+        generation: not when the flag was turned on after aggregates were written, until
+        ``aggregator rebuild`` indexes them (as the manifest records; always ``True`` with
+        ``generations`` given, which skips the manifest)."""
+        stored = self.storage_name(rule)
+        recorded = self._indexed.get(stored)
+        return recorded is None or recorded == self._rule(rule).leaderboard
 
     def _rule(self, name: str) -> Rule:
         try:
@@ -395,8 +412,9 @@ class AggregateStore:
 
         Leaderboard rules read one page of the sparse ``leaderboard`` GSI in descending order
         (eventually consistent, as every GSI read): one ``Query`` of at most ``n`` entries per
-        index partition (``leaderboard_partitions``, merged); other rules read all their
-        aggregates and sort them.
+        index partition (``leaderboard_partitions``, merged); other rules, and a leaderboard
+        turned on after its aggregates were written until ``aggregator rebuild`` indexes them
+        (:meth:`index_complete`), read all their aggregates and sort them.
 
         Raises
         ------
@@ -405,7 +423,9 @@ class AggregateStore:
         """
         if n < 1:
             raise QueryError(f"n must be at least 1, got {n}")
-        if not self._rule(rule).leaderboard:
+        if not self._rule(rule).leaderboard or not self.index_complete(rule):
+            # without the index, or with one that lacks the aggregates written before the flag
+            # was turned on: every aggregate, sorted (exact; aggregator rebuild indexes them)
             ranked = sorted(self.list(rule), key=lambda a: (-a.value, a.key))
             return ranked[:n]
         lay = self.layout

@@ -22,6 +22,14 @@ Steps (:class:`Rebuild`; every step can be repeated, so a killed rebuild is run 
 
 Not supported: rebuilding a derived rule or the source of one (refused).
 
+**The leaderboard flag** is not part of the fingerprint (it changes no value), so turning it on
+or off builds no generation: the handler indexes (or stops indexing) the aggregates it updates
+from the deployment on, and the manifest keeps the flag the existing aggregates were written
+under. While the two differ, ``AggregateStore.top`` reads every aggregate and sorts them (exact,
+and a read of the whole rule), and ``aggregator status`` names this command; ``rebuild`` then
+**re-indexes** the serving generation in place (:func:`reindex_leaderboard`: one conditional
+``UpdateItem`` per aggregate, setting or removing its index attribute) and records the flag.
+
 Costs: those of the backfill, plus three small writes to the manifest; after the switch a stream
 record costs what it did before (the new generation is an ordinary rule under another name).
 """
@@ -33,18 +41,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from botocore.exceptions import ClientError
+
 from aggregator.core.exceptions import ConfigError, RuleError
+from aggregator.core.layout import leaderboard_partition
 from aggregator.core.lifecycle import (
     generation_name,
     generation_of,
     generations_of,
+    index_stale,
     rule_fingerprint,
 )
-from aggregator.core.rules import RuleSet
+from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import Manifest
+from aggregator.dynamodb.writer import error_code
 from aggregator.runtime.backfill import Backfill, BackfillStats
 
-__all__ = ["Rebuild", "RebuildResult"]
+__all__ = ["Rebuild", "RebuildResult", "reindex_leaderboard"]
 
 DEFAULT_WAIT_SECONDS = 3600.0
 """How long :meth:`Rebuild.run` waits, by default, for a handler to start with the new
@@ -60,9 +74,10 @@ class RebuildResult:
     rule
         The rule.
     outcome
-        ``unchanged`` (readers already use a generation with this definition), ``requested``
-        (the new generation waits for a handler with its definition; run again after deploying)
-        or ``switched`` (built and serving).
+        ``unchanged`` (readers already use a generation with this definition), ``reindexed``
+        (the same, and its leaderboard index was rewritten for the definition's flag:
+        ``reindexed`` aggregates), ``requested`` (the new generation waits for a handler with
+        its definition; run again after deploying) or ``switched`` (built and serving).
     serving, target
         Storage names of the generation readers used before, and of the one built.
     backfill
@@ -70,10 +85,11 @@ class RebuildResult:
     """
 
     rule: str
-    outcome: Literal["unchanged", "requested", "switched"]
+    outcome: Literal["unchanged", "reindexed", "requested", "switched"]
     serving: str
     target: str
     backfill: BackfillStats | None = None
+    reindexed: int = 0
 
 
 class Rebuild:
@@ -174,7 +190,13 @@ class Rebuild:
         states = self.manifest.load()
         current = states.get(serving)
         if current is not None and current.fingerprint == rule_fingerprint(self.rule):
-            return RebuildResult(name, "unchanged", serving, serving)
+            if not index_stale(self.rule, current):
+                return RebuildResult(name, "unchanged", serving, serving)
+            count = reindex_leaderboard(
+                self.client, self.table_name, self.rules, self.rule, serving
+            )
+            self.manifest.set_leaderboard(serving, self.rule.leaderboard)
+            return RebuildResult(name, "reindexed", serving, serving, reindexed=count)
         target = self.manifest.request_generation(self.rule, now=self.clock())
         waited = 0.0
         while target.status == "requested":
@@ -213,3 +235,57 @@ def generation_label(storage_name: str) -> str:
     """``"generation 2 (delay@2)"``: how messages name a generation."""
     number = generation_of(storage_name)[1]
     return f"generation {number} ({storage_name})"
+
+
+def reindex_leaderboard(
+    client: Any, table_name: str, rules: RuleSet, rule: Rule, storage_name: str
+) -> int:
+    """Give every existing aggregate of generation ``storage_name`` of ``rule`` the leaderboard
+    index attribute the handler writes for ``rule`` (``rule.leaderboard``), or remove it (the
+    flag off); returns the number of aggregates updated.
+
+    One ``UpdateItem`` per aggregate, conditional on the item existing (a ``drop-rule`` under
+    way is not undone); idempotent, and safe beside the handler: the attribute is a function of
+    the rule and the sort key, never of the value. Reads the rule's aggregates a page at a time
+    (:func:`~aggregator.dynamodb.collections.query_collection`).
+
+    Raises
+    ------
+    botocore.exceptions.ClientError
+        As DynamoDB raises it (a conditional failure is a dropped aggregate, skipped).
+    """
+    layout = rules.layout
+
+    def call(operation: str, **request: Any) -> dict[str, Any]:
+        response: dict[str, Any] = getattr(client, operation)(**request)
+        return response
+
+    count = 0
+    for page in query_collection(
+        call, table_name, layout, layout.aggregates_pk, begins_with=f"{storage_name}#"
+    ):
+        for item in page:
+            sort_key = layout.sort_key_of(item) or ""
+            names = {"#lb": layout.leaderboard_attribute, "#pk": layout.partition_key}
+            request: dict[str, Any] = {
+                "TableName": table_name,
+                "Key": layout.aggregate_key(sort_key),
+                "ConditionExpression": "attribute_exists(#pk)",
+                "ExpressionAttributeNames": names,
+            }
+            if rule.leaderboard:
+                partition = leaderboard_partition(
+                    storage_name, sort_key, rule.leaderboard_partitions
+                )
+                request["UpdateExpression"] = "SET #lb = :partition"
+                request["ExpressionAttributeValues"] = {":partition": {"S": partition}}
+            else:
+                request["UpdateExpression"] = "REMOVE #lb"
+            try:
+                client.update_item(**request)
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                continue
+            count += 1
+    return count

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from aggregator.core.lifecycle import (
     RuleState,
     generation_of,
     generations_of,
+    index_stale,
     live_generation,
+    rule_fingerprint,
 )
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.collections import query_collection
@@ -43,7 +45,9 @@ class BackfillProgress:
 @dataclass(frozen=True, slots=True)
 class GenerationStatus:
     """One generation of a rule as the manifest holds it (``storage_name``: ``rule`` or
-    ``rule@<n>``), with the shards fenced for it and its dead letters."""
+    ``rule@<n>``), with the shards fenced for it and its dead letters. ``leaderboard`` is the
+    flag its existing aggregates were written under; ``index_stale`` says that the rule files'
+    flag differs (the leaderboard index lacks, or keeps, their entries)."""
 
     storage_name: str
     generation: int
@@ -55,6 +59,8 @@ class GenerationStatus:
     fenced_shards: int
     dead_letters: int
     backfill: BackfillProgress | None = None
+    leaderboard: bool | None = None
+    index_stale: bool = False
 
 
 @dataclass(slots=True)
@@ -162,6 +168,11 @@ def _next_command(report: RuleReport, table_name: str) -> str:
         return f"aggregator backfill {t}"
     if report.builds is not None and report.builds != report.serving:
         return f"aggregator rebuild {report.rule} {t} (switches readers)"
+    if building is not None and building.index_stale:
+        return (
+            f"aggregator rebuild {report.rule} {t} (the leaderboard flag changed: indexes the "
+            "existing aggregates)"
+        )
     if any(g.status in ("retired", "dropping") for g in report.generations):
         return f"aggregator drop-rule {report.rule} {t} (deletes the retired generations)"
     if report.dead_letters:
@@ -198,9 +209,13 @@ def table_status(
             progress[s.backfill_id] = _backfill(client, table_name, rules, s.backfill_id)
 
     def generations(name: str) -> list[GenerationStatus]:
+        rule = next((r for r in rules if r.name == name), None)
         out = []
         for s in generations_of(name, states):
-            out.append(_generation(s, fenced, letters, progress))
+            g = _generation(s, fenced, letters, progress)
+            if rule is not None and s.fingerprint == rule_fingerprint(rule):
+                g = replace(g, index_stale=index_stale(rule, s))
+            out.append(g)
         return out
 
     families: Counter[str] = Counter()
@@ -255,4 +270,5 @@ def _generation(
         fenced_shards=fenced.get(state.name, 0),
         dead_letters=letters.get(state.name, 0),
         backfill=progress.get(state.backfill_id or "") if state.status == "backfilling" else None,
+        leaderboard=state.leaderboard,
     )

@@ -91,6 +91,15 @@ def rebuild_cmd(
             highlight=False,
         )
         return
+    if result.outcome == "reindexed":
+        done = "written for" if rules.get(rule_name).leaderboard else "removed from"
+        console.print(
+            f"rebuild {rule_name}: {generation_label(result.serving)} is built with this "
+            f"definition; leaderboard index entries {done} its {result.reindexed:,} existing "
+            "aggregates",
+            highlight=False,
+        )
+        return
     if result.outcome == "requested":
         console.print(
             f"rebuild {rule_name}: {generation_label(result.target)} requested; no handler has "

@@ -24,6 +24,8 @@ def _state_cell(report: RuleReport) -> str:
             text += f" ({b.segments_done}/{b.segments} segments, {b.pages} pages)"
         if g.unfenced:
             text += " (unfenced)"
+        if g.index_stale:
+            text += " (leaderboard index " + ("incomplete)" if not g.leaderboard else "stale)")
         parts.append(text)
     return "; ".join(parts) or "-"
 
