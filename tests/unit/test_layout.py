@@ -67,7 +67,7 @@ def test_only_one_file_may_declare_the_layout(tmp_path):
         ("{partition_key: PK, sort_key: SK, value_attribute: key}", "table", "already writes"),
         ("{partition_key: PK, sort_key: SK, ttl_attribute: bucket}", "table", "already writes"),
         ("{partition_key: 'ck#a', sort_key: SK}", "table", "checkpoints"),
-        ("{partition_key: PK, sort_key: SK, colour: red}", "table.colour", "Extra inputs"),
+        ("{partition_key: PK, sort_key: SK, colour: red}", "table.colour", "unknown field"),
         ("[PK, SK]", "table", "valid dictionary"),
     ],
 )

@@ -160,7 +160,17 @@ MALFORMED = [
             key: K
             filter: {a: 1}
         """,
-        "{f}: rule 'r1', field 'filter': Extra inputs are not permitted",
+        "{f}: rule 'r1', field 'filter': unknown field",
+    ),
+    (
+        "misspelt-field",
+        """
+        rules:
+          - name: r1
+            key: K
+            leaderbord: true
+        """,
+        "{f}: rule 'r1', field 'leaderbord': unknown field; did you mean 'leaderboard'?",
     ),
     (
         "bad-ttl-policy",
@@ -179,8 +189,8 @@ MALFORMED = [
           - name: "has space"
             key: K
         """,
-        "{f}: rule 'has space', field 'name': String should match pattern "
-        "'^[A-Za-z][A-Za-z0-9_.-]{{0,99}}$'",
+        "{f}: rule 'has space', field 'name': 'has space' is not a rule name: start with a "
+        "letter, then letters, digits, '_', '.' or '-', at most 100 characters",
     ),
     (
         "unnamed-rule-uses-position",
@@ -643,3 +653,53 @@ def test_validate_command_reports_errors_without_traceback(tmp_path):
     assert result.exit_code == 1
     assert isinstance(result.exception, SystemExit)  # a clean exit, not an uncaught RuleError
     assert f"{path}: rule 'r1', field 'delta': expected a number, got 'lots'" in result.output
+
+
+def test_one_run_reports_every_problem_of_a_file_cross_rule_ones_too(tmp_path):
+    """A rule that fails its own checks does not hide the derived-rule graph's problems."""
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "rules:\n"
+        "  - {name: a, key: '{value}', source: b}\n"
+        "  - {name: b, key: '{value}', source: a}\n"
+        "  - name: c\n"
+        "    key: '{x}'\n"
+        "    window: {time: t, unit: epoch_seconds, granularities: [hour]}\n"
+        "    leaderboard: true\n"
+        "  - {name: d, key: '{x}', source: nope}\n"
+        "  - {name: d, key: '{y}'}\n"
+    )
+    with pytest.raises(RuleError) as info:
+        load_rules(path)
+    lines = str(info.value).splitlines()
+    assert [line.split(": ", 1)[1].split(":")[0] for line in lines] == [
+        "rule 'c', field '(rule)'",
+        "rule 'd', field 'name'",
+        "rule 'a', field 'source'",
+        "rule 'd', field 'source'",
+    ]
+    assert lines[2].endswith("derived rules form a cycle: a -> b -> a")
+    assert "unknown source rule 'nope'" in lines[3]
+
+
+def test_validate_json_and_the_missing_version_note(tmp_path):
+    versioned = tmp_path / "a.yaml"
+    versioned.write_text("version: 1\nrules:\n  - {name: a, key: '{x}', leaderboard: true}\n")
+    bare = tmp_path / "b.yaml"
+    bare.write_text("rules:\n  - {name: b, key: TOTAL, delta: {attribute: amount}}\n")
+    result = CliRunner().invoke(main, ["validate", "--json", str(versioned), str(bare)])
+    assert result.exit_code == 0, result.output
+    import json
+
+    assert json.loads(result.stdout) == {
+        "rules": [
+            {"name": "a", "key": "{x}", "delta": "1", "reads": ["x"], "options": ["leaderboard"]},
+            {"name": "b", "key": "TOTAL", "delta": "{amount}", "reads": ["amount"], "options": []},
+        ],
+        "notes": [f"{bare}: no 'version:' field; version 1 is assumed (write 'version: 1' first)"],
+    }
+    shown = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert shown.exit_code == 0
+    assert shown.stderr == (
+        f"note: {bare}: no 'version:' field; version 1 is assumed (write 'version: 1' first)\n"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -12,42 +13,86 @@ from aggregator.cli.options import RuleSources, _definitions_option
 from aggregator.cli.output import console, err_console
 
 
+def _rule_summary(r: Any) -> dict[str, Any]:
+    """One rule as ``validate`` shows it: ``name``, ``key``, ``delta``, ``reads`` (the
+    attributes it reads, sorted) and ``options`` (leaderboard, write sharding, TTL policy,
+    source, window; text)."""
+    delta = str(r.delta.constant) if r.delta.constant is not None else f"{{{r.delta.attribute}}}"
+    options = []
+    if r.leaderboard:
+        partitions = r.leaderboard_partitions
+        options.append("leaderboard" + (f" over {partitions}" if partitions > 1 else ""))
+    if r.write_shards > 1:
+        options.append(f"write_shards={r.write_shards}")
+    if r.ttl_deletes != "keep":
+        options.append(f"ttl_deletes={r.ttl_deletes}")
+    if r.source is not None:
+        options.append(f"source={r.source}")
+    if r.window is not None:
+        from aggregator.core.windows import format_duration
+
+        w = r.window
+        labels = "+".join(g.label for g in w.granularities)
+        kept = "forever" if w.retention is None else format_duration(w.retention)
+        options.append(f"per {labels} of {w.time}, kept {kept}")
+    return {
+        "name": r.name,
+        "key": r.key.template,
+        "delta": delta,
+        "reads": sorted(r.attributes()),
+        "options": options,
+    }
+
+
+def _unversioned(paths: tuple[Path, ...]) -> list[str]:
+    """The rule files among ``paths`` (directories expanded) without a ``version:`` field."""
+    import yaml
+
+    from aggregator.core.rules import RuleLoader
+
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
+        else:
+            files.append(path)
+    missing = []
+    for file in files:
+        data = yaml.load(file.read_text(encoding="utf-8"), Loader=RuleLoader)  # loaded before
+        if isinstance(data, dict) and "version" not in data:
+            missing.append(str(file))
+    return missing
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-def validate(paths: tuple[Path, ...]) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the rules as JSON")
+def validate(paths: tuple[Path, ...], as_json: bool) -> None:
     """Check rule files; print a summary of the rules or every error (file, rule, field)."""
+    import json
+
     from aggregator.core.rules import load_rules
 
     rules = load_rules(paths)  # every check, the derived rules' attributes included
+    notes = [
+        f"{file}: no 'version:' field; version 1 is assumed (write 'version: 1' first)"
+        for file in _unversioned(paths)
+    ]
+    summaries = [_rule_summary(r) for r in rules]
+    if as_json:
+        click.echo(json.dumps({"rules": summaries, "notes": notes}, indent=2))
+        return
     table = Table(title=f"{len(rules)} rule(s) valid", title_justify="left")
     table.add_column("rule", no_wrap=True)
     for column in ("key", "delta", "reads", "options"):
         table.add_column(column)
-    for r in rules:
-        delta = (
-            str(r.delta.constant) if r.delta.constant is not None else f"{{{r.delta.attribute}}}"
-        )
-        options = []
-        if r.leaderboard:
-            partitions = r.leaderboard_partitions
-            options.append("leaderboard" + (f" over {partitions}" if partitions > 1 else ""))
-        if r.write_shards > 1:
-            options.append(f"write_shards={r.write_shards}")
-        if r.ttl_deletes != "keep":
-            options.append(f"ttl_deletes={r.ttl_deletes}")
-        if r.source is not None:
-            options.append(f"source={r.source}")
-        if r.window is not None:
-            from aggregator.core.windows import format_duration
-
-            w = r.window
-            labels = "+".join(g.label for g in w.granularities)
-            kept = "forever" if w.retention is None else format_duration(w.retention)
-            options.append(f"per {labels} of {w.time}, kept {kept}")
+    for s in summaries:
         table.add_row(
-            r.name, r.key.template, delta, ", ".join(sorted(r.attributes())), " ".join(options)
+            s["name"], s["key"], s["delta"], ", ".join(s["reads"]), " ".join(s["options"])
         )
     console.print(table)
+    for note in notes:
+        err_console.print(Text(f"note: {note}"), highlight=False)
 
 
 @click.command("filter-criteria")

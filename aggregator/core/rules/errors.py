@@ -4,6 +4,7 @@ or rule a problem belongs to."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -16,21 +17,13 @@ from aggregator.core.rules.model import Rule, _FieldError
 from aggregator.core.text import MAX_QUOTED_CHARS, quote
 
 
-class _GraphProblems(ValueError):
-    """Unknown sources or cycles among derived rules: ``(index, message)`` pairs."""
+class _RuleSetProblems(ValueError):
+    """Problems across the rules of a set, all of them: duplicate names and the derived-rule
+    graph's unknown sources and cycles, as ``(index, field, message)``."""
 
-    def __init__(self, rules: Sequence[Rule], problems: list[tuple[int, str]]) -> None:
+    def __init__(self, rules: Sequence[Rule], problems: list[tuple[int, str, str]]) -> None:
         self.problems = problems
-        super().__init__("; ".join(f"rule {_name(rules[i].name)}: {m}" for i, m in problems))
-
-
-class _DuplicateNames(ValueError):
-    """Rule names used twice: ``(index, index of the first rule of that name)`` pairs."""
-
-    def __init__(self, rules: Sequence[Rule], duplicates: list[tuple[int, int]]) -> None:
-        self.duplicates = duplicates
-        names = ", ".join(repr(rules[index].name) for index, _ in duplicates)
-        super().__init__(f"duplicate rule name(s) {names}")
+        super().__init__("; ".join(f"rule {_name(rules[i].name)}: {m}" for i, _, m in problems))
 
 
 MAX_PROBLEMS_PER_FILE = 200
@@ -63,6 +56,40 @@ def _clean_message(msg: str) -> str:
     return msg
 
 
+def _field_names() -> list[str]:
+    """Every field name a rule file may hold (the models' fields and YAML aliases), for "did
+    you mean" hints on an unknown field."""
+    from pydantic import BaseModel
+
+    from aggregator.core.layout import TableLayout
+    from aggregator.core.rules.buckets import Window
+    from aggregator.core.rules.deltas import DeltaSpec
+
+    models: tuple[type[BaseModel], ...] = (Rule, Window, DeltaSpec, TableLayout)
+    names = {"version", "rules", "table"}
+    for model in models:
+        for name, info in model.model_fields.items():
+            names.add(info.alias or name)
+    return sorted(names)
+
+
+def _message(err: Any) -> str:
+    """A pydantic error in the words of a rule file: an unknown field with the nearest known
+    name, a name that breaks its pattern with the rule spelt out."""
+    kind = err.get("type")
+    loc = err.get("loc") or ()
+    field = str(loc[-1]) if loc else ""
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(field, _field_names(), n=1, cutoff=0.6)
+        return "unknown field" + (f"; did you mean {close[0]!r}?" if close else "")
+    if kind == "string_pattern_mismatch" and field == "name":
+        return (
+            f"{quote(str(err.get('input')))} is not a rule name: start with a letter, then "
+            "letters, digits, '_', '.' or '-', at most 100 characters"
+        )
+    return _clean_message(err["msg"])
+
+
 def _error_locations(
     exc: ValidationError, source: str, prefix: tuple[Any, ...]
 ) -> Iterator[tuple[tuple[Any, ...], str]]:
@@ -72,15 +99,12 @@ def _error_locations(
         cause = (err.get("ctx") or {}).get("error")
         if isinstance(cause, ConditionSyntaxError | _FieldError):
             yield loc + cause.parts, cause.message
-        elif isinstance(cause, _GraphProblems):
-            for index, message in cause.problems:
-                yield (*loc, index, "source"), message
-        elif isinstance(cause, _DuplicateNames):
+        elif isinstance(cause, _RuleSetProblems):
             where = "in this rule set" if source == "<python>" else "in this file"
-            for index, first in cause.duplicates:
-                yield (*loc, index, "name"), f"duplicate rule name (also rule #{first + 1} {where})"
+            for index, field, message in cause.problems:
+                yield (*loc, index, field), message.format(where=where)
         else:
-            yield loc, _clean_message(err["msg"])
+            yield loc, _message(err)
 
 
 def _format_errors(

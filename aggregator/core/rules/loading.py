@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +158,31 @@ def _load_file(path: Path) -> tuple[list[Rule], TableLayout | None]:
     except RecursionError:  # as above; validation recurses less deeply than composing
         problems.append(f"{source}: the rules nest too deeply to validate")
     if problems:
-        raise RuleError("\n".join(problems))
+        error = RuleError("\n".join(problems))
+        error.stubs = _stubs(data.get("rules"))  # type: ignore[attr-defined]
+        raise error
     return list(ruleset.rules), ruleset.layout if "table" in data else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Stub:
+    """The name and source of a rule whose file failed to validate: enough to check the
+    derived-rule graph across the rule set all the same (:func:`graph_problems`)."""
+
+    name: str
+    source: str | None
+
+
+def _stubs(raw_rules: Any) -> list[_Stub]:
+    """The named rules of a file's raw ``rules`` list (entries without a usable name or with
+    a non-text source are left out: their own errors say why)."""
+    stubs = []
+    for raw in raw_rules if isinstance(raw_rules, list) else []:
+        if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
+            source = raw.get("source")
+            if source is None or isinstance(source, str):
+                stubs.append(_Stub(raw["name"], source))
+    return stubs
 
 
 def load_rules(
@@ -212,12 +236,16 @@ def load_rules(
     origin: dict[str, str] = {}
     errors: list[str] = []
     declared: str | None = None
+    # every named rule, valid or not, with its file: the graph is checked over all of them
+    named: list[tuple[Any, str]] = []
     for p in paths:
         try:
             file_rules, file_layout = _load_file(p)
         except RuleError as exc:
             errors.append(str(exc))
+            named += [(stub, _source_name(p)) for stub in getattr(exc, "stubs", [])]
             continue
+        named += [(r, _source_name(p)) for r in file_rules]
         if file_layout is not None:
             if declared is not None:
                 errors.append(
@@ -242,6 +270,25 @@ def load_rules(
                 f"{origin[rules[index].name]}: rule {_name(rules[index].name)}, "
                 f"field 'source': {message}"
             )
+    else:
+        # a file that failed still names its rules: report the graph's problems too, so one run
+        # shows every problem (each name once: duplicates are reported already)
+        unique: dict[str, tuple[Any, str]] = {}
+        for r, where in named:
+            first = unique.setdefault(r.name, (r, where))
+            said = f"{where}: rule {_name(r.name)}, field 'name': duplicate rule name"
+            stub = isinstance(r, _Stub) or isinstance(first[0], _Stub)
+            reported = any(line.startswith(said) for e in errors for line in e.splitlines())
+            if first[0] is not r and stub and not reported:
+                also = "in this file" if first[1] == where else f"defined in {first[1]}"
+                errors.append(
+                    f"{where}: rule {_name(r.name)}, field 'name': duplicate rule name (also "
+                    f"{also})"
+                )
+        everything = list(unique.values())
+        for index, message in graph_problems([r for r, _ in everything]):
+            r, where = everything[index]
+            errors.append(f"{where}: rule {_name(r.name)}, field 'source': {message}")
     if not errors and not layout.has_sort_key:
         errors += [
             f"{origin[r.name]}: rule {_name(r.name)}, field 'write_shards': needs a table with a "

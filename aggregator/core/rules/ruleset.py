@@ -19,7 +19,7 @@ from pydantic import (
 
 from aggregator.core.exceptions import RuleError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
-from aggregator.core.rules.errors import _DuplicateNames, _format_errors, _GraphProblems
+from aggregator.core.rules.errors import _format_errors, _RuleSetProblems
 from aggregator.core.rules.messages import _name, _names
 from aggregator.core.rules.model import Rule
 from aggregator.core.text import quote
@@ -51,19 +51,22 @@ class RuleSet(BaseModel):
     @classmethod
     def _unique(cls, rules: tuple[Rule, ...], info: ValidationInfo) -> tuple[Rule, ...]:
         first: dict[str, int] = {}
-        duplicates: list[tuple[int, int]] = []
+        problems: list[tuple[int, str, str]] = []
         for index, r in enumerate(rules):
             if r.name in first:
-                duplicates.append((index, first[r.name]))
+                message = f"duplicate rule name (also rule #{first[r.name] + 1} {{where}})"
+                problems.append((index, "name", message))
             else:
                 first[r.name] = index
-        if duplicates:
-            raise _DuplicateNames(rules, duplicates)
         # one file of several: the graph is checked once all files are loaded
         partial = bool(info.context and info.context.get("partial"))
-        problems = [] if partial else graph_problems(rules)
+        if not partial:
+            problems += [
+                (i, "source", m.replace("{", "{{").replace("}", "}}"))
+                for i, m in graph_problems(rules)
+            ]
         if problems:
-            raise _GraphProblems(rules, problems)
+            raise _RuleSetProblems(rules, sorted(problems))
         return rules
 
     @classmethod
