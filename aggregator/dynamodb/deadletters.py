@@ -44,6 +44,7 @@ fine for the rare dead letter. Malformed records and records not stored whole ar
 from __future__ import annotations
 
 import json
+import re
 import time
 import zlib
 from collections.abc import Iterator
@@ -149,6 +150,29 @@ class DeadLetter:
     record_sha256: str = ""
     record_bytes: int = 0
     replayable: bool = True
+
+    @property
+    def item_key(self) -> dict[str, str] | None:
+        """The source item's table key as ``{attribute: value text}`` (the stream record's
+        ``Keys``), or ``None`` when the record kept does not say (a digest, a malformed
+        record)."""
+        record = self.record if isinstance(self.record, dict) else {}
+        data = record.get("dynamodb")
+        keys = data.get("Keys") if isinstance(data, dict) else None
+        if not isinstance(keys, dict):
+            return None
+        out = {}
+        for name, value in keys.items():
+            if isinstance(value, dict) and len(value) == 1:
+                (out[str(name)],) = (str(v) for v in value.values())
+        return out or None
+
+    @property
+    def attribute(self) -> str | None:
+        """The attribute the reason names (``NewImage: delta attribute 'amount' is str``),
+        or ``None``."""
+        found = re.search(r"attribute '([^']+)'", self.reason)
+        return found.group(1) if found else None
 
 
 @dataclass(slots=True)

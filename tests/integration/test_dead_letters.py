@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -54,6 +55,23 @@ def test_replay_applies_each_dead_letter_once(dynamodb_local, ddb, streams, tabl
     assert result.exit_code == 0
     assert "2 dead letter(s), 2 replayable" in result.output
     assert "cause" in result.output and "replayable" in result.output  # the table's columns
+    # each letter names its item's key and the failing attribute, and says how to repair it
+    assert "pk=P1, sk=PATH#2" in result.output and "pk=P2, sk=PATH#3" in result.output
+    assert result.output.rstrip().splitlines()[-1] == (
+        "missing-attribute: fix the item, then: aggregator reconcile --repair --rules points"
+    )
+    listed = CliRunner().invoke(
+        main,
+        ["dead-letters", "--table", name, "--endpoint-url", dynamodb_local.endpoint_url, "--json"],
+    )
+    assert listed.exit_code == 0, listed.output
+    assert [
+        (d["rule"], d["item_key"], d["attribute"], d["cause"], d["replayable"])
+        for d in json.loads(listed.output)
+    ] == [
+        ("points", {"pk": "P1", "sk": "PATH#2"}, "points", "missing-attribute", True),
+        ("points", {"pk": "P2", "sk": "PATH#3"}, "owner", "missing-attribute", True),
+    ]
 
     # replaying with rules that still fail changes nothing and keeps both
     # by default letters younger than 25 h wait: Lambda may still deliver their batch again

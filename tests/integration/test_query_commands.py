@@ -169,3 +169,55 @@ def test_window_now_without_last_is_one_line(setup):
     assert result.stderr.splitlines() == [
         "error: --now needs --last: it ends a sliding window; use --start/--end for a range"
     ]
+
+
+def test_every_query_command_prints_json(setup):
+    import json
+
+    got = setup.query("get", "flights_by_route", "JFK", "LAX", "--json")
+    assert got.exit_code == 0, got.stderr
+    assert json.loads(got.stdout) == {
+        "rule": "flights_by_route",
+        "aggregate": {"key": "JFK#LAX", "value": "3"},
+    }
+    missing = setup.query("get", "flights_by_route", "X", "Y", "--json")
+    assert missing.exit_code == 1
+    assert json.loads(missing.stdout) == {"rule": "flights_by_route", "aggregate": None}
+    listed = json.loads(setup.query("list", "paths_per_player", "--json").stdout)
+    assert listed == {
+        "rule": "paths_per_player",
+        "aggregates": [{"key": "PLAYER#bob", "value": "4"}],
+    }
+    top = json.loads(setup.query("top", "flights_by_route", "-n", "1", "--json").stdout)
+    assert top == {
+        "rule": "flights_by_route",
+        "n": 1,
+        "aggregates": [{"key": "JFK#LAX", "value": "3"}],
+    }
+    buckets = json.loads(setup.query("list", "departures", "--json").stdout)["aggregates"]
+    assert {
+        "key": "JFK",
+        "value": "3",
+        "granularity": "hour",
+        "bucket": "2013-01-01T05:00:00Z",
+    } in (buckets)
+    window = json.loads(
+        setup.query(
+            "window", "departures", "JFK", "--last", "1h", "--now", "2013-01-01T06:00:00Z", "--json"
+        ).stdout
+    )
+    assert (window["start"], window["end"], window["value"]) == (
+        "2013-01-01T05:00:00Z",
+        "2013-01-01T06:00:00Z",
+        "3",
+    )
+    assert window["complete"] is True and window["requests"] >= 1
+    histogram = json.loads(setup.query("histogram", "flights_by_route", "--json").stdout)
+    assert histogram["rows"][-1] == {"key": "JFK#LAX", "value": "3"}
+
+
+def test_histogram_of_a_rule_that_is_not_derived_shows_keys_and_values(setup):
+    result = setup.query("histogram", "flights_by_route")
+    assert result.exit_code == 0, result.stderr
+    assert rows(result.stdout)[0] == ["key", "value", ""]
+    assert ["JFK#LAX", "3", "#" * 40] in rows(result.stdout)

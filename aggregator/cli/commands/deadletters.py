@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from aggregator.cli import clients
 from aggregator.cli.options import (
@@ -17,47 +18,96 @@ from aggregator.cli.options import (
 )
 from aggregator.cli.output import console
 
+_REPAIR = {
+    "missing-attribute": "fix the item, then: aggregator reconcile --repair --rules {rule}",
+    "wrong-type": "fix the item, then: aggregator reconcile --repair --rules {rule}",
+    "invalid-value": "fix the item, then: aggregator reconcile --repair --rules {rule}",
+    "limit-exceeded": "change the rule (a shorter key), rebuild it: aggregator rebuild {rule}",
+    "missing-image": "set the stream's view type to NEW_AND_OLD_IMAGES (aggregator "
+    "prepare-table), then: aggregator replay-dead-letters",
+    "malformed-record": "nothing to replay: the record itself is malformed",
+}
+"""How to heal each cause of dead letter ({rule}: the letter's rule). A rule that was wrong
+(fixed and deployed) replays its letters with replay-dead-letters."""
+
+
+def _key_text(key: dict[str, str] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in key.items()) if key else "(unknown)"
+
 
 @click.command("dead-letters")
 @_table_option
 @_layout_definitions_option
 @_endpoint_option
+@click.option("--json", "as_json", is_flag=True, help="Print the dead letters as JSON")
 def dead_letters_cmd(
-    table_name: str, definitions: RuleSources | None, endpoint_url: str | None
+    table_name: str, definitions: RuleSources | None, endpoint_url: str | None, as_json: bool
 ) -> None:
-    """List records a rule could not evaluate, and malformed records (rule *): skipped, kept
-    with their cause; replayable ones apply with replay-dead-letters once the rules are fixed."""
+    """List records a rule could not evaluate, and malformed records (rule *): the item's
+    table key, the failing attribute and the cause, with how to repair each; replayable ones
+    apply with replay-dead-letters once the rules are fixed."""
+    import json
+
     from aggregator.dynamodb.deadletters import list_dead_letters
 
     layout = layout_of(definitions)  # a bad rule file is reported before any AWS call
     client = clients.make_client("dynamodb", endpoint_url)
     letters = list(list_dead_letters(client, table_name, layout=layout))
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "shard_id": d.shard_id,
+                        "sequence_number": d.sequence_number or None,
+                        "rule": d.rule,
+                        "item_key": d.item_key,
+                        "attribute": d.attribute,
+                        "cause": d.cause,
+                        "reason": d.reason,
+                        "replayable": d.replayable,
+                        "record_form": d.record_form,
+                        "failed_at": d.failed_at,
+                        "repair": _REPAIR.get(d.cause, "").format(rule=d.rule),
+                    }
+                    for d in letters
+                ],
+                indent=2,
+            )
+        )
+        return
     replayable = sum(d.replayable for d in letters)
     table = Table(
         title=f"{len(letters)} dead letter(s), {replayable} replayable", title_justify="left"
     )
     for column in (
-        "shard",
-        "sequence number",
         "rule",
+        "item key",
+        "attribute",
         "cause",
-        "replayable",
         "reason",
-        "failed at",
+        "sequence number",
+        "replayable",
     ):
         table.add_column(column)
     for d in letters:
         kept = "yes" if d.replayable else f"no ({d.record_form})"
         table.add_row(
-            d.shard_id,
-            d.sequence_number or "(none)",
-            d.rule,
+            Text(d.rule),
+            Text(_key_text(d.item_key)),
+            Text(d.attribute or ""),
             d.cause,
+            Text(d.reason),
+            d.sequence_number or "(none)",
             kept,
-            d.reason,
-            d.failed_at,
         )
     console.print(table)
+    for cause in sorted({d.cause for d in letters}):
+        rules = sorted({d.rule for d in letters if d.cause == cause})
+        repair = _REPAIR.get(cause, "")
+        if repair:
+            text = repair.format(rule=",".join(rules))
+            console.print(Text(f"{cause}: {text}"), highlight=False)
 
 
 @click.command("replay-dead-letters")

@@ -40,6 +40,28 @@ def _store(table_name: str, definitions: RuleSources, endpoint_url: str | None, 
     return AggregateStore(client, table_name, rules)
 
 
+_json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON (numbers as strings holding the exact decimal)",
+)
+
+
+def _aggregate_json(a: Any) -> dict[str, Any]:
+    """``{"key", "value"}`` and, for a time bucket, ``"granularity"`` and ``"bucket"``."""
+    out: dict[str, Any] = {"key": a.key, "value": str(a.value)}
+    if a.granularity is not None:
+        out["granularity"], out["bucket"] = a.granularity, a.bucket
+    return out
+
+
+def _echo_json(data: Any) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2))
+
+
 def _key(values: tuple[str, ...]) -> str | list[str]:
     """The key arguments as AggregateStore takes them: one argument as text (the value of a
     one-placeholder key, or the key as displayed, split at the template's separators), several
@@ -94,12 +116,14 @@ def query() -> None:
 @_table_option
 @_definitions_option
 @_endpoint_option
+@_json_option
 def query_get(
     rule: str,
     values: tuple[str, ...],
     table_name: str,
     definitions: RuleSources,
     endpoint_url: str | None,
+    as_json: bool,
 ) -> None:
     """One aggregate: RULE and its key, as query list shows it (JFK#LAX) or as the key's
     placeholder values in order (JFK LAX); nothing for a literal key.
@@ -109,6 +133,13 @@ def query_get(
     store = _store(table_name, definitions, endpoint_url, rule)
     # key text is the same for a string and a number attribute (numbers render in plain form)
     aggregate = store.get(rule, _key(values))
+    if as_json:
+        _echo_json(
+            {"rule": rule, "aggregate": None if aggregate is None else _aggregate_json(aggregate)}
+        )
+        if aggregate is None:
+            raise SystemExit(1)
+        return
     if aggregate is None:
         hint = _not_found_hint(store, rule, values)
         console.print(
@@ -124,13 +155,18 @@ def query_get(
 @_table_option
 @_definitions_option
 @_endpoint_option
+@_json_option
 def query_list(
-    rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None
+    rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None, as_json: bool
 ) -> None:
     """Every aggregate of RULE, in key order (a windowed rule's with their granularity and
     bucket start)."""
     store = _store(table_name, definitions, endpoint_url, rule)
-    _print_rule_aggregates(store, rule, rule, list(store.list(rule)))
+    aggregates = list(store.list(rule))
+    if as_json:
+        _echo_json({"rule": rule, "aggregates": [_aggregate_json(a) for a in aggregates]})
+        return
+    _print_rule_aggregates(store, rule, rule, aggregates)
 
 
 @query.command("top")
@@ -139,12 +175,22 @@ def query_list(
 @_table_option
 @_definitions_option
 @_endpoint_option
+@_json_option
 def query_top(
-    rule: str, n: int, table_name: str, definitions: RuleSources, endpoint_url: str | None
+    rule: str,
+    n: int,
+    table_name: str,
+    definitions: RuleSources,
+    endpoint_url: str | None,
+    as_json: bool,
 ) -> None:
     """The N largest aggregates of RULE (leaderboard index when the rule has one)."""
     store = _store(table_name, definitions, endpoint_url, rule)
-    _print_rule_aggregates(store, rule, f"top {n}: {rule}", store.top(rule, n))
+    top = store.top(rule, n)
+    if as_json:
+        _echo_json({"rule": rule, "n": n, "aggregates": [_aggregate_json(a) for a in top]})
+        return
+    _print_rule_aggregates(store, rule, f"top {n}: {rule}", top)
 
 
 @query.command("histogram")
@@ -152,20 +198,31 @@ def query_top(
 @_table_option
 @_definitions_option
 @_endpoint_option
+@_json_option
 def query_histogram(
-    rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None
+    rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None, as_json: bool
 ) -> None:
-    """How many source keys have each value: RULE is a derived rule keyed by "{value}"."""
+    """How many source keys have each value: RULE is a derived rule keyed by "{value}" (any
+    other rule shows its keys and values, with bars)."""
     store = _store(table_name, definitions, endpoint_url, rule)
     rows = store.histogram(rule)
+    derived = store.rules.get(rule).is_derived
+    # a derived rule's key is its source's value, its value a count of source keys; any other
+    # rule's rows are its own keys and values
+    first, second = ("value", "count") if derived else ("key", "value")
+    if as_json:
+        _echo_json(
+            {"rule": rule, "rows": [{first: str(r.value), second: str(r.count)} for r in rows]}
+        )
+        return
     table = Table(title=f"{rule} ({store.requests} request(s))", title_justify="left")
-    table.add_column("value", justify="right")
-    table.add_column("count", justify="right")
+    table.add_column(first, justify="right" if derived else "left")
+    table.add_column(second, justify="right")
     table.add_column("")
     peak = max((r.count for r in rows), default=0)
     for r in rows:
         bar = "#" * (int(40 * r.count / peak) if peak > 0 and r.count > 0 else 0)
-        table.add_row(str(r.value), f"{r.count:,}", bar)
+        table.add_row(Text(str(r.value)), f"{r.count:,}", bar)
     console.print(table)
 
 
@@ -218,6 +275,7 @@ def _now_instant(value: str) -> int:
 @_table_option
 @_definitions_option
 @_endpoint_option
+@_json_option
 def query_window(
     rule: str,
     values: tuple[str, ...],
@@ -228,6 +286,7 @@ def query_window(
     table_name: str,
     definitions: RuleSources,
     endpoint_url: str | None,
+    as_json: bool,
 ) -> None:
     """Count or sum of a windowed RULE for one key (its placeholder values, or the key as query
     list shows it) over --last D, ending now or at --now T, or over [--start, --end).
@@ -250,6 +309,25 @@ def query_window(
     end_seconds = _now_instant(now) if now is not None else _instant(end)
     store = _store(table_name, definitions, endpoint_url, rule)
     result = store.window(rule, _key(values), start=_instant(start), end=end_seconds, last=seconds)
+    if as_json:
+        _echo_json(
+            {
+                "rule": rule,
+                "key": result.key,
+                "start": result.start_text,
+                "end": result.end_text,
+                "value": str(result.value),
+                "buckets": [
+                    {"granularity": p.granularity.label, "buckets": p.buckets}
+                    for p in result.parts or []
+                ],
+                "requests": result.requests,
+                "items_read": result.items_read,
+                "read_units": str(result.read_units),
+                "complete": result.complete,
+            }
+        )
+        return
     table = Table(title=f"{rule} {result.key}", title_justify="left", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
