@@ -83,7 +83,7 @@ from aggregator.dynamodb.writer import WriteStats, error_code, item_size
 from aggregator.runtime.processor import _decode_state, _encode_state
 from aggregator.runtime.runner import GET_RECORDS_LIMIT, list_shards, to_lambda_record
 
-__all__ = ["Backfill", "BackfillStats", "item_digest"]
+__all__ = ["Backfill", "BackfillStats", "NothingToBackfill", "item_digest"]
 
 STREAM_RETENTION_SECONDS = 24 * 3600
 """DynamoDB Streams keeps records 24 hours (Developer Guide, "Change data capture for DynamoDB
@@ -113,6 +113,11 @@ def item_digest(keys: dict[str, Any], layout: Any) -> bytes:
     names = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
     text = json.dumps([keys.get(n) for n in names], sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+class NothingToBackfill(ConfigError):
+    """Every rule of the set is backfilled already (active): a backfill has nothing to do,
+    which is no failure (the CLI says so and exits 0)."""
 
 
 @dataclass(slots=True)
@@ -329,6 +334,12 @@ class Backfill:
                 if r.name in states and states[r.name].status in ("pending", "backfilling")
             ]
             if not chosen:
+                deployed = [r.name for r in self.rules if r.name in states]
+                if deployed and len(deployed) == len(self.rules):
+                    raise NothingToBackfill(
+                        "nothing to backfill: every rule is active (aggregator status shows "
+                        "each rule's state)"
+                    )
                 raise ConfigError(
                     "no rule is pending a backfill (the manifest lists them once the handler or "
                     "`aggregator run` has started with them)"

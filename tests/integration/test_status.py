@@ -80,6 +80,11 @@ def test_status_through_a_rules_life(ddb, dynamodb_local, tmp_path):
     # after the backfill: active, nothing to do but the dead letter
     backfill = ["backfill", *common, "-d", str(rules), "--stream-lag", "0"]
     assert cli.invoke(main, backfill).exit_code == 0
+    again = cli.invoke(main, backfill)  # nothing left to do is no failure
+    assert (again.exit_code, again.output) == (
+        0,
+        "nothing to backfill: every rule is active (aggregator status shows each rule's state)\n",
+    )
     active = _status(common, rules)
     assert _generations(active["likes_per_post"]) == [(1, "active", 1, 0)]
     assert active["likes_per_post"]["next"] == ""

@@ -168,20 +168,24 @@ def backfill_cmd(
     """
     from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.table import table_stream_arn
-    from aggregator.runtime.backfill import Backfill
+    from aggregator.runtime.backfill import Backfill, NothingToBackfill
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     stream_arn = table_stream_arn(client, table_name)
-    with backfill_progress(client, table_name) as on_page:
-        backfill = Backfill(
-            rules,
-            client,
-            clients.make_client("dynamodbstreams", endpoint_url),
-            table_name,
-            stream_arn,
-            rule_names=rule_names,
-            on_page=on_page,
-            **backfill_options,
-        )
-        stats = backfill.run()
+    try:
+        with backfill_progress(client, table_name) as on_page:
+            backfill = Backfill(
+                rules,
+                client,
+                clients.make_client("dynamodbstreams", endpoint_url),
+                table_name,
+                stream_arn,
+                rule_names=rule_names,
+                on_page=on_page,
+                **backfill_options,
+            )
+            stats = backfill.run()
+    except NothingToBackfill as done:
+        console.print(str(done), highlight=False)
+        return
     print_backfill_summary(stats, ", ".join([*backfill.rule_names, *backfill.carried]))
