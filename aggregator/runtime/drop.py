@@ -111,6 +111,21 @@ class DropRule:
             # a rule counted without the manifest (lifecycle off) has items but no entry
             self.targets = family or [RuleState(rule_name, "", "dropping", 0)]
 
+    def count(self) -> dict[str, int]:
+        """The aggregate items each target generation holds (their partials not counted), by
+        storage name: what :meth:`run` would delete. Reads the aggregates, deletes nothing."""
+        counts = {}
+        for state in self.targets:
+            pages = query_collection(
+                self._call,
+                self.table_name,
+                self.layout,
+                self.layout.aggregates_pk,
+                begins_with=f"{state.name}#",
+            )
+            counts[state.name] = sum(len(page) for page in pages)
+        return counts
+
     def run(self) -> DropResult:
         """Drop every target generation (module docstring); returns what was deleted."""
         result = DropResult(self.rule_name)

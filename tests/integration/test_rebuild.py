@@ -199,7 +199,19 @@ def test_the_commands_rebuild_and_drop_a_rule_on_a_live_table(ddb, dynamodb_loca
     )
     assert ok("query", "get", "likes_per_post", "POST#a91f") == "likes_per_post POST#a91f: 4"
     assert ok("query", "get", "likes_per_post", "POST#b002") == "likes_per_post POST#b002: 5"
-    out = ok("drop-rule", "likes_per_post")
+    # drop-rule says what it would delete, asks (no terminal here: --yes is needed), deletes
+    assert ok("drop-rule", "likes_per_post", "--dry-run") == (
+        f"drop-rule likes_per_post: likes_per_post (2 aggregate items) on table {name}: would "
+        "be deleted (dry run; nothing deleted)"
+    )
+    unasked = cli.invoke(main, ["drop-rule", "likes_per_post", *common])
+    assert unasked.exit_code == 1
+    assert unasked.stderr == (
+        f"error: drop-rule likes_per_post: likes_per_post (2 aggregate items) on table {name}: "
+        "pass --yes to delete them (no terminal to ask on)\n"
+    )
+    assert ok("query", "get", "likes_per_post", "POST#a91f") == "likes_per_post POST#a91f: 4"
+    out = ok("drop-rule", "likes_per_post", "--yes")
     assert "drop-rule likes_per_post: likes_per_post dropped; 2 aggregate items" in out
     ddb.delete_table(TableName=name)
 

@@ -123,21 +123,46 @@ def rebuild_cmd(
 @_definitions_option
 @_table_option
 @_endpoint_option
+@click.option("--yes", is_flag=True, help="Delete without asking")
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted, delete nothing")
 def drop_rule_cmd(
-    rule_name: str, definitions: RuleSources, table_name: str, endpoint_url: str | None
+    rule_name: str,
+    definitions: RuleSources,
+    table_name: str,
+    endpoint_url: str | None,
+    yes: bool,
+    dry_run: bool,
 ) -> None:
     """Delete RULE's aggregates, fences and manifest entries: every generation of a rule
     removed from the rule files, or the generations a rebuild retired of a rule still in them.
 
-    Deploy the rule files without the rule first. Batched (BatchWriteItem, 25 keys a request);
-    run again to resume a drop that was stopped.
+    Deploy the rule files without the rule first. It says what it will delete and asks (--yes
+    does not ask; without a terminal to ask on, --yes is needed); --dry-run only says. Batched
+    (BatchWriteItem, 25 keys a request); run again to resume a drop that was stopped.
     """
+    import sys
+
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from aggregator.cli.tables import rules_for_table
+    from aggregator.core.exceptions import ConfigError
     from aggregator.runtime.drop import DropRule
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
+    if dry_run or not yes:
+        counts = DropRule(rules, client, table_name, rule_name).count()
+        plan = (
+            f"drop-rule {rule_name}: "
+            + ", ".join(f"{name} ({count:,} aggregate items)" for name, count in counts.items())
+            + f" on table {table_name}"
+        )
+        if dry_run:
+            console.print(f"{plan}: would be deleted (dry run; nothing deleted)", highlight=False)
+            return
+        if not sys.stdin.isatty():
+            raise ConfigError(f"{plan}: pass --yes to delete them (no terminal to ask on)")
+        console.print(plan, highlight=False)
+        click.confirm("delete them?", abort=True)
     with Progress(
         TextColumn(f"drop-rule {rule_name}"),
         BarColumn(),
