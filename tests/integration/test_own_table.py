@@ -89,7 +89,14 @@ def test_check_prepare_then_cloud_adventure_on_an_existing_table(
     assert [line.split(":")[1].strip() for line in lines] == ["stream", "leaderboard index"]
     assert "StreamViewType=NEW_AND_OLD_IMAGES" in lines[0]
     assert "top_scores" in lines[1]
-    assert "2 problem(s); `aggregator prepare-table` fixes 2 of them" in output
+    # the fixes name the endpoint the check used (here DynamoDB Local)
+    assert f"fix: aws dynamodb --endpoint-url {endpoint} update-table --table-name {name}" in (
+        lines[0]
+    )
+    assert (
+        f"2 problem(s); `aggregator prepare-table --table {name} -d {definitions} "
+        f"--endpoint-url {endpoint}` fixes 2 of them"
+    ) in output
 
     # prepare-table adds them, printing each change; a second run changes nothing
     code, output = cli(endpoint, "prepare-table", *args)

@@ -43,10 +43,15 @@ def check_table_cmd(table_name: str, definitions: RuleSources, endpoint_url: str
         )
         return
     for problem in problems:
-        err_console.print(f"problem: {problem.line()}", highlight=False, markup=False)
+        line = problem.line()
+        if endpoint_url:  # the fixes go to the same endpoint (DynamoDB Local)
+            line = line.replace("aws dynamodb ", f"aws dynamodb --endpoint-url {endpoint_url} ")
+        err_console.print(f"problem: {line}", highlight=False, markup=False)
     fixable = sum(p.preparable for p in problems)
+    endpoint = f" --endpoint-url {endpoint_url}" if endpoint_url else ""
     err_console.print(
-        f"{len(problems)} problem(s); `aggregator prepare-table` fixes {fixable} of them",
+        f"{len(problems)} problem(s); `aggregator prepare-table --table {table_name} "
+        f"{definitions.options()}{endpoint}` fixes {fixable} of them",
         highlight=False,
         markup=False,
     )
