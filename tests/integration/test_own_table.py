@@ -90,8 +90,9 @@ def test_check_prepare_then_cloud_adventure_on_an_existing_table(
     assert "StreamViewType=NEW_AND_OLD_IMAGES" in lines[0]
     assert "top_scores" in lines[1]
     # the fixes name the endpoint the check used (here DynamoDB Local)
-    assert f"fix: aws dynamodb --endpoint-url {endpoint} update-table --table-name {name}" in (
-        lines[0]
+    assert (
+        f"fix: aws dynamodb --endpoint-url {endpoint} update-table --table-name {name}"
+        in (lines[0])
     )
     assert (
         f"2 problem(s); `aggregator prepare-table --table {name} -d {definitions} "
