@@ -47,6 +47,7 @@ class DemoResult:
     """Windowed rules: each key's count over the first day replayed (one window query each)."""
     totals: dict[str, int] = field(default_factory=dict)
     endpoint_url: str = ""
+    table_name: str = ""
 
 
 def _serialize(item: dict[str, Any]) -> dict[str, Any]:
@@ -125,6 +126,7 @@ def run_demo(
     top: int = 5,
     progress: Any | None = None,
     client_factory: Callable[[str, str], Any],
+    on_ready: Callable[[DemoResult], None] | None = None,
 ) -> DemoResult:
     """Replay flights scheduled in ``[start, end]`` and aggregate them through the stream.
 
@@ -144,6 +146,9 @@ def run_demo(
         A ``rich.progress.Progress`` to report on, or ``None``.
     client_factory
         ``(service, endpoint_url) -> boto3 client``.
+    on_ready
+        Called with the result while the endpoint is still up (the DynamoDB Local the demo
+        started stops when it returns).
 
     Raises
     ------
@@ -157,6 +162,7 @@ def run_demo(
         table_name = f"flights-demo-{int(time.time())}"
     with _endpoint(endpoint_url) as url:
         result.endpoint_url = url
+        result.table_name = table_name
         client = client_factory("dynamodb", url)
         streams = client_factory("dynamodbstreams", url)
         stream_arn = create_table(client, table_name, layout=rules.layout)
@@ -206,4 +212,6 @@ def run_demo(
                         store.window(rule.name, key, start=first_day, end=first_day + 86400)
                     )
             result.totals[rule.name] = len(aggregates)
+        if on_ready is not None:
+            on_ready(result)  # while the endpoint is still up (--keep waits here)
     return result

