@@ -598,11 +598,15 @@ class StreamRunner:
         until_caught_up: bool = True,
         idle_polls: int = 2,
         max_seconds: float | None = None,
+        stats: RunStats | None = None,
     ) -> RunStats:
         """Process the stream.
 
         Parameters
         ----------
+        stats
+            Count into this object (the caller keeps the figures when the run is interrupted);
+            a new one by default.
         until_caught_up
             Return once ``idle_polls`` consecutive passes over all shards read nothing new (open
             windows are closed first). ``False`` runs until ``max_seconds`` (or forever).
@@ -622,7 +626,7 @@ class StreamRunner:
         SimulatedCrash
             When ``faults.kill_after_batches`` is reached.
         """
-        stats = RunStats()
+        stats = RunStats() if stats is None else stats
         started = time.monotonic()
         idle = 0
         while True:

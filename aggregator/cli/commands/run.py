@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from aggregator.cli import clients
@@ -15,6 +18,9 @@ from aggregator.cli.options import (
 )
 from aggregator.cli.output import console
 
+if TYPE_CHECKING:
+    from aggregator.runtime.runner import RunStats
+
 
 @click.command()
 @_table_option
@@ -26,7 +32,8 @@ from aggregator.cli.output import console
 @click.option(
     "--follow/--until-caught-up",
     default=False,
-    help="Keep polling, or stop once the stream is caught up (default)",
+    help="Keep polling (a live progress line; Ctrl-C or SIGTERM stops it with a summary), or "
+    "stop once the stream is caught up (default)",
 )
 @click.option(
     "--resume/--from-start",
@@ -48,10 +55,13 @@ def run(
     from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.table import table_stream_arn
     from aggregator.runtime.processor import create_processor
-    from aggregator.runtime.runner import PositionStore, StreamRunner
+    from aggregator.runtime.runner import PositionStore, RunStats, StreamRunner
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     stream_arn = table_stream_arn(client, table_name)
+    stats = RunStats()
+    began = time.monotonic()
+    live = _Progress(stats, began) if follow else None
     runner = StreamRunner(
         # the rule manifest and backfill fences, as in the Lambda handler; without tumbling
         # windows events name no shard, so pending rules are counted unfenced (and marked so:
@@ -62,8 +72,21 @@ def run(
         batch_size=batch_size,
         tumbling_window_seconds=window_seconds or None,
         positions=PositionStore(client, table_name, rules.layout) if resume else None,
+        on_batch=live.batch if live is not None else None,
     )
-    stats = runner.run(until_caught_up=not follow)  # Ctrl-C: "interrupted", exit 130 (_Group)
+    stopped = _run_until_stopped(runner, stats, until_caught_up=not follow)
+    if live is not None:
+        live.stop()
+    stats.elapsed_seconds = time.monotonic() - began
+    summary = _summary(stats)
+    if stopped is None:
+        console.print(summary, highlight=False)
+        return
+    console.print(f"stopped ({stopped}): {summary}", highlight=False)
+    raise SystemExit(130 if stopped == "Ctrl-C" else 143)
+
+
+def _summary(stats: RunStats) -> str:
     extras = ""
     if stats.derived_inputs:
         extras += f", {stats.derived_inputs} source aggregates read by derived rules"
@@ -71,10 +94,71 @@ def run(
         extras += f", {stats.partial_inputs} partial aggregates added to their aggregate"
     if stats.expired:
         extras += f", {stats.expired} deltas to expired buckets skipped"
-    console.print(
+    return (
         f"processed {stats.records} stream records in {stats.invocations} invocations "
         f"({stats.self_writes} self-writes skipped{extras}): {stats.record_deltas} deltas -> "
         f"{stats.write.items_written} aggregate updates, "
         f"{stats.write.modelled_wcu} WCU (modelled), "
         f"{stats.write.dead_letters} dead letters, {stats.elapsed_seconds:.1f} s"
     )
+
+
+def _run_until_stopped(runner: Any, stats: RunStats, *, until_caught_up: bool) -> str | None:
+    """Run; ``None`` when the run ended by itself, else what stopped it (``"Ctrl-C"`` or
+    ``"SIGTERM"``). A batch cut short by the signal is delivered again on the next run (its
+    position was not stored), which the write modes make harmless."""
+    import signal
+
+    class _Terminated(Exception):
+        pass
+
+    def on_term(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        runner.run(until_caught_up=until_caught_up, stats=stats)
+    except KeyboardInterrupt:
+        return "Ctrl-C"
+    except _Terminated:
+        return "SIGTERM"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return None
+
+
+class _Progress:
+    """What ``run --follow`` shows while it runs: a live line on a terminal, else a line every
+    :attr:`every_seconds` (for logs)."""
+
+    every_seconds = 10.0
+
+    def __init__(self, stats: RunStats, began: float) -> None:
+        from rich.live import Live
+
+        self.stats = stats
+        self.began = began
+        self.last_line = 0.0
+        self.live: Any = None
+        if console.is_terminal:
+            self.live = Live(self._text(), console=console, refresh_per_second=4, transient=True)
+            self.live.start()
+
+    def _text(self) -> str:
+        s = self.stats
+        return (
+            f"following: {s.records:,} stream records, {s.record_deltas:,} deltas, "
+            f"{s.write.items_written:,} aggregate updates, {s.write.dead_letters:,} dead "
+            f"letters, {time.monotonic() - self.began:,.0f} s (Ctrl-C stops)"
+        )
+
+    def batch(self, outcome: Any) -> None:
+        if self.live is not None:
+            self.live.update(self._text())
+        elif time.monotonic() - self.last_line >= self.every_seconds:
+            self.last_line = time.monotonic()
+            console.print(self._text(), highlight=False)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
