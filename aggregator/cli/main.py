@@ -2,8 +2,8 @@
 
 Commands: ``init``, ``build``, ``validate``, ``filter-criteria``, ``template``, ``local``,
 ``create-table``, ``check-table``, ``prepare-table``, ``run``, ``backfill``, ``reconcile``,
-``rebuild``, ``drop-rule``, ``status``, ``query get|list|top|histogram|window``, ``dead-letters``,
-``replay-dead-letters``, ``demo``.
+``rebuild``, ``drop-rule``, ``status``, ``explain``, ``query get|list|top|histogram|window``,
+``dead-letters``, ``replay-dead-letters``, ``demo``.
 Every command runs through :class:`~aggregator.cli.errors._Group`, which turns any error into
 one line on stderr and an exit code.
 """
@@ -15,6 +15,7 @@ import click
 from aggregator.cli.commands.backfill import backfill_cmd
 from aggregator.cli.commands.deadletters import dead_letters_cmd, replay_dead_letters_cmd
 from aggregator.cli.commands.demo import demo
+from aggregator.cli.commands.explain import explain_cmd
 from aggregator.cli.commands.lifecycle import drop_rule_cmd, rebuild_cmd
 from aggregator.cli.commands.local import create_table_cmd, local
 from aggregator.cli.commands.project import build_cmd, init_cmd
@@ -48,6 +49,7 @@ main.add_command(reconcile_cmd)
 main.add_command(rebuild_cmd)
 main.add_command(drop_rule_cmd)
 main.add_command(status_cmd)
+main.add_command(explain_cmd)
 main.add_command(query)
 main.add_command(dead_letters_cmd)
 main.add_command(replay_dead_letters_cmd)

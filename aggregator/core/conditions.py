@@ -154,11 +154,46 @@ def _same(expected: Any, actual: Any) -> bool:
     return type(actual) is type(expected) and actual == expected
 
 
+def _shown(value: Any) -> str:
+    """A value as an explanation shows it: text as it is, numbers in plain form, ``(missing)``
+    for an absent attribute, other values by their repr; at most 40 characters."""
+    if value is MISSING:
+        return "(missing)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    text = (
+        value
+        if isinstance(value, str)
+        else str(value)
+        if isinstance(value, Decimal)
+        else repr(value)
+    )
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 class Condition:
-    """Base class: ``matches(image) -> bool`` and the attribute names it reads."""
+    """Base class: ``matches(image) -> bool``, the attribute names it reads, and
+    ``first_failure(image)``, which explains a non-match with the same tests."""
 
     def matches(self, image: Mapping[str, Any]) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def expected(self) -> str:  # pragma: no cover - abstract
+        """What the test wants, in words (``expected DEPARTED``)."""
+        raise NotImplementedError
+
+    def first_failure(self, image: Mapping[str, Any]) -> str | None:
+        """``None`` when the image matches, else the first test that fails and the value it
+        saw, e.g. ``status: expected DEPARTED, got SCHEDULED`` (decided by :meth:`matches`
+        itself, so an explanation never disagrees with the evaluation)."""
+        if self.matches(image):
+            return None
+        attribute = getattr(self, "attribute", None)
+        if attribute is None:  # pragma: no cover - leaves have an attribute
+            return self.expected()
+        return f"{attribute}: {self.expected()}, got {_shown(_lookup(image, attribute))}"
 
     def attributes(self) -> frozenset[str]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -171,6 +206,9 @@ class MatchAll(Condition):
     def matches(self, image: Mapping[str, Any]) -> bool:
         return True
 
+    def expected(self) -> str:
+        return "anything"
+
     def attributes(self) -> frozenset[str]:
         return frozenset()
 
@@ -182,6 +220,9 @@ class Equals(Condition):
 
     def matches(self, image: Mapping[str, Any]) -> bool:
         return _same(self.value, _lookup(image, self.attribute))
+
+    def expected(self) -> str:
+        return f"expected {_shown(self.value)}"
 
     def attributes(self) -> frozenset[str]:
         return frozenset((self.attribute,))
@@ -196,6 +237,9 @@ class OneOf(Condition):
         actual = _lookup(image, self.attribute)
         return any(_same(v, actual) for v in self.values)
 
+    def expected(self) -> str:
+        return "expected one of " + ", ".join(_shown(v) for v in self.values)
+
     def attributes(self) -> frozenset[str]:
         return frozenset((self.attribute,))
 
@@ -208,6 +252,9 @@ class AnythingBut(Condition):
     def matches(self, image: Mapping[str, Any]) -> bool:
         actual = _lookup(image, self.attribute)
         return actual is not MISSING and not any(_same(v, actual) for v in self.values)
+
+    def expected(self) -> str:
+        return "expected anything but " + ", ".join(_shown(v) for v in self.values)
 
     def attributes(self) -> frozenset[str]:
         return frozenset((self.attribute,))
@@ -222,6 +269,9 @@ class Prefix(Condition):
         actual = _lookup(image, self.attribute)
         return isinstance(actual, str) and actual.startswith(self.prefix)
 
+    def expected(self) -> str:
+        return f"expected text starting with {_shown(self.prefix)}"
+
     def attributes(self) -> frozenset[str]:
         return frozenset((self.attribute,))
 
@@ -233,6 +283,9 @@ class Exists(Condition):
 
     def matches(self, image: Mapping[str, Any]) -> bool:
         return (_lookup(image, self.attribute) is not MISSING) is self.present
+
+    def expected(self) -> str:
+        return "expected to exist" if self.present else "expected to be absent"
 
     def attributes(self) -> frozenset[str]:
         return frozenset((self.attribute,))
@@ -258,6 +311,9 @@ class Numeric(Condition):
             return False
         return all(_COMPARATORS[op](actual, bound) for op, bound in self.bounds)
 
+    def expected(self) -> str:
+        return "expected a number " + " and ".join(f"{op} {b}" for op, b in self.bounds)
+
     def attributes(self) -> frozenset[str]:
         return frozenset((self.attribute,))
 
@@ -268,6 +324,16 @@ class All(Condition):
 
     def matches(self, image: Mapping[str, Any]) -> bool:
         return all(c.matches(image) for c in self.conditions)
+
+    def expected(self) -> str:
+        return "all of: " + "; ".join(c.expected() for c in self.conditions)
+
+    def first_failure(self, image: Mapping[str, Any]) -> str | None:
+        for c in self.conditions:
+            failure = c.first_failure(image)
+            if failure is not None:
+                return failure
+        return None
 
     def attributes(self) -> frozenset[str]:
         return frozenset().union(*(c.attributes() for c in self.conditions))
@@ -280,6 +346,14 @@ class Any_(Condition):
     def matches(self, image: Mapping[str, Any]) -> bool:
         return any(c.matches(image) for c in self.conditions)
 
+    def expected(self) -> str:
+        return "one of: " + "; ".join(c.expected() for c in self.conditions)
+
+    def first_failure(self, image: Mapping[str, Any]) -> str | None:
+        if self.matches(image):
+            return None
+        return "none of: " + " | ".join(str(c.first_failure(image)) for c in self.conditions)
+
     def attributes(self) -> frozenset[str]:
         return frozenset().union(*(c.attributes() for c in self.conditions))
 
@@ -290,6 +364,14 @@ class Not(Condition):
 
     def matches(self, image: Mapping[str, Any]) -> bool:
         return not self.condition.matches(image)
+
+    def expected(self) -> str:
+        return f"not ({self.condition.expected()})"
+
+    def first_failure(self, image: Mapping[str, Any]) -> str | None:
+        if self.matches(image):
+            return None
+        return f"not ({self.condition.expected()}), and it holds"
 
     def attributes(self) -> frozenset[str]:
         return self.condition.attributes()

@@ -92,6 +92,24 @@ def test_status_through_a_rules_life(ddb, dynamodb_local, tmp_path):
     got = cli.invoke(main, ["query", "get", "likes_per_post", "POST#a", *common, "-d", str(rules)])
     assert (got.exit_code, got.stderr) == (0, "")
 
+    # explain a live item: the bad weight is the dead letter's cause
+    explained = cli.invoke(
+        main,
+        ["explain", *common, "-d", str(rules), "--key", "PK=POST#a", "--key", "SK=LIKE#USER#u3"],
+        env={"COLUMNS": "200"},
+    )
+    assert explained.exit_code == 0, explained.output
+    text = " ".join(explained.output.split())
+    assert "likes_per_post: matched" in text
+    assert "key POST#a (sort key likes_per_post#POST%23a): +1" in text
+    assert "weight_per_post: matched, but cannot be evaluated (wrong-type)" in text
+    missing = cli.invoke(main, ["explain", *common, "-d", str(rules), "--key", "PK=POST#a"])
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == (
+        f"error: --key: table '{TABLE}' is keyed by PK, SK (the rules' table: section); give "
+        "--key PK=... --key SK=..."
+    )
+
     # a changed definition, a removed rule
     changed = _rules(tmp_path / "changed", LIKES.replace('"{PK}"', '"{PK}#x"'), WEIGHT)
     report = _status(common, changed)["likes_per_post"]

@@ -1,0 +1,252 @@
+"""``explain``: what the rules make of one item or one stream record (:mod:`aggregator.core.
+explain`), as a tree or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.text import Text as _RichText
+from rich.tree import Tree
+
+from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option
+from aggregator.cli.output import console
+from aggregator.core.exceptions import ConfigError
+
+
+def Text(text: str) -> _RichText:
+    """Text that wraps in the tree instead of being cut at the terminal's width."""
+    return _RichText(text, overflow="fold")
+
+
+_TAGS = frozenset({"S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"})
+
+
+def _read_json(source: str, what: str) -> Any:
+    """JSON from a file, or standard input for ``-``; numbers as exact ``Decimal``.
+
+    Raises
+    ------
+    ConfigError
+        When the file cannot be read or is not JSON.
+    """
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the {what}: {exc.strerror}") from None
+    try:
+        return json.loads(text, parse_float=Decimal, parse_int=Decimal)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source}: the {what} is not JSON: {exc}") from None
+
+
+def is_dynamodb_json(item: Any) -> bool:
+    """Whether ``item`` is already DynamoDB JSON: every attribute a one-key mapping whose key
+    is a type tag (``{"pk": {"S": "a"}}``). An empty item counts as plain."""
+    return (
+        isinstance(item, dict)
+        and bool(item)
+        and all(
+            isinstance(v, dict) and len(v) == 1 and next(iter(v)) in _TAGS for v in item.values()
+        )
+    )
+
+
+def to_image(item: Any, source: str) -> dict[str, Any]:
+    """An item, plain or DynamoDB JSON (detected), as a DynamoDB-JSON attribute map.
+
+    Raises
+    ------
+    ConfigError
+        When the item is not a JSON object, or holds a value DynamoDB cannot (a float is never
+        one: numbers are read as ``Decimal``).
+    """
+    if not isinstance(item, dict):
+        raise ConfigError(f"{source}: an item is a JSON object, got {type(item).__name__}")
+    if is_dynamodb_json(item):
+        return item
+    from boto3.dynamodb.types import TypeSerializer
+
+    serializer = TypeSerializer()
+    try:
+        return {name: serializer.serialize(value) for name, value in item.items()}
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _live_item(
+    table_name: str, keys: tuple[str, ...], definitions: RuleSources, endpoint_url: str | None
+) -> tuple[dict[str, Any], Any]:
+    """``(DynamoDB-JSON item, rules)`` read with a strongly consistent ``GetItem``."""
+    from aggregator.cli.tables import rules_for_table
+
+    client, rules = rules_for_table(table_name, definitions, endpoint_url)
+    key: dict[str, Any] = {}
+    for text in keys:
+        name, sep, value = text.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--key {text!r}: give NAME=VALUE, e.g. --key pk=POST#1")
+        key[name] = {"S": value}  # the layout's keys are strings (check-table)
+    layout = rules.layout
+    wanted = [k for k in (layout.partition_key, layout.sort_key) if k is not None]
+    if sorted(key) != sorted(wanted):
+        raise ConfigError(
+            f"--key: table {table_name!r} is keyed by {', '.join(wanted)} (the rules' table: "
+            f"section); give --key {' --key '.join(f'{k}=...' for k in wanted)}"
+        )
+    item = client.get_item(TableName=table_name, Key=key, ConsistentRead=True).get("Item")
+    if item is None:
+        shown = ", ".join(f"{k}={v['S']}" for k, v in key.items())
+        raise ConfigError(f"table {table_name!r} has no item {shown}")
+    return item, rules
+
+
+def _rule_tree(parent: Tree, explanations: list[Any]) -> None:
+    for e in explanations:
+        if not e.matched:
+            parent.add(Text(f"{e.rule}: not matched: {e.reason}"))
+        elif e.reason is not None:
+            parent.add(Text(f"{e.rule}: matched, but cannot be evaluated ({e.cause}): {e.reason}"))
+        else:
+            node = parent.add(Text(f"{e.rule}: matched"))
+            for c in e.contributions:
+                bucket = f", {c.granularity} bucket {c.bucket}" if c.granularity else ""
+                node.add(Text(f"key {c.key} (sort key {c.sort_key}{bucket}): {c.amount:+}"))
+
+
+def _update_text(layout: Any, change: Any) -> str:
+    from aggregator.dynamodb.updates import aggregate_update, resolved
+
+    update = resolved(aggregate_update(layout, change, change.amount).render())
+    parts = [f"ADD {k} {v['N']}" for k, v in update["ADD"].items()]
+    parts += [f"SET {k} = {next(iter(v.values()))}" for k, v in update["SET"].items()]
+    return "; ".join(parts)
+
+
+@click.command("explain")
+@click.argument("item", required=False)
+@_definitions_option
+@click.option("--record", "record_source", help="A stream record (JSON file, or - for stdin)")
+@click.option("--table", "table_name", help="Explain the live item of this table (with --key)")
+@click.option("--key", "keys", multiple=True, help="NAME=VALUE of the live item's key (repeat)")
+@click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON")
+@_endpoint_option
+def explain_cmd(
+    item: str | None,
+    definitions: RuleSources,
+    record_source: str | None,
+    table_name: str | None,
+    keys: tuple[str, ...],
+    as_json: bool,
+    endpoint_url: str | None,
+) -> None:
+    """What the rules make of ITEM (a JSON file, or - for stdin; plain or DynamoDB JSON), of a
+    stream record (--record FILE, both images), or of a live item (--table T --key NAME=VALUE
+    ...): per rule, matched or not (the first failing test and the value it saw), the aggregate
+    key as query shows it, its sort key, time bucket and delta; for a record, the net change
+    per aggregate and the update the handler sends, or why it sends none."""
+    from aggregator.core.engine import Engine
+    from aggregator.core.explain import explain_image, explain_record
+    from aggregator.core.records import Image, MalformedRecord, parse_record
+    from aggregator.core.rules import load_rules
+
+    given = [item is not None, record_source is not None, table_name is not None]
+    if sum(given) != 1:
+        raise ConfigError(
+            "explain one thing: an ITEM file (or -), --record FILE, or --table T --key ..."
+        )
+    now = time.time()
+    if record_source is not None:
+        rules = load_rules(definitions)
+        raw = _read_json(record_source, "stream record")
+        record = parse_record(raw)
+        if isinstance(record, MalformedRecord):
+            result = {"record": None, "malformed": record.reason}
+            if as_json:
+                click.echo(json.dumps(result, indent=2))
+            else:
+                console.print(
+                    Text(
+                        f"malformed stream record: {record.reason} (the handler dead-letters it, "
+                        "cause malformed-record; no rule reads it)"
+                    )
+                )
+            return
+        engine = Engine(rules)
+        explained = explain_record(engine, record, now=now)
+        if as_json:
+            click.echo(json.dumps(_record_json(explained, rules.layout), indent=2, default=str))
+            return
+        _print_record(explained, rules.layout)
+        return
+    if table_name is not None:
+        image_raw, rules = _live_item(table_name, keys, definitions, endpoint_url)
+        source = f"table {table_name}"
+    else:
+        assert item is not None
+        rules = load_rules(definitions)
+        image_raw = to_image(_read_json(item, "item"), item)
+        source = "standard input" if item == "-" else item
+    engine = Engine(rules)
+    explanations = explain_image(engine, Image(image_raw), now=now)
+    if as_json:
+        click.echo(
+            json.dumps({"item": source, "rules": [e.to_json() for e in explanations]}, indent=2)
+        )
+        return
+    tree = Tree(Text(f"item from {source}: {len(image_raw)} attribute(s)"))
+    _rule_tree(tree, explanations)
+    console.print(tree, soft_wrap=False)
+
+
+def _record_json(explained: Any, layout: Any) -> dict[str, Any]:
+    return {
+        "record": {
+            "event_name": explained.event_name,
+            "sequence_number": explained.sequence_number,
+            "keys": explained.keys,
+        },
+        "old_image": None if explained.old is None else [e.to_json() for e in explained.old],
+        "new_image": None if explained.new is None else [e.to_json() for e in explained.new],
+        "changes": [
+            {
+                "rule": c.ref.rule,
+                "key": c.ref.display_key,
+                "sort_key": c.ref.sort_key,
+                "amount": str(c.amount),
+                "partial": c.ref.partial,
+                "update": _update_text(layout, c),
+            }
+            for c in explained.changes
+        ],
+        "dead_letters": [
+            {"rule": f.rule, "reason": f.reason, "cause": str(f.cause)} for f in explained.failures
+        ],
+        "notes": explained.notes,
+    }
+
+
+def _print_record(explained: Any, layout: Any) -> None:
+    keys = ", ".join(f"{k}={next(iter(v.values()))}" for k, v in explained.keys.items())
+    tree = Tree(Text(f"{explained.event_name} record {explained.sequence_number} of item {keys}"))
+    for label, explanations in (("OldImage", explained.old), ("NewImage", explained.new)):
+        node = tree.add(Text(label if explanations is not None else f"{label}: none"))
+        if explanations is not None:
+            _rule_tree(node, explanations)
+    changes = tree.add(
+        Text("what the handler writes" if explained.changes else "the handler writes nothing")
+    )
+    for c in explained.changes:
+        partial = " (to one of its partials)" if c.ref.partial else ""
+        node = changes.add(Text(f"{c.ref.rule} {c.ref.display_key}{partial}: {c.amount:+}"))
+        node.add(Text(f"UpdateItem {c.ref.sort_key}: {_update_text(layout, c)}"))
+    for f in explained.failures:
+        changes.add(Text(f"dead letter: {f.rule}: {f.reason} ({f.cause})"))
+    for note in explained.notes:
+        changes.add(Text(note))
+    console.print(tree, soft_wrap=False)

@@ -1,0 +1,321 @@
+"""``aggregator explain`` and the explanations under it: the first failing test of a match,
+what a matching image adds, and what the handler makes of a stream record."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aggregator.cli import main
+from aggregator.cli.commands.explain import is_dynamodb_json, to_image
+from aggregator.core.conditions import MISSING, parse_match
+from aggregator.core.engine import Engine
+from aggregator.core.explain import explain_image, explain_record
+from aggregator.core.records import Image, parse_record
+from aggregator.core.rules import RuleSet, rule
+
+NOW = 1_357_020_000.0
+
+RULES = RuleSet.of(
+    rule("orders", match={"type": "order", "total": {"numeric": [">", 0]}}, key="{customer}"),
+    rule("revenue", match={"type": "order"}, key="{customer}", delta={"attribute": "total"}),
+    rule(
+        "hourly",
+        match={"type": "order"},
+        key="{customer}",
+        window={"time": "ts", "unit": "epoch_seconds", "granularities": ["hour"]},
+    ),
+    rule("kept", match={"kind": "event"}, key="TOTAL"),
+)
+ENGINE = Engine(RULES)
+
+
+def ddb(item: dict) -> dict:
+    return to_image(json.loads(json.dumps(item), parse_float=Decimal, parse_int=Decimal), "t")
+
+
+@pytest.mark.parametrize(
+    ("match", "image", "reason"),
+    [
+        (
+            {"status": "DEPARTED"},
+            {"status": "SCHEDULED"},
+            "status: expected DEPARTED, got SCHEDULED",
+        ),
+        ({"status": "DEPARTED"}, {}, "status: expected DEPARTED, got (missing)"),
+        (
+            {"origin": ["JFK", "LGA"]},
+            {"origin": "EWR"},
+            "origin: expected one of JFK, LGA, got EWR",
+        ),
+        ({"a": {"anything-but": ["x"]}}, {"a": "x"}, "a: expected anything but x, got x"),
+        (
+            {"sk": {"prefix": "LIKE#"}},
+            {"sk": "META"},
+            "sk: expected text starting with LIKE#, got META",
+        ),
+        ({"t": {"exists": True}}, {}, "t: expected to exist, got (missing)"),
+        ({"t": {"exists": False}}, {"t": Decimal(1)}, "t: expected to be absent, got 1"),
+        (
+            {"d": {"numeric": [">", 0, "<=", 10]}},
+            {"d": Decimal(12)},
+            "d: expected a number > 0 and <= 10, got 12",
+        ),
+        ({"d": {"numeric": [">", 0]}}, {"d": "12"}, "d: expected a number > 0, got 12"),
+        ({"a": "x", "b": "y"}, {"a": "x", "b": "z"}, "b: expected y, got z"),
+        ({"not": {"a": "x"}}, {"a": "x"}, "not (expected x), and it holds"),
+    ],
+)
+def test_first_failure_names_the_test_and_the_value(match, image, reason):
+    condition = parse_match(match)
+    assert condition.first_failure(image) == reason
+    assert not condition.matches(image)
+
+
+def test_or_lists_every_branch():
+    condition = parse_match({"or": [{"a": "x"}, {"b": "y"}]})
+    assert condition.first_failure({"a": "z"}) == (
+        "none of: a: expected x, got z | b: expected y, got (missing)"
+    )
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b"]),
+        st.one_of(st.sampled_from(["x", "y", "LIKE#1"]), st.integers(-2, 2).map(Decimal)),
+    )
+)
+def test_first_failure_is_none_exactly_when_the_condition_matches(image):
+    for spec in (
+        {"a": "x"},
+        {"a": ["x", "y"], "b": {"numeric": [">=", 0]}},
+        {"or": [{"a": {"prefix": "LIKE#"}}, {"not": {"b": {"exists": True}}}]},
+    ):
+        condition = parse_match(spec)
+        assert (condition.first_failure(image) is None) == condition.matches(image)
+    assert MISSING is not None
+
+
+def test_a_matching_item_shows_key_sort_key_bucket_and_delta():
+    image = Image(ddb({"type": "order", "customer": "ann", "total": 12.5, "ts": 1357016500}))
+    by_rule = {e.rule: e for e in explain_image(ENGINE, image, now=NOW)}
+    assert [(c.key, c.sort_key, c.amount) for c in by_rule["orders"].contributions] == [
+        ("ann", "orders#ann", Decimal(1))
+    ]
+    assert [c.amount for c in by_rule["revenue"].contributions] == [Decimal("12.5")]
+    (hour,) = by_rule["hourly"].contributions
+    assert (hour.granularity, hour.bucket) == ("hour", "2013-01-01T05:00:00Z")
+    assert (by_rule["kept"].matched, by_rule["kept"].reason) == (
+        False,
+        "kind: expected event, got (missing)",
+    )
+
+
+def test_an_item_that_matches_but_cannot_be_evaluated_gives_the_dead_letter_cause():
+    image = Image(ddb({"type": "order", "customer": "ann", "total": "12.5", "ts": 1357016500}))
+    by_rule = {e.rule: e for e in explain_image(ENGINE, image, now=NOW)}
+    assert by_rule["orders"].reason == "total: expected a number > 0, got 12.5"
+    assert (by_rule["revenue"].matched, by_rule["revenue"].cause) == (True, "wrong-type")
+    assert "delta attribute 'total' is str" in by_rule["revenue"].reason
+
+
+def _record(event: str, old: dict | None, new: dict | None, **extra) -> dict:
+    data = {"SequenceNumber": "100", "Keys": ddb({"pk": "O#1", "sk": "O"})}
+    if old is not None:
+        data["OldImage"] = ddb({"pk": "O#1", "sk": "O", **old})
+    if new is not None:
+        data["NewImage"] = ddb({"pk": "O#1", "sk": "O", **new})
+    return {
+        "eventID": "e",
+        "eventName": event,
+        "eventSource": "aws:dynamodb",
+        "dynamodb": data,
+        **extra,
+    }
+
+
+def test_a_record_moving_an_order_between_customers():
+    order = {"type": "order", "total": 5, "ts": 1357016500}
+    raw = _record("MODIFY", {**order, "customer": "ann"}, {**order, "customer": "bob"})
+    explained = explain_record(ENGINE, parse_record(raw), now=NOW)
+    changes = {(c.ref.rule, c.ref.display_key): c.amount for c in explained.changes}
+    assert changes == {
+        ("orders", "ann"): Decimal(-1),
+        ("orders", "bob"): Decimal(1),
+        ("revenue", "ann"): Decimal(-5),
+        ("revenue", "bob"): Decimal(5),
+        ("hourly", "ann"): Decimal(-1),
+        ("hourly", "bob"): Decimal(1),
+    }
+    assert explained.failures == [] and explained.notes == []
+
+
+def test_why_a_record_writes_nothing():
+    event = {"kind": "event"}
+    ttl = _record(
+        "REMOVE",
+        event,
+        None,
+        userIdentity={"type": "Service", "principalId": "dynamodb.amazonaws.com"},
+    )
+    explained = explain_record(ENGINE, parse_record(ttl), now=NOW)
+    assert explained.changes == []
+    assert explained.notes == [
+        "a delete made by TTL: rules with ttl_deletes: keep retract nothing (orders, revenue, "
+        "hourly, kept)"
+    ]
+    own = _record("INSERT", None, {"value": 1})
+    own["dynamodb"]["Keys"] = ddb({"pk": "AGGREGATES", "sk": "x#1"})
+    own["dynamodb"]["NewImage"] = ddb({"pk": "AGGREGATES", "sk": "x#1", "value": 1})
+    assert (
+        explain_record(ENGINE, parse_record(own), now=NOW)
+        .notes[0]
+        .startswith("a write of the framework's own")
+    )
+    old_order = _record(
+        "INSERT", None, {"type": "order", "customer": "ann", "total": 1, "ts": 1000}
+    )
+    expired = Engine(
+        RuleSet.of(
+            rule(
+                "hourly",
+                match={"type": "order"},
+                key="{customer}",
+                window={
+                    "time": "ts",
+                    "unit": "epoch_seconds",
+                    "granularities": ["hour"],
+                    "retention": "1h",
+                },
+            )
+        )
+    )
+    assert explain_record(expired, parse_record(old_order), now=NOW).notes == [
+        "1 change(s) to time buckets past their retention skipped (an expired bucket is never "
+        "written again)"
+    ]
+
+
+def test_plain_and_dynamodb_json_items_are_told_apart():
+    assert is_dynamodb_json({"pk": {"S": "a"}, "n": {"N": "1"}})
+    assert not is_dynamodb_json({"pk": "a", "m": {"S": "not a tag here", "x": 1}})
+    assert not is_dynamodb_json({})
+    assert to_image({"pk": "a", "n": Decimal("1.5")}, "t") == {"pk": {"S": "a"}, "n": {"N": "1.5"}}
+
+
+@pytest.fixture
+def rules_file(tmp_path: Path) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "version: 1\nrules:\n"
+        "  - {name: orders, match: {type: order}, key: '{customer}'}\n"
+        "  - {name: refunds, match: {type: refund}, key: '{customer}'}\n"
+    )
+    return path
+
+
+def test_the_command_explains_a_plain_item_from_stdin_and_a_dynamodb_json_file(
+    rules_file, tmp_path
+):
+    cli = CliRunner()
+    plain = cli.invoke(
+        main, ["explain", "-d", str(rules_file), "-"], input='{"type": "order", "customer": "ann"}'
+    )
+    assert plain.exit_code == 0, plain.output
+    text = " ".join(plain.output.split())
+    assert "orders: matched" in text and "key ann (sort key orders#ann): +1" in text
+    assert "refunds: not matched: type: expected refund, got order" in text
+    item = tmp_path / "item.json"
+    item.write_text('{"type": {"S": "order"}, "customer": {"S": "ann"}}')
+    as_json = cli.invoke(main, ["explain", "-d", str(rules_file), str(item), "--json"])
+    assert json.loads(as_json.output) == {
+        "item": str(item),
+        "rules": [
+            {
+                "rule": "orders",
+                "matched": True,
+                "reason": None,
+                "cause": None,
+                "contributions": [
+                    {
+                        "key": "ann",
+                        "sort_key": "orders#ann",
+                        "amount": "1",
+                        "granularity": None,
+                        "bucket": None,
+                    }
+                ],
+            },
+            {
+                "rule": "refunds",
+                "matched": False,
+                "reason": "type: expected refund, got order",
+                "cause": None,
+                "contributions": [],
+            },
+        ],
+    }
+
+
+def test_the_command_explains_a_record(rules_file, tmp_path):
+    record = tmp_path / "record.json"
+    record.write_text(
+        json.dumps(
+            _record(
+                "MODIFY",
+                {"type": "order", "customer": "ann"},
+                {"type": "refund", "customer": "ann"},
+            )
+        )
+    )
+    result = CliRunner().invoke(
+        main, ["explain", "-d", str(rules_file), "--record", str(record), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert [(c["rule"], c["key"], c["amount"]) for c in out["changes"]] == [
+        ("orders", "ann", "-1"),
+        ("refunds", "ann", "1"),
+    ]
+    assert out["changes"][0]["update"].startswith("ADD value -1; SET rule = orders; SET key = ann")
+    assert out["record"] == {
+        "event_name": "MODIFY",
+        "sequence_number": "100",
+        "keys": {"pk": {"S": "O#1"}, "sk": {"S": "O"}},
+    }
+    shown = CliRunner().invoke(main, ["explain", "-d", str(rules_file), "--record", str(record)])
+    assert "what the handler writes" in shown.output and "UpdateItem orders#ann" in shown.output
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            [],
+            "error: explain one thing: an ITEM file (or -), --record FILE, or --table T --key ...",
+        ),
+        (
+            ["a.json", "--record", "b.json"],
+            "error: explain one thing: an ITEM file (or -), --record FILE, or --table T --key ...",
+        ),
+        (["nope.json"], "error: nope.json: cannot read the item: No such file or directory"),
+    ],
+)
+def test_the_command_refuses_in_one_line(rules_file, args, line):
+    result = CliRunner().invoke(main, ["explain", "-d", str(rules_file), *args])
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [line]
+
+
+def test_a_malformed_record_is_said_so(rules_file, tmp_path):
+    record = tmp_path / "bad.json"
+    record.write_text('{"eventName": "INSERT"}')
+    result = CliRunner().invoke(main, ["explain", "-d", str(rules_file), "--record", str(record)])
+    assert result.exit_code == 0
+    assert result.output.startswith("malformed stream record: ")
