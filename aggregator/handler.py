@@ -55,7 +55,11 @@ from aggregator.runtime.processor import StreamProcessor, create_processor
 __all__ = ["HandlerSettings", "build_processor", "handler", "reset"]
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "DdbAggregator"))
+# the service dimension always (the template's DeadLettersAlarm watches DeadLetters by it)
+metrics = Metrics(
+    namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "DdbAggregator"),
+    service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"),
+)
 # X-Ray through Powertools; off unless POWERTOOLS_TRACE_DISABLED is false (the template's Tracing
 # parameter) and the code runs in Lambda
 tracer = Tracer(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
