@@ -27,7 +27,7 @@ plus one ``UpdateItem`` per fence item that holds the generation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -114,17 +114,17 @@ class DropRule:
     def count(self) -> dict[str, int]:
         """The aggregate items each target generation holds (their partials not counted), by
         storage name: what :meth:`run` would delete. Reads the aggregates, deletes nothing."""
-        counts = {}
-        for state in self.targets:
-            pages = query_collection(
-                self._call,
-                self.table_name,
-                self.layout,
-                self.layout.aggregates_pk,
-                begins_with=f"{state.name}#",
-            )
-            counts[state.name] = sum(len(page) for page in pages)
-        return counts
+        return {s.name: sum(len(page) for page in self._pages(s.name)) for s in self.targets}
+
+    def _pages(self, storage_name: str) -> Iterator[list[dict[str, Any]]]:
+        """Pages of a generation's aggregate items."""
+        return query_collection(
+            self._call,
+            self.table_name,
+            self.layout,
+            self.layout.aggregates_pk,
+            begins_with=f"{storage_name}#",
+        )
 
     def run(self) -> DropResult:
         """Drop every target generation (module docstring); returns what was deleted."""
@@ -145,13 +145,7 @@ class DropRule:
 
     def _delete_aggregates(self, storage_name: str) -> int:
         deleted = 0
-        pages = query_collection(
-            self._call,
-            self.table_name,
-            self.layout,
-            self.layout.aggregates_pk,
-            begins_with=f"{storage_name}#",
-        )
+        pages = self._pages(storage_name)
         # boto3's BatchWriter sends 25 deletes a request and sends unprocessed keys again
         with BatchWriter(self.table_name, self.client, flush_amount=BATCH_WRITE_ITEMS) as writer:
             for page in pages:

@@ -182,23 +182,22 @@ class RuleLoader(yaml.SafeLoader):
     @staticmethod
     def _merge_sources(node: yaml.MappingNode, value: yaml.Node) -> list[yaml.MappingNode]:
         """The mappings a ``<<`` value names, highest precedence first."""
+
+        def refuse(problem: str, where: yaml.Node) -> yaml.constructor.ConstructorError:
+            return yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark, problem, where.start_mark
+            )
+
         if isinstance(value, yaml.MappingNode):
             return [value]
         if not isinstance(value, yaml.SequenceNode):
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
+            raise refuse(
                 f"expected a mapping or list of mappings for merging, but found {_kind(value)}",
-                value.start_mark,
+                value,
             )
         for source in value.value:
             if not isinstance(source, yaml.MappingNode):
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"expected a mapping for merging, but found {_kind(source)}",
-                    source.start_mark,
-                )
+                raise refuse(f"expected a mapping for merging, but found {_kind(source)}", source)
         return list(value.value)
 
     def _merge_identity(self, key_node: yaml.Node) -> Any:
