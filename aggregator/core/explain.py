@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from aggregator.core.engine import CoalescedDelta, Engine, RecordFailure
+from aggregator.core.exceptions import EvaluationError
 from aggregator.core.records import Image, StreamRecord
 
 __all__ = [
@@ -50,8 +51,9 @@ class Contributed:
 @dataclass(slots=True)
 class RuleExplanation:
     """What one rule makes of one image: ``matched``; ``reason`` (the first failing test of a
-    non-match, or the evaluation error of a match, with its dead-letter ``cause``); the
-    aggregates it adds to."""
+    non-match, or the evaluation error, with its dead-letter ``cause``: a value the rule reads
+    that cannot be read fails the rule as in the handler, matched or not); the aggregates it
+    adds to."""
 
     rule: str
     matched: bool
@@ -105,14 +107,17 @@ def explain_image(engine: Engine, image: Image, *, now: float) -> list[RuleExpla
     buckets have expired (their contributions are left out, as the handler skips them)."""
     out = []
     for rule in engine.rules.base_rules:
-        failure = rule.match.first_failure(image)
-        if failure is not None:
-            out.append(RuleExplanation(rule.name, False, failure))
-            continue
+        # as the handler: the attributes the rule reads are checked before anything else, so
+        # a malformed value fails the rule whether it matches or not (its dead letter)
         found, failed = engine.image_contributions(image, [rule.name], now=now)
         if failed:
             _, error = failed[0]
-            out.append(RuleExplanation(rule.name, True, str(error), str(error.cause)))
+            matched = _matches(rule, image)
+            out.append(RuleExplanation(rule.name, matched, str(error), str(error.cause)))
+            continue
+        failure = rule.match.first_failure(image)
+        if failure is not None:
+            out.append(RuleExplanation(rule.name, False, failure))
             continue
         contributions = [
             Contributed(
@@ -126,6 +131,14 @@ def explain_image(engine: Engine, image: Image, *, now: float) -> list[RuleExpla
         ]
         out.append(RuleExplanation(rule.name, True, contributions=contributions))
     return out
+
+
+def _matches(rule: Any, image: Image) -> bool:
+    """Whether the rule's match holds, where the image's values can be read at all."""
+    try:
+        return bool(rule.match.matches(image))
+    except EvaluationError:
+        return False
 
 
 def explain_record(engine: Engine, record: StreamRecord, *, now: float) -> RecordExplanation:

@@ -319,3 +319,39 @@ def test_a_malformed_record_is_said_so(rules_file, tmp_path):
     result = CliRunner().invoke(main, ["explain", "-d", str(rules_file), "--record", str(record)])
     assert result.exit_code == 0
     assert result.output.startswith("malformed stream record: ")
+
+
+def test_numbers_dynamodb_cannot_hold_are_the_rules_to_report(rules_file, tmp_path):
+    """As in the handler: an out-of-range or NaN number in a plain item, or a malformed one in
+    DynamoDB JSON, fails the rules that read it (their dead letter's cause), never the command."""
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "version: 1\nrules:\n  - {name: revenue, match: {type: order}, key: '{c}', "
+        "delta: {attribute: amount}}\n"
+    )
+    for item in (
+        '{"type": "order", "c": "x", "amount": 1e400}',
+        '{"type": "order", "c": "x", "amount": NaN}',
+        '{"type": {"S": "order"}, "c": {"S": "x"}, "amount": {"N": "abc"}}',
+    ):
+        result = CliRunner().invoke(main, ["explain", "-d", str(path), "-", "--json"], input=item)
+        assert result.exit_code == 0, (item, result.output)
+        (explained,) = json.loads(result.output)["rules"]
+        assert explained["cause"] == "invalid-value", item
+        assert explained["contributions"] == []
+
+
+def test_a_lambda_event_is_explained_record_by_record(rules_file, tmp_path):
+    first = _record("INSERT", None, {"type": "order", "customer": "ann"})
+    second = _record("REMOVE", {"type": "refund", "customer": "bob"}, None)
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"Records": [first, second]}))
+    result = CliRunner().invoke(
+        main, ["explain", "-d", str(rules_file), "--record", str(event), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert [[(c["rule"], c["key"], c["amount"]) for c in r["changes"]] for r in out] == [
+        [("orders", "ann", "1")],
+        [("refunds", "bob", "-1")],
+    ]

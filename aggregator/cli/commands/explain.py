@@ -40,7 +40,7 @@ def _read_json(source: str, what: str) -> Any:
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read the {what}: {exc.strerror}") from None
     try:
-        return json.loads(text, parse_float=Decimal, parse_int=Decimal)
+        return json.loads(text, parse_float=Decimal, parse_int=Decimal, parse_constant=Decimal)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{source}: the {what} is not JSON: {exc}") from None
 
@@ -57,26 +57,37 @@ def is_dynamodb_json(item: Any) -> bool:
     )
 
 
+def _attribute_value(value: Any) -> dict[str, Any]:
+    """A plain JSON value as a DynamoDB attribute value, numbers as their exact text (a number
+    DynamoDB cannot hold is left for the rules to report, as the handler would)."""
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if value is None:
+        return {"NULL": True}
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, Decimal):
+        return {"N": str(value)}
+    if isinstance(value, list):
+        return {"L": [_attribute_value(v) for v in value]}
+    if isinstance(value, dict):
+        return {"M": {str(k): _attribute_value(v) for k, v in value.items()}}
+    raise ConfigError(f"a value of type {type(value).__name__} has no DynamoDB type")
+
+
 def to_image(item: Any, source: str) -> dict[str, Any]:
     """An item, plain or DynamoDB JSON (detected), as a DynamoDB-JSON attribute map.
 
     Raises
     ------
     ConfigError
-        When the item is not a JSON object, or holds a value DynamoDB cannot (a float is never
-        one: numbers are read as ``Decimal``).
+        When the item is not a JSON object.
     """
     if not isinstance(item, dict):
         raise ConfigError(f"{source}: an item is a JSON object, got {type(item).__name__}")
     if is_dynamodb_json(item):
         return item
-    from boto3.dynamodb.types import TypeSerializer
-
-    serializer = TypeSerializer()
-    try:
-        return {name: serializer.serialize(value) for name, value in item.items()}
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+    return {name: _attribute_value(value) for name, value in item.items()}
 
 
 def _live_item(
@@ -108,10 +119,11 @@ def _live_item(
 
 def _rule_tree(parent: Tree, explanations: list[Any]) -> None:
     for e in explanations:
-        if not e.matched:
+        if e.cause is not None:
+            verdict = "matched, but cannot" if e.matched else "cannot"
+            parent.add(Text(f"{e.rule}: {verdict} be evaluated ({e.cause}): {e.reason}"))
+        elif not e.matched:
             parent.add(Text(f"{e.rule}: not matched: {e.reason}"))
-        elif e.reason is not None:
-            parent.add(Text(f"{e.rule}: matched, but cannot be evaluated ({e.cause}): {e.reason}"))
         else:
             node = parent.add(Text(f"{e.rule}: matched"))
             for c in e.contributions:
@@ -146,7 +158,8 @@ def explain_cmd(
     endpoint_url: str | None,
 ) -> None:
     """What the rules make of ITEM (a JSON file, or - for stdin; plain or DynamoDB JSON), of a
-    stream record (--record FILE, both images), or of a live item (--table T --key NAME=VALUE
+    stream record (--record FILE, both images; a Lambda event's records one by one), or of a
+    live item (--table T --key NAME=VALUE
     ...): per rule, matched or not (the first failing test and the value it saw), the aggregate
     key as query shows it, its sort key, time bucket and delta; for a record, the net change
     per aggregate and the update the handler sends, or why it sends none."""
@@ -164,25 +177,35 @@ def explain_cmd(
     if record_source is not None:
         rules = load_rules(definitions)
         raw = _read_json(record_source, "stream record")
-        record = parse_record(raw)
-        if isinstance(record, MalformedRecord):
-            result = {"record": None, "malformed": record.reason}
-            if as_json:
-                click.echo(json.dumps(result, indent=2))
-            else:
-                console.print(
-                    Text(
-                        f"malformed stream record: {record.reason} (the handler dead-letters it, "
-                        "cause malformed-record; no rule reads it)"
-                    )
-                )
-            return
+        # a Lambda event (sam local generate-event dynamodb update) holds its records
+        records = (
+            raw["Records"]
+            if isinstance(raw, dict) and isinstance(raw.get("Records"), list)
+            else [raw]
+        )
         engine = Engine(rules)
-        explained = explain_record(engine, record, now=now)
+        explained_all: list[dict[str, Any]] = []
+        for one in records:
+            record = parse_record(one)
+            if isinstance(record, MalformedRecord):
+                if as_json:
+                    explained_all.append({"record": None, "malformed": record.reason})
+                else:
+                    console.print(
+                        Text(
+                            f"malformed stream record: {record.reason} (the handler "
+                            "dead-letters it, cause malformed-record; no rule reads it)"
+                        )
+                    )
+                continue
+            explained = explain_record(engine, record, now=now)
+            if as_json:
+                explained_all.append(_record_json(explained, rules.layout))
+            else:
+                _print_record(explained, rules.layout)
         if as_json:
-            click.echo(json.dumps(_record_json(explained, rules.layout), indent=2, default=str))
-            return
-        _print_record(explained, rules.layout)
+            data: Any = explained_all if len(records) > 1 else explained_all[0]
+            click.echo(json.dumps(data, indent=2, default=str))
         return
     if table_name is not None:
         image_raw, rules = _live_item(table_name, keys, definitions, endpoint_url)
