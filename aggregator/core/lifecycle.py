@@ -149,6 +149,10 @@ class RuleState:
         before the flag was. When it differs from the deployed definition's flag, the index is
         incomplete (or stale) until ``aggregator rebuild`` writes (or removes) the entries of
         the existing aggregates (:func:`index_stale`).
+    handler_leaderboard
+        The ``leaderboard`` flag of the definition the handler (or ``aggregator run``) last
+        started with, recorded at each start where it changed: ``rebuild`` indexes the
+        existing aggregates only once the handler indexes the ones it updates.
     """
 
     name: str
@@ -159,6 +163,7 @@ class RuleState:
     active_since: int | None = None
     unfenced: bool = False
     leaderboard: bool | None = None
+    handler_leaderboard: bool | None = None
 
     def fenced(self, now: float) -> bool:
         """Whether the handler must honour the rule's fences at ``now`` (epoch seconds)."""

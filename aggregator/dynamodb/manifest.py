@@ -69,6 +69,8 @@ def _state_value(state: RuleState) -> dict[str, Any]:
         value["unfenced"] = {"BOOL": True}
     if state.leaderboard is not None:
         value["leaderboard"] = {"BOOL": state.leaderboard}
+    if state.handler_leaderboard is not None:
+        value["handler_leaderboard"] = {"BOOL": state.handler_leaderboard}
     return {"M": value}
 
 
@@ -91,6 +93,9 @@ def _state_of(name: str, value: dict[str, Any]) -> RuleState:
         active_since=int(m["active_since"]["N"]) if "active_since" in m else None,
         unfenced=m.get("unfenced", {}).get("BOOL", False),
         leaderboard=m["leaderboard"]["BOOL"] if "leaderboard" in m else None,
+        handler_leaderboard=(
+            m["handler_leaderboard"]["BOOL"] if "handler_leaderboard" in m else None
+        ),
     )
 
 
@@ -157,12 +162,20 @@ class Manifest:
         changed: list[str] = []
         gone: list[str] = []
         unrecorded: list[tuple[str, bool]] = []
+        running: list[tuple[str, bool]] = []
         for r in rules:
             fingerprint = rule_fingerprint(r)
             family = generations_of(r.name, states)
             if not family:
                 new.append(
-                    RuleState(r.name, fingerprint, "pending", clock, leaderboard=r.leaderboard)
+                    RuleState(
+                        r.name,
+                        fingerprint,
+                        "pending",
+                        clock,
+                        leaderboard=r.leaderboard,
+                        handler_leaderboard=r.leaderboard,
+                    )
                 )
                 continue
             state = live_generation(r, states)
@@ -170,6 +183,8 @@ class Manifest:
                 chosen[state.name] = state
                 if state.leaderboard is None:
                     unrecorded.append((state.name, r.leaderboard))
+                if state.handler_leaderboard != r.leaderboard:
+                    running.append((state.name, r.leaderboard))
             elif any(s.fingerprint == fingerprint for s in family):
                 gone.append(r.name)
             else:
@@ -198,11 +213,23 @@ class Manifest:
         for name, flag in unrecorded:
             if self.set_leaderboard(name, flag, only_if_unrecorded=True):
                 chosen[name] = replace(chosen[name], leaderboard=flag)
+        # the flag this handler indexes with, where it changed (a write only then)
+        for name, flag in running:
+            if self.set_leaderboard(name, flag, attribute="handler_leaderboard"):
+                chosen[name] = replace(chosen[name], handler_leaderboard=flag)
         return chosen
 
-    def set_leaderboard(self, name: str, flag: bool, *, only_if_unrecorded: bool = False) -> bool:
+    def set_leaderboard(
+        self,
+        name: str,
+        flag: bool,
+        *,
+        only_if_unrecorded: bool = False,
+        attribute: str = "leaderboard",
+    ) -> bool:
         """Record whether generation ``name``'s existing aggregates carry leaderboard index
-        entries (:attr:`~aggregator.core.lifecycle.RuleState.leaderboard`); with
+        entries (:attr:`~aggregator.core.lifecycle.RuleState.leaderboard`), or with
+        ``attribute="handler_leaderboard"`` the flag the handler runs; with
         ``only_if_unrecorded``, only when nothing is recorded yet. Returns whether it wrote."""
         condition = "attribute_exists(#rules.#name)"
         if only_if_unrecorded:
@@ -213,7 +240,7 @@ class Manifest:
                 Key=self.key,
                 UpdateExpression="SET #rules.#name.#lb = :flag",
                 ConditionExpression=condition,
-                ExpressionAttributeNames={"#rules": "rules", "#name": name, "#lb": "leaderboard"},
+                ExpressionAttributeNames={"#rules": "rules", "#name": name, "#lb": attribute},
                 ExpressionAttributeValues={":flag": {"BOOL": flag}},
             )
         except ClientError as exc:

@@ -76,8 +76,10 @@ class RebuildResult:
     outcome
         ``unchanged`` (readers already use a generation with this definition), ``reindexed``
         (the same, and its leaderboard index was rewritten for the definition's flag:
-        ``reindexed`` aggregates), ``requested`` (the new generation waits for a handler with
-        its definition; run again after deploying) or ``switched`` (built and serving).
+        ``reindexed`` aggregates), ``deploy-first`` (the same, but the handler still runs the
+        old leaderboard flag: deploy the new one, then run again), ``requested`` (the new
+        generation waits for a handler with its definition; run again after deploying) or
+        ``switched`` (built and serving).
     serving, target
         Storage names of the generation readers used before, and of the one built.
     backfill
@@ -85,7 +87,7 @@ class RebuildResult:
     """
 
     rule: str
-    outcome: Literal["unchanged", "reindexed", "requested", "switched"]
+    outcome: Literal["unchanged", "reindexed", "deploy-first", "requested", "switched"]
     serving: str
     target: str
     backfill: BackfillStats | None = None
@@ -192,6 +194,9 @@ class Rebuild:
         if current is not None and current.fingerprint == rule_fingerprint(self.rule):
             if not index_stale(self.rule, current):
                 return RebuildResult(name, "unchanged", serving, serving)
+            if current.handler_leaderboard != self.rule.leaderboard:
+                # aggregates the handler updates meanwhile would miss the index (or gain it)
+                return RebuildResult(name, "deploy-first", serving, serving)
             count = reindex_leaderboard(
                 self.client, self.table_name, self.rules, self.rule, serving
             )

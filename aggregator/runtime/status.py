@@ -61,6 +61,7 @@ class GenerationStatus:
     backfill: BackfillProgress | None = None
     leaderboard: bool | None = None
     index_stale: bool = False
+    handler_leaderboard: bool | None = None
 
 
 @dataclass(slots=True)
@@ -169,8 +170,14 @@ def _next_command(report: RuleReport, table_name: str) -> str:
     if report.builds is not None and report.builds != report.serving:
         return f"aggregator rebuild {report.rule} {t} (switches readers)"
     if building is not None and building.index_stale:
+        if building.handler_leaderboard != (not building.leaderboard):
+            return (
+                "deploy the rule files (the handler runs the old leaderboard flag), then "
+                f"aggregator rebuild {report.rule} {t}"
+            )
+        action = "removes the index entries of" if building.leaderboard else "indexes"
         return (
-            f"aggregator rebuild {report.rule} {t} (the leaderboard flag changed: indexes the "
+            f"aggregator rebuild {report.rule} {t} (the leaderboard flag changed: {action} the "
             "existing aggregates)"
         )
     if any(g.status in ("retired", "dropping") for g in report.generations):
@@ -271,4 +278,5 @@ def _generation(
         dead_letters=letters.get(state.name, 0),
         backfill=progress.get(state.backfill_id or "") if state.status == "backfilling" else None,
         leaderboard=state.leaderboard,
+        handler_leaderboard=state.handler_leaderboard,
     )

@@ -56,6 +56,16 @@ def test_turning_the_leaderboard_on_and_off(ddb, dynamodb_local, tmp_path):
     backfill = cli.invoke(main, ["backfill", *common, "-d", str(plain), "--stream-lag", "0"])
     assert backfill.exit_code == 0, backfill.output
 
+    # a rebuild before the handler runs the new flag would leave what it updates unindexed
+    early = cli.invoke(main, ["rebuild", "likes_per_post", *common, "-d", str(board)])
+    assert early.exit_code == 0, early.output
+    assert "the handler still runs the old one" in " ".join(early.output.split())
+    status = json.loads(cli.invoke(main, ["status", *common, "-d", str(board), "--json"]).output)
+    assert status["rules"][0]["next"] == (
+        "deploy the rule files (the handler runs the old leaderboard flag), then aggregator "
+        f"rebuild likes_per_post --table {TABLE}"
+    )
+
     # WHEN the flag is turned on and the handler runs with it (one more like for b)
     _like(ddb, "b", "u9")
     likes["b"] += 1
@@ -93,8 +103,13 @@ def test_turning_the_leaderboard_on_and_off(ddb, dynamodb_local, tmp_path):
     again = cli.invoke(main, ["rebuild", "likes_per_post", *common, "-d", str(board)])
     assert "nothing to rebuild" in again.output
 
-    # turning it off again: the entries go with a rebuild
+    # turning it off again: the entries go with a rebuild, once the handler runs without
     assert cli.invoke(main, ["run", *common, "-d", str(plain)]).exit_code == 0
+    status = json.loads(cli.invoke(main, ["status", *common, "-d", str(plain), "--json"]).output)
+    assert status["rules"][0]["next"] == (
+        f"aggregator rebuild likes_per_post --table {TABLE} (the leaderboard flag changed: "
+        "removes the index entries of the existing aggregates)"
+    )
     off = cli.invoke(main, ["rebuild", "likes_per_post", *common, "-d", str(plain)])
     assert off.exit_code == 0, off.output
     assert "leaderboard index entries removed from its 3 existing aggregates" in off.output

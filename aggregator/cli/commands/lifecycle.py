@@ -91,6 +91,15 @@ def rebuild_cmd(
             highlight=False,
         )
         return
+    if result.outcome == "deploy-first":
+        console.print(
+            f"rebuild {rule_name}: the leaderboard flag changed, but the handler still runs the "
+            "old one (as it registered when it last started): deploy the rule files first, then "
+            "run this again (it indexes the existing aggregates once the handler indexes what "
+            "it updates)",
+            highlight=False,
+        )
+        return
     if result.outcome == "reindexed":
         done = "written for" if rules.get(rule_name).leaderboard else "removed from"
         console.print(
