@@ -110,6 +110,11 @@ class DropRule:
             # (no derived rule in the definitions reads it: a rule set names its sources)
             # a rule counted without the manifest (lifecycle off) has items but no entry
             self.targets = family or [RuleState(rule_name, "", "dropping", 0)]
+            if not family and not any(self._pages(rule_name)):
+                raise ConfigError(
+                    f"table {table_name!r} has no rule {rule_name!r}: no generation in its "
+                    "manifest and no aggregates (aggregator status lists the rules it has)"
+                )
 
     def count(self) -> dict[str, int]:
         """The aggregate items each target generation holds (their partials not counted), by

@@ -132,7 +132,9 @@ def test_a_changed_rule_is_rebuilt_as_a_new_generation_and_readers_switch_at_onc
     assert read(AggregateStore(ddb, name, NEW, generations={"per_owner": 2})) == {}
     states, serving = Manifest(ddb, name, NEW.layout).load_all()
     assert set(states) == {"everything"} and serving == {}
-    assert DropRule(remaining, ddb, name, "per_owner").run().items_deleted == 0  # idempotent
+    # done: a second drop finds nothing, and says so (a misspelt name is not "dropped")
+    with pytest.raises(ConfigError, match="has no rule 'per_owner'"):
+        DropRule(remaining, ddb, name, "per_owner")
     # the rule can come back as a new rule
     deploy(ddb, streams, name, arn, NEW)
     assert Manifest(ddb, name, NEW.layout).load()["per_owner"].status == "pending"
@@ -203,6 +205,12 @@ def test_the_commands_rebuild_and_drop_a_rule_on_a_live_table(ddb, dynamodb_loca
     assert ok("drop-rule", "likes_per_post", "--dry-run") == (
         f"drop-rule likes_per_post: likes_per_post (2 aggregate items) on table {name}: would "
         "be deleted (dry run; nothing deleted)"
+    )
+    nosuch = cli.invoke(main, ["drop-rule", "likes_per_pots", *common, "--yes"])
+    assert nosuch.exit_code == 1
+    assert nosuch.stderr == (
+        f"error: table {name!r} has no rule 'likes_per_pots': no generation in its manifest and "
+        "no aggregates (aggregator status lists the rules it has)\n"
     )
     unasked = cli.invoke(main, ["drop-rule", "likes_per_post", *common])
     assert unasked.exit_code == 1
