@@ -318,7 +318,8 @@ def prepare_table(
     -------
     tuple
         ``(changes made, problems left)``: what was changed, one line each, and the problems
-        that need the owner (or a later run).
+        that need the owner (or a later run). A table whose keys do not fit the layout (which
+        no change can fix) is not changed at all: ``([], key problems)``.
 
     Raises
     ------
@@ -326,6 +327,10 @@ def prepare_table(
         When DynamoDB refuses a change.
     """
     changes: list[str] = []
+    keys = check_key_schema(client, table_name, rules.layout)
+    if keys:
+        # keys cannot be changed: a table that can never fit is left as it is
+        return changes, keys
     for _ in range(5):  # at most one change per part; each pass re-reads the table
         todo = [p for p in check_table(client, table_name, rules) if p.preparable]
         if not todo:

@@ -321,3 +321,18 @@ def test_check_prepare_then_cloud_adventure_on_a_table_with_only_a_partition_key
     assert len(letters) == 1 and letters[0]["aggregator_collection"]["S"] == (
         "AGGREGATOR#DEAD_LETTERS"
     )
+
+
+def test_prepare_table_leaves_a_table_whose_keys_never_fit_alone(ddb, dynamodb_local, tmp_path):
+    name = "keys-never-fit"
+    own_table(ddb, name, stream=False)  # PK/SK, where the default layout wants pk/sk
+    rules = tmp_path / "r.yaml"
+    rules.write_text("version: 1\nrules:\n  - {name: r, key: '{x}', leaderboard: true}\n")
+    code, output = cli(
+        dynamodb_local.endpoint_url, "prepare-table", "--table", name, "-d", str(rules)
+    )
+    assert code == 1
+    assert "changed: " not in output  # nothing enabled or created
+    table = ddb.describe_table(TableName=name)["Table"]
+    assert "StreamSpecification" not in table or not table["StreamSpecification"]["StreamEnabled"]
+    assert not table.get("GlobalSecondaryIndexes")
