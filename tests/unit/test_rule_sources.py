@@ -102,3 +102,23 @@ def test_template_names_every_source_in_its_fix(tmp_path: Path) -> None:
     )
     rendered = _invoke(tmp_path, "template", "-d", str(first), "-d", str(second))
     assert rendered.output.strip() == f"template.yaml: rendered for the rules in {first}, {second}"
+
+
+def test_a_file_named_twice_is_read_once(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    file = _write(rules, "mine", layout="table: {aggregates_pk: TOTALS}\n")
+    result = _invoke(tmp_path, "filter-criteria", "-d", "rules", "-d", str(file), "-d", "rules")
+    assert result.exit_code == 0, result.output
+    assert "TOTALS" in json.loads(result.output)["Filters"][0]["Pattern"]
+
+
+def test_validate_takes_d_and_the_default_directory(tmp_path: Path) -> None:
+    _write(tmp_path / "rules", "mine")
+    for args in (["validate"], ["validate", "-d", "rules"], ["validate", "rules", "-d", "rules"]):
+        result = _invoke(tmp_path, *args)
+        assert result.exit_code == 0, result.output
+        assert "1 rule(s) valid" in result.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = _invoke(empty, "validate")
+    assert nothing.exit_code == 1 and nothing.output.startswith("error: no rules: give rule files")

@@ -65,13 +65,26 @@ def _unversioned(paths: tuple[Path, ...]) -> list[str]:
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--definitions",
+    "-d",
+    "more",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Rule file or directory, as the other commands take it (repeatable)",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rules as JSON")
-def validate(paths: tuple[Path, ...], as_json: bool) -> None:
-    """Check rule files; print a summary of the rules or every error (file, rule, field)."""
+def validate(paths: tuple[Path, ...], more: tuple[Path, ...], as_json: bool) -> None:
+    """Check rule files (PATHS and -d; without either ./rules, else ./definitions, as every
+    command); print a summary of the rules or every error (file, rule, field)."""
     import json
 
+    from aggregator.cli.options import _rule_sources
     from aggregator.core.rules import load_rules
+
+    ctx = click.get_current_context()
+    paths = tuple(_rule_sources(ctx, ctx.command.params[0], paths + more))
 
     rules = load_rules(paths)  # every check, the derived rules' attributes included
     notes = [

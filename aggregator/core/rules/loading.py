@@ -232,6 +232,11 @@ def load_rules(
             paths.append(p)
         else:
             raise RuleError(f"{_source_name(p)}: no such file or directory")
+    # a file named twice (-d rules -d rules/a.yaml) is read once
+    unique: dict[Path, Path] = {}
+    for p in paths:
+        unique.setdefault(p.resolve(), p)
+    paths = list(unique.values())
     rules: list[Rule] = []
     origin: dict[str, str] = {}
     errors: list[str] = []
