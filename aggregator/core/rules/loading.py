@@ -233,10 +233,10 @@ def load_rules(
         else:
             raise RuleError(f"{_source_name(p)}: no such file or directory")
     # a file named twice (-d rules -d rules/a.yaml) is read once
-    unique: dict[Path, Path] = {}
+    once: dict[Path, Path] = {}
     for p in paths:
-        unique.setdefault(p.resolve(), p)
-    paths = list(unique.values())
+        once.setdefault(p.resolve(), p)
+    paths = list(once.values())
     rules: list[Rule] = []
     origin: dict[str, str] = {}
     errors: list[str] = []
