@@ -134,17 +134,32 @@ def test_init_never_overwrites_other_content_unless_forced(tmp_path: Path) -> No
     (tmp_path / "Makefile").write_text("all:\n\techo mine\n")
     (tmp_path / "template.yaml").write_text("Resources: {}\n")
     result = _invoke("init", str(tmp_path))
-    assert result.exit_code == 1
-    assert result.output.splitlines() == [
-        f"error: {tmp_path}: template.yaml, Makefile already exist(s) with other content; "
-        "aggregator init leaves them alone (--force replaces them; a Makefile of your own "
-        "needs the build-AggregatorFunction target of `aggregator init --show Makefile`)"
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[:5] == [
+        f"wrote samconfig.toml, rules/example.yaml in {tmp_path}",
+        "left alone: template.yaml (there with other content; --force replaces it)",
+        "left alone: Makefile (there with other content; --force replaces it)",
+        "note: your Makefile needs the target sam build runs: add the lines of `aggregator "
+        "init --show Makefile`",
+        "note: template.yaml is your own: `aggregator template -d rules` renders its regions "
+        "(between '# aggregator:begin' and '# aggregator:end' lines)",
     ]
+    assert lines[5:7] == ["next:", f"  cd {tmp_path}"]
     assert (tmp_path / "Makefile").read_text() == "all:\n\techo mine\n"
-    assert not (tmp_path / "rules").exists()  # nothing written at all
+    assert (tmp_path / "template.yaml").read_text() == "Resources: {}\n"
     forced = _invoke("init", str(tmp_path), "--force")
     assert forced.exit_code == 0, forced.output
     assert (tmp_path / "Makefile").read_text() == project_file("Makefile")
+
+
+def test_init_keeps_a_makefile_that_has_the_target(tmp_path: Path) -> None:
+    (tmp_path / "Makefile").write_text("lint:\n\truff check\n\n" + project_file("Makefile"))
+    result = _invoke("init", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "left alone: Makefile" in result.output
+    assert "note: your Makefile needs" not in result.output
+    assert (tmp_path / "template.yaml").exists()
 
 
 def test_init_with_invalid_rules_writes_nothing(tmp_path: Path) -> None:

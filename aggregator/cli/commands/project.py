@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -10,7 +9,6 @@ import click
 from aggregator.cli.output import console
 
 _NEXT_STEPS = """\
-next:
   1. write your rules in {rules}/ (aggregator validate {rules})
   2. aggregator template -d {rules}          # after every change of the rules
   3. sam build && sam deploy --guided       # ExistingTableName and ExistingTableStreamArn
@@ -47,8 +45,27 @@ def init_cmd(directory: Path, force: bool, show: str | None) -> None:
         console.print(f"wrote {', '.join(result.written)}{where}", highlight=False)
     if result.unchanged:
         console.print(f"already as written: {', '.join(result.unchanged)}", highlight=False)
-    rules = result.rules if directory == Path(".") else os.path.join(directory, result.rules)
-    console.print(_NEXT_STEPS.format(rules=rules), highlight=False, end="")
+    for name in result.kept:
+        console.print(
+            f"left alone: {name} (there with other content; --force replaces it)",
+            highlight=False,
+        )
+    if "Makefile" in result.kept:
+        makefile = (directory / "Makefile").read_text(encoding="utf-8", errors="replace")
+        if "build-AggregatorFunction:" not in makefile:
+            console.print(
+                "note: your Makefile needs the target sam build runs: add the lines of "
+                "`aggregator init --show Makefile`",
+                highlight=False,
+            )
+    if "template.yaml" in result.kept:
+        console.print(
+            "note: template.yaml is your own: `aggregator template -d rules` renders its "
+            "regions (between '# aggregator:begin' and '# aggregator:end' lines)",
+            highlight=False,
+        )
+    cd = "" if directory == Path(".") else f"  cd {directory}\n"
+    console.print("next:\n" + cd + _NEXT_STEPS.format(rules=result.rules), highlight=False, end="")
 
 
 @click.command("build")

@@ -11,8 +11,9 @@ It writes, from this package's data (so nothing needs a clone of the framework's
   virtualenv included, before the build picks the few files that ship);
 - ``rules/example.yaml``: a starter rule file, only when ``rules/`` holds no rule file yet.
 
-It never overwrites a file that differs from what it would write unless asked (``--force``);
-files that are already as it would write them are left alone, so running it twice is harmless.
+It never overwrites a file that differs from what it would write unless asked (``--force``):
+such a file is left alone and named, and the others are written; files already as it would write
+them are left alone too, so running it twice is harmless.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ STARTER_RULES = "rules/example.yaml"
 @dataclass(frozen=True, slots=True)
 class ProjectInit:
     """What :func:`init_project` did: files ``written`` (new or replaced), files ``unchanged``
-    (already as it would write them), and the ``rules`` directory the template is rendered
-    for. Paths are relative to the project directory."""
+    (already as it would write them), files ``kept`` (there with other content, left alone),
+    and the ``rules`` directory the template is rendered for. Paths are relative to the
+    project directory."""
 
     written: tuple[str, ...]
     unchanged: tuple[str, ...]
     rules: str
+    kept: tuple[str, ...] = ()
 
 
 def project_file(name: str) -> str:
@@ -61,11 +64,12 @@ def init_project(directory: Path, *, force: bool = False) -> ProjectInit:
     The template is rendered for the rules in ``directory/rules`` (the starter file when there
     are none), so the project builds as written.
 
+    A file there with other content is left alone (``kept``) unless ``force``.
+
     Raises
     ------
     ConfigError
-        When a file exists with other content and ``force`` is not set (naming every such file),
-        or a path is not writable.
+        When a path is not writable, or is a directory.
     RuleError
         When the rules already in ``rules/`` are invalid (nothing is written then).
     """
@@ -99,15 +103,10 @@ def init_project(directory: Path, *, force: bool = False) -> ProjectInit:
                 unchanged.append(name)
             else:
                 conflicts.append(name)
-    if conflicts and not force:
-        raise ConfigError(
-            f"{directory}: {', '.join(conflicts)} already exist(s) with other content; "
-            "aggregator init leaves them alone (--force replaces them; a Makefile of your own "
-            "needs the build-AggregatorFunction target of `aggregator init --show Makefile`)"
-        )
+    kept = [] if force else conflicts
     written = []
     for name, text in planned.items():
-        if name in unchanged:
+        if name in unchanged or name in kept:
             continue
         path = directory / name
         try:
@@ -116,4 +115,4 @@ def init_project(directory: Path, *, force: bool = False) -> ProjectInit:
         except OSError as exc:
             raise ConfigError(f"{path}: cannot write: {exc.strerror}") from None
         written.append(name)
-    return ProjectInit(tuple(written), tuple(unchanged), "rules")
+    return ProjectInit(tuple(written), tuple(unchanged), "rules", tuple(kept))
