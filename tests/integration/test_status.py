@@ -129,3 +129,30 @@ def test_status_through_a_rules_life(ddb, dynamodb_local, tmp_path):
     assert "rules on lifecycle" in text
     assert "likes_per_post" in text and "weight_per_post" in text and "active" in text
     ddb.delete_table(TableName=TABLE)
+
+
+def test_a_derived_rule_added_to_an_active_source_says_what_can_complete_it(
+    ddb, dynamodb_local, tmp_path
+):
+    table = "derived-late"
+    rules = _rules(tmp_path / "rules", LIKES)
+    create_table(ddb, table, layout=load_rules(rules).layout)
+    common = ["--table", table, "--endpoint-url", dynamodb_local.endpoint_url]
+    cli = CliRunner()
+    assert cli.invoke(main, ["run", *common, "-d", str(rules)]).exit_code == 0
+    assert (
+        cli.invoke(main, ["backfill", *common, "-d", str(rules), "--stream-lag", "0"]).exit_code
+        == 0
+    )
+    later = _rules(
+        tmp_path / "later",
+        LIKES,
+        '  - {name: posts_by_likes, source: likes_per_post, key: "{value}"}\n',
+    )
+    assert cli.invoke(main, ["run", *common, "-d", str(later)]).exit_code == 0
+    result = CliRunner().invoke(main, ["status", *common, "-d", str(later), "--json"])
+    report = {r["rule"]: r for r in json.loads(result.output)["rules"]}
+    assert report["posts_by_likes"]["next"].startswith(
+        "none can complete it: a derived rule counts the changes of 'likes_per_post'"
+    )
+    ddb.delete_table(TableName=table)
