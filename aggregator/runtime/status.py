@@ -243,16 +243,20 @@ def table_status(
         )
         report.next = _next_command(report, table_name)
         source = states.get(r.source) if r.source is not None else None
-        if live is not None and live.status == "pending" and source is not None:
-            if source.status == "active":
-                # backfill refuses it: its input is the source's changes, and those that made
-                # the source's existing aggregates are gone
-                report.next = (
-                    f"none can complete it: a derived rule counts the changes of {r.source!r} "
-                    "from its deployment on, and deriving from existing aggregates is not "
-                    "supported yet; deploy it with a copy of its source under a new name and "
-                    "backfill the two together"
-                )
+        if (
+            live is not None
+            and live.status == "pending"
+            and source is not None
+            and (source.status == "active")
+        ):
+            # backfill refuses it: its input is the source's changes, and those that made the
+            # source's existing aggregates are gone
+            report.next = (
+                f"none can complete it: a derived rule counts the changes of {r.source!r} "
+                "from its deployment on, and deriving from existing aggregates is not "
+                "supported yet; deploy it with a copy of its source under a new name and "
+                "backfill the two together"
+            )
         reports.append(report)
     named = {r.name for r in rules}
     for rule_name in sorted({generation_of(n)[0] for n in states} - named):
