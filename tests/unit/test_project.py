@@ -414,3 +414,21 @@ def test_the_project_makefile_runs_aggregator_build(tmp_path: Path) -> None:
     assert "'nope' not found: activate the virtualenv where ddb-aggregator is installed" in (
         missing.stderr
     )
+
+
+def test_boto3_runtime_ships_no_aws_sdk_even_one_a_dependency_brings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_run(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        target = Path(command[command.index("--target") + 1])
+        assert not any(
+            c.startswith("boto3") for c in command[command.index("--only-binary=:all:") :]
+        )
+        for name in ("botocore", "botocore-1.44.8.dist-info", "s3transfer", "pydantic"):
+            (target / name).mkdir(parents=True)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(build_module.subprocess, "run", fake_run)
+    out = tmp_path / "artifact"
+    build_function([ROOT / "definitions"], out, template=TEMPLATE_PATH, boto3="runtime")
+    assert sorted(p.name for p in out.iterdir()) == ["aggregator", "definitions", "pydantic"]

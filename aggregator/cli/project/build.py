@@ -54,6 +54,18 @@ CLI_ONLY_DEPENDENCIES = frozenset({"click", "rich"})
 """Dependencies only the CLI imports: they do not ship to Lambda."""
 
 _RUNTIME_BOTO3 = frozenset({"boto3"})
+
+RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer")
+"""The AWS SDK the Lambda Python runtimes include (Lambda Developer Guide, "Lambda runtimes":
+the runtime's SDK for Python): with ``--boto3 runtime`` the artifact ships none of them."""
+
+
+def _remove_distributions(output: Path, names: Sequence[str]) -> None:
+    """Delete the packages ``names`` (and their ``*.dist-info``) pip installed into ``output``."""
+    for name in names:
+        shutil.rmtree(output / name, ignore_errors=True)
+        for info in output.glob(f"{name}-*.dist-info"):
+            shutil.rmtree(info, ignore_errors=True)
 """Left to the Lambda runtime's own copy with ``--boto3 runtime`` (botocore and s3transfer go
 with it: nothing else of ours requires them)."""
 
@@ -344,5 +356,8 @@ def build_function(
     requirements = lambda_requirements(boto3=boto3) if dependencies else []
     if requirements:
         _pip_install(output, requirements, runtime, pin=pin)
+    if boto3 == "runtime":
+        # a dependency (aws-xray-sdk) brings botocore back: the runtime's own copy serves
+        _remove_distributions(output, RUNTIME_PROVIDED)
     size, count = _size(output)
     return FunctionBuild(tuple(f.name for f in files), tuple(requirements), size, count)
