@@ -66,6 +66,8 @@ def _remove_distributions(output: Path, names: Sequence[str]) -> None:
         shutil.rmtree(output / name, ignore_errors=True)
         for info in output.glob(f"{name}-*.dist-info"):
             shutil.rmtree(info, ignore_errors=True)
+
+
 """Left to the Lambda runtime's own copy with ``--boto3 runtime`` (botocore and s3transfer go
 with it: nothing else of ours requires them)."""
 
