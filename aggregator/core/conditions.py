@@ -35,6 +35,7 @@ never equal a stored value and is rejected when the rule is loaded.
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -163,13 +164,13 @@ def _shown(value: Any) -> str:
         return "true" if value else "false"
     if value is None:
         return "null"
-    text = (
-        value
-        if isinstance(value, str)
-        else str(value)
-        if isinstance(value, Decimal)
-        else repr(value)
-    )
+    if isinstance(value, str):
+        text = value
+        # text that reads as a number or a literal is said to be text (a string "12.5")
+        if re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|true|false|null", value):
+            text = f"text {value!r}"
+    else:
+        text = str(value) if isinstance(value, Decimal) else repr(value)
     return text if len(text) <= 40 else text[:39] + "…"
 
 

@@ -67,7 +67,7 @@ def ddb(item: dict) -> dict:
             {"d": Decimal(12)},
             "d: expected a number > 0 and <= 10, got 12",
         ),
-        ({"d": {"numeric": [">", 0]}}, {"d": "12"}, "d: expected a number > 0, got 12"),
+        ({"d": {"numeric": [">", 0]}}, {"d": "12"}, "d: expected a number > 0, got text '12'"),
         ({"a": "x", "b": "y"}, {"a": "x", "b": "z"}, "b: expected y, got z"),
         ({"not": {"a": "x"}}, {"a": "x"}, "not (expected x), and it holds"),
     ],
@@ -120,7 +120,7 @@ def test_a_matching_item_shows_key_sort_key_bucket_and_delta():
 def test_an_item_that_matches_but_cannot_be_evaluated_gives_the_dead_letter_cause():
     image = Image(ddb({"type": "order", "customer": "ann", "total": "12.5", "ts": 1357016500}))
     by_rule = {e.rule: e for e in explain_image(ENGINE, image, now=NOW)}
-    assert by_rule["orders"].reason == "total: expected a number > 0, got 12.5"
+    assert by_rule["orders"].reason == "total: expected a number > 0, got text '12.5'"
     assert (by_rule["revenue"].matched, by_rule["revenue"].cause) == (True, "wrong-type")
     assert "delta attribute 'total' is str" in by_rule["revenue"].reason
 

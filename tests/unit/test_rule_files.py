@@ -776,3 +776,26 @@ def test_longest_duration_and_granularity_are_accepted():
     assert Granularity.parse(MAX_DURATION).seconds == MAX_DURATION
     with pytest.raises(ValueError, match="longer than"):
         parse_duration(MAX_DURATION + 1)
+
+
+def test_top_level_x_keys_hold_anchors_and_are_ignored(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        version: 1
+        x-departed: &departed {status: departed}
+        rules:
+          - name: by_origin
+            match: {<<: *departed, origin: JFK}
+            key: "{origin}"
+        """,
+    )
+    assert load_rules(path) == RuleSet.of(
+        rule("by_origin", match={"status": "departed", "origin": "JFK"}, key="{origin}")
+    )
+
+
+def test_a_blank_key_is_refused(tmp_path):
+    path = write(tmp_path, "rules:\n  - {name: r, key: '  '}\n")
+    with pytest.raises(RuleError, match="key must be a non-empty string"):
+        load_rules(path)

@@ -94,7 +94,7 @@ class KeyTemplate:
         ValueError
             For anything else, with a one-line message quoting at most a prefix of the key.
         """
-        if not isinstance(template, str) or not template:
+        if not isinstance(template, str) or not template.strip():
             raise ValueError("key must be a non-empty string such as '{carrier}' or 'TOTAL'")
         shown = quote(template)
         problem = _unencodable(template)

@@ -146,6 +146,9 @@ def _load_file(path: Path) -> tuple[list[Rule], TableLayout | None]:
             f"{source}: field '(top level)': expected a mapping with a 'rules' list, "
             f"got {type(data).__name__}"
         )
+    # top-level keys starting with "x-" are the file's own (a place for YAML anchors, as in
+    # Compose files): left out of validation
+    data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
     problems = []
     if isinstance(data.get("rules"), list) and not data["rules"]:
         problems.append(f"{source}: field 'rules': the list is empty; give at least one rule")
