@@ -15,7 +15,10 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def _print_aggregates(title: str, aggregates: list[Any]) -> None:
-    console.print(f"\n[bold]{title}[/]")
+    console.print(f"[bold]{title}[/]")
+    if not aggregates:
+        console.print("no aggregates (nothing counted yet)")
+        return
     table = Table()
     table.add_column("#", justify="right")
     table.add_column("key")

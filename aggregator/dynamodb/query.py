@@ -448,8 +448,9 @@ class AggregateStore:
                 sk = lay.sort_key_of(item) or ""
                 value = Decimal(item[lay.value_attribute]["N"])
                 out.append(Aggregate(rule, unescape_key_part(sk[len(stored) + 1 :]), value, sk))
-        if partitions > 1:
-            out.sort(key=lambda a: (-a.value, a.key))
+        # ties in key order, as the read-everything path orders them (the index orders equal
+        # values by its own hash, so a tie at the n-th place may still pick another key)
+        out.sort(key=lambda a: (-a.value, a.key))
         return out[:n]
 
     @staticmethod

@@ -135,6 +135,7 @@ def _print_result(result: Any, began: float) -> None:
         "flights_by_plane": "Planes by departed flights",
     }
     for name, aggregates in result.leaderboards.items():
+        console.print()
         _print_aggregates(titles.get(name, name), aggregates)
     for name, rows in result.histograms.items():
         console.print(f"\n[bold]{name}[/] (how many keys have each value; first rows)")

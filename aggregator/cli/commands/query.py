@@ -85,7 +85,10 @@ def _not_found_hint(store: Any, rule: str, values: tuple[str, ...]) -> str:
 
 def _print_buckets(title: str, aggregates: list[Any]) -> None:
     """Time buckets: each row's key, granularity and bucket start in columns of their own."""
-    console.print(f"\n[bold]{title}[/]")
+    console.print(f"[bold]{title}[/]")
+    if not aggregates:
+        console.print("no aggregates (nothing counted yet)")
+        return
     table = Table()
     table.add_column("#", justify="right")
     table.add_column("key")
@@ -219,6 +222,9 @@ def query_histogram(
     table.add_column(first, justify="right" if derived else "left")
     table.add_column(second, justify="right")
     table.add_column("")
+    if not rows:
+        console.print(f"{rule}: no aggregates (nothing counted yet)", highlight=False)
+        return
     peak = max((r.count for r in rows), default=0)
     for r in rows:
         bar = "#" * (int(40 * r.count / peak) if peak > 0 and r.count > 0 else 0)
