@@ -392,8 +392,8 @@ def test_derived_rule_reading_attributes_aggregates_lack_is_a_config_error():
         Engine(rules)
     lines = str(info.value).splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("rule 'bad', field 'source': reads 'carrier', which the aggregates")
-    assert "rule 'worse', field 'source': reads 'bucket'" in lines[1]
+    assert lines[0].startswith("rule 'bad', field 'key': reads 'carrier', which the aggregates")
+    assert "rule 'worse', field 'key': reads 'bucket'" in lines[1]
     assert "they have key, pk, rule, sk, value" in lines[1]
 
 

@@ -598,9 +598,9 @@ def test_derived_attribute_typos_are_reported_by_load_rules_with_the_file(tmp_pa
         "b.yaml",
     )
     assert error_of(tmp_path).splitlines() == [
-        f"{derived}: rule 'hist', field 'source': reads 'vlaue', which the aggregates of 'src' "
+        f"{derived}: rule 'hist', field 'key': reads 'vlaue', which the aggregates of 'src' "
         "do not have; they have key, pk, rule, sk, value",
-        f"{derived}: rule 'buckets', field 'source': reads 'bucket', which the aggregates of "
+        f"{derived}: rule 'buckets', field 'key': reads 'bucket', which the aggregates of "
         "'src' do not have; they have key, pk, rule, sk, value",
     ]
 
@@ -620,9 +620,9 @@ def test_derived_attribute_problems_match_the_engine_and_follow_the_layout(tmp_p
     )
     problems = derived_attribute_problems(rules)
     assert problems == [
-        "rule 'a', field 'source': reads 'ttl', which the aggregates of 'src' do not have; they "
+        "rule 'a', field 'key': reads 'ttl', which the aggregates of 'src' do not have; they "
         "have bucket, granularity, key, pk, rule, sk, value",
-        "rule 'b', field 'source': reads 'vlaue', which the aggregates of 'kept' do not have; "
+        "rule 'b', field 'key': reads 'vlaue', which the aggregates of 'kept' do not have; "
         "they have bucket, granularity, key, pk, rule, sk, ttl, value",
     ]
     if hasattr(engine_module, "derived_attribute_problems"):
@@ -799,3 +799,17 @@ def test_a_blank_key_is_refused(tmp_path):
     path = write(tmp_path, "rules:\n  - {name: r, key: '  '}\n")
     with pytest.raises(RuleError, match="key must be a non-empty string"):
         load_rules(path)
+
+
+def test_a_derived_rules_unknown_attribute_is_reported_under_the_field_that_reads_it():
+    from aggregator.core.rules import derived_attribute_problems
+
+    rules = RuleSet.of(
+        rule("src", key="{pk}"),
+        rule("m", source="src", key="{value}", match={"vlaue": {"numeric": [">", 1]}}),
+        rule("d", source="src", key="TOTAL", delta={"attribute": "cuont"}),
+    )
+    assert [line.split(": reads")[0] for line in derived_attribute_problems(rules)] == [
+        "rule 'm', field 'match'",
+        "rule 'd', field 'delta'",
+    ]

@@ -31,7 +31,12 @@ from aggregator.core.rules.errors import _format_errors
 from aggregator.core.rules.loader import RuleFileLimitError, RuleLoader
 from aggregator.core.rules.messages import _name, _one_line
 from aggregator.core.rules.model import Rule
-from aggregator.core.rules.ruleset import RuleSet, derived_attribute_indexes, graph_problems
+from aggregator.core.rules.ruleset import (
+    RuleSet,
+    derived_attribute_indexes,
+    graph_problems,
+    reading_field,
+)
 from aggregator.core.text import MAX_REASON_CHARS
 
 MAX_RULE_FILE_BYTES = 1024 * 1024
@@ -274,9 +279,10 @@ def load_rules(
     if not errors:
         problems = graph_problems(rules) or derived_attribute_indexes(rules, layout)
         for index, message in problems:
+            field = reading_field(rules[index], message)
             errors.append(
                 f"{origin[rules[index].name]}: rule {_name(rules[index].name)}, "
-                f"field 'source': {message}"
+                f"field {field!r}: {message}"
             )
     else:
         # a file that failed still names its rules: report the graph's problems too, so one run

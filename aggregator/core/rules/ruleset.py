@@ -4,6 +4,7 @@ cycles, and attributes their source's aggregates never have."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal
@@ -228,9 +229,25 @@ def derived_attribute_problems(
     """
     listed = tuple(rules)
     return [
-        f"rule {_name(listed[i].name)}, field 'source': {message}"
+        f"rule {_name(listed[i].name)}, field {reading_field(listed[i], message)!r}: {message}"
         for i, message in derived_attribute_indexes(listed, layout)
     ]
+
+
+def reading_field(rule: Rule, message: str) -> str:
+    """The field of ``rule`` that reads the first attribute a :func:`derived_attribute_indexes`
+    message names (``key``, ``match``, ``delta`` or ``window``), else ``source``."""
+    found = re.search(r"reads '([^']*)'", message)
+    name = found.group(1) if found else ""
+    for field, names in (
+        ("key", rule.key.attributes()),
+        ("match", rule.match.attributes()),
+        ("delta", rule.delta.attributes()),
+        ("window", {rule.window.time} if rule.window is not None else set()),
+    ):
+        if name in names:
+            return field
+    return "source"
 
 
 def rule(
