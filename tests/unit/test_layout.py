@@ -68,7 +68,7 @@ def test_only_one_file_may_declare_the_layout(tmp_path):
         ("{partition_key: PK, sort_key: SK, ttl_attribute: bucket}", "table", "already writes"),
         ("{partition_key: 'ck#a', sort_key: SK}", "table", "checkpoints"),
         ("{partition_key: PK, sort_key: SK, colour: red}", "table.colour", "unknown field"),
-        ("[PK, SK]", "table", "valid dictionary"),
+        ("[PK, SK]", "table", "expected a mapping, got a list"),
     ],
 )
 def test_invalid_layouts_name_the_file_and_field(tmp_path, table, field, message):

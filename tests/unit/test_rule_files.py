@@ -580,7 +580,7 @@ def test_empty_rule_lists_are_rejected(tmp_path):
     both = write(tmp_path, "version: 2\nrules: []\n", "both.yaml")
     assert error_of(both).splitlines() == [
         f"{both}: field 'rules': the list is empty; give at least one rule",
-        f"{both}: field 'version': Input should be 1",
+        f"{both}: field 'version': version 2 is not known; this release reads version 1",
     ]
     assert error_of([]) == "no paths given: no rules; give at least one rule"
 

@@ -240,7 +240,7 @@ MALFORMED = [
             key: K
             leaderboard: "yes"
         """,
-        "{f}: rule 'r1', field 'leaderboard': Input should be a valid boolean",
+        "{f}: rule 'r1', field 'leaderboard': expected true or false, got text 'yes'",
     ),
     (
         "leaderboard-yaml11-yes",
@@ -250,7 +250,7 @@ MALFORMED = [
             key: K
             leaderboard: yes
         """,
-        "{f}: rule 'r1', field 'leaderboard': Input should be a valid boolean",
+        "{f}: rule 'r1', field 'leaderboard': expected true or false, got text 'yes'",
     ),
     (
         "delta-39-digits",
@@ -360,7 +360,7 @@ MALFORMED = [
         version: 2
         rules: [{name: r1, key: K}]
         """,
-        "{f}: field 'version': Input should be 1",
+        "{f}: field 'version': version 2 is not known; this release reads version 1",
     ),
 ]
 
@@ -439,7 +439,7 @@ def test_python_rule_leaderboard_must_be_a_bool():
     with pytest.raises(RuleError) as info:
         rule("r9", key="K", leaderboard="yes")  # type: ignore[arg-type]
     assert str(info.value) == (
-        "<python>: rule 'r9', field 'leaderboard': Input should be a valid boolean"
+        "<python>: rule 'r9', field 'leaderboard': expected true or false, got text 'yes'"
     )
 
 

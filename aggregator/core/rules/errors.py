@@ -73,6 +73,27 @@ def _field_names() -> list[str]:
     return sorted(names)
 
 
+def _type_word(value: Any) -> str:
+    """What a YAML value is, in the words of YAML: a mapping, a list, text, a number..."""
+    from decimal import Decimal
+
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, str):
+        return f"text {quote(value)}"
+    if isinstance(value, Decimal | int | float):
+        return f"the number {value}"
+    return "nothing" if value is None else type(value).__name__
+
+
+def _plain_input(value: Any) -> str:
+    return quote(value) if isinstance(value, str) else str(value)
+
+
 def _message(err: Any) -> str:
     """A pydantic error in the words of a rule file: an unknown field with the nearest known
     name, a name that breaks its pattern with the rule spelt out."""
@@ -82,6 +103,16 @@ def _message(err: Any) -> str:
     if kind == "extra_forbidden":
         close = difflib.get_close_matches(field, _field_names(), n=1, cutoff=0.6)
         return "unknown field" + (f"; did you mean {close[0]!r}?" if close else "")
+    if kind in ("tuple_type", "list_type"):
+        return f"expected a list, got {_type_word(err.get('input'))}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"expected a mapping, got {_type_word(err.get('input'))}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"expected true or false, got {_type_word(err.get('input'))}"
+    if kind == "literal_error" and field == "version":
+        return (
+            f"version {_plain_input(err.get('input'))} is not known; this release reads version 1"
+        )
     if kind == "string_pattern_mismatch" and field == "name":
         return (
             f"{quote(str(err.get('input')))} is not a rule name: start with a letter, then "
