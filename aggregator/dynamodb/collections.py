@@ -25,7 +25,7 @@ from typing import Any
 
 from aggregator.core.layout import TableLayout
 
-__all__ = ["BATCH_GET_KEYS", "CollectionPage", "query_collection"]
+__all__ = ["BATCH_GET_KEYS", "CollectionPage", "client_call", "query_collection"]
 
 BATCH_GET_KEYS = 100
 """Most keys one ``BatchGetItem`` reads (DynamoDB API Reference, "BatchGetItem")."""
@@ -34,6 +34,17 @@ _MAX_UNPROCESSED_ROUNDS = 8
 
 CollectionPage = list[dict[str, Any]]
 """One page of items (DynamoDB JSON), in key order."""
+
+
+def client_call(client: Any) -> Callable[..., dict[str, Any]]:
+    """``call(operation, **request)`` for :func:`query_collection` on a plain boto3 client: the
+    client's method by name, nothing counted or translated."""
+
+    def call(operation: str, **request: Any) -> dict[str, Any]:
+        response: dict[str, Any] = getattr(client, operation)(**request)
+        return response
+
+    return call
 
 
 def query_collection(

@@ -67,7 +67,7 @@ from aggregator.core.records import (
 )
 from aggregator.core.rules import RuleSet
 from aggregator.core.text import bound
-from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.writer import (
     MAX_ITEM_BYTES,
     WriteStats,
@@ -395,11 +395,7 @@ def list_dead_letters(
     """Every dead letter, in shard and sequence order (paginated ``Query``; on a table without a
     sort key through the collection index, :mod:`aggregator.dynamodb.collections`)."""
 
-    def call(operation: str, **request: Any) -> dict[str, Any]:
-        response: dict[str, Any] = getattr(client, operation)(**request)
-        return response
-
-    for page in query_collection(call, table_name, layout, layout.dead_letters_pk):
+    for page in query_collection(client_call(client), table_name, layout, layout.dead_letters_pk):
         for item in page:
             form = item.get("record_form", {}).get("S", "json")
             if item.get("record_truncated", {}).get("BOOL"):  # written before record_form

@@ -37,7 +37,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import PARTIAL_PREFIX
 from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
-from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.manifest import Manifest
 
 __all__ = ["DropResult", "DropRule"]
@@ -124,7 +124,7 @@ class DropRule:
     def _pages(self, storage_name: str) -> Iterator[list[dict[str, Any]]]:
         """Pages of a generation's aggregate items."""
         return query_collection(
-            self._call,
+            client_call(self.client),
             self.table_name,
             self.layout,
             self.layout.aggregates_pk,
@@ -187,14 +187,10 @@ class DropRule:
             keys += page.get("Items", [])
         return keys
 
-    def _call(self, operation: str, **request: Any) -> dict[str, Any]:
-        response: dict[str, Any] = getattr(self.client, operation)(**request)
-        return response
-
     def _remove_fences(self, storage_name: str) -> int:
         removed = 0
         for page in query_collection(
-            self._call,
+            client_call(self.client),
             self.table_name,
             self.layout,
             self.layout.control_pk,

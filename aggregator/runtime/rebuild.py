@@ -53,7 +53,7 @@ from aggregator.core.lifecycle import (
     rule_fingerprint,
 )
 from aggregator.core.rules import Rule, RuleSet
-from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.writer import error_code
 from aggregator.runtime.backfill import Backfill, BackfillStats
@@ -260,14 +260,13 @@ def reindex_leaderboard(
         As DynamoDB raises it (a conditional failure is a dropped aggregate, skipped).
     """
     layout = rules.layout
-
-    def call(operation: str, **request: Any) -> dict[str, Any]:
-        response: dict[str, Any] = getattr(client, operation)(**request)
-        return response
-
     count = 0
     for page in query_collection(
-        call, table_name, layout, layout.aggregates_pk, begins_with=f"{storage_name}#"
+        client_call(client),
+        table_name,
+        layout,
+        layout.aggregates_pk,
+        begins_with=f"{storage_name}#",
     ):
         for item in page:
             sort_key = layout.sort_key_of(item) or ""

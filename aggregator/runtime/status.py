@@ -11,7 +11,6 @@ page; :mod:`aggregator.dynamodb.collections` on a table without a sort key).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -24,7 +23,7 @@ from aggregator.core.lifecycle import (
     rule_fingerprint,
 )
 from aggregator.core.rules import RuleSet
-from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.deadletters import list_dead_letters
 from aggregator.dynamodb.manifest import Manifest
 
@@ -107,20 +106,12 @@ class TableStatus:
         }
 
 
-def _call(client: Any) -> Callable[..., dict[str, Any]]:
-    def call(operation: str, **request: Any) -> dict[str, Any]:
-        response: dict[str, Any] = getattr(client, operation)(**request)
-        return response
-
-    return call
-
-
 def _fenced_shards(client: Any, table_name: str, rules: RuleSet) -> Counter[str]:
     """Shards fenced per storage name."""
     layout = rules.layout
     counts: Counter[str] = Counter()
     for page in query_collection(
-        _call(client), table_name, layout, layout.control_pk, begins_with="fence#"
+        client_call(client), table_name, layout, layout.control_pk, begins_with="fence#"
     ):
         for item in page:
             counts.update(item.get("after", {}).get("M", {}).keys())
@@ -134,7 +125,7 @@ def _backfill(client: Any, table_name: str, rules: RuleSet, backfill_id: str) ->
     pages = 0
     prefix = f"backfill#{backfill_id}#"
     for page in query_collection(
-        _call(client), table_name, layout, layout.control_pk, begins_with=prefix
+        client_call(client), table_name, layout, layout.control_pk, begins_with=prefix
     ):
         for item in page:
             name = (layout.sort_key_of(item) or "").removeprefix(prefix)
