@@ -210,6 +210,7 @@ class AggregateStore:
         )
         self._generations_read_at = 0.0
         self._indexed: dict[str, bool] = {}
+        self._statuses: dict[str, str] = {}
 
     def storage_name(self, rule: str) -> str:
         """The name ``rule``'s serving generation is stored under: the rule's name, or
@@ -245,12 +246,25 @@ class AggregateStore:
         generations = (item or {}).get("generations", {}).get("M", {})
         # the generations whose existing aggregates were written without (or with) index
         # entries: their leaderboard flag as recorded (lifecycle.RuleState.leaderboard)
+        states = (item or {}).get("rules", {}).get("M", {})
         self._indexed = {
             name: value["M"]["leaderboard"]["BOOL"]
-            for name, value in (item or {}).get("rules", {}).get("M", {}).items()
+            for name, value in states.items()
             if "leaderboard" in value.get("M", {})
         }
+        self._statuses = {
+            name: value["M"]["status"]["S"]
+            for name, value in states.items()
+            if "status" in value.get("M", {})
+        }
         return {name: int(value["N"]) for name, value in generations.items()}
+
+    def serving_status(self, rule: str) -> str | None:
+        """The manifest status of ``rule``'s serving generation (``pending``, ``active``...),
+        from the same cached read as :meth:`storage_name`; ``None`` when the manifest does not
+        list it (or with ``generations`` given, which skips the manifest)."""
+        stored = self.storage_name(rule)  # (re)reads the manifest first when due
+        return self._statuses.get(stored)
 
     def index_complete(self, rule: str) -> bool:
         """Whether ``rule``'s leaderboard index holds every aggregate of its serving

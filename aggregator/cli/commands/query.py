@@ -19,25 +19,22 @@ from aggregator.core.exceptions import AggregatorError
 
 def _store(table_name: str, definitions: RuleSources, endpoint_url: str | None, rule: str) -> Any:
     """The store, after a warning on stderr when ``rule``'s serving generation does not count
-    the table's older items yet (pending or being backfilled: one more ``GetItem``)."""
+    the table's older items yet (pending or being backfilled; the store's own manifest read)."""
     from aggregator.cli.tables import rules_for_table
-    from aggregator.core.lifecycle import generation_name
-    from aggregator.dynamodb.manifest import Manifest
     from aggregator.dynamodb.query import AggregateStore
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
-    states, serving = Manifest(client, table_name, rules.layout).load_all()
-    known = any(r.name == rule for r in rules)
-    state = states.get(generation_name(rule, serving.get(rule, 1))) if known else None
-    if state is not None and state.status in ("requested", "pending", "backfilling"):
+    store = AggregateStore(client, table_name, rules)
+    status = store.serving_status(rule) if any(r.name == rule for r in rules) else None
+    if status in ("requested", "pending", "backfilling"):
         err_console.print(
-            f"warning: rule {rule!r} is {state.status}: its aggregates do not count the items "
+            f"warning: rule {rule!r} is {status}: its aggregates do not count the items "
             "from before its fences yet, so they are incomplete (aggregator status --table "
             f"{table_name}; aggregator backfill --table {table_name})",
             markup=False,
             highlight=False,
         )
-    return AggregateStore(client, table_name, rules)
+    return store
 
 
 _json_option = click.option(
