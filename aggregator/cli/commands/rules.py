@@ -48,12 +48,12 @@ def _unversioned(paths: tuple[Path, ...]) -> list[str]:
     """The rule files among ``paths`` (directories expanded) without a ``version:`` field."""
     import yaml
 
-    from aggregator.core.rules import RuleLoader
+    from aggregator.core.rules import RuleLoader, rule_files_in
 
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files += sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
+            files += rule_files_in(path)
         else:
             files.append(path)
     missing = []

@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from aggregator.core.exceptions import ConfigError
-from aggregator.core.rules import RuleSet, load_rules
+from aggregator.core.rules import RuleSet, load_rules, rule_files_in
 
 __all__ = [
     "CLI_ONLY_DEPENDENCIES",
@@ -154,9 +154,7 @@ def rule_files(paths: Iterable[Path]) -> list[Path]:
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files += sorted(
-                p for p in path.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml")
-            )
+            files += rule_files_in(path)
         elif path.is_file():
             files.append(path)
         else:

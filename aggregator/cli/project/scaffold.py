@@ -53,9 +53,9 @@ def project_file(name: str) -> str:
 
 
 def _has_rule_files(directory: Path) -> bool:
-    return directory.is_dir() and any(
-        p.is_file() and p.suffix in (".yaml", ".yml") for p in directory.iterdir()
-    )
+    from aggregator.core.rules import rule_files_in
+
+    return directory.is_dir() and bool(rule_files_in(directory))
 
 
 def init_project(directory: Path, *, force: bool = False) -> ProjectInit:

@@ -28,7 +28,7 @@ from aggregator.core.rules.loader import (
     RuleFileLimitError,
     RuleLoader,
 )
-from aggregator.core.rules.loading import MAX_RULE_FILE_BYTES, load_rules
+from aggregator.core.rules.loading import MAX_RULE_FILE_BYTES, load_rules, rule_files_in
 from aggregator.core.rules.model import (
     BUCKET_TEXT_BYTES,
     MAX_SORT_KEY_BYTES,
@@ -73,5 +73,6 @@ __all__ = [
     "graph_problems",
     "load_rules",
     "rule",
+    "rule_files_in",
     "unescape_key_part",
 ]

@@ -193,6 +193,12 @@ def _stubs(raw_rules: Any) -> list[_Stub]:
     return stubs
 
 
+def rule_files_in(directory: Path) -> list[Path]:
+    """The rule files of a directory: its top-level ``*.yaml`` and ``*.yml`` files, sorted by
+    name (not recursive), as :func:`load_rules` reads a directory."""
+    return sorted(p for p in directory.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml"))
+
+
 def load_rules(
     path: str | Path | Iterable[str | Path], *, layout: TableLayout = DEFAULT_LAYOUT
 ) -> RuleSet:
@@ -230,7 +236,7 @@ def load_rules(
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            found = sorted([*p.glob("*.yaml"), *p.glob("*.yml")])
+            found = rule_files_in(p)
             if not found:
                 raise RuleError(
                     f"{_source_name(p)}: no rule files (*.yaml, *.yml) in this directory"
