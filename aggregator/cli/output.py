@@ -3,15 +3,30 @@ that ``query`` and ``demo`` print."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import sys
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
 
-# soft_wrap: a line of text is never broken at the terminal's width (80 when output is not a
-# terminal), so messages stay one line each for scripts and logs; tables still fit the width
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+PIPED_WIDTH = 1_000
+"""Columns of output that is not a terminal (a pipe, a file) when ``COLUMNS`` is unset: rich
+would take 80 and crop or wrap table cells; a table is never wider than its content."""
+
+
+def _width(stream: TextIO) -> int | None:
+    """``None`` (rich's own choice: the terminal's width, or ``COLUMNS``) unless ``stream`` is
+    not a terminal and ``COLUMNS`` is unset."""
+    if "COLUMNS" in os.environ or stream.isatty():
+        return None
+    return PIPED_WIDTH
+
+
+# soft_wrap: a line of text is never broken at the console's width, so messages stay one line
+# each for scripts and logs; tables fit the width (a terminal's), or their content when piped
+console = Console(soft_wrap=True, width=_width(sys.stdout))
+err_console = Console(stderr=True, soft_wrap=True, width=_width(sys.stderr))
 
 
 def _print_aggregates(title: str, aggregates: list[Any]) -> None:

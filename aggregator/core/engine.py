@@ -19,9 +19,19 @@ A batch's deltas are then coalesced: one amount per aggregate item, with the seq
 the first record that touched it and of the batch's last record (what the exactly-once write
 protocol needs), and the per-record parts (to recompute the amount after a checkpoint).
 
-A rule that cannot be evaluated on a record (missing or mistyped key/delta attribute) yields a
-:class:`RecordFailure` for that (record, rule); the record's other rules still apply, and no
-failure hides another record.
+Bad images. Each image is evaluated on its own, and an image a rule cannot evaluate (a missing
+or mistyped key or delta attribute, an invalid value) contributes *nothing* to that rule: the
+record's delta is then the other image's contribution alone. So a rule's aggregates always equal
+the sum of the contributions of the items as they are now, bad items counting nothing, and the
+application heals them by fixing the item: inserting a bad item adds nothing (and dead-letters
+it), fixing it later adds the good image's amount (its old image counted nothing, so nothing is
+retracted), and deleting a bad item retracts nothing. A backfill counts a bad item as nothing too
+(:meth:`Engine.image_contributions`), so the stream and a backfill agree. A bad ``NewImage``
+yields a :class:`RecordFailure` with ``image="NewImage"`` (its dead letter: the item is bad *now*);
+a bad ``OldImage`` only counts in ``BatchDeltas.old_images_unreadable`` (it was reported when it
+was written). What fails the whole (record, rule), so that none of its deltas applies
+(``image=None``), is a record without the images its event needs and a sum past 38 significant
+digits. The record's other rules still apply, and no failure hides another record.
 """
 
 from __future__ import annotations
@@ -121,7 +131,12 @@ class RecordFailure:
         Its class (:class:`~aggregator.core.exceptions.FailureCause`).
     record
         The raw stream record (Lambda shape, or whatever was delivered), kept so it can be
-        dead-lettered and replayed.
+        dead-lettered and explained.
+    image
+        ``"NewImage"`` when only the record's new image failed: the rule applied the rest of
+        the record (the old image's retraction) and the item counts nothing until the
+        application fixes it (module docstring, "Bad images"). ``None`` when nothing of the
+        record applied for the rule (a missing image, a sum past 38 digits, a malformed record).
     """
 
     sequence_number: str | None
@@ -130,6 +145,7 @@ class RecordFailure:
     reason: str
     record: Any = field(repr=False, compare=False)
     cause: FailureCause = FailureCause.INVALID_VALUE
+    image: str | None = None
 
     @property
     def replayable(self) -> bool:
@@ -211,6 +227,10 @@ class BatchDeltas:
         Number of non-zero per-record deltas before coalescing.
     fenced
         (record, rule) pairs skipped because the record precedes the rule's fence.
+    old_images_unreadable
+        (record, rule) pairs whose ``OldImage`` the rule could not evaluate (it counted
+        nothing, so nothing was retracted: module docstring, "Bad images"); a record that also
+        has a readable ``NewImage`` is the application fixing a bad item.
     first_sequence_number, last_sequence_number
         Smallest and largest sequence number in the batch (``None`` for an empty batch).
     """
@@ -226,6 +246,7 @@ class BatchDeltas:
     expired_retractions: int = 0
     record_deltas: int = 0
     fenced: int = 0
+    old_images_unreadable: int = 0
     first_sequence_number: str | None = None
     last_sequence_number: str | None = None
 
@@ -334,28 +355,77 @@ class Engine:
             out.append((ref, c.amount))
         return out
 
+    def _image_refs(
+        self, rule: Rule, image: Image | None, derived: bool
+    ) -> list[tuple[AggregateRef, Decimal]]:
+        """What one image contributes to ``rule`` (nothing for an absent image).
+
+        Raises
+        ------
+        EvaluationError
+            When the rule cannot evaluate the image: every attribute the rule reads is checked
+            first, whatever the order of its tests, so a malformed value fails it
+            deterministically (the same image always gets the same verdict).
+        """
+        if image is None:
+            return []
+        image.check(self._reads[rule.name])
+        if derived:
+            image = self._aggregate_image(image)
+        return self._refs(rule, image)
+
+    def image_error(self, rule_name: str, image: Image) -> EvaluationError | None:
+        """Why ``rule_name`` cannot evaluate ``image`` (an item, or for a derived rule its
+        source's aggregate item), or ``None`` when it can: the verdict the handler gives that
+        image (module docstring, "Bad images"), e.g. whether a dead-lettered item has been fixed.
+
+        Raises
+        ------
+        RuleError
+            When the rule set has no rule of that name.
+        """
+        rule = self.rules.get(rule_name)
+        try:
+            self._image_refs(rule, image, derived=rule.source is not None)
+        except EvaluationError as exc:
+            return exc
+        except ArithmeticError:
+            return EvaluationError(
+                "the amount needs more than DynamoDB's 38 significant digits",
+                FailureCause.LIMIT_EXCEEDED,
+            )
+        return None
+
     def _rule_delta(
         self, rule: Rule, record: StreamRecord, derived: bool
-    ) -> list[tuple[AggregateRef, Decimal]]:
+    ) -> tuple[list[tuple[AggregateRef, Decimal]], dict[str, EvaluationError]]:
+        """The rule's per-aggregate changes for one record (zero changes dropped), and the
+        evaluation error of each image the rule could not evaluate, by label (``OldImage``,
+        ``NewImage``): such an image contributes nothing (module docstring, "Bad images").
+
+        Raises
+        ------
+        EvaluationError
+            When the changes need more than 38 significant digits (nothing of the record
+            applies then).
+        """
         if record.is_ttl_delete and rule.ttl_deletes == "keep":
-            return []
+            return [], {}
         changes: dict[AggregateRef, Decimal] = {}
-        reads = self._reads[rule.name]
+        failed: dict[str, EvaluationError] = {}
         for label, image, combine in (
             ("OldImage", record.old_image, subtract),
             ("NewImage", record.new_image, add),
         ):
             try:
-                if image is not None:
-                    # every attribute the rule reads, whatever the order of its tests: a
-                    # malformed value fails the rule deterministically
-                    image.check(reads)
-                if derived:
-                    image = self._aggregate_image(image)
-                for ref, amount in self._refs(rule, image):
-                    changes[ref] = combine(changes.get(ref, Decimal(0)), amount)
+                # the whole image's contributions first: a bad image contributes nothing at all
+                refs = self._image_refs(rule, image, derived)
             except EvaluationError as exc:
-                raise EvaluationError(f"{label}: {exc}", exc.cause) from None
+                failed[label] = EvaluationError(f"{label}: {exc}", exc.cause)
+                continue
+            try:
+                for ref, amount in refs:
+                    changes[ref] = combine(changes.get(ref, Decimal(0)), amount)
             except ArithmeticError:
                 raise EvaluationError(
                     f"{label}: the delta needs more than DynamoDB's 38 significant digits",
@@ -366,7 +436,7 @@ class Engine:
             (replace(ref, partial=True) if partial else ref, amount)
             for ref, amount in changes.items()
             if amount != 0
-        ]
+        ], failed
 
     def _partial_delta(
         self, record: StreamRecord, rule: Rule, total: str
@@ -507,10 +577,17 @@ class Engine:
             try:
                 if missing is not None:
                     raise EvaluationError(missing, FailureCause.MISSING_IMAGE)
-                changes = self._rule_delta(rule, record, derived=source is not None)
+                changes, failed = self._rule_delta(rule, record, derived=source is not None)
             except EvaluationError as exc:
                 failures.append(self._failure(record, rule.name, str(exc), exc.cause))
                 continue
+            if "OldImage" in failed and batch is not None:
+                batch.old_images_unreadable += 1
+            if "NewImage" in failed:
+                error = failed["NewImage"]
+                failures.append(
+                    self._failure(record, rule.name, str(error), error.cause, "NewImage")
+                )
             deltas.extend(
                 RecordDelta(ref, amount, record.sequence_number) for ref, amount in changes
             )
@@ -518,10 +595,20 @@ class Engine:
 
     @staticmethod
     def _failure(
-        record: StreamRecord, rule: str, reason: str, cause: FailureCause
+        record: StreamRecord,
+        rule: str,
+        reason: str,
+        cause: FailureCause,
+        image: str | None = None,
     ) -> RecordFailure:
         return RecordFailure(
-            record.sequence_number, record.event_id, rule, bound(reason), dict(record.raw), cause
+            record.sequence_number,
+            record.event_id,
+            rule,
+            bound(reason),
+            dict(record.raw),
+            cause,
+            image,
         )
 
     @staticmethod

@@ -12,8 +12,9 @@ dead-letter cause).
 through :meth:`Engine.process <aggregator.core.engine.Engine.process>` as the handler runs it, so
 the net change per aggregate is the handler's (a move between keys is two changes; a change
 that leaves the amount alone is none), with the reasons the handler would write nothing: a
-framework self-write, a TTL delete under ``ttl_deletes: keep``, an expired bucket, or the rule's
-dead letter. Pure: no I/O.
+framework self-write, a TTL delete under ``ttl_deletes: keep``, an expired bucket, an old image
+the rule cannot read (it counted nothing, so nothing is retracted), or the new image's dead
+letter. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -164,11 +165,18 @@ def explain_record(engine: Engine, record: StreamRecord, *, now: float) -> Recor
             "bucket is never written again)"
         )
     changes = [d for d in batch.deltas.values() if d.amount != 0]
+    old_verdicts = explain_image(engine, old, now=now) if old is not None else None
+    unreadable = [v.rule for v in old_verdicts or () if v.cause is not None]
+    if unreadable and batch.old_images_unreadable:
+        notes.append(
+            f"the old image could not be evaluated by {', '.join(unreadable)}: it counted "
+            "nothing, so nothing of it is retracted (a bad item heals when it is fixed)"
+        )
     return RecordExplanation(
         event_name=record.event_name,
         sequence_number=record.sequence_number,
         keys=dict(data.get("Keys", {})),
-        old=explain_image(engine, old, now=now) if old is not None else None,
+        old=old_verdicts,
         new=explain_image(engine, new, now=now) if new is not None else None,
         changes=changes,
         failures=list(batch.failures),

@@ -19,13 +19,20 @@ unprocessed).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from aggregator.core.layout import TableLayout
 
-__all__ = ["BATCH_GET_KEYS", "CollectionPage", "client_call", "query_collection"]
+__all__ = [
+    "BATCH_GET_KEYS",
+    "CollectionPage",
+    "batch_get_items",
+    "client_call",
+    "query_collection",
+]
 
 BATCH_GET_KEYS = 100
 """Most keys one ``BatchGetItem`` reads (DynamoDB API Reference, "BatchGetItem")."""
@@ -142,16 +149,41 @@ def _fetch(
     """The items behind a page of the keys-only index, in the page's order; items deleted since
     the index was read are left out."""
     keys = [{layout.partition_key: item[layout.partition_key]} for item in index_items]
+    found = batch_get_items(call, table_name, keys, sleep=sleep)
+    return [item for item in found if item is not None]
+
+
+def batch_get_items(
+    call: Callable[..., dict[str, Any]],
+    table_name: str,
+    keys: list[dict[str, Any]],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[dict[str, Any] | None]:
+    """The items of ``keys`` (primary keys in DynamoDB JSON), in the same order, ``None`` for
+    an item that does not exist: strongly consistent ``BatchGetItem`` requests of at most 100
+    keys (DynamoDB API Reference, "BatchGetItem"), retrying ``UnprocessedKeys`` with backoff.
+
+    Raises
+    ------
+    RuntimeError
+        When DynamoDB leaves keys unprocessed several rounds in a row.
+    """
+
+    def ident(key: dict[str, Any]) -> str:
+        return json.dumps(key, sort_keys=True)
+
     found: dict[str, dict[str, Any]] = {}
     for offset in range(0, len(keys), BATCH_GET_KEYS):
         pending: list[dict[str, Any]] = keys[offset : offset + BATCH_GET_KEYS]
+        names = {name for key in pending for name in key}
         for attempt in range(_MAX_UNPROCESSED_ROUNDS):
             response = call(
                 "batch_get_item",
                 RequestItems={table_name: {"Keys": pending, "ConsistentRead": True}},
             )
             for item in response.get("Responses", {}).get(table_name, []):
-                found[item[layout.partition_key]["S"]] = item
+                found[ident({n: item[n] for n in names if n in item})] = item
             pending = response.get("UnprocessedKeys", {}).get(table_name, {}).get("Keys", [])
             if not pending:
                 break
@@ -161,6 +193,4 @@ def _fetch(
                 f"BatchGetItem left {len(pending)} key(s) unprocessed "
                 f"{_MAX_UNPROCESSED_ROUNDS} times in a row"
             )
-    return [
-        found[k[layout.partition_key]["S"]] for k in keys if k[layout.partition_key]["S"] in found
-    ]
+    return [found.get(ident(key)) for key in keys]

@@ -32,13 +32,27 @@ message cannot be sent, the batch fails and Lambda's retry limits apply. Each st
 (``WriteStats.dead_letters_compacted``, ``dead_letter_fallbacks``, ``dead_letters_to_queue``,
 and the EMF metrics of the same names).
 
+Healing
+-------
+A letter with ``image = "NewImage"`` records that an item's image, as written, counts nothing
+for the rule (:mod:`aggregator.core.engine`, "Bad images"): the rest of its record applied, and
+the aggregate heals when the application fixes the item (or deletes it), with no replay.
+:func:`letter_states` tells, per letter, whether its item is still bad (``open``), fixed or
+deleted (``healed``): one ``BatchGetItem`` per 100 items (strongly consistent reads, 1 RCU per
+4 KB each: Developer Guide, "Read/write capacity mode"); :func:`clear_healed_dead_letters`
+deletes the healed ones. Such a letter is never replayed: its record's other image applied
+already, so replaying it could only count that image twice.
+
 Replaying
 ---------
-Replaying evaluates the letter's rule, as it is defined now, on the stored record and applies its
-deltas in one ``TransactWriteItems`` together with the deletion of the dead-letter item
-(condition: it still exists). A second replay, or two concurrent ones, therefore apply nothing
-twice. Transactions cost 2 WCU per item (Developer Guide, "Read/write capacity mode"), which is
-fine for the rare dead letter. Malformed records and records not stored whole are not replayable.
+A letter written with nothing of its record applied (``image`` absent: a sum past 38 significant
+digits, a record without the images its event needs, or any letter written before images were
+evaluated one by one) replays: the letter's rule, as it is defined now, evaluates the stored
+record and its deltas apply in one ``TransactWriteItems`` together with the deletion of the
+dead-letter item (condition: it still exists). A second replay, or two concurrent ones,
+therefore apply nothing twice. Transactions cost 2 WCU per item (Developer Guide, "Read/write
+capacity mode"), which is fine for the rare dead letter. Malformed records and records not stored
+whole are not replayable.
 """
 
 from __future__ import annotations
@@ -59,6 +73,7 @@ from aggregator.core.engine import RECORD_RULE, Engine, RecordFailure
 from aggregator.core.exceptions import FailureCause, RuleError, WriteError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import (
+    Image,
     MalformedRecord,
     json_digest,
     pad_sequence_number,
@@ -67,7 +82,7 @@ from aggregator.core.records import (
 )
 from aggregator.core.rules import RuleSet
 from aggregator.core.text import bound
-from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.collections import batch_get_items, client_call, query_collection
 from aggregator.dynamodb.writer import (
     MAX_ITEM_BYTES,
     WriteStats,
@@ -80,8 +95,11 @@ __all__ = [
     "DeadLetter",
     "DeadLetterWriter",
     "LastResort",
+    "LetterState",
     "ReplayResult",
     "SqsLastResort",
+    "clear_healed_dead_letters",
+    "letter_states",
     "list_dead_letters",
     "replay_dead_letters",
 ]
@@ -135,7 +153,9 @@ class DeadLetter:
     """One dead-lettered (record, rule) as stored. ``failed_at`` is ISO 8601 UTC.
 
     ``record`` is the stored record (``None`` when only its keys or digest were kept: see
-    ``record_form``); ``replayable`` says whether :func:`replay_dead_letters` can apply it.
+    ``record_form``); ``replayable`` says whether :func:`replay_dead_letters` can apply it;
+    ``image`` is ``"NewImage"`` for an item image that counts nothing until the item is fixed
+    (module docstring, "Healing"), ``None`` when nothing of the record applied.
     """
 
     sort_key: str
@@ -150,6 +170,18 @@ class DeadLetter:
     record_sha256: str = ""
     record_bytes: int = 0
     replayable: bool = True
+    image: str | None = None
+
+    @property
+    def typed_item_key(self) -> dict[str, Any] | None:
+        """The source item's table key in DynamoDB JSON (the stream record's ``Keys``), or
+        ``None`` when the record kept does not say."""
+        record = self.record if isinstance(self.record, dict) else {}
+        data = record.get("dynamodb")
+        keys = data.get("Keys") if isinstance(data, dict) else None
+        if not isinstance(keys, dict) or not keys:
+            return None
+        return keys
 
     @property
     def item_key(self) -> dict[str, str] | None:
@@ -177,12 +209,15 @@ class DeadLetter:
 
 @dataclass(slots=True)
 class ReplayResult:
-    """Counts of one :func:`replay_dead_letters` call, plus messages for what still fails."""
+    """Counts of one :func:`replay_dead_letters` call, plus messages for what still fails.
+    ``heal_by_fixing`` counts the letters of bad item images, never replayed (module docstring,
+    "Healing")."""
 
     replayed: int = 0
     no_change: int = 0
     already_replayed: int = 0
     too_recent: int = 0
+    heal_by_fixing: int = 0
     still_failing: list[str] = field(default_factory=list)
 
 
@@ -243,6 +278,8 @@ class DeadLetterWriter:
         }
         if failure.sequence_number is not None:
             base["sequence_number"] = failure.sequence_number
+        if failure.image is not None:
+            base["image"] = failure.image
         minimal = {**base, "reason": bound(failure.reason, 200), "record_form": "digest"}
         minimal["replayable"] = False
         budget = MAX_ITEM_BYTES - _ITEM_MARGIN_BYTES
@@ -255,7 +292,11 @@ class DeadLetterWriter:
             candidates.append({"record_form": "keys", "record_keys": record_json(keys)})
         for extra in candidates:
             item = {**base, **extra}
-            item["replayable"] = failure.replayable and extra["record_form"] in ("json", "zlib")
+            item["replayable"] = (
+                failure.replayable
+                and failure.image is None
+                and extra["record_form"] in ("json", "zlib")
+            )
             if item_size(item) <= budget:
                 return item, minimal
         return minimal, minimal
@@ -413,7 +454,125 @@ def list_dead_letters(
                 record_sha256=item.get("record_sha256", {}).get("S", ""),
                 record_bytes=int(item.get("record_bytes", {}).get("N", "0")),
                 replayable=item.get("replayable", {}).get("BOOL", form in ("json", "zlib")),
+                image=item.get("image", {}).get("S"),
             )
+
+
+@dataclass(frozen=True, slots=True)
+class LetterState:
+    """Where one dead letter stands (module docstring, "Healing" and "Replaying").
+
+    ``state`` is one of:
+
+    ``open``      the item is still bad for the rule (``detail``: why, now);
+    ``healed``    the item was fixed (``detail``: ``"item fixed"``) or deleted (``"item
+                  deleted"``): the aggregate counts it as it is, and the letter can be cleared;
+    ``replay``    nothing of the record applied: ``replay-dead-letters`` applies it once its rule
+                  evaluates the record;
+    ``stuck``     nothing of the record applied and it cannot be replayed (a malformed record,
+                  only its keys or digest kept): ``reconcile --repair`` makes the rule's
+                  aggregates exact;
+    ``unknown``   the letter's rule is not defined in the rules given, or its item key was not
+                  kept.
+    """
+
+    letter: DeadLetter
+    state: str
+    detail: str = ""
+
+
+def letter_states(
+    client: Any,
+    table_name: str,
+    letters: list[DeadLetter],
+    rules: RuleSet | None,
+    *,
+    layout: TableLayout | None = None,
+) -> list[LetterState]:
+    """Each letter's :class:`LetterState`, in the same order. The items of ``image`` letters are
+    read with strongly consistent ``BatchGetItem`` (ceil(n / 100) requests for n such letters)
+    and judged by :meth:`Engine.image_error <aggregator.core.engine.Engine.image_error>`, the
+    handler's own verdict; without ``rules`` their state is ``unknown``.
+
+    Raises
+    ------
+    botocore.exceptions.ClientError
+        When DynamoDB refuses the reads.
+    """
+    engine = Engine(rules, layout) if rules is not None else None
+    names = {r.name for r in rules} if rules is not None else set()
+    out: dict[int, LetterState] = {}
+    probe: list[tuple[int, dict[str, Any]]] = []
+    for at, letter in enumerate(letters):
+        if letter.image is None:
+            if letter.replayable and letter.rule != RECORD_RULE:
+                out[at] = LetterState(letter, "replay", "replay-dead-letters applies it")
+            else:
+                why = (
+                    "the record is malformed"
+                    if letter.cause == FailureCause.MALFORMED_RECORD
+                    else f"only the record's {letter.record_form} kept"
+                )
+                out[at] = LetterState(letter, "stuck", why)
+            continue
+        key = letter.typed_item_key
+        if engine is None or letter.rule not in names or key is None:
+            why = (
+                "no rules given"
+                if engine is None
+                else (
+                    f"rule {letter.rule!r} is not defined"
+                    if key is not None
+                    else "item key not kept"
+                )
+            )
+            out[at] = LetterState(letter, "unknown", why)
+            continue
+        probe.append((at, key))
+    items = batch_get_items(client_call(client), table_name, [key for _, key in probe])
+    for (at, _), item in zip(probe, items, strict=True):
+        letter = letters[at]
+        if item is None:
+            out[at] = LetterState(letter, "healed", "item deleted")
+            continue
+        assert engine is not None
+        error = engine.image_error(letter.rule, Image(item))
+        out[at] = (
+            LetterState(letter, "healed", "item fixed")
+            if error is None
+            else LetterState(letter, "open", bound(str(error), 300))
+        )
+    return [out[at] for at in range(len(letters))]
+
+
+def clear_healed_dead_letters(
+    client: Any,
+    table_name: str,
+    rules: RuleSet,
+    *,
+    layout: TableLayout | None = None,
+) -> tuple[int, int]:
+    """Delete the letters whose item has been fixed or deleted (:func:`letter_states`):
+    ``(cleared, left)``. Only letters read as healed go; a batch redelivered later may write one
+    again, and it then reads as healed again (a letter carries no amount: clearing it changes
+    no aggregate).
+
+    Raises
+    ------
+    botocore.exceptions.ClientError
+        When DynamoDB refuses a read or a delete.
+    """
+    layout = rules.layout if layout is None else layout
+    letters = list(list_dead_letters(client, table_name, layout=layout))
+    cleared = 0
+    for state in letter_states(client, table_name, letters, rules, layout=layout):
+        if state.state != "healed":
+            continue
+        client.delete_item(
+            TableName=table_name, Key=layout.item_key(layout.dead_letters_pk, state.letter.sort_key)
+        )
+        cleared += 1
+    return cleared, len(letters) - cleared
 
 
 def replay_dead_letters(
@@ -425,8 +584,9 @@ def replay_dead_letters(
     min_age_seconds: float = DEFAULT_REPLAY_MIN_AGE_SECONDS,
     clock: Any = time.time,
 ) -> ReplayResult:
-    """Re-apply every dead letter whose rule now evaluates, exactly once (on ``layout``,
-    default the rule set's).
+    """Re-apply every dead letter of which nothing applied and whose rule now evaluates,
+    exactly once (on ``layout``, default the rule set's). Letters of bad item images are never
+    replayed (module docstring, "Healing"): they are counted in ``heal_by_fixing``.
 
     Dead letters whose rule still fails or no longer exists, and those that are not replayable
     (a malformed record, a record kept only by its keys or digest), stay in place and are
@@ -446,6 +606,11 @@ def replay_dead_letters(
     horizon = clock() - min_age_seconds
     for letter in list_dead_letters(client, table_name, layout=layout):
         where = f"{letter.sort_key}"
+        if letter.image is not None:
+            # the record's other image applied when it was processed: the item heals when it
+            # is fixed, and a replay could only count that image twice
+            result.heal_by_fixing += 1
+            continue
         if datetime.fromisoformat(letter.failed_at).timestamp() > horizon:
             result.too_recent += 1
             continue

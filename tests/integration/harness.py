@@ -160,12 +160,15 @@ def expected_from_items(
     rules: RuleSet = RULES,
     kept: list[dict[str, Any]] = (),
     without: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = (),
+    counts_nothing: Callable[[str, dict[str, Any]], bool] = lambda rule, item: False,
 ) -> dict[str, dict[str, Decimal]]:
     """Every rule evaluated over ``items`` (plus ``kept``: TTL-deleted items whose contribution
     stays for rules with ``ttl_deletes: keep``); zero totals dropped.
 
     ``without`` lists ``(rule, old item, new item)`` changes that were dead-lettered, so never
     applied: their delta (contribution of new minus old) is taken out of that base rule.
+    ``counts_nothing(rule, item)`` says which items a base rule cannot read (a bad value): they
+    count nothing, wherever they appear.
     Windowed rules (whose time attribute is in epoch seconds here) are keyed
     ``"<key>@<granularity>@<bucket start>"``; derived rules are evaluated over the expected
     aggregates of their source (value != 0)."""
@@ -174,10 +177,13 @@ def expected_from_items(
     for r in rules.base_rules:
         sources = list(items) + (list(kept) if r.ttl_deletes == "keep" else [])
         for item in sources:
+            if counts_nothing(r.name, item):
+                continue
             for key, amount in contribution(r, item).items():
                 totals[r.name][key] += amount
     for name, old, new in without:
         r = rules.get(name)
+        new, old = (None if i is None or counts_nothing(name, i) else i for i in (new, old))
         for key, amount in contribution(r, _decimals(new) if new else None).items():
             totals[name][key] -= amount
         for key, amount in contribution(r, _decimals(old) if old else None).items():

@@ -19,8 +19,14 @@ from typing import Any
 import pytest
 
 from aggregator import handler as handler_module
+from aggregator.core.engine import RecordFailure
+from aggregator.core.exceptions import FailureCause
 from aggregator.core.rules import load_rules
-from aggregator.dynamodb.deadletters import list_dead_letters, replay_dead_letters
+from aggregator.dynamodb.deadletters import (
+    DeadLetterWriter,
+    list_dead_letters,
+    replay_dead_letters,
+)
 from aggregator.dynamodb.query import AggregateStore
 from tests.factories import stream_record
 from tests.integration.test_handler import LambdaContext
@@ -366,7 +372,12 @@ def test_bad_record_between_two_good_ones(name, invoke, ddb, capsys):
         assert len(d.reason) <= 1000 and "x" * 100 not in d.reason
         assert d.shard_id == SHARD
         assert d.record_form == case.form
-        assert d.replayable == (d.cause != "malformed-record" and d.record_form in ("json", "zlib"))
+        # a bad new image heals when the item is fixed (never replayed); a record of which
+        # nothing applied replays when it was kept whole
+        assert d.image == (None if d.cause in ("malformed-record", "missing-image") else "NewImage")
+        assert d.replayable == (
+            d.image is None and d.rule != "*" and d.record_form in ("json", "zlib")
+        )
         if case.sequenced:
             assert d.sequence_number == "102".zfill(21)
         else:
@@ -399,26 +410,28 @@ def test_a_malformed_sequence_number_does_not_poison_later_batches(invoke, ddb):
     assert len(list(list_dead_letters(ddb, table_name))) == 1
 
 
-def test_replay_restores_a_zlib_dead_letter_after_the_rule_is_fixed(invoke, ddb, tmp_path):
-    """A compressed dead letter is replayable: a fixed rule (no window) applies it once."""
-    call, table_name = invoke
-    big = stream_record("MODIFY", old=bob(at="y" * 300_000), new=bob(at="z" * 300_000), seq=102)
-    big["dynamodb"]["OldImage"]["points"] = {"N": "2"}
-    call([good(101), big, good(103)])
-    [letter] = list_dead_letters(ddb, table_name)
-    assert (letter.rule, letter.record_form, letter.replayable) == ("per_hour", "zlib", True)
-    fixed = tmp_path / "fixed.yaml"
-    fixed.write_text(
-        RULES_YAML.replace(
-            "window: {time: at, unit: iso8601, granularities: [hour]}",
-            "delta: {attribute: points}",
-        )
+def test_a_zlib_dead_letter_keeps_the_record_whole_and_replays_once(invoke, ddb):
+    """A compressed dead letter holds the whole record: a letter of which nothing applied (here
+    one written as a record failing as a whole) replays from it, once."""
+    _, table_name = invoke
+    big = stream_record("MODIFY", old=bob(at="y" * 300_000), new=bob(points=7, note="z" * 300_000))
+    failure = RecordFailure(
+        "102",
+        "e",
+        "points",
+        "the batch's sum needs more than 38 digits",
+        big,
+        FailureCause.LIMIT_EXCEEDED,
     )
-    result = replay_dead_letters(ddb, table_name, load_rules(fixed), min_age_seconds=0)
-    assert (result.replayed, result.still_failing) == (1, [])
-    # per_hour (now a sum of points, no window) gains bob's change 2 -> 5
-    store = AggregateStore(ddb, table_name, load_rules(fixed))
-    assert store.get("per_hour", ["bob"]).value == Decimal(3)
+    DeadLetterWriter(ddb, table_name).write([failure], shard_id=SHARD)
+    [letter] = list_dead_letters(ddb, table_name)
+    assert (letter.record_form, letter.replayable, letter.image) == ("zlib", True, None)
+    assert letter.record == json.loads(json.dumps(big))
+    first = replay_dead_letters(ddb, table_name, RULES, min_age_seconds=0)
+    second = replay_dead_letters(ddb, table_name, RULES, min_age_seconds=0)
+    assert (first.replayed, first.still_failing, second.replayed) == (1, [], 0)
+    # bob's points 5 -> 7: +2, once
+    assert AggregateStore(ddb, table_name, RULES).get("points", ["bob"]).value == Decimal(2)
 
 
 def test_event_that_is_not_a_stream_event_fails_loudly(invoke):

@@ -268,26 +268,49 @@ def test_unsupported_key_type_fails():
     assert [(f.rule, f.reason) for f in failures] == [
         (
             "count",
-            "NewImage: key attribute 'carrier': key attribute has unsupported type list; "
-            "use a string, number or bool",
+            "NewImage: key attribute 'carrier': a list (L), not a string, number or boolean",
         ),
         (
             "delay",
-            "NewImage: key attribute 'carrier': key attribute has unsupported type list; "
-            "use a string, number or bool",
+            "NewImage: key attribute 'carrier': a list (L), not a string, number or boolean",
         ),
     ]
 
 
-def test_old_image_failure_applies_nothing_of_that_rule():
-    # GIVEN an old image the delay rule cannot evaluate and a good new image
+def test_fixing_a_bad_item_adds_the_good_image_alone():
+    # GIVEN an old image the delay rule cannot evaluate (it counted nothing) and a good new image
     bad_old = {**DEP, "dep_delay": "late"}
-    deltas, failures = ENGINE.record_deltas(StreamRecord(stream_record("MODIFY", bad_old, DEP)))
-    # THEN the delay rule produces no half delta, and the record is reported for it
-    assert [d.ref.sort_key for d in deltas] == []
-    assert [(f.rule, f.reason) for f in failures] == [
-        ("delay", "OldImage: delta attribute 'dep_delay' is str, not a number")
+    batch = ENGINE.process([StreamRecord(stream_record("MODIFY", bad_old, DEP))])
+    # THEN the delay rule adds the new image's amount and retracts nothing: the fix heals the
+    # aggregate; the old image was reported when it was written, so no dead letter now
+    assert {k: v.amount for k, v in batch.deltas.items()} == {"delay#UA": D(12)}
+    assert batch.failures == []
+    assert batch.old_images_unreadable == 1
+
+
+def test_breaking_a_good_item_retracts_it_and_reports_the_new_image():
+    # GIVEN a good old image and a new image the delay rule cannot evaluate
+    bad_new = {**DEP, "dep_delay": "late"}
+    batch = ENGINE.process([StreamRecord(stream_record("MODIFY", DEP, bad_new))])
+    # THEN the old image's amount is retracted (the item counts nothing now) and the new image
+    # is dead-lettered as the failing side
+    assert {k: v.amount for k, v in batch.deltas.items()} == {"delay#UA": D(-12)}
+    assert [(f.rule, f.image, f.reason) for f in batch.failures] == [
+        ("delay", "NewImage", "NewImage: delta attribute 'dep_delay' is str, not a number")
     ]
+
+
+def test_deleting_a_bad_item_retracts_nothing():
+    batch = ENGINE.process(
+        [StreamRecord(stream_record("REMOVE", {**DEP, "dep_delay": "late"}, None))]
+    )
+    # the count rule reads no delay: it retracts the item; the delay rule counted nothing
+    assert {k: v.amount for k, v in batch.deltas.items()} == {
+        "count#UA": D(-1),
+        "route#JFK#BOS": D(-1),
+    }
+    assert batch.failures == []
+    assert batch.old_images_unreadable == 1
 
 
 def test_failure_does_not_hide_other_records():

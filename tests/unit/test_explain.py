@@ -355,3 +355,29 @@ def test_a_lambda_event_is_explained_record_by_record(rules_file, tmp_path):
         [("orders", "ann", "1")],
         [("refunds", "bob", "-1")],
     ]
+
+
+def test_a_record_fixing_a_bad_order_adds_its_total_and_retracts_nothing():
+    order = {"type": "order", "customer": "ann", "ts": 1357016500}
+    raw = _record("MODIFY", {**order, "total": "12.5"}, {**order, "total": 12.5})
+    explained = explain_record(ENGINE, parse_record(raw), now=NOW)
+    changes = {(c.ref.rule, c.ref.display_key): c.amount for c in explained.changes}
+    # orders did not match the text total before (no failure: a non-match), revenue could not
+    # read it (it counted nothing): both now add the fixed order, nothing is taken out
+    assert changes == {("orders", "ann"): Decimal(1), ("revenue", "ann"): Decimal("12.5")}
+    assert explained.failures == []
+    assert explained.notes == [
+        "the old image could not be evaluated by revenue: it counted nothing, so nothing of it "
+        "is retracted (a bad item heals when it is fixed)"
+    ]
+
+
+def test_a_record_breaking_an_order_retracts_it_and_dead_letters_the_new_image():
+    order = {"type": "order", "customer": "ann", "ts": 1357016500}
+    raw = _record("MODIFY", {**order, "total": 4}, {**order, "total": "four"})
+    explained = explain_record(ENGINE, parse_record(raw), now=NOW)
+    changes = {(c.ref.rule, c.ref.display_key): c.amount for c in explained.changes}
+    assert changes == {("orders", "ann"): Decimal(-1), ("revenue", "ann"): Decimal(-4)}
+    assert [(f.rule, f.image, f.cause) for f in explained.failures] == [
+        ("revenue", "NewImage", "wrong-type")
+    ]

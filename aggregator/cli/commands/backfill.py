@@ -119,6 +119,10 @@ def backfill_progress(client: Any, table_name: str) -> Iterator[Callable[[int, A
         elapsed = progress.tasks[0].elapsed or 0.0
         rate = f"{stats.items_scanned / elapsed:,.0f}" if elapsed > 0 else "-"
         progress.update(task, advance=items, rate=rate)
+        current = progress.tasks[0]
+        if current.total is not None and current.completed > current.total:
+            # ItemCount was stale (or items were added since): never show more than 100 %
+            progress.update(task, total=current.completed)
 
     try:
         yield on_page
@@ -133,16 +137,17 @@ def print_backfill_summary(stats: BackfillStats, names: str) -> None:
     console.print(
         f"backfill {stats.backfill_id}{' (resumed)' if stats.resumed else ''}: "
         f"{names} active; {stats.items_scanned} items scanned in "
-        f"{stats.pages} pages ({rate:,.0f} items/s), {stats.changed_items} items changed during "
-        f"it ({stats.first_old_used + stats.unscanned_changed} counted at their state from the "
-        f"stream), {stats.write.items_written} aggregate updates, {stats.modelled_rcu} RCU and "
+        f"{stats.pages} pages ({rate:,.0f} items/s), {stats.changed_items} items written by "
+        f"the application while it ran ({stats.first_old_used + stats.unscanned_changed} "
+        f"counted at their state from the stream), {stats.write.items_written} aggregate "
+        f"updates, {stats.modelled_rcu} RCU and "
         f"{stats.write.modelled_wcu} WCU (modelled), {stats.elapsed_seconds:.1f} s",
         highlight=False,
     )
     if stats.evaluation_failures:
         console.print(
             f"note: {stats.evaluation_failures} (item, rule) pairs could not be evaluated and "
-            "count nothing (the handler dead-letters such records)",
+            "count nothing, as in the handler: each counts once the application fixes the item",
             highlight=False,
         )
 

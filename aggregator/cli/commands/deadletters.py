@@ -1,7 +1,11 @@
 """``dead-letters`` and ``replay-dead-letters``: list the records rules could not evaluate,
-and re-apply them once the rules are fixed."""
+whether each item is still bad or has healed since, clear the healed ones, and re-apply the
+records of which nothing applied once their rule evaluates them."""
 
 from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
@@ -14,25 +18,51 @@ from aggregator.cli.options import (
     _endpoint_option,
     _layout_definitions_option,
     _table_option,
+    default_rule_sources,
     layout_of,
 )
 from aggregator.cli.output import console
 
+if TYPE_CHECKING:
+    from aggregator.core.rules import RuleSet
+
+_HEAL = "fix the item (or delete it): its aggregate heals when it is written; then: aggregator \
+dead-letters --clear-healed"
 _REPAIR = {
-    "missing-attribute": "fix the item, then: aggregator reconcile --repair --rules {rule}",
-    "wrong-type": "fix the item, then: aggregator reconcile --repair --rules {rule}",
-    "invalid-value": "fix the item, then: aggregator reconcile --repair --rules {rule}",
-    "limit-exceeded": "change the rule (a shorter key), rebuild it: aggregator rebuild {rule}",
+    "missing-attribute": _HEAL,
+    "wrong-type": _HEAL,
+    "invalid-value": _HEAL,
+    "limit-exceeded": "change the rule (a shorter key) and rebuild it: aggregator rebuild {rule}",
     "missing-image": "set the stream's view type to NEW_AND_OLD_IMAGES (aggregator "
-    "prepare-table), then: aggregator replay-dead-letters",
+    "prepare-table), then: aggregator reconcile --repair --rules {rule}",
     "malformed-record": "nothing to replay: the record itself is malformed",
 }
-"""How to heal each cause of dead letter ({rule}: the letter's rule). A rule that was wrong
-(fixed and deployed) replays its letters with replay-dead-letters."""
+"""How to heal each cause of dead letter ({rule}: the letter's rule). A letter of which nothing
+applied (state ``replay``: a sum past 38 digits, letters of earlier releases) replays with
+replay-dead-letters once its rule evaluates it."""
 
 
 def _key_text(key: dict[str, str] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in key.items()) if key else "(unknown)"
+
+
+def _rules_for_states(
+    client: object, table_name: str, sources: RuleSources | None
+) -> RuleSet | None:
+    """The rules named as stored (generations of rebuilt rules), or ``None`` when there are
+    none to read (no ``-d`` and no default directory)."""
+    from aggregator.core.exceptions import ConfigError
+    from aggregator.core.lifecycle import resolved_rules
+    from aggregator.core.rules import load_rules
+    from aggregator.dynamodb.manifest import Manifest
+
+    if sources is None:
+        return None
+    rules = load_rules(sources)
+    try:
+        return resolved_rules(rules, Manifest(client, table_name, rules.layout).load())
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @click.command("dead-letters")
@@ -40,19 +70,50 @@ def _key_text(key: dict[str, str] | None) -> str:
 @_layout_definitions_option
 @_endpoint_option
 @click.option("--json", "as_json", is_flag=True, help="Print the dead letters as JSON")
+@click.option(
+    "--clear-healed",
+    is_flag=True,
+    help="Delete the letters whose item has since been fixed or deleted (their aggregates "
+    "already count the item as it is)",
+)
 def dead_letters_cmd(
-    table_name: str, definitions: RuleSources | None, endpoint_url: str | None, as_json: bool
+    table_name: str,
+    definitions: RuleSources | None,
+    endpoint_url: str | None,
+    as_json: bool,
+    clear_healed: bool,
 ) -> None:
     """List records a rule could not evaluate, and malformed records (rule *): the item's
-    table key, the failing attribute and the cause, with how to repair each; replayable ones
-    apply with replay-dead-letters once the rules are fixed."""
+    table key, the failing attribute, the cause, whether the item is still bad (open) or has
+    been fixed or deleted since (healed), and how to repair each.
+
+    A bad item counts nothing until the application fixes it; its aggregates then heal with no
+    replay, and --clear-healed deletes the letters of healed items."""
     import json
 
-    from aggregator.dynamodb.deadletters import list_dead_letters
+    from aggregator.dynamodb.deadletters import (
+        clear_healed_dead_letters,
+        letter_states,
+        list_dead_letters,
+    )
 
-    layout = layout_of(definitions)  # a bad rule file is reported before any AWS call
     client = clients.make_client("dynamodb", endpoint_url)
+    sources = definitions if definitions is not None else default_rule_sources()
+    layout = layout_of(sources)  # a bad rule file is reported before any AWS call
+    if clear_healed and sources is None:
+        raise click.UsageError("--clear-healed needs the rules: -d DIR")
     letters = list(list_dead_letters(client, table_name, layout=layout))
+    rules = _rules_for_states(client, table_name, sources) if letters else None
+    if clear_healed:
+        assert sources is not None
+        cleared, left = (
+            clear_healed_dead_letters(client, table_name, rules, layout=layout)
+            if rules is not None
+            else (0, 0)
+        )
+        console.print(f"cleared {cleared} healed dead letter(s); {left} left", highlight=False)
+        return
+    states = letter_states(client, table_name, letters, rules, layout=layout)
     if as_json:
         click.echo(
             json.dumps(
@@ -65,33 +126,30 @@ def dead_letters_cmd(
                         "attribute": d.attribute,
                         "cause": d.cause,
                         "reason": d.reason,
+                        "image": d.image,
+                        "state": st.state,
+                        "state_detail": st.detail,
                         "replayable": d.replayable,
                         "record_form": d.record_form,
                         "failed_at": d.failed_at,
                         "repair": _REPAIR.get(d.cause, "").format(rule=d.rule),
                     }
-                    for d in letters
+                    for d, st in ((st.letter, st) for st in states)
                 ],
                 indent=2,
             )
         )
         return
-    replayable = sum(d.replayable for d in letters)
+    counts = Counter(st.state for st in states)
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     table = Table(
-        title=f"{len(letters)} dead letter(s), {replayable} replayable", title_justify="left"
+        title=f"{len(letters)} dead letter(s)" + (f": {summary}" if summary else ""),
+        title_justify="left",
     )
-    for column in (
-        "rule",
-        "item key",
-        "attribute",
-        "cause",
-        "reason",
-        "sequence number",
-        "replayable",
-    ):
+    for column in ("rule", "item key", "attribute", "cause", "reason", "sequence number", "state"):
         table.add_column(column)
-    for d in letters:
-        kept = "yes" if d.replayable else f"no ({d.record_form})"
+    for st in states:
+        d = st.letter
         table.add_row(
             Text(d.rule),
             Text(_key_text(d.item_key)),
@@ -99,15 +157,26 @@ def dead_letters_cmd(
             d.cause,
             Text(d.reason),
             d.sequence_number or "(none)",
-            kept,
+            Text(f"{st.state} ({st.detail})" if st.detail else st.state),
         )
     console.print(table)
-    for cause in sorted({d.cause for d in letters}):
-        rules = sorted({d.rule for d in letters if d.cause == cause})
+    if counts["healed"]:
+        console.print(
+            f"healed: {counts['healed']} item(s) fixed or deleted since; clear their letters "
+            "with: aggregator dead-letters --clear-healed",
+            highlight=False,
+        )
+    if counts["replay"]:
+        console.print(
+            f"replay: {counts['replay']} letter(s) of which nothing applied: aggregator "
+            "replay-dead-letters",
+            highlight=False,
+        )
+    for cause in sorted({st.letter.cause for st in states if st.state in ("open", "stuck")}):
+        names = sorted({st.letter.rule for st in states if st.letter.cause == cause})
         repair = _REPAIR.get(cause, "")
         if repair:
-            text = repair.format(rule=",".join(rules))
-            console.print(Text(f"{cause}: {text}"), highlight=False)
+            console.print(Text(f"{cause}: {repair.format(rule=','.join(names))}"), highlight=False)
 
 
 @click.command("replay-dead-letters")
@@ -125,7 +194,9 @@ def dead_letters_cmd(
 def replay_dead_letters_cmd(
     table_name: str, definitions: RuleSources, endpoint_url: str | None, min_age: str
 ) -> None:
-    """Re-apply dead-lettered records exactly once with the current (fixed) rules."""
+    """Re-apply, exactly once, the dead-lettered records of which nothing applied (state
+    replay in dead-letters), with the current rules. Letters of bad items are never replayed:
+    the aggregate heals when the application fixes the item."""
     from aggregator.core.exceptions import ConfigError
     from aggregator.core.lifecycle import resolved_rules
     from aggregator.core.rules import load_rules
@@ -154,7 +225,8 @@ def replay_dead_letters_cmd(
     console.print(
         f"replayed {result.replayed}, no change {result.no_change}, "
         f"already replayed {result.already_replayed}, too recent {result.too_recent}, "
-        f"still failing {len(result.still_failing)}"
+        f"still failing {len(result.still_failing)}, heal by fixing the item "
+        f"{result.heal_by_fixing}"
     )
     if result.too_recent:
         console.print(

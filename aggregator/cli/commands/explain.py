@@ -248,7 +248,8 @@ def _record_json(explained: Any, layout: Any) -> dict[str, Any]:
             for c in explained.changes
         ],
         "dead_letters": [
-            {"rule": f.rule, "reason": f.reason, "cause": str(f.cause)} for f in explained.failures
+            {"rule": f.rule, "reason": f.reason, "cause": str(f.cause), "image": f.image}
+            for f in explained.failures
         ],
         "notes": explained.notes,
     }
@@ -269,7 +270,12 @@ def _print_record(explained: Any, layout: Any) -> None:
         node = changes.add(Text(f"{c.ref.rule} {c.ref.display_key}{partial}: {c.amount:+}"))
         node.add(Text(f"UpdateItem {c.ref.sort_key}: {_update_text(layout, c)}"))
     for f in explained.failures:
-        changes.add(Text(f"dead letter: {f.rule}: {f.reason} ({f.cause})"))
+        counts = (
+            "; the item counts nothing for it until it is fixed"
+            if f.image is not None
+            else "; nothing of the record applies for it"
+        )
+        changes.add(Text(f"dead letter: {f.rule}: {f.reason} ({f.cause}){counts}"))
     for note in explained.notes:
         changes.add(Text(note))
     console.print(tree, soft_wrap=False)

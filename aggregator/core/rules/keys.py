@@ -53,11 +53,23 @@ def format_key_value(value: Any) -> str:
             except DecimalException as exc:
                 problem = f"{type(exc).__name__} in DynamoDB's 38-digit context"
         raise EvaluationError(f"key number {_plain(value)}: {problem}")
-    kind = "null" if value is None else type(value).__name__
     raise EvaluationError(
-        f"key attribute has unsupported type {kind}; use a string, number or bool",
+        f"{_DYNAMODB_KINDS.get(type(value), type(value).__name__)}, not a string, number or "
+        "boolean",
         FailureCause.WRONG_TYPE,
     )
+
+
+_DYNAMODB_KINDS: dict[type, str] = {
+    dict: "a map (M)",
+    list: "a list (L)",
+    set: "a set (SS, NS or BS)",
+    frozenset: "a set (SS, NS or BS)",
+    bytes: "binary (B)",
+    type(None): "null (NULL)",
+}
+"""How a key value a key cannot use is named: by its DynamoDB type (Developer Guide,
+"Supported data types")."""
 
 
 _KEY_TOKEN = re.compile(r"\{([^{}]*)\}|([{}])|([^{}]+)")
