@@ -36,7 +36,13 @@ from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.table import collection_index, leaderboard_index
 
-__all__ = ["TableProblem", "check_key_schema", "check_table", "prepare_table"]
+__all__ = [
+    "TableProblem",
+    "check_key_schema",
+    "check_table",
+    "key_schema_problems",
+    "prepare_table",
+]
 
 VIEW_TYPE = "NEW_AND_OLD_IMAGES"
 
@@ -68,9 +74,13 @@ class TableProblem:
         return f"{self.part}: {self.problem}; fix: {self.fix}"
 
 
-def _key_problems(
+def key_schema_problems(
     table_name: str, description: dict[str, Any], layout: TableLayout
 ) -> list[TableProblem]:
+    """The mismatches between a table's keys and ``layout``'s (module docstring), read from
+    ``description``: ``DescribeTable``'s ``Table``, or any mapping with its
+    ``AttributeDefinitions`` and ``KeySchema`` (a CloudFormation ``AWS::DynamoDB::Table``'s
+    properties have the same shape)."""
     types = {
         a["AttributeName"]: a["AttributeType"] for a in description.get("AttributeDefinitions", [])
     }
@@ -124,7 +134,7 @@ def check_key_schema(client: Any, table_name: str, layout: TableLayout) -> list[
     """The key-schema part of :func:`check_table` (one ``DescribeTable``): what the handler
     checks at cold start, so a table it cannot write correctly is refused before any batch."""
     description = client.describe_table(TableName=table_name)["Table"]
-    return _key_problems(table_name, description, layout)
+    return key_schema_problems(table_name, description, layout)
 
 
 def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProblem]:
@@ -137,7 +147,7 @@ def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProbl
     """
     layout = rules.layout
     description = client.describe_table(TableName=table_name)["Table"]
-    problems = _key_problems(table_name, description, layout)
+    problems = key_schema_problems(table_name, description, layout)
 
     stream = description.get("StreamSpecification") or {}
     if not stream.get("StreamEnabled"):

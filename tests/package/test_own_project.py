@@ -111,6 +111,7 @@ def test_init_template_lint_and_sam_build_in_a_project_of_ones_own(
     assert (function / "aggregator" / "handler.py").is_file()
     assert not (function / "aggregator" / "cli").exists()
     assert not (function / "aggregator" / "dev").exists()
+    assert not (function / "aggregator" / "cdk").exists()
     assert sorted(p.name for p in (function / "definitions").iterdir()) == ["likes.yaml"]
     # dependencies for the template's runtime (python3.12, arm64), the CLI's left out
     (core,) = list((function / "pydantic_core").glob("_pydantic_core.*.so"))

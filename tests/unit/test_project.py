@@ -283,8 +283,8 @@ def test_artifact_ships_the_runtime_package_and_the_chosen_rules_only(tmp_path: 
     assert sorted(p.name for p in artifact.iterdir()) == ["aggregator", "definitions"]
     shipped = _package_files(artifact / "aggregator")
     source = _package_files(ROOT / "aggregator")
-    # everything but the dev tools and the CLI, no bytecode
-    assert shipped == {f for f in source if not f.startswith(("dev/", "cli/"))}
+    # everything but the dev tools, the CLI and the CDK construct, no bytecode
+    assert shipped == {f for f in source if not f.startswith(("dev/", "cli/", "cdk/"))}
     assert not list(artifact.rglob("__pycache__"))
     assert sorted(p.name for p in (artifact / "definitions").iterdir()) == sorted(
         p.name for p in (ROOT / "definitions").iterdir() if p.suffix in (".yaml", ".yml")
@@ -295,7 +295,7 @@ def test_artifact_ships_the_runtime_package_and_the_chosen_rules_only(tmp_path: 
     script = """
 import importlib.abc, json, sys
 
-BLOCKED = ("aggregator.dev", "aggregator.cli", "click", "rich")
+BLOCKED = ("aggregator.dev", "aggregator.cli", "aggregator.cdk", "click", "rich", "aws_cdk")
 
 def blocked(name):
     return any(name == b or name.startswith(b + ".") for b in BLOCKED)

@@ -25,6 +25,17 @@ from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.runtime.filters import check_template, filter_criteria
+from tests.unit.role_policy import (
+    ITEM_WRITES,
+    PK_ONLY_ITEM_GRANTS,
+    assert_every_statement_allows_named_actions,
+    assert_item_access_only_under_the_reserved_partitions,
+    assert_no_other_table_access,
+    assert_queue_and_log_permissions,
+    assert_stream_reads_are_scoped_to_the_stream,
+    assert_xray_writes_only_when_traced,
+    pk_only_item_grants,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # the template `aggregator init` writes (package data), rendered for the demo rules
@@ -37,46 +48,6 @@ RESERVED_PARTITION_KEYS = DEFAULT_LAYOUT.reserved_partition_keys
 EXISTING_TABLE = "orders"
 EXISTING_TABLE_ARN = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders"
 EXISTING_STREAM_ARN = EXISTING_TABLE_ARN + "/stream/2024-05-01T12:00:00.000"
-
-# What the handler does to the table (aggregator/handler.py -> runtime/processor.py ->
-# dynamodb/{writer,checkpoint,deadletters}.py): UpdateItem and GetItem (checkpoints) on aggregate
-# items, PutItem of dead letters; DescribeTable for the cold-start key-schema check.
-# aggregates updated and read, dead letters put, and the control partition (rule manifest and
-# backfill fences) read, put and updated
-ITEM_GRANTS = {
-    "dynamodb:UpdateItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
-    "dynamodb:GetItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
-    "dynamodb:PutItem": {DEFAULT_LAYOUT.dead_letters_pk, DEFAULT_LAYOUT.control_pk},
-}
-STREAM_ACTIONS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
-XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
-# Actions that act on items, hence carry leading keys (TransactWriteItems has no IAM action of
-# its own: each action inside is authorized as PutItem, UpdateItem, DeleteItem or
-# ConditionCheckItem).
-ITEM_WRITES = {
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:BatchWriteItem",
-    "dynamodb:PartiQLInsert",
-    "dynamodb:PartiQLUpdate",
-    "dynamodb:PartiQLDelete",
-}
-ITEM_ACTIONS = {
-    *ITEM_WRITES,
-    "dynamodb:GetItem",
-    "dynamodb:BatchGetItem",
-    "dynamodb:Query",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:PartiQLSelect",
-}
-# The only actions that may (and must) name Resource "*": they have no resource type.
-STAR_ACTIONS = {"dynamodb:ListStreams", *XRAY_ACTIONS}
-
-LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringEquals", "Null"}
-# the same on a table without a sort key: keys starting with a reserved value and "#"
-PK_ONLY_LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringLike", "Null"}
-
 
 # --------------------------------------------------------------------------------------------
 # helpers / fixtures
@@ -96,10 +67,6 @@ def _only_resource(template: dict[str, Any], resource_type: str) -> tuple[str, d
     assert len(found) == 1, f"expected exactly one {resource_type}, found {sorted(found)}"
     ((name, resource),) = found.items()
     return name, resource
-
-
-def _as_list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list) else [value]
 
 
 _NO_VALUE = object()
@@ -532,98 +499,35 @@ def test_the_explicit_role_is_all_the_function_gets(
 
 def test_every_statement_allows_named_actions(deployment: tuple[str, Any]) -> None:
     _, deployed = deployment
-    statements = _statements(deployed)
-    assert statements
-    for statement in statements:
-        assert statement["Effect"] == "Allow"
-        assert set(statement) <= {"Sid", "Effect", "Action", "Resource", "Condition"}
-        for action in _as_list(statement["Action"]):
-            assert "*" not in action and "?" not in action, action
-            assert action.split(":")[0] in {"dynamodb", "sqs", "logs", "xray"}, action
-        resources = _as_list(statement["Resource"])
-        if "*" in resources:
-            assert resources == ["*"]
-            assert set(_as_list(statement["Action"])) <= STAR_ACTIONS, statement
+    assert_every_statement_allows_named_actions(_statements(deployed))
 
 
 def test_item_access_only_under_the_reserved_partitions(deployment: tuple[str, Any]) -> None:
     name, deployed = deployment
-    granted: dict[str, set[str]] = {}
-    for statement in _statements(deployed):
-        actions = set(_as_list(statement["Action"]))
-        items = actions & ITEM_ACTIONS
-        if not items:
-            assert "dynamodb:LeadingKeys" not in json.dumps(statement.get("Condition", {}))
-            continue
-        # Item actions only, never with a keyless one: ForAllValues holds for a request without
-        # leading keys (a Scan), and the Null condition refuses those too.
-        assert actions == items, statement
-        assert _as_list(statement["Resource"]) == [_expected_table_arn(name)], statement
-        condition = statement["Condition"]
-        assert set(condition) == LEADING_KEYS_CONDITION_OPERATORS, condition
-        assert condition["Null"] == {"dynamodb:LeadingKeys": "false"}
-        assert set(condition["ForAllValues:StringEquals"]) == {"dynamodb:LeadingKeys"}
-        keys = set(_as_list(condition["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]))
-        assert keys and keys <= set(RESERVED_PARTITION_KEYS)
-        for action in items:
-            granted.setdefault(action, set()).update(keys)
-    # exactly what the handler does
-    assert granted == ITEM_GRANTS
-    assert not any(DEFAULT_LAYOUT.runner_pk in keys for keys in granted.values())
-    writes = {action for action in granted if action in ITEM_WRITES}
-    assert writes == {"dynamodb:UpdateItem", "dynamodb:PutItem"}
+    assert_item_access_only_under_the_reserved_partitions(
+        _statements(deployed), _expected_table_arn(name)
+    )
 
 
 def test_no_other_table_access(deployment: tuple[str, Any]) -> None:
     name, deployed = deployment
-    dynamodb = {
-        action: statement
-        for statement in _statements(deployed)
-        for action in _as_list(statement["Action"])
-        if action.startswith("dynamodb:")
-    }
-    assert set(dynamodb) == {
-        *ITEM_GRANTS,
-        *STREAM_ACTIONS,
-        "dynamodb:ListStreams",
-        "dynamodb:DescribeTable",
-    }
-    for absent in ("Scan", "Query", "DeleteItem", "BatchWriteItem", "BatchGetItem"):
-        assert f"dynamodb:{absent}" not in dynamodb
-    describe = dynamodb["dynamodb:DescribeTable"]
-    assert _as_list(describe["Resource"]) == [_expected_table_arn(name)]
-    assert "Condition" not in describe
+    assert_no_other_table_access(_statements(deployed), _expected_table_arn(name))
 
 
 def test_stream_reads_are_scoped_to_the_stream(deployment: tuple[str, Any]) -> None:
     name, deployed = deployment
-    statements = _statements(deployed)
-    stream = [s for s in statements if set(_as_list(s["Action"])) & STREAM_ACTIONS]
-    assert len(stream) == 1
-    assert set(_as_list(stream[0]["Action"])) == STREAM_ACTIONS
-    assert _as_list(stream[0]["Resource"]) == [_expected_stream_arn(name)]
-    # ListStreams has no resource type: alone, on "*"
-    lists = [s for s in statements if "dynamodb:ListStreams" in _as_list(s["Action"])]
-    assert [(_as_list(s["Action"]), _as_list(s["Resource"])) for s in lists] == [
-        (["dynamodb:ListStreams"], ["*"])
-    ]
+    assert_stream_reads_are_scoped_to_the_stream(_statements(deployed), _expected_stream_arn(name))
 
 
 def test_queue_and_log_permissions(template: dict[str, Any], deployment: tuple[str, Any]) -> None:
     _, deployed = deployment
     queue_name, _ = _only_resource(template, "AWS::SQS::Queue")
     log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
-    by_service: dict[str, list[dict[str, Any]]] = {}
-    for statement in _statements(deployed):
-        for service in {a.split(":")[0] for a in _as_list(statement["Action"])}:
-            by_service.setdefault(service, []).append(statement)
-    ((sqs,),) = [by_service["sqs"]]
-    assert _as_list(sqs["Action"]) == ["sqs:SendMessage"]
-    assert _as_list(sqs["Resource"]) == [{"Fn::GetAtt": [queue_name, "Arn"]}]
-    ((logs,),) = [by_service["logs"]]
-    # the function's own log group, which the stack creates (so no CreateLogGroup)
-    assert set(_as_list(logs["Action"])) == {"logs:CreateLogStream", "logs:PutLogEvents"}
-    assert _as_list(logs["Resource"]) == [{"Fn::GetAtt": [log_group, "Arn"]}]
+    assert_queue_and_log_permissions(
+        _statements(deployed),
+        {"Fn::GetAtt": [queue_name, "Arn"]},
+        {"Fn::GetAtt": [log_group, "Arn"]},
+    )
 
 
 def test_tracing_parameter_drives_the_function_and_the_xray_grant(
@@ -633,13 +537,7 @@ def test_tracing_parameter_drives_the_function_and_the_xray_grant(
     traced = name.endswith("-traced")
     function = deployed["Resources"]["AggregatorFunction"]["Properties"]
     assert function["Tracing"] == ("Active" if traced else "PassThrough")
-    xray = [s for s in _statements(deployed) if set(_as_list(s["Action"])) & XRAY_ACTIONS]
-    if traced:
-        assert len(xray) == 1
-        assert set(_as_list(xray[0]["Action"])) == XRAY_ACTIONS
-        assert _as_list(xray[0]["Resource"]) == ["*"]  # X-Ray has no resource types
-    else:
-        assert xray == []
+    assert_xray_writes_only_when_traced(_statements(deployed), traced)
 
 
 # --------------------------------------------------------------------------------------------
@@ -762,22 +660,8 @@ def test_without_a_sort_key_the_role_writes_only_keys_under_the_reserved_prefixe
 ) -> None:
     template = cfn_yaml_loads(pk_only_template.read_text(encoding="utf-8"), str(pk_only_template))
     deployed = _deploy(template, **DEPLOYMENTS[name])
-    granted: dict[str, set[str]] = {}
-    for statement in _statements(deployed):
-        items = set(_as_list(statement["Action"])) & ITEM_ACTIONS
-        if not items:
-            continue
-        condition = statement["Condition"]
-        assert set(condition) == PK_ONLY_LEADING_KEYS_CONDITION_OPERATORS, condition
-        assert condition["Null"] == {"dynamodb:LeadingKeys": "false"}
-        patterns = _as_list(condition["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
-        for action in items:
-            granted.setdefault(action, set()).update(patterns)
-    assert granted == {
-        "dynamodb:UpdateItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
-        "dynamodb:GetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
-        "dynamodb:PutItem": {"AGGREGATOR#DEAD_LETTERS#*", "AGGREGATOR#CONTROL#*"},
-    }
+    granted = pk_only_item_grants(_statements(deployed))
+    assert granted == PK_ONLY_ITEM_GRANTS
     layout = load_rules(
         [ROOT / "definitions", ROOT / "definitions" / "layouts" / "pk_only.yaml"]
     ).layout

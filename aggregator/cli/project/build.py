@@ -3,8 +3,9 @@
 What ships, into ``output``:
 
 - ``aggregator/``: the *installed* aggregator package (wherever this CLI imports it from: a wheel
-  in a virtualenv, or an editable checkout) without ``aggregator/cli`` and ``aggregator/dev``,
-  which the handler never imports (an import-linter contract keeps it so), and without bytecode;
+  in a virtualenv, or an editable checkout) without ``aggregator/cli``, ``aggregator/dev`` and
+  ``aggregator/cdk``, which the handler never imports (import-linter contracts keep it so), and
+  without bytecode;
 - ``definitions/``: the rule files (top-level ``*.yaml``/``*.yml`` of each directory, or files),
   where the template's ``DefinitionsPath`` (default ``definitions``) points the function;
 - the package's runtime dependencies (its distribution metadata, less the CLI-only ``click`` and
@@ -38,6 +39,7 @@ from aggregator.core.rules import RuleSet, load_rules, rule_files_in
 
 __all__ = [
     "CLI_ONLY_DEPENDENCIES",
+    "DEFINITIONS_DIR",
     "DISTRIBUTION",
     "FunctionBuild",
     "FunctionRuntime",
@@ -52,6 +54,14 @@ DISTRIBUTION = "ddb-aggregator"
 
 CLI_ONLY_DEPENDENCIES = frozenset({"click", "rich"})
 """Dependencies only the CLI imports: they do not ship to Lambda."""
+
+DEFINITIONS_DIR = "definitions"
+"""Where the rule files land in the artifact: the function's ``AGGREGATOR_DEFINITIONS`` (the
+template's ``DefinitionsPath`` default, the handler's own default)."""
+
+_NOT_SHIPPED = frozenset({"cli", "dev", "cdk"})
+"""Subpackages of ``aggregator`` the handler never imports: the CLI, the dev tools and the CDK
+construct (which deploys the artifact)."""
 
 _RUNTIME_BOTO3 = frozenset({"boto3"})
 
@@ -81,6 +91,30 @@ class FunctionRuntime:
 
     python_version: str
     platform: str
+
+    @classmethod
+    def of(
+        cls, runtime: object, architecture: object = "x86_64", *, where: str = "the function"
+    ) -> FunctionRuntime:
+        """The runtime of a function declared in Lambda's words: ``runtime`` ``python3.N``,
+        ``architecture`` ``x86_64`` or ``arm64`` (Lambda Developer Guide, "Lambda runtimes" and
+        "Selecting and configuring an instruction set architecture").
+
+        Raises
+        ------
+        ConfigError
+            When ``runtime`` is not a literal Python runtime or ``architecture`` is unknown
+            (the message starts with ``where`` and names what was found).
+        """
+        if not isinstance(runtime, str) or not runtime.startswith("python3."):
+            raise ConfigError(
+                f"{where}'s Runtime is {runtime!r}; the aggregator needs a literal python3.N "
+                "runtime"
+            )
+        arch = {"arm64": "aarch64", "x86_64": "x86_64"}.get(str(architecture))
+        if arch is None:
+            raise ConfigError(f"{where}'s Architectures is {architecture!r}; arm64 or x86_64")
+        return cls(runtime.removeprefix("python"), f"manylinux2014_{arch}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,19 +160,10 @@ def function_runtime(template: Path) -> FunctionRuntime:
     properties = function.get("Properties") if isinstance(function, dict) else None
     if not isinstance(properties, dict):
         raise ConfigError(f"{template}: no resource {_FUNCTION} with Properties")
-    runtime = properties.get("Runtime")
-    if not isinstance(runtime, str) or not runtime.startswith("python3."):
-        raise ConfigError(
-            f"{template}: {_FUNCTION}'s Runtime is {runtime!r}; the aggregator needs a literal "
-            "python3.N runtime"
-        )
     architectures = properties.get("Architectures") or ["x86_64"]
-    arch = {"arm64": "aarch64", "x86_64": "x86_64"}.get(str(architectures[0]))
-    if arch is None:
-        raise ConfigError(
-            f"{template}: {_FUNCTION}'s Architectures is {architectures!r}; arm64 or x86_64"
-        )
-    return FunctionRuntime(runtime.removeprefix("python"), f"manylinux2014_{arch}")
+    return FunctionRuntime.of(
+        properties.get("Runtime"), architectures[0], where=f"{template}: {_FUNCTION}"
+    )
 
 
 def rule_files(paths: Iterable[Path]) -> list[Path]:
@@ -227,7 +252,7 @@ def _copy_package(output: Path) -> None:
     def ignore(directory: str, names: list[str]) -> set[str]:
         left_out = {n for n in names if n == "__pycache__" or n.endswith((".pyc", ".pyo"))}
         if Path(directory).resolve() == source:
-            left_out |= {"cli", "dev"} & set(names)
+            left_out |= _NOT_SHIPPED & set(names)
         return left_out
 
     shutil.copytree(source, target, ignore=ignore)
@@ -348,7 +373,7 @@ def build_function(
         raise ConfigError("no template to read the function's runtime from")
     output.mkdir(parents=True, exist_ok=True)
     _copy_package(output)
-    shipped = output / "definitions"
+    shipped = output / DEFINITIONS_DIR
     shutil.rmtree(shipped, ignore_errors=True)
     shipped.mkdir()
     for file in files:

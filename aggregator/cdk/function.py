@@ -1,0 +1,701 @@
+""":class:`AggregatorFunction`: the SAM template's function, stream subscription, role, queue,
+log group and alarms as one CDK construct.
+
+Everything that follows from the rules comes from the functions that render the SAM template's
+regions (:func:`aggregator.cli.template.render_regions`): the stream's ``FilterCriteria``
+(:func:`aggregator.runtime.filters.filter_criteria`), the ``dynamodb:LeadingKeys`` conditions
+of the role's item grants, and the created table's keys and indexes
+(:func:`aggregator.dynamodb.table.table_definition`). The function's code is the artifact of
+``aggregator build`` (:func:`aggregator.cli.project.build.build_function`), built on this machine
+when the app is synthesized (CDK local bundling, no Docker) or given prebuilt.
+
+Sources: Lambda Developer Guide, "Lambda parameters for Amazon DynamoDB event source mappings"
+(batch size, bisect, retries, maximum record age, parallelization, tumbling windows, on-failure
+destinations), "Configuring partial batch response with DynamoDB and Lambda", "Lambda event
+filtering", "Types of metrics for Lambda functions" (``IteratorAge``); Amazon SQS Developer
+Guide, "Available CloudWatch metrics for Amazon SQS"; AWS CDK API reference, ``ILocalBundling``
+and ``aws_lambda.Code.from_asset`` (local bundling).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import (
+    AssetHashType,
+    Aws,
+    BundlingOptions,
+    CfnResource,
+    DockerImage,
+    Duration,
+    Fn,
+    ILocalBundling,
+    RemovalPolicy,
+    Token,
+)
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+from jsii.errors import JSIIError
+
+from aggregator.cli.project.build import (
+    DEFINITIONS_DIR,
+    FunctionRuntime,
+    build_function,
+    rule_files,
+)
+from aggregator.cli.template import render_regions
+from aggregator.core.exceptions import ConfigError
+from aggregator.core.layout import TableLayout
+from aggregator.core.rules import RuleSet, load_rules
+from aggregator.dynamodb.modes import WRITE_MODES
+from aggregator.dynamodb.table import table_definition
+from aggregator.dynamodb.tablecheck import VIEW_TYPE, key_schema_problems
+
+__all__ = ["AggregatorFunction", "RulePaths"]
+
+RulePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+"""Rule files or directories (each directory's top-level ``*.yaml``/``*.yml``), as ``-d``."""
+
+# The function and its stream subscription as template.yaml declares them (tests/unit/test_cdk.py
+# compares the two).
+HANDLER = "aggregator.handler.handler"
+RUNTIME = lambda_.Runtime.PYTHON_3_12
+ARCHITECTURE = lambda_.Architecture.ARM_64
+MEMORY_MB = 512
+TIMEOUT_SECONDS = 60
+MAX_BATCHING_WINDOW_SECONDS = 1
+RETRY_ATTEMPTS = 10
+MAX_RECORD_AGE_SECONDS = 86_400
+CHECKPOINT_RETENTION_SECONDS = MAX_RECORD_AGE_SECONDS + 3_600
+"""Checkpoints older than the oldest record Lambda still delivers (plus a margin) protect
+nothing (``AGGREGATOR_CHECKPOINT_RETENTION_SECONDS``)."""
+QUEUE_RETENTION = Duration.days(14)
+METRICS_NAMESPACE = "DdbAggregator"
+"""``POWERTOOLS_METRICS_NAMESPACE``: the namespace of the handler's EMF metrics."""
+
+_ATTRIBUTE_TYPES = {
+    "S": dynamodb.AttributeType.STRING,
+    "N": dynamodb.AttributeType.NUMBER,
+    "B": dynamodb.AttributeType.BINARY,
+}
+
+
+class AggregatorFunction(Construct):
+    """The aggregator's Lambda function on a table's stream, as ``template.yaml`` deploys it.
+
+    Creates, in this construct's scope:
+
+    - ``Function``: handler ``aggregator.handler.handler``, Python 3.12 on arm64, 512 MB, 60 s,
+      the artifact of ``aggregator build`` (rules in ``definitions/``);
+    - ``Stream``: the event source mapping from the table's stream, ``TRIM_HORIZON``, with the
+      rules' ``FilterCriteria``, ``ReportBatchItemFailures``, ``BisectBatchOnFunctionError``, 10
+      retries, a 24 h maximum record age, ``ParallelizationFactor`` 1, tumbling windows, and the
+      queue as on-failure destination;
+    - ``Role``: the function's role with exactly the SAM template's statements (stream reads;
+      ``DescribeTable``; item grants under the reserved partitions only, conditioned on
+      ``dynamodb:LeadingKeys``; ``sqs:SendMessage`` to the queue; logs to its log group; X-Ray
+      writes with ``tracing``). The function is given an immutable view of it
+      (``iam.Role.without_policy_updates``), so grants made through the function
+      (``grant_principal``, event sources, destinations) add nothing: add statements to
+      :attr:`role` itself deliberately;
+    - ``Queue``: the on-failure SQS queue (SQS-managed encryption, 14 days' retention,
+      retained when the stack is deleted);
+    - ``LogGroup``: the function's log group (``log_retention``, deleted with the stack);
+    - with ``alarms``, ``IteratorAgeAlarm``, ``DeadLettersAlarm`` and ``FailureQueueAlarm``.
+
+    Parameters
+    ----------
+    scope, construct_id
+        As for any construct.
+    table
+        The table whose stream feeds the function and that holds the aggregates: an
+        ``aws_dynamodb.ITable`` or ``ITableV2`` with a stream ARN (a table created with a
+        ``NEW_AND_OLD_IMAGES`` stream, :meth:`table_for_rules`, or one imported with
+        ``Table.from_table_attributes(..., table_arn=..., table_stream_arn=...)``). For an
+        imported table the role's table ARN is taken from the stream ARN
+        (``arn:...:table/NAME/stream/LABEL``), as the SAM template does: a stream of another
+        table fails closed (AccessDenied).
+    rules
+        Rule files or directories (relative paths from the working directory of the CDK app):
+        shipped in the artifact's ``definitions/`` and rendered into the filters and the role.
+    artifact
+        A directory built by ``aggregator build`` for these rules (``--output DIR``). ``None``
+        (the default) builds it when the app is synthesized, on this machine: ``pip`` installs
+        the dependencies for Python 3.12 on arm64 at the versions installed here (the package
+        registry must be reachable). Given, its ``definitions/`` must hold exactly the rule
+        files of ``rules`` (same names and contents).
+    boto3
+        ``"bundle"`` (the default) ships boto3 in the built artifact; ``"runtime"`` leaves it to
+        the Lambda runtime's own copy (``aggregator build --boto3 runtime``). Not used with
+        ``artifact``.
+    mode
+        The write mode (``AGGREGATOR_MODE``): ``"exactly-once"`` (default), ``"window"`` or
+        ``"at-least-once"``.
+    batch_size
+        Stream records per invocation, 1 to 10,000 (default 100; the SAM template's
+        ``BatchSize``).
+    window_seconds
+        Tumbling window length in seconds, 1 to 900 (default 60; ``WindowSeconds``). Lambda
+        names the shard only with tumbling windows, which the exactly-once modes need.
+    tracing
+        ``True``: X-Ray tracing ``Active`` (and the role's X-Ray writes, the handler's
+        Powertools ``Tracer``); ``False`` (default): ``PassThrough``.
+    log_level
+        ``POWERTOOLS_LOG_LEVEL`` (default ``"INFO"``).
+    log_retention
+        Retention of the function's log group (default one month, as ``LogRetentionDays``).
+    service_name
+        ``POWERTOOLS_SERVICE_NAME``: the ``service`` dimension of the handler's metrics, which
+        ``DeadLettersAlarm`` watches. Default: the stack's name (``AWS::StackName``), as the
+        SAM template; give each aggregator its own when a stack holds several.
+    alarms
+        Create the three CloudWatch alarms (default ``True``; ``Alarms``).
+    alarm_topic
+        An SNS topic the alarms notify, into alarm and back to OK (default: none; the alarms
+        only change state).
+    iterator_age_alarm_milliseconds
+        ``IteratorAgeAlarm`` fires when the age of the newest record read (``IteratorAge``,
+        Maximum, in milliseconds) stays above this for 5 minutes; at least 1,000 (default
+        600,000: 10 minutes).
+
+    Attributes
+    ----------
+    function : aws_lambda.Function
+    event_source_mapping : aws_lambda.EventSourceMapping
+    role : aws_iam.Role
+        The role itself (the function holds an immutable view of it).
+    queue : aws_sqs.Queue
+    log_group : aws_logs.LogGroup
+    alarms : tuple of aws_cloudwatch.Alarm
+        ``(IteratorAgeAlarm, DeadLettersAlarm, FailureQueueAlarm)``, or empty without
+        ``alarms``.
+    rules : RuleSet
+        The rules loaded from ``rules``.
+
+    Raises
+    ------
+    ConfigError
+        When the table has no stream ARN, a table defined in the app has a stream of another
+        view type than ``NEW_AND_OLD_IMAGES`` or keys other than the rules' layout's, a setting
+        is out of range, ``artifact`` is not an artifact of these rules, or as
+        :func:`aggregator.cli.project.build.rule_files` and
+        :func:`aggregator.cli.template.render_regions`; when the artifact is built at synth
+        time (which happens here, when CDK stages the asset), as
+        :func:`aggregator.cli.project.build.build_function` (pip failing).
+    RuleError
+        When the rules are invalid.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        table: dynamodb.ITable,
+        rules: RulePaths,
+        artifact: str | os.PathLike[str] | None = None,
+        boto3: str = "bundle",
+        mode: str = "exactly-once",
+        batch_size: int = 100,
+        window_seconds: int = 60,
+        tracing: bool = False,
+        log_level: str = "INFO",
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        service_name: str | None = None,
+        alarms: bool = True,
+        alarm_topic: sns.ITopic | None = None,
+        iterator_age_alarm_milliseconds: int = 600_000,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if mode not in WRITE_MODES:
+            raise ConfigError(f"mode must be one of {', '.join(WRITE_MODES)}, got {mode!r}")
+        if boto3 not in ("bundle", "runtime"):
+            raise ConfigError(f"boto3 must be 'bundle' or 'runtime', got {boto3!r}")
+        _check_range("batch_size", batch_size, 1, 10_000)
+        _check_range("window_seconds", window_seconds, 1, 900)
+        _check_range("iterator_age_alarm_milliseconds", iterator_age_alarm_milliseconds, 1_000)
+        paths = _paths(rules)
+        files = rule_files(paths)
+        self.rules: RuleSet = load_rules(files)
+        regions = render_regions(self.rules)
+        stream_arn = _stream_arn(table, self.rules.layout)
+        table_arn = (
+            table.table_arn
+            if isinstance(table.node.default_child, CfnResource)
+            else Fn.select(0, Fn.split("/stream/", stream_arn))
+        )
+        service = Aws.STACK_NAME if service_name is None else service_name
+
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            retention_period=QUEUE_RETENTION,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.log_group = logs.LogGroup(
+            self, "LogGroup", retention=log_retention, removal_policy=RemovalPolicy.DESTROY
+        )
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=(
+                "ddb-aggregator function - reads the table's stream, writes only its own partitions"
+            ),
+            inline_policies={
+                "ddb-aggregator": iam.PolicyDocument(
+                    statements=_statements(
+                        regions,
+                        stream_arn=stream_arn,
+                        table_arn=table_arn,
+                        queue_arn=self.queue.queue_arn,
+                        log_group_arn=self.log_group.log_group_arn,
+                        tracing=tracing,
+                    )
+                )
+            },
+        )
+        local_build = None if artifact is not None else _LocalBuild(files, boto3)
+        try:
+            self.function = lambda_.Function(
+                self,
+                "Function",
+                code=_code(files, artifact, local_build),
+                handler=HANDLER,
+                runtime=RUNTIME,
+                architecture=ARCHITECTURE,
+                memory_size=MEMORY_MB,
+                timeout=Duration.seconds(TIMEOUT_SECONDS),
+                role=self.role.without_policy_updates(),
+                tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.PASS_THROUGH,
+                log_group=self.log_group,
+                environment={
+                    "AGGREGATOR_TABLE_NAME": table.table_name,
+                    "AGGREGATOR_DEFINITIONS": DEFINITIONS_DIR,
+                    "AGGREGATOR_MODE": mode,
+                    "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": str(CHECKPOINT_RETENTION_SECONDS),
+                    "AGGREGATOR_ON_FAILURE_QUEUE_URL": self.queue.queue_url,
+                    "POWERTOOLS_SERVICE_NAME": service,
+                    "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                    "POWERTOOLS_LOG_LEVEL": log_level,
+                    "POWERTOOLS_TRACE_DISABLED": "false" if tracing else "true",
+                },
+            )
+        except RuntimeError:
+            # the local build's own error, not jsii's wrapping of it
+            if local_build is not None and local_build.error is not None:
+                raise local_build.error from None
+            raise
+        self.event_source_mapping = lambda_.EventSourceMapping(
+            self,
+            "Stream",
+            target=self.function,
+            event_source_arn=stream_arn,
+            starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+            batch_size=batch_size,
+            max_batching_window=Duration.seconds(MAX_BATCHING_WINDOW_SECONDS),
+            # one batch at a time per shard, in order: the checkpoint protocol relies on it
+            parallelization_factor=1,
+            tumbling_window=Duration.seconds(window_seconds),
+            report_batch_item_failures=True,
+            bisect_batch_on_error=True,
+            retry_attempts=RETRY_ATTEMPTS,
+            max_record_age=Duration.seconds(MAX_RECORD_AGE_SECONDS),
+            on_failure=event_sources.SqsDlq(self.queue),
+        )
+        # The patterns exactly as the SAM template holds them (JSON text): the mapping's own
+        # `filters` would re-serialize them.
+        mapping = self.event_source_mapping.node.default_child
+        assert isinstance(mapping, lambda_.CfnEventSourceMapping)
+        mapping.filter_criteria = lambda_.CfnEventSourceMapping.FilterCriteriaProperty(
+            filters=[
+                lambda_.CfnEventSourceMapping.FilterProperty(pattern=f["Pattern"])
+                for f in regions["filters"]["FilterCriteria"]["Filters"]
+            ]
+        )
+        self.alarms: tuple[cloudwatch.Alarm, ...] = (
+            self._alarms(service, table, iterator_age_alarm_milliseconds, alarm_topic)
+            if alarms
+            else ()
+        )
+
+    def _alarms(
+        self,
+        service: str,
+        table: dynamodb.ITable,
+        iterator_age_milliseconds: int,
+        topic: sns.ITopic | None,
+    ) -> tuple[cloudwatch.Alarm, ...]:
+        """The SAM template's three alarms; missing data (no traffic) is not an alarm."""
+        lag = cloudwatch.Alarm(
+            self,
+            "IteratorAgeAlarm",
+            alarm_description=Fn.sub(
+                "${Service}: the aggregator falls behind its stream (IteratorAge above "
+                "${Threshold} ms for 5 minutes); see the function's logs and Duration",
+                {"Service": service, "Threshold": Token.as_string(iterator_age_milliseconds)},
+            ),
+            metric=self.function.metric(
+                "IteratorAge", statistic="Maximum", period=Duration.minutes(1)
+            ),
+            threshold=iterator_age_milliseconds,
+            evaluation_periods=5,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        dead_letters = cloudwatch.Alarm(
+            self,
+            "DeadLettersAlarm",
+            alarm_description=Fn.sub(
+                "${Service}: records the rules could not evaluate were dead-lettered; list "
+                "them with aggregator dead-letters --table ${Table}",
+                {"Service": service, "Table": table.table_name},
+            ),
+            metric=cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE,
+                metric_name="DeadLetters",
+                dimensions_map={"service": service},
+                statistic="Sum",
+                period=Duration.minutes(5),
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        failures = cloudwatch.Alarm(
+            self,
+            "FailureQueueAlarm",
+            alarm_description=Fn.sub(
+                "${Service}: the on-failure queue holds messages (batches that exhausted their "
+                "retries, or dead letters DynamoDB refused); read them from ${Queue}",
+                {"Service": service, "Queue": self.queue.queue_url},
+            ),
+            metric=self.queue.metric_approximate_number_of_messages_visible(
+                statistic="Maximum", period=Duration.minutes(5)
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        created = (lag, dead_letters, failures)
+        if topic is not None:
+            action = cloudwatch_actions.SnsAction(topic)
+            for alarm in created:
+                alarm.add_alarm_action(action)
+                alarm.add_ok_action(action)
+        return created
+
+    @staticmethod
+    def table_for_rules(
+        scope: Construct,
+        construct_id: str,
+        *,
+        rules: RulePaths,
+        table_name: str | None = None,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> dynamodb.Table:
+        """A new table with the layout ``rules`` need, as the SAM template creates it.
+
+        The keys, the sparse leaderboard index and, without a sort key, the collection index
+        of :func:`aggregator.dynamodb.table.table_definition` for the rules' layout (their
+        ``table:`` section; ``pk``/``sk`` strings by default), on-demand capacity, a
+        ``NEW_AND_OLD_IMAGES`` stream, TTL on the layout's TTL attribute and point-in-time
+        recovery.
+
+        Parameters
+        ----------
+        scope, construct_id
+            Where the table goes.
+        rules
+            Rule files or directories, as for :class:`AggregatorFunction`.
+        table_name
+            The table's name; default: one CloudFormation generates.
+        removal_policy
+            Default ``RETAIN`` (the table holds your items): deleting the stack keeps it.
+
+        Returns
+        -------
+        aws_dynamodb.Table
+            An ``AWS::DynamoDB::Table``, to pass as ``table``.
+
+        Raises
+        ------
+        ConfigError, RuleError
+            As for :class:`AggregatorFunction`'s ``rules``.
+        """
+        layout = load_rules(rule_files(_paths(rules))).layout
+        definition = table_definition(layout)
+        types = {a["AttributeName"]: a["AttributeType"] for a in definition["AttributeDefinitions"]}
+
+        def keys(schema: list[dict[str, str]]) -> tuple[dynamodb.Attribute, ...]:
+            """``(partition key, sort key)`` attributes, or just the partition key."""
+            named = {k["KeyType"]: k["AttributeName"] for k in schema}
+            return tuple(
+                dynamodb.Attribute(name=named[kind], type=_ATTRIBUTE_TYPES[types[named[kind]]])
+                for kind in ("HASH", "RANGE")
+                if kind in named
+            )
+
+        partition_key, *sort_key = keys(definition["KeySchema"])
+        table = dynamodb.Table(
+            scope,
+            construct_id,
+            table_name=table_name,
+            partition_key=partition_key,
+            sort_key=sort_key[0] if sort_key else None,
+            billing_mode=dynamodb.BillingMode[definition["BillingMode"]],
+            stream=dynamodb.StreamViewType[definition["StreamSpecification"]["StreamViewType"]],
+            time_to_live_attribute=layout.ttl_attribute,
+            removal_policy=removal_policy,
+        )
+        for index in definition["GlobalSecondaryIndexes"]:
+            index_partition_key, *index_sort_key = keys(index["KeySchema"])
+            table.add_global_secondary_index(
+                index_name=index["IndexName"],
+                partition_key=index_partition_key,
+                sort_key=index_sort_key[0] if index_sort_key else None,
+                projection_type=dynamodb.ProjectionType[index["Projection"]["ProjectionType"]],
+            )
+        # the L1 property (the L2's own option for it changed name across CDK releases)
+        resource = table.node.default_child
+        assert isinstance(resource, dynamodb.CfnTable)
+        resource.point_in_time_recovery_specification = (
+            dynamodb.CfnTable.PointInTimeRecoverySpecificationProperty(
+                point_in_time_recovery_enabled=True
+            )
+        )
+        return table
+
+
+@jsii.implements(ILocalBundling)
+class _LocalBuild:
+    """Builds the artifact into CDK's bundling directory on this machine (no Docker): CDK calls
+    :meth:`try_bundle` through jsii when it stages the asset, before it would try Docker."""
+
+    def __init__(self, files: Sequence[Path], boto3: str) -> None:
+        self._files = tuple(f.resolve() for f in files)
+        self._boto3 = boto3
+        self.error: Exception | None = None
+        """What the build raised (jsii hands the caller a ``RuntimeError`` with its text)."""
+
+    def try_bundle(self, output_dir: str, *, image: DockerImage, **options: Any) -> bool:
+        """Build into ``output_dir``; ``True`` (built here), or raise.
+
+        Raises
+        ------
+        ConfigError
+            As :func:`aggregator.cli.project.build.build_function` (pip failing).
+        """
+        try:
+            build_function(
+                self._files,
+                Path(output_dir),
+                template=None,
+                runtime=FunctionRuntime.of(RUNTIME.name, ARCHITECTURE.name),
+                boto3=self._boto3,
+            )
+        except Exception as exc:
+            self.error = exc
+            raise
+        return True
+
+
+def _code(
+    files: Sequence[Path], artifact: str | os.PathLike[str] | None, local_build: _LocalBuild | None
+) -> lambda_.Code:
+    """The function's code: ``artifact`` as it is, or what ``local_build`` builds when CDK stages
+    the asset."""
+    if artifact is not None:
+        directory = Path(artifact)
+        _check_artifact(directory, files)
+        return lambda_.Code.from_asset(str(directory))
+    return lambda_.Code.from_asset(
+        # the asset's source: unused by the local build, which reads the rule files itself
+        str(files[0].parent.resolve()),
+        # hashed by what was built (the package, the rules and the installed dependencies), so
+        # an unchanged build deploys nothing
+        asset_hash_type=AssetHashType.OUTPUT,
+        bundling=BundlingOptions(
+            # never run: the local build always succeeds or raises
+            image=RUNTIME.bundling_image,
+            local=local_build,
+        ),
+    )
+
+
+def _check_artifact(directory: Path, files: Sequence[Path]) -> None:
+    """Refuse a directory that is not ``aggregator build``'s artifact of ``files``.
+
+    Raises
+    ------
+    ConfigError
+        When ``aggregator/handler.py`` is missing, or ``definitions/`` holds other rule files
+        (or other contents) than ``files``.
+    """
+    if not (directory / "aggregator" / "handler.py").is_file():
+        raise ConfigError(
+            f"{directory}: not an artifact of aggregator build (no aggregator/handler.py)"
+        )
+    shipped = directory / DEFINITIONS_DIR
+    found = sorted(p.name for p in shipped.iterdir()) if shipped.is_dir() else []
+    expected = sorted(f.name for f in files)
+    differ = [
+        f.name for f in files if f.name in found and not filecmp.cmp(f, shipped / f.name, False)
+    ]
+    if found != expected or differ:
+        raise ConfigError(
+            f"{directory}: built for other rules than {', '.join(map(str, files))} ("
+            f"{DEFINITIONS_DIR}/ holds {', '.join(found) or 'nothing'}"
+            + (f"; {', '.join(differ)} differ" if differ else "")
+            + "); rebuild it: aggregator build -d RULES --output DIR"
+        )
+
+
+def _paths(rules: RulePaths) -> list[Path]:
+    if isinstance(rules, str | os.PathLike):
+        return [Path(rules)]
+    return [Path(p) for p in rules]
+
+
+def _check_range(name: str, value: int, low: int, high: int | None = None) -> None:
+    """Refuse a literal ``value`` outside ``[low, high]`` (a token is left to CloudFormation).
+
+    Raises
+    ------
+    ConfigError
+        Naming the setting and its bounds.
+    """
+    if Token.is_unresolved(value):
+        return
+    if value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+        raise ConfigError(f"{name} must be {bounds}, got {value}")
+
+
+def _stream_arn(table: dynamodb.ITable, layout: TableLayout) -> str:
+    """The table's stream ARN, after checking what can be checked at synth time: a table
+    defined in the app must have the stream view type and the keys ``layout`` needs.
+
+    Raises
+    ------
+    ConfigError
+        When the table has no stream ARN, or its definition disagrees with ``layout``.
+    """
+    where = f"table {table.node.path}"
+    arn = table.table_stream_arn
+    if arn is None:
+        raise ConfigError(
+            f"{where} has no stream ARN: the aggregator reads the table's stream (view type "
+            f"{VIEW_TYPE}); create the table with stream {VIEW_TYPE} "
+            "(AggregatorFunction.table_for_rules does), or import it with "
+            "Table.from_table_attributes(..., table_arn=ARN, table_stream_arn=STREAM_ARN)"
+        )
+    resource = table.node.default_child
+    if not isinstance(resource, dynamodb.CfnTable | dynamodb.CfnGlobalTable):
+        return arn
+    view_type = getattr(_read(resource, "stream_specification"), "stream_view_type", None)
+    if isinstance(view_type, str) and view_type != VIEW_TYPE:
+        raise ConfigError(
+            f"{where}: its stream's view type is {view_type}, the aggregator needs {VIEW_TYPE} "
+            "(deltas need both images)"
+        )
+    description = {
+        "AttributeDefinitions": [
+            {"AttributeName": a.attribute_name, "AttributeType": a.attribute_type}
+            for a in _literal_list(_read(resource, "attribute_definitions"))
+        ],
+        "KeySchema": [
+            {"AttributeName": k.attribute_name, "KeyType": k.key_type}
+            for k in _literal_list(_read(resource, "key_schema"))
+        ],
+    }
+    if description["KeySchema"]:
+        problems = key_schema_problems(table.node.path, description, layout)
+        if problems:
+            raise ConfigError(f"{where}: " + "; ".join(p.line() for p in problems))
+    return arn
+
+
+def _read(resource: CfnResource, name: str) -> object:
+    """A property of an L1 resource, or ``None`` when jsii cannot hand it over (``TableV2``
+    keeps its stream view type as an enum where ``CfnGlobalTable`` declares a string)."""
+    try:
+        return getattr(resource, name)
+    except (RuntimeError, JSIIError):
+        return None
+
+
+def _literal_list(value: object) -> list[Any]:
+    """``value`` when it is a list of property structs; empty for a token (not checkable)."""
+    if isinstance(value, list) and all(hasattr(v, "attribute_name") for v in value):
+        return value
+    return []
+
+
+_ACTIONS: dict[str, list[str]] = {
+    "ReadTheTablesStream": [
+        "dynamodb:DescribeStream",
+        "dynamodb:GetRecords",
+        "dynamodb:GetShardIterator",
+    ],
+    "ListStreams": ["dynamodb:ListStreams"],
+    "DescribeTheTable": ["dynamodb:DescribeTable"],
+    "AggregatesPartitionOnly": ["dynamodb:UpdateItem", "dynamodb:GetItem"],
+    "DeadLettersPartitionOnly": ["dynamodb:PutItem"],
+    "ControlPartitionOnly": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+    "OnFailureQueue": ["sqs:SendMessage"],
+    "OwnLogGroup": ["logs:CreateLogStream", "logs:PutLogEvents"],
+    "XRayWrites": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
+}
+"""The role's statements by ``Sid``, as the SAM template's ``AggregatorRole`` has them."""
+
+
+def _statements(
+    regions: dict[str, Any],
+    *,
+    stream_arn: str,
+    table_arn: str,
+    queue_arn: str,
+    log_group_arn: str,
+    tracing: bool,
+) -> list[iam.PolicyStatement]:
+    """The role's statements: the SAM template's, with the rendered ``dynamodb:LeadingKeys``
+    conditions (``regions``: :func:`aggregator.cli.template.render_regions`)."""
+
+    def statement(sid: str, resource: str, region: str | None = None) -> iam.PolicyStatement:
+        return iam.PolicyStatement(
+            sid=sid,
+            actions=_ACTIONS[sid],
+            resources=[resource],
+            conditions=regions[region]["Condition"] if region else None,
+        )
+
+    statements = [
+        statement("ReadTheTablesStream", stream_arn),
+        statement("ListStreams", "*"),
+        statement("DescribeTheTable", table_arn),
+        statement("AggregatesPartitionOnly", table_arn, "aggregates-leading-keys"),
+        statement("DeadLettersPartitionOnly", table_arn, "dead-letters-leading-keys"),
+        statement("ControlPartitionOnly", table_arn, "control-leading-keys"),
+        statement("OnFailureQueue", queue_arn),
+        statement("OwnLogGroup", log_group_arn),
+    ]
+    if tracing:
+        statements.append(statement("XRayWrites", "*"))
+    return statements

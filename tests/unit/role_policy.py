@@ -1,0 +1,203 @@
+"""What the aggregator function's role may do, as assertions on its policy statements.
+
+Shared by the SAM template's tests (test_template.py, on each rendered deployment) and the CDK
+construct's (test_cdk.py, on each synthesized stack): both deploy the same role. A statement is
+CloudFormation JSON (``Action`` and ``Resource`` a value or a list); the expected resources are
+passed as the template spells them (an ARN, or a ``Ref``/``Fn::GetAtt``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aggregator.core.layout import DEFAULT_LAYOUT
+
+RESERVED_PARTITION_KEYS = DEFAULT_LAYOUT.reserved_partition_keys
+
+# What the handler does to the table (aggregator/handler.py -> runtime/processor.py ->
+# dynamodb/{writer,checkpoint,deadletters}.py): UpdateItem and GetItem (checkpoints) on aggregate
+# items, PutItem of dead letters; DescribeTable for the cold-start key-schema check.
+# aggregates updated and read, dead letters put, and the control partition (rule manifest and
+# backfill fences) read, put and updated
+ITEM_GRANTS = {
+    "dynamodb:UpdateItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
+    "dynamodb:GetItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
+    "dynamodb:PutItem": {DEFAULT_LAYOUT.dead_letters_pk, DEFAULT_LAYOUT.control_pk},
+}
+# the same on a table without a sort key: keys under the reserved prefixes
+PK_ONLY_ITEM_GRANTS = {
+    "dynamodb:UpdateItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
+    "dynamodb:GetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
+    "dynamodb:PutItem": {"AGGREGATOR#DEAD_LETTERS#*", "AGGREGATOR#CONTROL#*"},
+}
+STREAM_ACTIONS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
+XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+# Actions that act on items, hence carry leading keys (TransactWriteItems has no IAM action of
+# its own: each action inside is authorized as PutItem, UpdateItem, DeleteItem or
+# ConditionCheckItem).
+ITEM_WRITES = {
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
+}
+ITEM_ACTIONS = {
+    *ITEM_WRITES,
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:PartiQLSelect",
+}
+# The only actions that may (and must) name Resource "*": they have no resource type.
+STAR_ACTIONS = {"dynamodb:ListStreams", *XRAY_ACTIONS}
+
+LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringEquals", "Null"}
+# the same on a table without a sort key: keys starting with a reserved value and "#"
+PK_ONLY_LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringLike", "Null"}
+
+
+def as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def assert_every_statement_allows_named_actions(statements: list[dict[str, Any]]) -> None:
+    assert statements
+    for statement in statements:
+        assert statement["Effect"] == "Allow"
+        assert set(statement) <= {"Sid", "Effect", "Action", "Resource", "Condition"}
+        for action in as_list(statement["Action"]):
+            assert "*" not in action and "?" not in action, action
+            assert action.split(":")[0] in {"dynamodb", "sqs", "logs", "xray"}, action
+        resources = as_list(statement["Resource"])
+        if "*" in resources:
+            assert resources == ["*"]
+            assert set(as_list(statement["Action"])) <= STAR_ACTIONS, statement
+
+
+def assert_item_access_only_under_the_reserved_partitions(
+    statements: list[dict[str, Any]], table_arn: Any
+) -> None:
+    granted: dict[str, set[str]] = {}
+    for statement in statements:
+        actions = set(as_list(statement["Action"]))
+        items = actions & ITEM_ACTIONS
+        if not items:
+            assert "dynamodb:LeadingKeys" not in json.dumps(statement.get("Condition", {}))
+            continue
+        # Item actions only, never with a keyless one: ForAllValues holds for a request without
+        # leading keys (a Scan), and the Null condition refuses those too.
+        assert actions == items, statement
+        assert as_list(statement["Resource"]) == [table_arn], statement
+        condition = statement["Condition"]
+        assert set(condition) == LEADING_KEYS_CONDITION_OPERATORS, condition
+        assert condition["Null"] == {"dynamodb:LeadingKeys": "false"}
+        assert set(condition["ForAllValues:StringEquals"]) == {"dynamodb:LeadingKeys"}
+        keys = set(as_list(condition["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]))
+        assert keys and keys <= set(RESERVED_PARTITION_KEYS)
+        for action in items:
+            granted.setdefault(action, set()).update(keys)
+    # exactly what the handler does
+    assert granted == ITEM_GRANTS
+    assert not any(DEFAULT_LAYOUT.runner_pk in keys for keys in granted.values())
+    writes = {action for action in granted if action in ITEM_WRITES}
+    assert writes == {"dynamodb:UpdateItem", "dynamodb:PutItem"}
+
+
+def pk_only_item_grants(statements: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """The ``StringLike`` key patterns granted per item action, on a table without a sort key
+    (each item statement checked for its condition's shape)."""
+    granted: dict[str, set[str]] = {}
+    for statement in statements:
+        items = set(as_list(statement["Action"])) & ITEM_ACTIONS
+        if not items:
+            continue
+        condition = statement["Condition"]
+        assert set(condition) == PK_ONLY_LEADING_KEYS_CONDITION_OPERATORS, condition
+        assert condition["Null"] == {"dynamodb:LeadingKeys": "false"}
+        patterns = as_list(condition["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
+        for action in items:
+            granted.setdefault(action, set()).update(patterns)
+    return granted
+
+
+def assert_no_other_table_access(statements: list[dict[str, Any]], table_arn: Any) -> None:
+    dynamodb = {
+        action: statement
+        for statement in statements
+        for action in as_list(statement["Action"])
+        if action.startswith("dynamodb:")
+    }
+    assert set(dynamodb) == {
+        *ITEM_GRANTS,
+        *STREAM_ACTIONS,
+        "dynamodb:ListStreams",
+        "dynamodb:DescribeTable",
+    }
+    for absent in ("Scan", "Query", "DeleteItem", "BatchWriteItem", "BatchGetItem"):
+        assert f"dynamodb:{absent}" not in dynamodb
+    describe = dynamodb["dynamodb:DescribeTable"]
+    assert as_list(describe["Resource"]) == [table_arn]
+    assert "Condition" not in describe
+
+
+def assert_stream_reads_are_scoped_to_the_stream(
+    statements: list[dict[str, Any]], stream_arn: Any
+) -> None:
+    stream = [s for s in statements if set(as_list(s["Action"])) & STREAM_ACTIONS]
+    assert len(stream) == 1
+    assert set(as_list(stream[0]["Action"])) == STREAM_ACTIONS
+    assert as_list(stream[0]["Resource"]) == [stream_arn]
+    # ListStreams has no resource type: alone, on "*"
+    lists = [s for s in statements if "dynamodb:ListStreams" in as_list(s["Action"])]
+    assert [(as_list(s["Action"]), as_list(s["Resource"])) for s in lists] == [
+        (["dynamodb:ListStreams"], ["*"])
+    ]
+
+
+def assert_queue_and_log_permissions(
+    statements: list[dict[str, Any]], queue_arn: Any, log_group_arn: Any
+) -> None:
+    by_service: dict[str, list[dict[str, Any]]] = {}
+    for statement in statements:
+        for service in {a.split(":")[0] for a in as_list(statement["Action"])}:
+            by_service.setdefault(service, []).append(statement)
+    ((sqs,),) = [by_service["sqs"]]
+    assert as_list(sqs["Action"]) == ["sqs:SendMessage"]
+    assert as_list(sqs["Resource"]) == [queue_arn]
+    ((logs,),) = [by_service["logs"]]
+    # the function's own log group, which the stack creates (so no CreateLogGroup)
+    assert set(as_list(logs["Action"])) == {"logs:CreateLogStream", "logs:PutLogEvents"}
+    assert as_list(logs["Resource"]) == [log_group_arn]
+
+
+def assert_xray_writes_only_when_traced(statements: list[dict[str, Any]], traced: bool) -> None:
+    xray = [s for s in statements if set(as_list(s["Action"])) & XRAY_ACTIONS]
+    if traced:
+        assert len(xray) == 1
+        assert set(as_list(xray[0]["Action"])) == XRAY_ACTIONS
+        assert as_list(xray[0]["Resource"]) == ["*"]  # X-Ray has no resource types
+    else:
+        assert xray == []
+
+
+def assert_role_policy(
+    statements: list[dict[str, Any]],
+    *,
+    table_arn: Any,
+    stream_arn: Any,
+    queue_arn: Any,
+    log_group_arn: Any,
+    traced: bool,
+) -> None:
+    """Every assertion above, for a table with a sort key."""
+    assert_every_statement_allows_named_actions(statements)
+    assert_item_access_only_under_the_reserved_partitions(statements, table_arn)
+    assert_no_other_table_access(statements, table_arn)
+    assert_stream_reads_are_scoped_to_the_stream(statements, stream_arn)
+    assert_queue_and_log_permissions(statements, queue_arn, log_group_arn)
+    assert_xray_writes_only_when_traced(statements, traced)
