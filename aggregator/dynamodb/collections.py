@@ -160,9 +160,10 @@ def batch_get_items(
     *,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[dict[str, Any] | None]:
-    """The items of ``keys`` (primary keys in DynamoDB JSON), in the same order, ``None`` for
-    an item that does not exist: strongly consistent ``BatchGetItem`` requests of at most 100
-    keys (DynamoDB API Reference, "BatchGetItem"), retrying ``UnprocessedKeys`` with backoff.
+    """The items of ``keys`` (primary keys in DynamoDB JSON, repeats allowed), in the same
+    order, ``None`` for an item that does not exist: strongly consistent ``BatchGetItem``
+    requests of at most 100 distinct keys (DynamoDB API Reference, "BatchGetItem"), retrying
+    ``UnprocessedKeys`` with backoff.
 
     Raises
     ------
@@ -174,8 +175,10 @@ def batch_get_items(
         return json.dumps(key, sort_keys=True)
 
     found: dict[str, dict[str, Any]] = {}
-    for offset in range(0, len(keys), BATCH_GET_KEYS):
-        pending: list[dict[str, Any]] = keys[offset : offset + BATCH_GET_KEYS]
+    # a request may not name one key twice (ValidationException): each distinct key once
+    unique = list({ident(key): key for key in keys}.values())
+    for offset in range(0, len(unique), BATCH_GET_KEYS):
+        pending: list[dict[str, Any]] = unique[offset : offset + BATCH_GET_KEYS]
         names = {name for key in pending for name in key}
         for attempt in range(_MAX_UNPROCESSED_ROUNDS):
             response = call(

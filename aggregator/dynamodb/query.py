@@ -52,7 +52,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import QueryError, RuleError
 from aggregator.core.layout import TableLayout
-from aggregator.core.lifecycle import generation_name
+from aggregator.core.lifecycle import generation_name, rule_fingerprint
 from aggregator.core.numbers import add
 from aggregator.core.rules import Rule, RuleSet, unescape_key_part
 from aggregator.core.windows import RangePart, bucket_text, plan_range
@@ -211,6 +211,7 @@ class AggregateStore:
         self._generations_read_at = 0.0
         self._indexed: dict[str, bool] = {}
         self._statuses: dict[str, str] = {}
+        self._fingerprints: dict[str, str] = {}
 
     def storage_name(self, rule: str) -> str:
         """The name ``rule``'s serving generation is stored under: the rule's name, or
@@ -257,7 +258,21 @@ class AggregateStore:
             for name, value in states.items()
             if "status" in value.get("M", {})
         }
+        self._fingerprints = {
+            name: value["M"]["fingerprint"]["S"]
+            for name, value in states.items()
+            if "fingerprint" in value.get("M", {})
+        }
         return {name: int(value["N"]) for name, value in generations.items()}
+
+    def definition_changed(self, rule: str) -> bool:
+        """Whether ``rule``'s serving generation was built from another definition than the
+        rule's as given (:func:`~aggregator.core.lifecycle.rule_fingerprint`): its stored
+        aggregates then mean the old definition until ``aggregator rebuild``. ``False`` when the
+        manifest does not list it (or with ``generations`` given)."""
+        stored = self.storage_name(rule)
+        recorded = self._fingerprints.get(stored)
+        return recorded is not None and recorded != rule_fingerprint(self._rule(rule))
 
     def serving_status(self, rule: str) -> str | None:
         """The manifest status of ``rule``'s serving generation (``pending``, ``active``...),

@@ -26,8 +26,10 @@ from tests.integration.harness import delete, pipeline, put, stored
 
 pytestmark = pytest.mark.integration
 
+# two rules read points: a bad item has two letters, and its item is read once for both
 POINTS = RuleSet.of(
-    rule("points", match={"sk": {"prefix": "PATH#"}}, key="{owner}", delta={"attribute": "points"})
+    rule("points", match={"sk": {"prefix": "PATH#"}}, key="{owner}", delta={"attribute": "points"}),
+    rule("all_points", match={"sk": {"prefix": "PATH#"}}, key="ALL", delta={"attribute": "points"}),
 )
 RULE_FILE = """\
 version: 1
@@ -35,6 +37,10 @@ rules:
   - name: points
     match: {sk: {prefix: "PATH#"}}
     key: "{owner}"
+    delta: {attribute: points}
+  - name: all_points
+    match: {sk: {prefix: "PATH#"}}
+    key: ALL
     delta: {attribute: points}
 """
 
@@ -49,10 +55,18 @@ def _cli(*args: str, endpoint: str, rules: Path | None = None):
 def _letters_json(name: str, endpoint: str, rules: Path) -> list[tuple]:
     listed = _cli("dead-letters", "--table", name, "--json", endpoint=endpoint, rules=rules)
     assert listed.exit_code == 0, listed.output
-    return sorted(
+    found = sorted(
         (d["item_key"]["sk"], d["attribute"], d["cause"], d["image"], d["state"], d["state_detail"])
         for d in json.loads(listed.stdout)
+        if d["rule"] == "points"
     )
+    # all_points's letters are the same items in the same states
+    assert found == sorted(
+        (d["item_key"]["sk"], d["attribute"], d["cause"], d["image"], d["state"], d["state_detail"])
+        for d in json.loads(listed.stdout)
+        if d["rule"] == "all_points"
+    )
+    return found
 
 
 def test_bad_items_count_nothing_and_heal_when_fixed(dynamodb_local, ddb, streams, table, tmp_path):
@@ -70,14 +84,17 @@ def test_bad_items_count_nothing_and_heal_when_fixed(dynamodb_local, ddb, stream
     put(ddb, name, {"pk": "P", "sk": "PATH#4", "owner": "bob", "points": "x"})  # bad
     run()
     # THEN the bad items count nothing, and each is a dead letter that is open
-    assert stored(ddb, name, POINTS) == {"points": {"ann": Decimal(2), "bob": Decimal(4)}}
+    assert stored(ddb, name, POINTS) == {
+        "points": {"ann": Decimal(2), "bob": Decimal(4)},
+        "all_points": {"ALL": Decimal(6)},
+    }
     assert _letters_json(name, endpoint, rules_dir) == [
         ("PATH#2", "points", "wrong-type", "NewImage", "open", _open("points", "str")),
         ("PATH#4", "points", "wrong-type", "NewImage", "open", _open("points", "str")),
     ]
     listing = _cli("dead-letters", "--table", name, endpoint=endpoint, rules=rules_dir)
     assert listing.exit_code == 0, listing.output
-    assert "2 dead letter(s): 2 open" in listing.output
+    assert "4 dead letter(s): 4 open" in listing.output
     assert listing.output.rstrip().splitlines()[-1] == (
         "wrong-type: fix the item (or delete it): its aggregate heals when it is written; "
         "then: aggregator dead-letters --clear-healed"
@@ -90,7 +107,10 @@ def test_bad_items_count_nothing_and_heal_when_fixed(dynamodb_local, ddb, stream
     run()
     # THEN the fix adds its points, the delete retracts nothing, the broken item is retracted:
     # each aggregate is the sum over the items as they are, bad ones counting nothing
-    assert stored(ddb, name, POINTS) == {"points": {"ann": Decimal("14.5")}}
+    assert stored(ddb, name, POINTS) == {
+        "points": {"ann": Decimal("14.5")},
+        "all_points": {"ALL": Decimal("14.5")},
+    }
     assert _letters_json(name, endpoint, rules_dir) == [
         ("PATH#2", "points", "wrong-type", "NewImage", "healed", "item fixed"),
         ("PATH#3", "points", "wrong-type", "NewImage", "open", _open("points", "str")),
@@ -102,21 +122,24 @@ def test_bad_items_count_nothing_and_heal_when_fixed(dynamodb_local, ddb, stream
         "replay-dead-letters", "--table", name, "--min-age", "0", endpoint=endpoint, rules=rules_dir
     )
     assert replay.exit_code == 0, replay.output
-    assert "replayed 0" in replay.output and "heal by fixing the item 3" in replay.output
-    assert stored(ddb, name, POINTS) == {"points": {"ann": Decimal("14.5")}}
+    assert "replayed 0" in replay.output and "6 letter(s) of bad items left alone" in replay.output
+    assert stored(ddb, name, POINTS)["points"] == {"ann": Decimal("14.5")}
 
     # --clear-healed deletes the healed letters only
     cleared = _cli(
         "dead-letters", "--table", name, "--clear-healed", endpoint=endpoint, rules=rules_dir
     )
     assert cleared.exit_code == 0, cleared.output
-    assert "cleared 2 healed dead letter(s); 1 left" in cleared.output
-    assert [d.item_key for d in list_dead_letters(ddb, name)] == [{"pk": "P", "sk": "PATH#3"}]
+    assert "cleared 4 healed dead letter(s); 2 left" in cleared.output
+    assert [d.item_key for d in list_dead_letters(ddb, name)] == [{"pk": "P", "sk": "PATH#3"}] * 2
 
     # and fixing the last one heals bob's total with no backfill
     put(ddb, name, {"pk": "P", "sk": "PATH#3", "owner": "bob", "points": 5})
     run()
-    assert stored(ddb, name, POINTS) == {"points": {"ann": Decimal("14.5"), "bob": Decimal(5)}}
+    assert stored(ddb, name, POINTS) == {
+        "points": {"ann": Decimal("14.5"), "bob": Decimal(5)},
+        "all_points": {"ALL": Decimal("19.5")},
+    }
     assert _letters_json(name, endpoint, rules_dir)[0][4:] == ("healed", "item fixed")
 
 
@@ -149,8 +172,8 @@ def test_replay_applies_a_letter_of_which_nothing_applied_once(dynamodb_local, d
     later = replay_dead_letters(ddb, name, POINTS, clock=lambda: time.time() + 25 * 3600 + 1)
     # THEN it applies once, and a second replay finds nothing
     assert (later.replayed, later.still_failing) == (1, [])
-    assert stored(ddb, name, POINTS) == {"points": {"ann": Decimal(3)}}
+    assert stored(ddb, name, POINTS)["points"] == {"ann": Decimal(3)}
     again = replay_dead_letters(ddb, name, POINTS, min_age_seconds=0)
     assert (again.replayed, again.already_replayed) == (0, 0)
-    assert stored(ddb, name, POINTS) == {"points": {"ann": Decimal(3)}}
+    assert stored(ddb, name, POINTS)["points"] == {"ann": Decimal(3)}
     assert list(list_dead_letters(ddb, name)) == []

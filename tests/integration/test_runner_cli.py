@@ -115,6 +115,19 @@ def test_cli_run_and_query(dynamodb_local, ddb, table, tmp_path):
     assert result.stdout.strip() == "total_paths_found TOTAL_PATHS_FOUND: 7"
     # the rules are pending (no backfill ran): the answer comes with a warning on stderr
     assert result.stderr.startswith("warning: rule 'total_paths_found' is pending")
+    # a definition changed without a rebuild: the stored aggregates mean the deployed one
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(
+        (ROOT / "definitions" / "cloud_adventure.yaml")
+        .read_text()
+        .replace("key: TOTAL_PATHS_FOUND", "key: ALL_PATHS", 1)
+    )
+    result = cli.invoke(main, ["query", "get", "total_paths_found", *common, "-d", str(changed)])
+    # (nothing is stored under the new key ALL_PATHS: exit 1)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(
+        "warning: rule 'total_paths_found' was changed since its aggregates were built"
+    )
 
     result = cli.invoke(main, ["query", "top", "paths_per_player", "-n", "2", *common, *defs])
     assert result.exit_code == 0, result.output

@@ -298,16 +298,20 @@ def test_the_command_explains_a_record(rules_file, tmp_path):
     [
         (
             [],
-            "error: explain one thing: an ITEM file (or -), --record FILE, or --table T --key ...",
+            "error: nothing to explain: give an ITEM file (or -), --record FILE, or --table T "
+            "--key NAME=VALUE ...",
         ),
         (
             ["a.json", "--record", "b.json"],
-            "error: explain one thing: an ITEM file (or -), --record FILE, or --table T --key ...",
+            "error: explain one thing at a time: an ITEM file (or -), --record FILE, or --table "
+            "T --key NAME=VALUE ...",
         ),
         (["nope.json"], "error: nope.json: cannot read the item: No such file or directory"),
     ],
 )
-def test_the_command_refuses_in_one_line(rules_file, args, line):
+def test_the_command_refuses_in_one_line(rules_file, args, line, monkeypatch):
+    # AGGREGATOR_TABLE_NAME names the table for --key only: an ITEM still is one thing
+    monkeypatch.setenv("AGGREGATOR_TABLE_NAME", "orders")
     result = CliRunner().invoke(main, ["explain", "-d", str(rules_file), *args])
     assert result.exit_code == 1
     assert result.output.splitlines() == [line]

@@ -137,9 +137,9 @@ def print_backfill_summary(stats: BackfillStats, names: str) -> None:
     console.print(
         f"backfill {stats.backfill_id}{' (resumed)' if stats.resumed else ''}: "
         f"{names} active; {stats.items_scanned} items scanned in "
-        f"{stats.pages} pages ({rate:,.0f} items/s), {stats.changed_items} items written by "
-        f"the application while it ran ({stats.first_old_used + stats.unscanned_changed} "
-        f"counted at their state from the stream), {stats.write.items_written} aggregate "
+        f"{stats.pages} pages ({rate:,.0f} items/s), {stats.changed_items} items changed "
+        f"since the rules' fences ({stats.first_old_used + stats.unscanned_changed} counted at "
+        f"their state from the stream), {stats.write.items_written} aggregate "
         f"updates, {stats.modelled_rcu} RCU and "
         f"{stats.write.modelled_wcu} WCU (modelled), {stats.elapsed_seconds:.1f} s",
         highlight=False,

@@ -91,6 +91,7 @@ def dead_letters_cmd(
     replay, and --clear-healed deletes the letters of healed items."""
     import json
 
+    from aggregator.core.exceptions import ConfigError
     from aggregator.dynamodb.deadletters import (
         clear_healed_dead_letters,
         letter_states,
@@ -101,7 +102,9 @@ def dead_letters_cmd(
     sources = definitions if definitions is not None else default_rule_sources()
     layout = layout_of(sources)  # a bad rule file is reported before any AWS call
     if clear_healed and sources is None:
-        raise click.UsageError("--clear-healed needs the rules: -d DIR")
+        raise ConfigError(
+            "--clear-healed judges each letter's item by the rules: give them with -d FILE|DIR"
+        )
     letters = list(list_dead_letters(client, table_name, layout=layout))
     rules = _rules_for_states(client, table_name, sources) if letters else None
     if clear_healed:
@@ -111,7 +114,10 @@ def dead_letters_cmd(
             if rules is not None
             else (0, 0)
         )
-        console.print(f"cleared {cleared} healed dead letter(s); {left} left", highlight=False)
+        if as_json:
+            click.echo(json.dumps({"cleared": cleared, "left": left}))
+        else:
+            console.print(f"cleared {cleared} healed dead letter(s); {left} left", highlight=False)
         return
     states = letter_states(client, table_name, letters, rules, layout=layout)
     if as_json:
@@ -225,8 +231,14 @@ def replay_dead_letters_cmd(
     console.print(
         f"replayed {result.replayed}, no change {result.no_change}, "
         f"already replayed {result.already_replayed}, too recent {result.too_recent}, "
-        f"still failing {len(result.still_failing)}, heal by fixing the item "
-        f"{result.heal_by_fixing}"
+        f"still failing {len(result.still_failing)}"
+        + (
+            f"; {result.heal_by_fixing} letter(s) of bad items left alone (they heal when the "
+            "item is fixed: aggregator dead-letters)"
+            if result.heal_by_fixing
+            else ""
+        ),
+        highlight=False,
     )
     if result.too_recent:
         console.print(

@@ -14,7 +14,12 @@ import click
 from rich.text import Text as _RichText
 from rich.tree import Tree
 
-from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option
+from aggregator.cli.options import (
+    RuleSources,
+    _check_table_name,
+    _definitions_option,
+    _endpoint_option,
+)
 from aggregator.cli.output import console
 from aggregator.core.exceptions import ConfigError
 
@@ -144,7 +149,13 @@ def _update_text(layout: Any, change: Any) -> str:
 @click.argument("item", required=False)
 @_definitions_option
 @click.option("--record", "record_source", help="A stream record (JSON file, or - for stdin)")
-@click.option("--table", "table_name", help="Explain the live item of this table (with --key)")
+@click.option(
+    "--table",
+    "table_name",
+    envvar="AGGREGATOR_TABLE_NAME",
+    callback=_check_table_name,
+    help="Explain the live item of this table (with --key) [env AGGREGATOR_TABLE_NAME]",
+)
 @click.option("--key", "keys", multiple=True, help="NAME=VALUE of the live item's key (repeat)")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON")
 @_endpoint_option
@@ -168,11 +179,18 @@ def explain_cmd(
     from aggregator.core.records import Image, MalformedRecord, parse_record
     from aggregator.core.rules import load_rules
 
+    ctx = click.get_current_context()
+    from_environment = (
+        ctx.get_parameter_source("table_name") == click.core.ParameterSource.ENVIRONMENT
+    )
+    if from_environment and (item is not None or record_source is not None or not keys):
+        table_name = None  # AGGREGATOR_TABLE_NAME names the table only for --key
     given = [item is not None, record_source is not None, table_name is not None]
-    if sum(given) != 1:
-        raise ConfigError(
-            "explain one thing: an ITEM file (or -), --record FILE, or --table T --key ..."
-        )
+    what = "an ITEM file (or -), --record FILE, or --table T --key NAME=VALUE ..."
+    if sum(given) == 0:
+        raise ConfigError(f"nothing to explain: give {what}")
+    if sum(given) > 1:
+        raise ConfigError(f"explain one thing at a time: {what}")
     now = time.time()
     if record_source is not None:
         rules = load_rules(definitions)

@@ -18,15 +18,25 @@ from aggregator.core.exceptions import AggregatorError
 
 
 def _store(table_name: str, definitions: RuleSources, endpoint_url: str | None, rule: str) -> Any:
-    """The store, after a warning on stderr when ``rule``'s serving generation does not count
-    the table's older items yet (pending or being backfilled; the store's own manifest read)."""
+    """The store, after a warning on stderr when ``rule``'s serving generation was built from
+    another definition, or does not count the table's older items yet (pending or being
+    backfilled); both from the store's own manifest read."""
     from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.query import AggregateStore
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     store = AggregateStore(client, table_name, rules)
-    status = store.serving_status(rule) if any(r.name == rule for r in rules) else None
-    if status in ("requested", "pending", "backfilling"):
+    known = any(r.name == rule for r in rules)
+    status = store.serving_status(rule) if known else None
+    if known and store.definition_changed(rule):
+        err_console.print(
+            f"warning: rule {rule!r} was changed since its aggregates were built: they count "
+            "its deployed definition, not this one (aggregator rebuild "
+            f"{rule} --table {table_name})",
+            markup=False,
+            highlight=False,
+        )
+    elif status in ("requested", "pending", "backfilling"):
         err_console.print(
             f"warning: rule {rule!r} is {status}: its aggregates do not count the items "
             "from before its fences yet, so they are incomplete (aggregator status --table "
