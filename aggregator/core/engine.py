@@ -365,14 +365,21 @@ class Engine:
         EvaluationError
             When the rule cannot evaluate the image: every attribute the rule reads is checked
             first, whatever the order of its tests, so a malformed value fails it
-            deterministically (the same image always gets the same verdict).
+            deterministically (the same image always gets the same verdict); an amount past 38
+            significant digits is ``limit-exceeded``.
         """
         if image is None:
             return []
         image.check(self._reads[rule.name])
         if derived:
             image = self._aggregate_image(image)
-        return self._refs(rule, image)
+        try:
+            return self._refs(rule, image)
+        except ArithmeticError:
+            raise EvaluationError(
+                "the amount needs more than DynamoDB's 38 significant digits",
+                FailureCause.LIMIT_EXCEEDED,
+            ) from None
 
     def image_error(self, rule_name: str, image: Image) -> EvaluationError | None:
         """Why ``rule_name`` cannot evaluate ``image`` (an item, or for a derived rule its
@@ -389,11 +396,6 @@ class Engine:
             self._image_refs(rule, image, derived=rule.source is not None)
         except EvaluationError as exc:
             return exc
-        except ArithmeticError:
-            return EvaluationError(
-                "the amount needs more than DynamoDB's 38 significant digits",
-                FailureCause.LIMIT_EXCEEDED,
-            )
         return None
 
     def _rule_delta(
@@ -513,6 +515,19 @@ class Engine:
         failed: list[tuple[str, EvaluationError]] = []
         if image is None:
             return out, failed
+        for name in rules:
+            try:
+                refs = self._image_refs(self.rules.get(name), image, derived=False)
+            except EvaluationError as exc:
+                failed.append((name, exc))
+                continue
+            # one ref per granularity, each distinct (their sort keys name the granularity)
+            out.update(
+                (ref, amount)
+                for ref, amount in refs
+                if amount != 0 and (ref.bucket is None or not ref.bucket.expired(now))
+            )
+        return out, failed
         for name in rules:
             rule = self.rules.get(name)
             try:

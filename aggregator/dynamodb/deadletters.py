@@ -173,6 +173,14 @@ class DeadLetter:
     image: str | None = None
 
     @property
+    def unreplayable_reason(self) -> str:
+        """Why the letter cannot be replayed when it is not ``replayable`` (a malformed record,
+        or a record kept only by its keys or digest)."""
+        if self.cause == FailureCause.MALFORMED_RECORD:
+            return "the record is malformed"
+        return f"only the record's {self.record_form} were kept (it did not fit 400 KB)"
+
+    @property
     def typed_item_key(self) -> dict[str, Any] | None:
         """The source item's table key in DynamoDB JSON (the stream record's ``Keys``), or
         ``None`` when the record kept does not say."""
@@ -188,10 +196,8 @@ class DeadLetter:
         """The source item's table key as ``{attribute: value text}`` (the stream record's
         ``Keys``), or ``None`` when the record kept does not say (a digest, a malformed
         record)."""
-        record = self.record if isinstance(self.record, dict) else {}
-        data = record.get("dynamodb")
-        keys = data.get("Keys") if isinstance(data, dict) else None
-        if not isinstance(keys, dict):
+        keys = self.typed_item_key
+        if keys is None:
             return None
         out = {}
         for name, value in keys.items():
@@ -508,27 +514,17 @@ def letter_states(
             if letter.replayable and letter.rule != RECORD_RULE:
                 out[at] = LetterState(letter, "replay", "replay-dead-letters applies it")
             else:
-                why = (
-                    "the record is malformed"
-                    if letter.cause == FailureCause.MALFORMED_RECORD
-                    else f"only the record's {letter.record_form} kept"
-                )
-                out[at] = LetterState(letter, "stuck", why)
+                out[at] = LetterState(letter, "stuck", letter.unreplayable_reason)
             continue
         key = letter.typed_item_key
-        if engine is None or letter.rule not in names or key is None:
-            why = (
-                "no rules given"
-                if engine is None
-                else (
-                    f"rule {letter.rule!r} is not defined"
-                    if key is not None
-                    else "item key not kept"
-                )
-            )
-            out[at] = LetterState(letter, "unknown", why)
-            continue
-        probe.append((at, key))
+        if engine is None:
+            out[at] = LetterState(letter, "unknown", "no rules given")
+        elif key is None:
+            out[at] = LetterState(letter, "unknown", "item key not kept")
+        elif letter.rule not in names:
+            out[at] = LetterState(letter, "unknown", f"rule {letter.rule!r} is not defined")
+        else:
+            probe.append((at, key))
     items = batch_get_items(client_call(client), table_name, [key for _, key in probe])
     for (at, _), item in zip(probe, items, strict=True):
         letter = letters[at]
@@ -551,11 +547,12 @@ def clear_healed_dead_letters(
     rules: RuleSet,
     *,
     layout: TableLayout | None = None,
+    letters: list[DeadLetter] | None = None,
 ) -> tuple[int, int]:
     """Delete the letters whose item has been fixed or deleted (:func:`letter_states`):
     ``(cleared, left)``. Only letters read as healed go; a batch redelivered later may write one
     again, and it then reads as healed again (a letter carries no amount: clearing it changes
-    no aggregate).
+    no aggregate). ``letters``: the table's letters when already listed (listed here if not).
 
     Raises
     ------
@@ -563,7 +560,8 @@ def clear_healed_dead_letters(
         When DynamoDB refuses a read or a delete.
     """
     layout = rules.layout if layout is None else layout
-    letters = list(list_dead_letters(client, table_name, layout=layout))
+    if letters is None:
+        letters = list(list_dead_letters(client, table_name, layout=layout))
     cleared = 0
     for state in letter_states(client, table_name, letters, rules, layout=layout):
         if state.state != "healed":
@@ -615,12 +613,7 @@ def replay_dead_letters(
             result.too_recent += 1
             continue
         if not letter.replayable or letter.rule == RECORD_RULE:
-            why = (
-                "the record is malformed"
-                if letter.cause == FailureCause.MALFORMED_RECORD
-                else f"only the record's {letter.record_form} were kept (it did not fit 400 KB)"
-            )
-            result.still_failing.append(f"{where}: not replayable: {why}")
+            result.still_failing.append(f"{where}: not replayable: {letter.unreplayable_reason}")
             continue
         rule = by_name.get(letter.rule)
         if rule is None:

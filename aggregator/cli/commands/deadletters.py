@@ -19,7 +19,6 @@ from aggregator.cli.options import (
     _layout_definitions_option,
     _table_option,
     default_rule_sources,
-    layout_of,
 )
 from aggregator.cli.output import console
 
@@ -46,19 +45,19 @@ def _key_text(key: dict[str, str] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in key.items()) if key else "(unknown)"
 
 
-def _rules_for_states(
-    client: object, table_name: str, sources: RuleSources | None
-) -> RuleSet | None:
-    """The rules named as stored (generations of rebuilt rules), or ``None`` when there are
-    none to read (no ``-d`` and no default directory)."""
+def _stored_rules(client: object, table_name: str, rules: RuleSet) -> RuleSet:
+    """``rules`` named as their letters name them: a rebuilt rule's by its generation
+    (``"<rule>@<n>"``, from the table's manifest).
+
+    Raises
+    ------
+    ConfigError
+        When the manifest and the rules disagree (:func:`resolved_rules`).
+    """
     from aggregator.core.exceptions import ConfigError
     from aggregator.core.lifecycle import resolved_rules
-    from aggregator.core.rules import load_rules
     from aggregator.dynamodb.manifest import Manifest
 
-    if sources is None:
-        return None
-    rules = load_rules(sources)
     try:
         return resolved_rules(rules, Manifest(client, table_name, rules.layout).load())
     except ValueError as exc:
@@ -92,25 +91,28 @@ def dead_letters_cmd(
     import json
 
     from aggregator.core.exceptions import ConfigError
+    from aggregator.core.layout import DEFAULT_LAYOUT
+    from aggregator.core.rules import load_rules
     from aggregator.dynamodb.deadletters import (
         clear_healed_dead_letters,
         letter_states,
         list_dead_letters,
     )
 
-    client = clients.make_client("dynamodb", endpoint_url)
     sources = definitions if definitions is not None else default_rule_sources()
-    layout = layout_of(sources)  # a bad rule file is reported before any AWS call
     if clear_healed and sources is None:
         raise ConfigError(
             "--clear-healed judges each letter's item by the rules: give them with -d FILE|DIR"
         )
+    # a bad rule file is reported before any AWS call
+    given = load_rules(sources) if sources is not None else None
+    layout = given.layout if given is not None else DEFAULT_LAYOUT
+    client = clients.make_client("dynamodb", endpoint_url)
     letters = list(list_dead_letters(client, table_name, layout=layout))
-    rules = _rules_for_states(client, table_name, sources) if letters else None
+    rules = _stored_rules(client, table_name, given) if letters and given is not None else None
     if clear_healed:
-        assert sources is not None
         cleared, left = (
-            clear_healed_dead_letters(client, table_name, rules, layout=layout)
+            clear_healed_dead_letters(client, table_name, rules, layout=layout, letters=letters)
             if rules is not None
             else (0, 0)
         )
@@ -204,11 +206,9 @@ def replay_dead_letters_cmd(
     replay in dead-letters), with the current rules. Letters of bad items are never replayed:
     the aggregate heals when the application fixes the item."""
     from aggregator.core.exceptions import ConfigError
-    from aggregator.core.lifecycle import resolved_rules
     from aggregator.core.rules import load_rules
     from aggregator.core.windows import parse_duration
     from aggregator.dynamodb.deadletters import replay_dead_letters
-    from aggregator.dynamodb.manifest import Manifest
 
     try:
         min_age_seconds = 0 if min_age.strip() == "0" else parse_duration(min_age)
@@ -217,10 +217,7 @@ def replay_dead_letters_cmd(
     rules = load_rules(definitions)
     client = clients.make_client("dynamodb", endpoint_url)
     # letters of a rebuilt rule name its generation ("<rule>@<n>"): replay into that generation
-    try:
-        rules = resolved_rules(rules, Manifest(client, table_name, rules.layout).load())
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    rules = _stored_rules(client, table_name, rules)
     result = replay_dead_letters(
         client,
         table_name,
