@@ -56,6 +56,7 @@ from aggregator.cli.project.build import (
     build_function,
     rule_files,
 )
+from aggregator.cli.project.scaffold import project_file
 from aggregator.cli.template import render_regions
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
@@ -63,6 +64,7 @@ from aggregator.core.rules import RuleSet, load_rules
 from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.dynamodb.table import table_definition
 from aggregator.dynamodb.tablecheck import VIEW_TYPE, key_schema_problems
+from aggregator.runtime.filters import parse_template
 
 __all__ = ["AggregatorFunction", "RulePaths"]
 
@@ -648,22 +650,26 @@ def _literal_list(value: object) -> list[Any]:
     return []
 
 
-_ACTIONS: dict[str, list[str]] = {
-    "ReadTheTablesStream": [
-        "dynamodb:DescribeStream",
-        "dynamodb:GetRecords",
-        "dynamodb:GetShardIterator",
-    ],
-    "ListStreams": ["dynamodb:ListStreams"],
-    "DescribeTheTable": ["dynamodb:DescribeTable"],
-    "AggregatesPartitionOnly": ["dynamodb:UpdateItem", "dynamodb:GetItem"],
-    "DeadLettersPartitionOnly": ["dynamodb:PutItem"],
-    "ControlPartitionOnly": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
-    "OnFailureQueue": ["sqs:SendMessage"],
-    "OwnLogGroup": ["logs:CreateLogStream", "logs:PutLogEvents"],
-    "XRayWrites": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
-}
-"""The role's statements by ``Sid``, as the SAM template's ``AggregatorRole`` has them."""
+def _role_actions() -> dict[str, list[str]]:
+    """The actions of each statement of the SAM template's ``AggregatorRole``, by ``Sid``, read
+    from the template this package ships (one source for both deployments; a statement under
+    ``!If`` counts by its ``Sid`` too)."""
+    template = parse_template(project_file("template.yaml"), "template.yaml")
+    policies = template["Resources"]["AggregatorRole"]["Properties"]["Policies"]
+    actions: dict[str, list[str]] = {}
+    for policy in policies:
+        for entry in policy["PolicyDocument"]["Statement"]:
+            # an !If [condition, statement, !Ref AWS::NoValue] reads as that list
+            for statement in entry if isinstance(entry, list) else [entry]:
+                if isinstance(statement, dict) and "Sid" in statement:
+                    action = statement["Action"]
+                    actions[statement["Sid"]] = [action] if isinstance(action, str) else action
+    return actions
+
+
+_ACTIONS = _role_actions()
+"""The role's statements' actions by ``Sid``, as the SAM template's ``AggregatorRole`` has
+them."""
 
 
 def _statements(

@@ -33,7 +33,13 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
 
-__all__ = ["MAX_PATTERN_CHARS", "check_template", "filter_criteria", "filter_patterns"]
+__all__ = [
+    "MAX_PATTERN_CHARS",
+    "check_template",
+    "filter_criteria",
+    "filter_patterns",
+    "parse_template",
+]
 
 MAX_PATTERN_CHARS = 4096
 """Longest filter pattern Lambda accepts (Lambda Developer Guide, "Lambda event filtering")."""
@@ -111,6 +117,22 @@ def _any_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
 _TemplateLoader.add_multi_constructor("!", _any_tag)
 
 
+def parse_template(text: str, source: str) -> dict[str, Any]:
+    """A CloudFormation/SAM template's YAML as plain data; an intrinsic function's tag is
+    dropped and its argument kept (``!If [c, a, b]`` reads as ``[c, a, b]``).
+
+    Raises
+    ------
+    ConfigError
+        When the text is not YAML, naming ``source``.
+    """
+    try:
+        data = yaml.load(text, Loader=_TemplateLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: cannot read the template: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
 def template_filters(path: str | Path) -> dict[str, list[Any]]:
     """The filter patterns of every ``DynamoDB`` event in a SAM template, by
     ``"<function>.<event>"``, each pattern parsed from its JSON string.
@@ -121,9 +143,10 @@ def template_filters(path: str | Path) -> dict[str, list[Any]]:
         When the file cannot be read or parsed, or a pattern is not JSON.
     """
     try:
-        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_TemplateLoader)
-    except (OSError, yaml.YAMLError) as exc:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
         raise ConfigError(f"{path}: cannot read the template: {exc}") from None
+    data = parse_template(text, str(path))
     found: dict[str, list[Any]] = {}
     for name, resource in (data.get("Resources") or {}).items():
         events = ((resource or {}).get("Properties") or {}).get("Events") or {}
