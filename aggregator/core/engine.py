@@ -44,6 +44,7 @@ from decimal import Decimal
 from typing import Any
 
 from aggregator.core.exceptions import ConfigError, EvaluationError, FailureCause
+from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add, subtract
 from aggregator.core.records import Image, MalformedRecord, StreamRecord, pad_sequence_number
@@ -60,6 +61,7 @@ __all__ = [
     "MAX_SORT_KEY_BYTES",
     "PARTIAL_MARK",
     "AggregateRef",
+    "Amounts",
     "BatchDeltas",
     "CoalescedDelta",
     "Engine",
@@ -95,17 +97,25 @@ class AggregateRef:
         return f"{PARTIAL_MARK}{self.sort_key}" if self.partial else self.sort_key
 
 
+Amounts = tuple[Decimal, Decimal]
+"""``(amount, count)``: what a change adds to an aggregate's value and to its count (kinds that
+keep one; else 0)."""
+
+_NOTHING: Amounts = (Decimal(0), Decimal(0))
+
 PARTIAL_MARK = "~"
 """Prefix of the :attr:`AggregateRef.batch_key` of changes to partial items."""
 
 
 @dataclass(frozen=True, slots=True)
 class RecordDelta:
-    """The change one record makes to one aggregate item (never zero)."""
+    """The change one record makes to one aggregate item (never zero in both): ``amount`` to its
+    value and ``count`` to its count (kinds that keep one, :mod:`aggregator.core.kinds`)."""
 
     ref: AggregateRef
     amount: Decimal
     sequence_number: str
+    count: Decimal = Decimal(0)
 
 
 RECORD_RULE = "*"
@@ -177,6 +187,14 @@ class CoalescedDelta:
         partials the aggregate has.
     slot
         Which partial the writer chose (``None`` before it did, and for aggregates).
+    count, count_parts
+        For a rule whose kind keeps a count of items (``keeps_count``): the batch's change to
+        it and its ``(sequence number, change)`` per record, as ``amount`` and ``parts``.
+    keeps_count
+        The update also ``ADD``s ``count`` (:data:`aggregator.core.kinds.COUNT_ATTRIBUTE`).
+    per_value
+        A value item of a kind with one item per value: when its count falls to zero the
+        writer gives it a TTL (:mod:`aggregator.dynamodb.writer`).
     """
 
     ref: AggregateRef
@@ -187,15 +205,27 @@ class CoalescedDelta:
     index_partitions: int = 1
     write_shards: int = 1
     slot: int | None = None
+    count: Decimal = Decimal(0)
+    count_parts: list[tuple[str, Decimal]] = field(default_factory=list)
+    keeps_count: bool = False
+    per_value: bool = False
 
     def amount_after(self, sequence_number: str) -> Decimal:
         """Sum of the parts whose sequence number is greater than ``sequence_number``."""
-        bound = pad_sequence_number(sequence_number)
-        total = Decimal(0)
-        for seq, amount in self.parts:
-            if pad_sequence_number(seq) > bound:
-                total = add(total, amount)
-        return total
+        return _sum_after(self.parts, sequence_number)
+
+    def count_after(self, sequence_number: str) -> Decimal:
+        """Sum of the count parts whose sequence number is greater than ``sequence_number``."""
+        return _sum_after(self.count_parts, sequence_number)
+
+
+def _sum_after(parts: list[tuple[str, Decimal]], sequence_number: str) -> Decimal:
+    bound = pad_sequence_number(sequence_number)
+    total = Decimal(0)
+    for seq, amount in parts:
+        if pad_sequence_number(seq) > bound:
+            total = add(total, amount)
+    return total
 
 
 @dataclass(slots=True)
@@ -335,7 +365,7 @@ class Engine:
         value = image.get(self.layout.value_attribute)
         return None if value is None or value == 0 else image
 
-    def _refs(self, rule: Rule, image: Image | None) -> list[tuple[AggregateRef, Decimal]]:
+    def _refs(self, rule: Rule, image: Image | None) -> list[tuple[AggregateRef, Amounts]]:
         """The aggregate items one image contributes to under ``rule``, with the amounts.
 
         Raises
@@ -352,12 +382,12 @@ class Engine:
                     f"the aggregate's sort key would be {size} bytes, over {self._sort_key_limit}",
                     FailureCause.LIMIT_EXCEEDED,
                 )
-            out.append((ref, c.amount))
+            out.append((ref, (c.amount, c.item_count)))
         return out
 
     def _image_refs(
         self, rule: Rule, image: Image | None, derived: bool
-    ) -> list[tuple[AggregateRef, Decimal]]:
+    ) -> list[tuple[AggregateRef, Amounts]]:
         """What one image contributes to ``rule`` (nothing for an absent image).
 
         Raises
@@ -400,7 +430,7 @@ class Engine:
 
     def _rule_delta(
         self, rule: Rule, record: StreamRecord, derived: bool
-    ) -> tuple[list[tuple[AggregateRef, Decimal]], dict[str, EvaluationError]]:
+    ) -> tuple[list[tuple[AggregateRef, Amounts]], dict[str, EvaluationError]]:
         """The rule's per-aggregate changes for one record (zero changes dropped), and the
         evaluation error of each image the rule could not evaluate, by label (``OldImage``,
         ``NewImage``): such an image contributes nothing (module docstring, "Bad images").
@@ -413,7 +443,7 @@ class Engine:
         """
         if record.is_ttl_delete and rule.ttl_deletes == "keep":
             return [], {}
-        changes: dict[AggregateRef, Decimal] = {}
+        changes: dict[AggregateRef, Amounts] = {}
         failed: dict[str, EvaluationError] = {}
         for label, image, combine in (
             ("OldImage", record.old_image, subtract),
@@ -426,8 +456,9 @@ class Engine:
                 failed[label] = EvaluationError(f"{label}: {exc}", exc.cause)
                 continue
             try:
-                for ref, amount in refs:
-                    changes[ref] = combine(changes.get(ref, Decimal(0)), amount)
+                for ref, (amount, count) in refs:
+                    was, counted = changes.get(ref, _NOTHING)
+                    changes[ref] = (combine(was, amount), combine(counted, count))
             except ArithmeticError:
                 raise EvaluationError(
                     f"{label}: the delta needs more than DynamoDB's 38 significant digits",
@@ -435,9 +466,9 @@ class Engine:
                 ) from None
         partial = not derived and rule.write_shards > 1
         return [
-            (replace(ref, partial=True) if partial else ref, amount)
-            for ref, amount in changes.items()
-            if amount != 0
+            (replace(ref, partial=True) if partial else ref, amounts)
+            for ref, amounts in changes.items()
+            if amounts != _NOTHING
         ], failed
 
     def _partial_delta(
@@ -449,35 +480,40 @@ class Engine:
         if record.is_ttl_delete:  # a partial time bucket expired: its aggregate expires itself
             return [], []
         amounts = []
+        counts = []
         display = None
         bucket = None
+        reads = (value, "key", COUNT_ATTRIBUTE) if rule.kind.keeps_count else (value, "key")
         try:
             for label, image in (("OldImage", record.old_image), ("NewImage", record.new_image)):
                 if image is None:
                     amounts.append(Decimal(0))
+                    counts.append(Decimal(0))
                     continue
                 try:
-                    image.check((value, "key"))
+                    image.check(reads)
                 except EvaluationError as exc:
                     raise EvaluationError(f"{label}: {exc}", exc.cause) from None
                 amount = image.get(value)
                 amounts.append(Decimal(0) if amount is None else Decimal(amount))
+                count = image.get(COUNT_ATTRIBUTE) if rule.kind.keeps_count else None
+                counts.append(Decimal(0) if count is None else Decimal(count))
                 display = image.get("key") if display is None or label == "NewImage" else display
                 if rule.window is not None:
                     bucket = self._partial_bucket(image, label)
             change = subtract(amounts[1], amounts[0])
+            count_change = subtract(counts[1], counts[0])
         except EvaluationError as exc:
             return [], [self._failure(record, rule.name, str(exc), exc.cause)]
         except ArithmeticError:
             reason = "the partial's change needs more than DynamoDB's 38 significant digits"
             return [], [self._failure(record, rule.name, reason, FailureCause.LIMIT_EXCEEDED)]
-        if change == 0:
+        if change == 0 and count_change == 0:
             return [], []
         key = total[len(rule.name) + 1 :]
         shown = str(display if display is not None else key)
-        return [
-            RecordDelta(AggregateRef(rule.name, key, shown, bucket), change, record.sequence_number)
-        ], []
+        ref = AggregateRef(rule.name, key, shown, bucket)
+        return [RecordDelta(ref, change, record.sequence_number, count_change)], []
 
     def _partial_bucket(self, image: Image, label: str) -> Bucket:
         """The time bucket a partial of a windowed rule belongs to, from its attributes
@@ -499,9 +535,9 @@ class Engine:
             None if expires is None else int(expires),
         )
 
-    def image_contributions(
+    def image_entries(
         self, image: Image | None, rules: Iterable[str], *, now: float
-    ) -> tuple[dict[AggregateRef, Decimal], list[tuple[str, EvaluationError]]]:
+    ) -> tuple[dict[AggregateRef, Amounts], list[tuple[str, EvaluationError]]]:
         """What one item image contributes to the named base rules' aggregates (the state a
         backfill counts), skipping time buckets expired at ``now``; and the rules that could
         not evaluate it, with the error (the item then contributes nothing to them).
@@ -509,9 +545,10 @@ class Engine:
         Returns
         -------
         tuple
-            ``({ref: amount}, [(rule, error)])``, amounts never zero.
+            ``({ref: (amount, count)}, [(rule, error)])``: ``count`` is what the item adds to
+            the count of a kind that keeps one (else 0); never both zero.
         """
-        out: dict[AggregateRef, Decimal] = {}
+        out: dict[AggregateRef, Amounts] = {}
         failed: list[tuple[str, EvaluationError]] = []
         if image is None:
             return out, failed
@@ -523,36 +560,19 @@ class Engine:
                 continue
             # one ref per granularity, each distinct (their sort keys name the granularity)
             out.update(
-                (ref, amount)
-                for ref, amount in refs
-                if amount != 0 and (ref.bucket is None or not ref.bucket.expired(now))
+                (ref, amounts)
+                for ref, amounts in refs
+                if amounts != _NOTHING and (ref.bucket is None or not ref.bucket.expired(now))
             )
         return out, failed
-        for name in rules:
-            rule = self.rules.get(name)
-            try:
-                image.check(self._reads[name])
-                changes: dict[AggregateRef, Decimal] = {}
-                for ref, amount in self._refs(rule, image):
-                    if ref.bucket is not None and ref.bucket.expired(now):
-                        continue
-                    changes[ref] = add(changes.get(ref, Decimal(0)), amount)
-            except EvaluationError as exc:
-                failed.append((name, exc))
-                continue
-            except ArithmeticError:
-                failed.append(
-                    (
-                        name,
-                        EvaluationError(
-                            "the amount needs more than DynamoDB's 38 significant digits",
-                            FailureCause.LIMIT_EXCEEDED,
-                        ),
-                    )
-                )
-                continue
-            out.update((ref, amount) for ref, amount in changes.items() if amount != 0)
-        return out, failed
+
+    def image_contributions(
+        self, image: Image | None, rules: Iterable[str], *, now: float
+    ) -> tuple[dict[AggregateRef, Decimal], list[tuple[str, EvaluationError]]]:
+        """:meth:`image_entries` with the value amounts only: ``({ref: amount}, [(rule,
+        error)])``."""
+        found, failed = self.image_entries(image, rules, now=now)
+        return {ref: amount for ref, (amount, _) in found.items()}, failed
 
     @staticmethod
     def _missing_image(record: StreamRecord) -> str | None:
@@ -604,7 +624,8 @@ class Engine:
                     self._failure(record, rule.name, str(error), error.cause, "NewImage")
                 )
             deltas.extend(
-                RecordDelta(ref, amount, record.sequence_number) for ref, amount in changes
+                RecordDelta(ref, amount, record.sequence_number, count)
+                for ref, (amount, count) in changes
             )
         return deltas, failures
 
@@ -718,15 +739,13 @@ class Engine:
                 by_rule.setdefault(d.ref.rule, []).append(d)
             for rule_name, group in by_rule.items():
                 try:  # all of a (record, rule)'s deltas, or none
-                    sums = {
-                        d.ref.batch_key: add(
-                            batch.deltas[d.ref.batch_key].amount
-                            if d.ref.batch_key in batch.deltas
-                            else Decimal(0),
-                            d.amount,
+                    sums = {}
+                    for d in group:
+                        current = batch.deltas.get(d.ref.batch_key)
+                        sums[d.ref.batch_key] = (
+                            add(current.amount, d.amount) if current else d.amount,
+                            add(current.count, d.count) if current else d.count,
                         )
-                        for d in group
-                    }
                 except ArithmeticError:
                     batch.failures.append(
                         self._failure(
@@ -757,22 +776,29 @@ class Engine:
         return kept
 
     @staticmethod
-    def _coalesce(batch: BatchDeltas, d: RecordDelta, total: Decimal, rule: Rule) -> None:
+    def _coalesce(batch: BatchDeltas, d: RecordDelta, totals: Amounts, rule: Rule) -> None:
         sk = d.ref.batch_key
         current = batch.deltas.get(sk)
+        keeps_count = rule.kind.keeps_count
         if current is None:
             batch.deltas[sk] = CoalescedDelta(
                 d.ref,
-                total,
+                totals[0],
                 d.sequence_number,
                 [(d.sequence_number, d.amount)],
                 rule.leaderboard and not d.ref.partial,
                 rule.leaderboard_partitions,
                 rule.write_shards,
+                count=totals[1],
+                count_parts=[(d.sequence_number, d.count)] if keeps_count else [],
+                keeps_count=keeps_count,
+                per_value=rule.kind.per_value,
             )
             return
-        current.amount = total
+        current.amount, current.count = totals
         current.parts.append((d.sequence_number, d.amount))
+        if keeps_count:
+            current.count_parts.append((d.sequence_number, d.count))
         if pad_sequence_number(d.sequence_number) < pad_sequence_number(
             current.first_sequence_number
         ):

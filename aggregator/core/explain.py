@@ -164,7 +164,7 @@ def explain_record(engine: Engine, record: StreamRecord, *, now: float) -> Recor
             f"{batch.expired} change(s) to time buckets past their retention skipped (an expired "
             "bucket is never written again)"
         )
-    changes = [d for d in batch.deltas.values() if d.amount != 0]
+    changes = [d for d in batch.deltas.values() if d.amount != 0 or d.count != 0]
     old_verdicts = explain_image(engine, old, now=now) if old is not None else None
     unreadable = [v.rule for v in old_verdicts or () if v.cause is not None]
     if unreadable and batch.old_images_unreadable:

@@ -28,7 +28,11 @@ from decimal import Context, Decimal
 
 from aggregator.core.conditions import dynamodb_number_problem
 
-__all__ = ["number_from_sortable", "sortable_number"]
+__all__ = ["MAX_SORTABLE_BYTES", "number_from_sortable", "sortable_number"]
+
+MAX_SORTABLE_BYTES = 43
+"""The longest text :func:`sortable_number` returns, in bytes (ASCII): sign, three exponent digits,
+38 digits and the end mark of a negative number."""
 
 _BIAS = 500
 _NEGATIVE, _ZERO, _POSITIVE = "0", "1", "2"

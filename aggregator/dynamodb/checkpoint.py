@@ -204,6 +204,7 @@ class CheckpointWriter(_BaseWriter):
     ) -> None:
         super().__init__(client, table_name, **kwargs)
         self.checkpoint_retention_seconds = checkpoint_retention_seconds
+        self.empty_value_retention_seconds = checkpoint_retention_seconds
 
     def check_shard(self, shard_id: str | None) -> None:
         if not shard_id:
@@ -220,6 +221,7 @@ class CheckpointWriter(_BaseWriter):
         self,
         delta: CoalescedDelta,
         amount: Decimal,
+        count: Decimal,
         shard_id: str,
         last: str,
         current: _Checkpoints | None,
@@ -231,7 +233,7 @@ class CheckpointWriter(_BaseWriter):
         ck = checkpoint_attribute(shard_id)
         legacy = legacy_checkpoint_attribute(shard_id)
         update = (
-            aggregate_update(self.layout, delta, amount)
+            aggregate_update(self.layout, delta, amount, count)
             .set(ck, {"B": self._checkpoint_value(last)})
             .remove(legacy)
         )
@@ -284,12 +286,12 @@ class CheckpointWriter(_BaseWriter):
     def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
         assert shard_id is not None
         stats = WriteStats()
-        amount = delta.amount
+        amount, count = delta.amount, delta.count
         # the checkpoints the next attempt expects (None: below the batch's first record)
         expected: _Checkpoints | None = None
         removed = (legacy_checkpoint_attribute(shard_id),)
         for _ in range(MAX_RECOVERY_ROUNDS):
-            request = self._request(delta, amount, shard_id, last, expected)
+            request = self._request(delta, amount, count, shard_id, last, expected)
             try:
                 response = self._call("update_item", request, stats)
             except ClientError as exc:
@@ -308,7 +310,7 @@ class CheckpointWriter(_BaseWriter):
                 applied_to = current.applied_to()
                 if applied_to is None:  # checkpoint vanished meanwhile: start over
                     expected = None
-                    amount = delta.amount
+                    amount, count = delta.amount, delta.count
                     continue
                 stats.conditional_recoveries += 1
                 remaining = [(s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to]
@@ -318,6 +320,7 @@ class CheckpointWriter(_BaseWriter):
                 amount = Decimal(0)
                 for _, part in remaining:
                     amount = add(amount, part)
+                count = delta.count_after(applied_to)
                 expected = current
                 continue
             stats.items_written += 1
@@ -328,6 +331,7 @@ class CheckpointWriter(_BaseWriter):
             stats.modelled_wcu += total
             stats.modelled_index_wcu += index
             self._prune(delta, shard_id, old, stats)
+            self._expire_if_empty(delta, old, amount, stats)
             return stats
         raise WriteError(
             f"{delta.ref.sort_key}: checkpoint kept changing during {MAX_RECOVERY_ROUNDS} "

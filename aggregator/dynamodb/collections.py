@@ -62,6 +62,8 @@ def query_collection(
     *,
     begins_with: str | None = None,
     between: tuple[str, str] | None = None,
+    descending: bool = False,
+    page_items: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[CollectionPage]:
     """Pages of the items under the reserved ``partition`` whose sort key text begins with
@@ -79,6 +81,11 @@ def query_collection(
         The table's layout.
     partition
         A reserved partition key value (``layout.aggregates_pk``, ``layout.dead_letters_pk``).
+    descending
+        Read in descending key order (``ScanIndexForward=False``).
+    page_items
+        At most this many items per page (``Limit``; default: 1 MB pages), for a reader that
+        may stop early.
 
     Yields
     ------
@@ -127,6 +134,10 @@ def query_collection(
             kwargs["ConsistentRead"] = True  # GSIs do not support strongly consistent reads
         else:
             kwargs["IndexName"] = index
+        if descending:
+            kwargs["ScanIndexForward"] = False
+        if page_items is not None:
+            kwargs["Limit"] = page_items
         if start:
             kwargs["ExclusiveStartKey"] = start
         response = call("query", **kwargs)

@@ -636,7 +636,7 @@ def replay_dead_letters(
         for delta in batch.deltas.values():
             # the lineage's source rules evaluate user items too when the dead letter's rule was
             # a base rule that has since become derived: apply the dead letter's rule only
-            if delta.amount == 0 or delta.ref.rule != letter.rule:
+            if (delta.amount == 0 and delta.count == 0) or delta.ref.rule != letter.rule:
                 continue
             if delta.ref.partial:  # write sharding: the replay adds to the aggregate itself
                 delta = replace(

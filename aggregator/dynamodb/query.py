@@ -43,7 +43,7 @@ import builtins
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -51,15 +51,17 @@ from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import QueryError, RuleError
+from aggregator.core.kinds import COUNT_ATTRIBUTE, Distribution, Kind, ValueCount
 from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import generation_name, rule_fingerprint
 from aggregator.core.numbers import add
 from aggregator.core.rules import Rule, RuleSet, unescape_key_part
+from aggregator.core.sortable import number_from_sortable
 from aggregator.core.windows import RangePart, bucket_text, plan_range
 from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import MANIFEST_SORT_KEY
 
-__all__ = ["Aggregate", "AggregateStore", "HistogramBucket", "WindowResult"]
+__all__ = ["Aggregate", "AggregateStore", "HistogramBucket", "Percentiles", "WindowResult"]
 
 _DESERIALIZER = TypeDeserializer()
 
@@ -81,6 +83,15 @@ class Aggregate:
     granularity, bucket, expires
         For windowed rules: the bucket's granularity label, its start as UTC text
         (``2013-01-01T05:00:00Z``) and its TTL in epoch seconds (``None`` without retention).
+    fields
+        The rule's kind's fields (:meth:`aggregator.core.kinds.Kind.fields`): ``{"value"}`` for
+        ``sum``, ``{"mean", "sum", "count"}`` for ``mean``, ``{"min"}``, ``{"max"}``, and for
+        ``distribution`` ``{"count", "min", "p50", "p90", "p99", "max"}``; a field is ``None``
+        when there is nothing to give (the mean of no items).
+
+    For a kind that keeps one item per value (``min``, ``max``, ``distribution``) ``value`` is
+    the kind's main field (the min, the max, the count) and ``sort_key`` the prefix of the key's
+    value items; for the others it is the item's value attribute (a mean's sum).
     """
 
     rule: str
@@ -90,6 +101,40 @@ class Aggregate:
     granularity: str | None = None
     bucket: str | None = None
     expires: int | None = None
+    fields: Mapping[str, Decimal | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    """Percentiles of one key, from :meth:`AggregateStore.percentiles`.
+
+    Attributes
+    ----------
+    rule, key
+        What was read.
+    values
+        ``{p: value}`` per percentile asked, in the order asked; ``None`` when the key has no
+        values. Nearest rank: the ``p``-th percentile of ``n`` values is the value of rank
+        ``ceil(p / 100 * n)`` (rank 1 for ``p = 0``) in ascending order.
+    count
+        How many values the key has.
+    relative_accuracy
+        For a ``distribution`` rule, its ``alpha``: each value is within ``alpha`` of the true
+        percentile, relatively (zero exactly); ``0`` for ``min``/``max`` rules, whose values are
+        exact.
+    requests, items_read, read_units
+        What the read cost: ``Query`` requests, value items returned, modelled RCU (1 per
+        started 4 KB of each page, strongly consistent).
+    """
+
+    rule: str
+    key: str
+    values: dict[Decimal, Decimal | None]
+    count: Decimal
+    relative_accuracy: Decimal
+    requests: int
+    items_read: int
+    read_units: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +194,35 @@ class WindowResult:
     @property
     def end_text(self) -> str:
         return bucket_text(self.end)
+
+
+def _page_units(page: Sequence[Mapping[str, Any]]) -> int:
+    """Modelled RCU of one strongly consistent ``Query`` page: 1 per started 4 KB of its items'
+    total size (Developer Guide, "Read consumption for Query"), at least 1."""
+    from aggregator.dynamodb.writer import typed_item_size
+
+    return max(1, math.ceil(sum(typed_item_size(i) for i in page) / 4096))
+
+
+def _exact_percentiles(
+    values: Sequence[ValueCount], ps: Sequence[Decimal]
+) -> builtins.list[Decimal | None]:
+    """Nearest-rank percentiles of exact values (ascending, non-zero counts)."""
+    ordered = sorted(values, key=lambda v: v.number)
+    total = sum(v.count for v in ordered)
+    out: list[Decimal | None] = []
+    for p in ps:
+        if total == 0:
+            out.append(None)
+            continue
+        rank = max(1, math.ceil(p * total / 100))
+        seen = Decimal(0)
+        for v in ordered:
+            seen += v.count
+            if seen >= rank:
+                out.append(v.number)
+                break
+    return out
 
 
 def _s(value: Mapping[str, Any] | None) -> str | None:
@@ -352,16 +426,24 @@ class AggregateStore:
         key = _s(item.get("key"))
         if key is None:
             key = unescape_key_part(sk[len(stored) + 1 :])
-        value = item.get(self.layout.value_attribute, {}).get("N", "0")
+        value = Decimal(item.get(self.layout.value_attribute, {}).get("N", "0"))
+        count = item.get(COUNT_ATTRIBUTE, {}).get("N")
         ttl = item.get(self.layout.ttl_attribute, {}).get("N")
+        kind = self._rule(rule).kind
+        fields = (
+            kind.fields(value, None if count is None else Decimal(count), ())
+            if kind.reading.scope == "item"
+            else {}
+        )
         return Aggregate(
             rule,
             key,
-            Decimal(value),
+            value,
             sk,
             _s(item.get("granularity")),
             _s(item.get("bucket")),
             None if ttl is None else int(Decimal(ttl)),
+            fields,
         )
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
@@ -393,6 +475,10 @@ class AggregateStore:
             )
         stored = self.storage_name(rule)
         sk = self.sort_key(rule, key, storage_name=stored)
+        kind = self._rule(rule).kind
+        if kind.reading.scope == "values":
+            values, _, _ = self._values(sk, kind)
+            return self._summary(rule, sk, stored, kind, values) if values else None
         response = self._call(
             "get_item",
             Key={
@@ -411,14 +497,161 @@ class AggregateStore:
         QueryError
             For an unknown rule or a failed request.
         """
-        self._rule(rule)
+        kind = self._rule(rule).kind
         stored = self.storage_name(rule)
+        if kind.reading.scope == "values":
+            yield from self._list_values(rule, stored, kind)
+            return
         for page in self._pages(begins_with=f"{stored}#"):
             for item in page:
                 yield self._aggregate(item, rule, stored)
 
+    # -- kinds with one item per value -----------------------------------------------------------
+
+    def _value_count(self, item: Mapping[str, Any], kind: Kind) -> tuple[str, ValueCount]:
+        """``(the aggregate's sort key, the value item)`` of one value item."""
+        sk = self.layout.sort_key_of(item) or ""
+        prefix, _, suffix = sk.rpartition("#")
+        try:
+            number = kind.number_of(number_from_sortable(suffix))
+        except ValueError:
+            raise QueryError(f"{sk!r} is not a value item of a {kind.name} rule") from None
+        count = Decimal(item.get(self.layout.value_attribute, {}).get("N", "0"))
+        return prefix, ValueCount(number, count)
+
+    def _values(
+        self, sort_key: str, kind: Kind, *, every: bool = False
+    ) -> tuple[builtins.list[ValueCount], int, int]:
+        """The value items of one aggregate with a count other than zero, in the kind's reading
+        order (with ``first_only`` and not ``every``, the first such one only): ``(values,
+        items read, RCU)``.
+        ``first_only`` reads pages of 25 items, so the value items whose count fell to zero and
+        that TTL has not deleted yet cost a request per 25."""
+        reading = kind.reading
+        first_only = reading.first_only and not every
+        out: list[ValueCount] = []
+        items_read = units = 0
+        for page in self._pages(
+            begins_with=f"{sort_key}#",
+            descending=reading.order == "descending",
+            page_items=25 if first_only else None,
+        ):
+            items_read += len(page)
+            units += _page_units(page)
+            for item in page:
+                _, value = self._value_count(item, kind)
+                if value.count == 0:
+                    continue
+                out.append(value)
+                if first_only:
+                    return out, items_read, units
+        return out, items_read, units
+
+    def _summary(
+        self, rule: str, sort_key: str, stored: str, kind: Kind, values: Sequence[ValueCount]
+    ) -> Aggregate:
+        fields = kind.fields(None, None, values)
+        main = fields.get(kind.headline)
+        return Aggregate(
+            rule,
+            unescape_key_part(sort_key[len(stored) + 1 :]),
+            Decimal(0) if main is None else main,
+            sort_key,
+            fields=fields,
+        )
+
+    def _list_values(self, rule: str, stored: str, kind: Kind) -> Iterator[Aggregate]:
+        """One :class:`Aggregate` per key of a kind with one item per value: a key's value items
+        are contiguous in sort-key order (they share its prefix), read in ascending order."""
+        current: str | None = None
+        values: list[ValueCount] = []
+        descending = kind.reading.order == "descending"
+
+        def summary() -> Aggregate | None:
+            if current is None or not values:
+                return None
+            ordered = builtins.list(reversed(values)) if descending else values
+            return self._summary(rule, current, stored, kind, ordered)
+
+        for page in self._pages(begins_with=f"{stored}#"):
+            for item in page:
+                prefix, value = self._value_count(item, kind)
+                if prefix != current:
+                    done = summary()
+                    if done is not None:
+                        yield done
+                    current, values = prefix, []
+                if value.count != 0:
+                    values.append(value)
+        done = summary()
+        if done is not None:
+            yield done
+
+    def percentiles(
+        self,
+        rule: str,
+        key: str | Sequence[Any] | Mapping[str, Any],
+        ps: Sequence[Decimal | int | float | str],
+    ) -> Percentiles:
+        """Percentiles of one key of a ``distribution`` rule (each within the rule's relative
+        accuracy, relatively), or exact ones of a ``min``/``max`` rule (which reads every
+        distinct value of the key).
+
+        ``key`` as for :meth:`sort_key`; ``ps`` from 0 to 100 (``[50, 90, 99]``). One ``Query``
+        of the key's bins (1 MB pages): a key's bins are bounded by the range of its values,
+        not by how many values it has.
+
+        Raises
+        ------
+        QueryError
+            For an unknown rule, a rule of another kind, a windowed rule, a percentile outside
+            0..100, or a failed request.
+        """
+        definition = self._rule(rule)
+        kind = definition.kind
+        if not kind.per_value:
+            raise QueryError(
+                f"rule {rule!r} is of kind {kind.name!r}: percentiles need a rule of kind "
+                "distribution (or min/max, exact)"
+            )
+        if definition.window is not None:
+            raise QueryError(f"rule {rule!r} keeps time buckets: read them with window()")
+        try:
+            wanted = [Decimal(str(p)) for p in ps]
+        except ArithmeticError:
+            raise QueryError(f"percentiles must be numbers from 0 to 100, got {ps}") from None
+        bad = [p for p in wanted if not (p.is_finite() and 0 <= p <= 100)]
+        if bad or not wanted:
+            raise QueryError(f"percentiles must be numbers from 0 to 100, got {list(ps)}")
+        stored = self.storage_name(rule)
+        sk = self.sort_key(rule, key, storage_name=stored)
+        before = self.requests
+        values, items_read, units = self._values(sk, kind, every=True)
+        if isinstance(kind, Distribution):
+            found, total = kind.percentiles(values, wanted)
+            accuracy = kind.relative_accuracy
+        else:
+            found = _exact_percentiles(values, wanted)
+            total = Decimal(sum(v.count for v in values))
+            accuracy = Decimal(0)
+        return Percentiles(
+            rule,
+            unescape_key_part(sk[len(stored) + 1 :]),
+            dict(zip(wanted, found, strict=True)),
+            total,
+            accuracy,
+            self.requests - before,
+            items_read,
+            units,
+        )
+
     def _pages(
-        self, *, begins_with: str | None = None, between: tuple[str, str] | None = None
+        self,
+        *,
+        begins_with: str | None = None,
+        between: tuple[str, str] | None = None,
+        descending: bool = False,
+        page_items: int | None = None,
     ) -> Iterator[builtins.list[Any]]:
         """Pages of the aggregates collection whose sort key text begins with ``begins_with``
         or lies in ``between``: raw DynamoDB-JSON items, read as
@@ -432,6 +665,8 @@ class AggregateStore:
                 self.layout.aggregates_pk,
                 begins_with=begins_with,
                 between=between,
+                descending=descending,
+                page_items=page_items,
             )
         except RuntimeError as exc:  # keys left unprocessed again and again
             raise QueryError(f"reading {self.table_name!r}: {exc}") from None
@@ -496,18 +731,40 @@ class AggregateStore:
 
     # -- histograms ----------------------------------------------------------------------------
 
-    def histogram(self, rule: str) -> builtins.list[HistogramBucket]:
+    def histogram(
+        self, rule: str, key: str | Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> builtins.list[HistogramBucket]:
         """Every aggregate of ``rule`` as ``(value, count)`` rows sorted by value (numerically
         when every key is a number), zero counts left out.
 
         Meant for derived rules keyed by their source's value (``key: "{value}"``): a row says
-        how many source keys have that value ("how many players found exactly 3 paths").
+        how many source keys have that value ("how many players found exactly 3 paths"). For a
+        rule with one item per value (``distribution``, ``min``, ``max``) give ``key``: the
+        rows are that key's bins (each bin's reported value) or distinct values, with how many
+        values each holds.
 
         Raises
         ------
         QueryError
-            For an unknown rule or a failed request.
+            For an unknown rule, a missing or needless ``key``, or a failed request.
         """
+        definition = self._rule(rule)
+        if definition.kind.per_value:
+            if key is None or definition.window is not None:
+                raise QueryError(
+                    f"rule {rule!r} is of kind {definition.kind.name!r}: give one key (its "
+                    "bins are per key)"
+                    if key is None
+                    else f"rule {rule!r} keeps time buckets: read them with window()"
+                )
+            values, _, _ = self._values(self.sort_key(rule, key), definition.kind, every=True)
+            return sorted(
+                (HistogramBucket(v.number, v.count) for v in values), key=lambda r: r.value
+            )
+        if key is not None:
+            raise QueryError(
+                f"rule {rule!r}: a histogram of a {definition.kind.name} rule takes no key"
+            )
         rows: list[HistogramBucket] = []
         for a in self.list(rule):
             if a.value == 0:

@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from aggregator.core.engine import CoalescedDelta
+from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.layout import TableLayout, leaderboard_partition
 
 __all__ = ["Update", "added_amounts", "aggregate_update", "prune_update", "resolved"]
@@ -173,18 +174,21 @@ def resolved(request: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def aggregate_update(layout: TableLayout, delta: CoalescedDelta, amount: Decimal) -> Update:
-    """The update of one aggregate item: ``ADD value :amount`` and ``SET`` of its descriptive
-    attributes (``rule``, ``key``; the leaderboard attribute for leaderboard rules; ``granularity``,
-    ``bucket`` and the TTL attribute for time buckets; the collection attribute on a table
-    without a sort key). Every attribute but the counter is the same on every update of the
-    item, so repeating an update never changes them."""
-    update = (
-        Update()
-        .add(layout.value_attribute, amount)
-        .set("rule", {"S": delta.ref.rule})
-        .set("key", {"S": delta.ref.display_key})
-    )
+def aggregate_update(
+    layout: TableLayout, delta: CoalescedDelta, amount: Decimal, count: Decimal | None = None
+) -> Update:
+    """The update of one aggregate item: ``ADD value :amount`` (and ``ADD count :count`` for a
+    kind that keeps a count; ``count`` defaults to ``delta.count``) and ``SET`` of its
+    descriptive attributes (``rule``, ``key``; the leaderboard attribute for leaderboard rules;
+    ``granularity``, ``bucket`` and the TTL attribute for time buckets; the collection attribute
+    on a table without a sort key). Every attribute but the counters is the same on every update
+    of the item, so repeating an update never changes them. A value item of a kind with one item
+    per value (``delta.per_value``, not in a time bucket) also loses the TTL its count falling
+    to zero gave it (:meth:`aggregator.dynamodb.writer._BaseWriter._expire_if_empty`)."""
+    update = Update().add(layout.value_attribute, amount)
+    if delta.keeps_count:
+        update = update.add(COUNT_ATTRIBUTE, delta.count if count is None else count)
+    update = update.set("rule", {"S": delta.ref.rule}).set("key", {"S": delta.ref.display_key})
     if not layout.has_sort_key:
         update = update.set(layout.collection_attribute, {"S": layout.aggregates_pk})
     if delta.leaderboard:
@@ -199,6 +203,8 @@ def aggregate_update(layout: TableLayout, delta: CoalescedDelta, amount: Decimal
         )
         if bucket.expires is not None:
             update = update.set(layout.ttl_attribute, {"N": str(bucket.expires)})
+    elif delta.per_value:
+        update = update.remove(layout.ttl_attribute)
     return update
 
 

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
+from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.layout import (
     DEFAULT_LAYOUT,
     PARTIAL_PREFIX,
@@ -47,7 +48,7 @@ from aggregator.core.layout import (
 )
 from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
-from aggregator.dynamodb.updates import aggregate_update
+from aggregator.dynamodb.updates import Update, aggregate_update
 
 __all__ = [
     "AtLeastOnceWriter",
@@ -60,6 +61,11 @@ __all__ = [
     "typed_attribute_size",
     "typed_item_size",
 ]
+
+DEFAULT_EMPTY_VALUE_RETENTION_SECONDS = 25 * 3600
+"""How long a value item whose count fell to zero stays before its TTL lets DynamoDB delete it
+(:meth:`_BaseWriter._expire_if_empty`): longer than the template's
+``MaximumRecordAgeInSeconds`` (24 hours), like the checkpoint retention."""
 
 MAX_ITEM_BYTES = 400 * 1024
 """DynamoDB's item size limit (Developer Guide, "Service quotas": 400 KB)."""
@@ -159,6 +165,9 @@ class WriteStats:
         writing (an ``ADD`` would recreate a bucket that TTL may have deleted).
     failed_items
         Items whose update still failed after retries.
+    emptied_values
+        Value items (kinds with one item per value) whose count fell to zero and were given a
+        TTL, one extra update each.
     dead_letters
         Dead letters recorded (in the table, or in the last-resort queue) for records a rule
         could not evaluate and malformed records.
@@ -184,6 +193,7 @@ class WriteStats:
     pruned_checkpoints: int = 0
     expired_skipped: int = 0
     failed_items: int = 0
+    emptied_values: int = 0
     dead_letters: int = 0
     dead_letters_compacted: int = 0
     dead_letter_fallbacks: int = 0
@@ -255,15 +265,19 @@ class Writer(Protocol):
 
 
 def add_update(
-    table_name: str, layout: TableLayout, delta: CoalescedDelta, amount: Decimal
+    table_name: str,
+    layout: TableLayout,
+    delta: CoalescedDelta,
+    amount: Decimal,
+    count: Decimal | None = None,
 ) -> dict[str, Any]:
     """``UpdateItem`` arguments (or a ``TransactWriteItems`` ``Update`` action) that ``ADD``
-    ``amount`` to ``delta``'s aggregate item and set its descriptive attributes
-    (:func:`aggregator.dynamodb.updates.aggregate_update`)."""
+    ``amount`` (and ``count``, for a kind that keeps one) to ``delta``'s aggregate item and set
+    its descriptive attributes (:func:`aggregator.dynamodb.updates.aggregate_update`)."""
     return {
         "TableName": table_name,
         "Key": layout.aggregate_key(delta.ref.sort_key),
-        **aggregate_update(layout, delta, amount).render(),
+        **aggregate_update(layout, delta, amount, count).render(),
     }
 
 
@@ -309,6 +323,7 @@ class _BaseWriter:
         self.throttle_retries = throttle_retries
         self.backoff_seconds = backoff_seconds
         self._clock = clock
+        self.empty_value_retention_seconds = DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
         self._pool = ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="aggregator-write"
         )
@@ -354,6 +369,8 @@ class _BaseWriter:
             item[lay.leaderboard_attribute] = self.index_partition(delta)
         if delta.slot is not None:
             item.pop(lay.collection_attribute, None)
+        if delta.keeps_count:
+            item[COUNT_ATTRIBUTE] = delta.count
         bucket = delta.ref.bucket
         if bucket is not None:
             item.update(granularity=bucket.granularity, bucket=bucket.text)
@@ -436,10 +453,55 @@ class _BaseWriter:
             )
         return units + index_units, index_units
 
-    def _update_request(self, delta: CoalescedDelta, amount: Decimal) -> dict[str, Any]:
-        """``UpdateItem`` arguments that ``ADD`` ``amount`` and set the descriptive attributes
-        (returning the item as it was, which sizes the write; no extra capacity)."""
-        request = add_update(self.table_name, self.layout, delta, amount)
+    def _expire_if_empty(
+        self,
+        delta: CoalescedDelta,
+        old: Mapping[str, Mapping[str, Any]] | None,
+        amount: Decimal,
+        stats: WriteStats,
+    ) -> None:
+        """Give a value item whose count this update brought to zero a TTL: now plus
+        :attr:`empty_value_retention_seconds`, on condition that its count is still zero (a
+        later update, which removes the TTL, wins). Such items are read past by ``min``/``max``
+        and hold no value, so without it they would pile up in front of the extreme.
+
+        Exactly-once survives the deletion: every update of the item removes the TTL and one
+        that leaves it at zero sets it again, so the item is deleted no sooner than the
+        retention after its last write, when no record that touched it can be delivered again
+        (the retention exceeds the event source mapping's ``MaximumRecordAgeInSeconds``, as for
+        pruned checkpoints). Items in a time bucket keep the bucket's TTL instead. Best effort:
+        a failure leaves the item at zero, to be retried on its next write."""
+        if not delta.per_value or delta.ref.bucket is not None:
+            return
+        previous = (old or {}).get(self.layout.value_attribute, {}).get("N")
+        if add(Decimal(previous or 0), amount) != 0:
+            return
+        expires = int(self._clock()) + self.empty_value_retention_seconds
+        update = (
+            Update()
+            .set(self.layout.ttl_attribute, {"N": str(expires)})
+            .where_equals(self.layout.value_attribute, {"N": "0"})
+        )
+        request = {
+            "TableName": self.table_name,
+            "Key": self._key(delta),
+            **update.render(),
+            "ReturnConsumedCapacity": "TOTAL",
+        }
+        try:
+            self._call("update_item", request, stats)
+        except (ClientError, BotoCoreError):
+            return
+        stats.emptied_values += 1
+        stats.modelled_wcu += write_units(typed_item_size(old)) if old else 1
+
+    def _update_request(
+        self, delta: CoalescedDelta, amount: Decimal, count: Decimal | None = None
+    ) -> dict[str, Any]:
+        """``UpdateItem`` arguments that ``ADD`` ``amount`` (and ``count``) and set the
+        descriptive attributes (returning the item as it was, which sizes the write; no extra
+        capacity)."""
+        request = add_update(self.table_name, self.layout, delta, amount, count)
         request["Key"] = self._key(delta)  # a partial's, for a rule with write_shards
         request["ReturnConsumedCapacity"] = "TOTAL"
         request["ReturnValues"] = "ALL_OLD"
@@ -546,7 +608,7 @@ class AtLeastOnceWriter(_BaseWriter):
     mode = "at-least-once"
 
     def _select(self, batch: BatchDeltas, stats: WriteStats) -> list[CoalescedDelta]:
-        todo = [d for d in batch.deltas.values() if d.amount != 0]
+        todo = [d for d in batch.deltas.values() if d.amount != 0 or d.count != 0]
         stats.skipped_zero += len(batch.deltas) - len(todo)
         return todo
 
@@ -554,7 +616,7 @@ class AtLeastOnceWriter(_BaseWriter):
         stats = WriteStats()
         response = self._call("update_item", self._update_request(delta, delta.amount), stats)
         stats.items_written = 1
-        stats.modelled_wcu, stats.modelled_index_wcu = self._modelled_units(
-            delta, old=response.get("Attributes")
-        )
+        old = response.get("Attributes")
+        stats.modelled_wcu, stats.modelled_index_wcu = self._modelled_units(delta, old=old)
+        self._expire_if_empty(delta, old, delta.amount, stats)
         return stats

@@ -66,7 +66,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta, Engine
+from aggregator.core.engine import AggregateRef, Amounts, BatchDeltas, CoalescedDelta, Engine
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.lifecycle import (
     Fence,
@@ -170,7 +170,7 @@ class _ChangedItems:
     def __init__(self, backfill: Backfill) -> None:
         self.b = backfill
         self.lock = threading.Lock()
-        self.first_old: dict[bytes, dict[AggregateRef, Decimal]] = {}
+        self.first_old: dict[bytes, dict[AggregateRef, Amounts]] = {}
         self.iterators: dict[str, str | None] = {}
         self.last: dict[str, str] = {}
         self.done: set[str] = set()
@@ -505,8 +505,8 @@ class Backfill:
 
     # -- contributions -----------------------------------------------------------------------
 
-    def contributions(self, image: Image | None) -> dict[AggregateRef, Decimal]:
-        found, failed = self.engine.image_contributions(image, self.rule_names, now=self.clock())
+    def contributions(self, image: Image | None) -> dict[AggregateRef, Amounts]:
+        found, failed = self.engine.image_entries(image, self.rule_names, now=self.clock())
         if failed:
             with self._stats_lock:
                 self.stats.evaluation_failures += len(failed)
@@ -542,13 +542,23 @@ class Backfill:
             self.stats.aggregate_keys = len(self._keys)
         self.write_limiter.take(float(result.stats.modelled_wcu))
 
-    def _batch(self, amounts: dict[AggregateRef, Decimal], sequence: int) -> BatchDeltas:
+    def _batch(self, amounts: dict[AggregateRef, Amounts], sequence: int) -> BatchDeltas:
         seq = str(sequence)
         batch = BatchDeltas(first_sequence_number=seq, last_sequence_number=seq)
-        for ref, amount in amounts.items():
+        for ref, (amount, count) in amounts.items():
             rule = self.rules.get(ref.rule)
+            keeps_count = rule.kind.keeps_count
             batch.deltas[ref.sort_key] = CoalescedDelta(
-                ref, amount, seq, [(seq, amount)], rule.leaderboard, rule.leaderboard_partitions
+                ref,
+                amount,
+                seq,
+                [(seq, amount)],
+                rule.leaderboard,
+                rule.leaderboard_partitions,
+                count=count,
+                count_parts=[(seq, count)] if keeps_count else [],
+                keeps_count=keeps_count,
+                per_value=rule.kind.per_value,
             )
         return batch
 
@@ -648,10 +658,10 @@ class Backfill:
 
     def _count(
         self, items: list[dict[str, Any]], changed: _ChangedItems
-    ) -> tuple[dict[AggregateRef, Decimal], list[bytes], int]:
+    ) -> tuple[dict[AggregateRef, Amounts], list[bytes], int]:
         """A page's amounts: each item's first post-fence state if the stream has one, else its
         scanned state; with the digests of the items and how many used the stream's."""
-        amounts: dict[AggregateRef, Decimal] = {}
+        amounts: dict[AggregateRef, Amounts] = {}
         page_digests: list[bytes] = []
         first_old_used = 0
         names = [n for n in (self.layout.partition_key, self.layout.sort_key) if n]
@@ -668,8 +678,8 @@ class Backfill:
                 found = old
             else:
                 found = self.contributions(Image(item))
-            for ref, amount in found.items():
-                amounts[ref] = add(amounts.get(ref, Decimal(0)), amount)
+            for ref, found_amounts in found.items():
+                amounts[ref] = _plus(amounts.get(ref), found_amounts)
         return amounts, page_digests, first_old_used
 
     def _replay(
@@ -823,13 +833,13 @@ class Backfill:
         digests: set[bytes] = set().union(*per_segment)
         time.sleep(self.stream_lag_seconds)
         changed.pump()
-        final: dict[AggregateRef, Decimal] = {}
+        final: dict[AggregateRef, Amounts] = {}
         for digest, old in changed.first_old.items():
             if digest in digests:
                 continue
             self.stats.unscanned_changed += 1
-            for ref, amount in old.items():
-                final[ref] = add(final.get(ref, Decimal(0)), amount)
+            for ref, old_amounts in old.items():
+                final[ref] = _plus(final.get(ref), old_amounts)
         self._apply(self._batch(final, 1), f"backfill.{self.stats.backfill_id}.final")
         now = int(self.clock())
         # derived rules first: a kill before the base rules are marked leaves them backfilling,
@@ -843,6 +853,13 @@ class Backfill:
         self.stats.elapsed_seconds = time.monotonic() - started
         self.writer.close()
         return self.stats
+
+
+def _plus(total: Amounts | None, more: Amounts) -> Amounts:
+    """``total + more``, per field (``None``: nothing yet)."""
+    if total is None:
+        return more
+    return add(total[0], more[0]), add(total[1], more[1])
 
 
 def _read_units(items: list[dict[str, Any]]) -> Decimal:

@@ -130,6 +130,8 @@ def _encode_state(batch: BatchDeltas) -> str:
             _encode_bucket(d.ref.bucket),
             d.index_partitions,
             d.write_shards,
+            [[s, str(c)] for s, c in d.count_parts] if d.keeps_count else None,
+            int(d.per_value),
         ]
         for sk, d in batch.deltas.items()
     }
@@ -158,6 +160,12 @@ def _decode_state(text: str | None) -> BatchDeltas:
             amount = add(amount, a)
         bucket = _decode_bucket(rest[0] if rest else None)
         index_partitions, write_shards = (rest[1], rest[2]) if len(rest) >= 3 else (1, 1)
+        # states written before kinds had neither count parts nor the per-value flag
+        counted = rest[3] if len(rest) >= 4 else None
+        count_parts = [(s, Decimal(c)) for s, c in counted or ()]
+        count = Decimal(0)
+        for _, c in count_parts:
+            count = add(count, c)
         batch.deltas[sk] = CoalescedDelta(
             AggregateRef(rule, key, display, bucket, partial=sk.startswith(PARTIAL_MARK)),
             amount,
@@ -166,6 +174,10 @@ def _decode_state(text: str | None) -> BatchDeltas:
             bool(leaderboard),
             index_partitions,
             write_shards,
+            count=count,
+            count_parts=count_parts,
+            keeps_count=counted is not None,
+            per_value=bool(rest[4]) if len(rest) >= 5 else False,
         )
     return batch
 
@@ -192,13 +204,18 @@ def _merge(into: BatchDeltas, batch: BatchDeltas) -> BatchDeltas:
     for sk, d in batch.deltas.items():
         current = into.deltas.get(sk)
         if current is None:
-            into.deltas[sk] = replace(d, parts=list(d.parts))
+            into.deltas[sk] = replace(d, parts=list(d.parts), count_parts=list(d.count_parts))
             continue
         known = {s for s, _ in current.parts}
         for s, a in d.parts:
             if s not in known:  # a redelivered record must not count twice in the state
                 current.parts.append((s, a))
                 current.amount = add(current.amount, a)
+        counted = {s for s, _ in current.count_parts}
+        for s, c in d.count_parts:
+            if s not in counted:
+                current.count_parts.append((s, c))
+                current.count = add(current.count, c)
         current.first_sequence_number = min(
             current.first_sequence_number, d.first_sequence_number, key=pad_sequence_number
         )

@@ -43,8 +43,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from aggregator.core.engine import AggregateRef, CoalescedDelta, Engine
+from aggregator.core.engine import AggregateRef, Amounts, CoalescedDelta, Engine
 from aggregator.core.exceptions import ConfigError
+from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.lifecycle import changed_definitions, resolved_rules
 from aggregator.core.numbers import add, subtract
 from aggregator.core.records import Image
@@ -56,6 +57,8 @@ from aggregator.dynamodb.updates import aggregate_update
 from aggregator.dynamodb.writer import error_code
 
 __all__ = ["Drift", "ReconcileReport", "reconcile"]
+
+_ZERO: Amounts = (Decimal(0), Decimal(0))
 
 Version = tuple[tuple[str, str, Any], ...] | None
 """An aggregate item's value and checkpoints as read (``None``: no item)."""
@@ -74,6 +77,9 @@ class Drift:
     expected: Decimal
     stored: Decimal
     status: str
+    expected_count: Decimal | None = None
+    """For a kind that keeps a count of items (``mean``): the expected count (else ``None``)."""
+    stored_count: Decimal | None = None
 
     @property
     def difference(self) -> Decimal:
@@ -96,12 +102,12 @@ class ReconcileReport:
 
 
 def _version(item: dict[str, Any], value_attribute: str) -> tuple[tuple[str, str, Any], ...]:
-    """``(attribute, type, value)`` of the item's value and checkpoints, sorted."""
+    """``(attribute, type, value)`` of the item's value, count and checkpoints, sorted."""
     return tuple(
         sorted(
             (name, *next(iter(v.items())))
             for name, v in item.items()
-            if name == value_attribute or is_checkpoint_attribute(name)
+            if name in (value_attribute, COUNT_ATTRIBUTE) or is_checkpoint_attribute(name)
         )
     )
 
@@ -116,10 +122,10 @@ class _Checker:
         self.engine = Engine(rules)
         self.refs: dict[str, AggregateRef] = {}
 
-    def stored(self, now: float) -> dict[str, tuple[Decimal, Version, dict[str, Any]]]:
-        """``{sort key: (value, version, item)}`` of the rules' aggregates, time buckets expired
-        at ``now`` left out (the expected side skips them too)."""
-        out: dict[str, tuple[Decimal, Version, dict[str, Any]]] = {}
+    def stored(self, now: float) -> dict[str, tuple[Amounts, Version, dict[str, Any]]]:
+        """``{sort key: ((value, count), version, item)}`` of the rules' aggregates, time buckets
+        expired at ``now`` left out (the expected side skips them too)."""
+        out: dict[str, tuple[Amounts, Version, dict[str, Any]]] = {}
         call: Callable[..., dict[str, Any]] = lambda op, **kw: getattr(self.client, op)(**kw)  # noqa: E731
         for name in self.names:
             for page in query_collection(
@@ -137,13 +143,15 @@ class _Checker:
                     if ttl is not None and Decimal(ttl) <= Decimal(str(now)):
                         continue  # an expired time bucket TTL has not deleted yet
                     raw = item.get(self.layout.value_attribute, {}).get("N", "0")
+                    count = item.get(COUNT_ATTRIBUTE, {}).get("N", "0")
                     version = _version(item, self.layout.value_attribute)
-                    out[sort_key] = (Decimal(raw), version, item)
+                    out[sort_key] = ((Decimal(raw), Decimal(count)), version, item)
         return out
 
-    def expected(self, now: float) -> tuple[dict[str, Decimal], int]:
-        """``({sort key: value}, items scanned)`` of the rules over the table's items."""
-        totals: dict[str, Decimal] = {}
+    def expected(self, now: float) -> tuple[dict[str, Amounts], int]:
+        """``({sort key: (value, count)}, items scanned)`` of the rules over the table's items
+        (the count of a kind that keeps none is 0)."""
+        totals: dict[str, Amounts] = {}
         scanned = 0
         start: dict[str, Any] | None = None
         while True:
@@ -155,10 +163,11 @@ class _Checker:
                 if self.layout.is_reserved(item):
                     continue
                 scanned += 1
-                found, _ = self.engine.image_contributions(Image(item), self.names, now=now)
-                for ref, amount in found.items():
+                found, _ = self.engine.image_entries(Image(item), self.names, now=now)
+                for ref, (amount, count) in found.items():
                     self.refs[ref.sort_key] = ref
-                    totals[ref.sort_key] = add(totals.get(ref.sort_key, Decimal(0)), amount)
+                    was, counted = totals.get(ref.sort_key, _ZERO)
+                    totals[ref.sort_key] = (add(was, amount), add(counted, count))
             start = page.get("LastEvaluatedKey")
             if not start:
                 return totals, scanned
@@ -247,7 +256,7 @@ def reconcile(
     checker = _Checker(rules, client, table_name, names)
     report = ReconcileReport()
 
-    def check() -> tuple[dict[str, Any], dict[str, Decimal], dict[str, Any]]:
+    def check() -> tuple[dict[str, Any], dict[str, Amounts], dict[str, Any]]:
         now = clock()
         before = checker.stored(now)
         expected, scanned = checker.expected(now)
@@ -260,13 +269,14 @@ def reconcile(
     keys = set(expected1) | set(after1)
     report.keys_checked = len(keys)
 
-    def value(table: dict[str, Any], key: str) -> Decimal:
-        return table[key][0] if key in table else Decimal(0)
+    def value(table: dict[str, Any], key: str) -> Amounts:
+        found: Amounts = table[key][0] if key in table else _ZERO
+        return found
 
     def version(table: dict[str, Any], key: str) -> Version:
         return table[key][1] if key in table else None
 
-    candidates = sorted(k for k in keys if expected1.get(k, Decimal(0)) != value(after1, k))
+    candidates = sorted(k for k in keys if expected1.get(k, _ZERO) != value(after1, k))
     if not candidates:
         return report
     # a write-sharded rule's change reaches its aggregate in two passes through the stream (the
@@ -278,9 +288,9 @@ def reconcile(
         rule = key.partition("#")[0]
         ref = checker.refs.get(key)
         display = ref.display_key if ref is not None else _stored_key(after2, key)
-        exp, stored = expected2.get(key, Decimal(0)), value(after2, key)
+        exp, stored = expected2.get(key, _ZERO), value(after2, key)
         stable = (
-            expected1.get(key, Decimal(0)) == exp
+            expected1.get(key, _ZERO) == exp
             and version(before1, key) == version(after1, key)
             and version(after1, key) == version(before2, key) == version(after2, key)
         )
@@ -289,7 +299,18 @@ def reconcile(
         status = "drift" if stable else "moving"
         if status == "drift" and repair:
             status = _repair(checker, key, rule, display, ref, exp, stored, after2.get(key))
-        report.drifts.append(Drift(rule, display, exp, stored, status))
+        counted = checker.rules.get(rule).kind.keeps_count
+        report.drifts.append(
+            Drift(
+                rule,
+                display,
+                exp[0],
+                stored[0],
+                status,
+                exp[1] if counted else None,
+                stored[1] if counted else None,
+            )
+        )
     return report
 
 
@@ -304,17 +325,24 @@ def _repair(
     rule: str,
     display: str,
     ref: AggregateRef | None,
-    expected: Decimal,
-    stored: Decimal,
-    row: tuple[Decimal, Version, dict[str, Any]] | None,
+    expected: Amounts,
+    stored: Amounts,
+    row: tuple[Amounts, Version, dict[str, Any]] | None,
 ) -> str:
     layout = checker.layout
     if ref is None:  # no item counts for it any more: the stored item's own description
         ref = AggregateRef(rule, sort_key.partition("#")[2], display)
     definition = checker.rules.get(rule)
-    difference = subtract(expected, stored)
+    difference = subtract(expected[0], stored[0])
     delta = CoalescedDelta(
-        ref, difference, "0", [], definition.leaderboard, definition.leaderboard_partitions
+        ref,
+        difference,
+        "0",
+        [],
+        definition.leaderboard,
+        definition.leaderboard_partitions,
+        count=subtract(expected[1], stored[1]),
+        keeps_count=definition.kind.keeps_count,
     )
     update = aggregate_update(layout, delta, difference)
     if row is None:

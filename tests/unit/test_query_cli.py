@@ -331,7 +331,7 @@ def test_installed_script_completes_query_subcommands():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [
-        f"plain,{c}" for c in ("get", "histogram", "list", "top", "window")
+        f"plain,{c}" for c in ("get", "histogram", "list", "percentile", "top", "window")
     ]
     proc = _complete(
         {

@@ -470,6 +470,7 @@ def test_yaml_numbers_are_exact(tmp_path):
             "0.10000000000000000001",
             Decimal("1.2345678901234567890123"),
             None,
+            Decimal(0),
         )
     ]
 
@@ -643,7 +644,7 @@ def test_match_language():
 def test_validate_command_prints_summary(tmp_path):
     result = CliRunner().invoke(main, ["validate", str(ROOT / "definitions" / "flights.yaml")])
     assert result.exit_code == 0, result.output
-    assert "8 rule(s) valid" in result.output
+    assert "12 rule(s) valid" in result.output
     assert "delay_minutes_by_carrier" in result.output
 
 
@@ -693,8 +694,22 @@ def test_validate_json_and_the_missing_version_note(tmp_path):
 
     assert json.loads(result.stdout) == {
         "rules": [
-            {"name": "a", "key": "{x}", "delta": "1", "reads": ["x"], "options": ["leaderboard"]},
-            {"name": "b", "key": "TOTAL", "delta": "{amount}", "reads": ["amount"], "options": []},
+            {
+                "name": "a",
+                "kind": "sum",
+                "key": "{x}",
+                "delta": "1",
+                "reads": ["x"],
+                "options": ["leaderboard"],
+            },
+            {
+                "name": "b",
+                "kind": "sum",
+                "key": "TOTAL",
+                "delta": "{amount}",
+                "reads": ["amount"],
+                "options": [],
+            },
         ],
         "notes": [f"{bare}: no 'version:' field; version 1 is assumed (write 'version: 1' first)"],
     }

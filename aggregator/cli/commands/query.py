@@ -56,11 +56,21 @@ _json_option = click.option(
 
 
 def _aggregate_json(a: Any) -> dict[str, Any]:
-    """``{"key", "value"}`` and, for a time bucket, ``"granularity"`` and ``"bucket"``."""
+    """``{"key", "value"}``, for a time bucket ``"granularity"`` and ``"bucket"``, and for a kind
+    other than ``sum`` its ``"fields"`` (numbers as strings, ``null`` for none)."""
     out: dict[str, Any] = {"key": a.key, "value": str(a.value)}
     if a.granularity is not None:
         out["granularity"], out["bucket"] = a.granularity, a.bucket
+    if set(a.fields) - {"value"}:
+        out["fields"] = {k: None if v is None else str(v) for k, v in a.fields.items()}
     return out
+
+
+def _fields_text(a: Any) -> str:
+    """A kind's fields as one line (``mean 12.5, sum 25, count 2``), or the value of a sum."""
+    if not set(a.fields) - {"value"}:
+        return str(a.value)
+    return ", ".join(f"{k} {'none' if v is None else v}" for k, v in a.fields.items())
 
 
 def _echo_json(data: Any) -> None:
@@ -157,7 +167,7 @@ def query_get(
             markup=False,
         )
         raise SystemExit(1)
-    console.print(f"{rule} {aggregate.key}: {aggregate.value}", markup=False)
+    console.print(f"{rule} {aggregate.key}: {_fields_text(aggregate)}", markup=False)
 
 
 @query.command("list")
@@ -203,20 +213,105 @@ def query_top(
     _print_rule_aggregates(store, rule, f"top {n}: {rule}", top)
 
 
+def _percent_list(value: str) -> list[Decimal]:
+    """``--p 50,90,99``: percentiles from 0 to 100."""
+    problem = f"expected numbers from 0 to 100 such as 50,90,99, got {value!r}"
+    try:
+        ps = [Decimal(p.strip()) for p in value.split(",") if p.strip()]
+    except ArithmeticError:
+        raise click.BadParameter(problem) from None
+    if not ps or any(not (p.is_finite() and 0 <= p <= 100) for p in ps):
+        raise click.BadParameter(problem)
+    return ps
+
+
+@query.command("percentile")
+@click.argument("rule")
+@click.argument("values", nargs=-1)
+@click.option(
+    "--p",
+    "ps",
+    default="50,90,99",
+    show_default=True,
+    help="Percentiles, comma-separated, from 0 to 100 (nearest rank)",
+)
+@_table_option
+@_definitions_option
+@_endpoint_option
+@_json_option
+def query_percentile(
+    rule: str,
+    values: tuple[str, ...],
+    ps: str,
+    table_name: str,
+    definitions: RuleSources,
+    endpoint_url: str | None,
+    as_json: bool,
+) -> None:
+    """Percentiles of one key of a distribution RULE (each within the rule's relative
+    accuracy), or exact ones of a min/max rule; the key as for query get.
+
+    The p-th percentile of n values is the value of rank ceil(p/100 * n) in ascending order."""
+    wanted = _percent_list(ps)
+    store = _store(table_name, definitions, endpoint_url, rule)
+    result = store.percentiles(rule, _key(values), wanted)
+    if as_json:
+        _echo_json(
+            {
+                "rule": rule,
+                "key": result.key,
+                "count": str(result.count),
+                "relative_accuracy": str(result.relative_accuracy),
+                "percentiles": {
+                    str(p): None if v is None else str(v) for p, v in result.values.items()
+                },
+                "requests": result.requests,
+                "read_units": result.read_units,
+            }
+        )
+        return
+    if result.count == 0:
+        console.print(f"{rule} {' '.join(values)}: no values (nothing counted yet)", markup=False)
+        raise SystemExit(1)
+    accuracy = (
+        "exact" if result.relative_accuracy == 0 else f"within {result.relative_accuracy * 100:g} %"
+    )
+    table = Table(
+        title=f"{rule} {result.key}: {result.count:,} values, percentiles {accuracy}",
+        title_justify="left",
+    )
+    table.add_column("p", justify="right")
+    table.add_column("value", justify="right")
+    for p, v in result.values.items():
+        table.add_row(f"p{p}", "" if v is None else str(v))
+    console.print(table)
+    console.print(
+        f"{result.requests} request(s), {result.items_read} bin item(s), {result.read_units} RCU",
+        highlight=False,
+    )
+
+
 @query.command("histogram")
 @click.argument("rule")
+@click.argument("values", nargs=-1)
 @_table_option
 @_definitions_option
 @_endpoint_option
 @_json_option
 def query_histogram(
-    rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None, as_json: bool
+    rule: str,
+    values: tuple[str, ...],
+    table_name: str,
+    definitions: RuleSources,
+    endpoint_url: str | None,
+    as_json: bool,
 ) -> None:
     """How many source keys have each value: RULE is a derived rule keyed by "{value}" (any
-    other rule shows its keys and values, with bars)."""
+    other rule shows its keys and values, with bars). For a distribution rule give a key: its
+    bins (each bin's reported value and how many values it holds)."""
     store = _store(table_name, definitions, endpoint_url, rule)
-    rows = store.histogram(rule)
-    derived = store.rules.get(rule).is_derived
+    rows = store.histogram(rule, _key(values) if values else None)
+    derived = store.rules.get(rule).is_derived or store.rules.get(rule).kind.per_value
     # a derived rule's key is its source's value, its value a count of source keys; any other
     # rule's rows are its own keys and values
     first, second = ("value", "count") if derived else ("key", "value")

@@ -68,9 +68,13 @@ def reconcile_cmd(
                 justify="right" if column in ("expected", "stored", "difference") else "left",
             )
         for d in report.drifts:
-            table.add_row(
-                d.rule, d.key, f"{d.expected:,}", f"{d.stored:,}", f"{d.difference:+,}", d.status
-            )
+            expected, stored, difference = f"{d.expected:,}", f"{d.stored:,}", f"{d.difference:+,}"
+            if d.expected_count is not None and d.stored_count is not None:
+                # a mean's sum and count: both are compared, and repaired together
+                expected += f" / count {d.expected_count:,}"
+                stored += f" / count {d.stored_count:,}"
+                difference += f" / count {d.expected_count - d.stored_count:+,}"
+            table.add_row(d.rule, d.key, expected, stored, difference, d.status)
         console.print(table)
     counts = {s: sum(d.status == s for d in report.drifts) for s in ("drift", "moving", "repaired")}
     console.print(

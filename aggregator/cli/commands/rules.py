@@ -14,9 +14,9 @@ from aggregator.cli.output import console, err_console
 
 
 def _rule_summary(r: Any) -> dict[str, Any]:
-    """One rule as ``validate`` shows it: ``name``, ``key``, ``delta``, ``reads`` (the
-    attributes it reads, sorted) and ``options`` (leaderboard, write sharding, TTL policy,
-    source, window; text)."""
+    """One rule as ``validate`` shows it: ``name``, ``kind`` (with its options), ``key``,
+    ``delta``, ``reads`` (the attributes it reads, sorted) and ``options`` (leaderboard, write
+    sharding, TTL policy, source, window; text)."""
     delta = str(r.delta.constant) if r.delta.constant is not None else f"{{{r.delta.attribute}}}"
     options = []
     if r.leaderboard:
@@ -37,6 +37,7 @@ def _rule_summary(r: Any) -> dict[str, Any]:
         options.append(f"per {labels} of {w.time}, kept {kept}")
     return {
         "name": r.name,
+        "kind": r.kind.describe(),
         "key": r.key.template,
         "delta": delta,
         "reads": sorted(r.attributes()),
@@ -97,11 +98,16 @@ def validate(paths: tuple[Path, ...], more: tuple[Path, ...], as_json: bool) -> 
         return
     table = Table(title=f"{len(rules)} rule(s) valid", title_justify="left")
     table.add_column("rule", no_wrap=True)
-    for column in ("key", "delta", "reads", "options"):
+    for column in ("kind", "key", "delta", "reads", "options"):
         table.add_column(column)
     for s in summaries:
         table.add_row(
-            s["name"], s["key"], s["delta"], ", ".join(s["reads"]), " ".join(s["options"])
+            s["name"],
+            s["kind"],
+            s["key"],
+            s["delta"],
+            ", ".join(s["reads"]),
+            " ".join(s["options"]),
         )
     console.print(table)
     for note in notes:

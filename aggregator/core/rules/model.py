@@ -22,6 +22,8 @@ from typing import Annotated, Any, Literal, NamedTuple
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
 
 from aggregator.core.conditions import Condition, MatchAll, parse_match
+from aggregator.core.exceptions import EvaluationError, FailureCause
+from aggregator.core.kinds import Kind, Sum, parse_kind
 from aggregator.core.rules.buckets import Bucket, Window
 from aggregator.core.rules.deltas import DeltaSpec
 from aggregator.core.rules.keys import KeyTemplate
@@ -74,6 +76,7 @@ def _parse_key(value: Any) -> KeyTemplate:
 
 MatchField = Annotated[Condition, BeforeValidator(_parse_condition)]
 KeyField = Annotated[KeyTemplate, BeforeValidator(_parse_key)]
+KindField = Annotated[Kind, BeforeValidator(parse_kind)]
 
 
 class Rule(BaseModel):
@@ -89,7 +92,13 @@ class Rule(BaseModel):
     key
         Key template over image attributes, or a literal.
     delta
-        Amount per matching item (``Decimal``), constant or attribute.
+        Amount per matching item (``Decimal``), constant or attribute: the number the rule's
+        kind aggregates.
+    kind
+        What is kept per key (:mod:`aggregator.core.kinds`): ``sum`` (default), ``mean``,
+        ``min``, ``max`` or ``distribution`` (percentiles). Every kind but ``sum`` needs an
+        attribute ``delta``; only ``sum`` can have a ``leaderboard`` or be a derived rule's
+        ``source``.
     ttl_deletes
         ``keep`` (default): a REMOVE made by DynamoDB's TTL (``userIdentity.principalId ==
         "dynamodb.amazonaws.com"``) retracts nothing, so counters of expiring raw events do not
@@ -130,6 +139,7 @@ class Rule(BaseModel):
     match: MatchField = Field(default_factory=MatchAll)
     key: KeyField
     delta: DeltaSpec = Field(default_factory=lambda: DeltaSpec(constant=Decimal(1)))
+    kind: KindField = Field(default_factory=Sum)
     ttl_deletes: Literal["keep", "retract"] = "keep"
     leaderboard: StrictBool = False
     leaderboard_partitions: CountField = 1
@@ -147,6 +157,18 @@ class Rule(BaseModel):
         problem = self._sort_key_problem()
         if problem:
             raise _FieldError("key", problem)
+        if self.kind.needs_attribute and self.delta.attribute is None:
+            raise _FieldError(
+                "delta",
+                f"kind {self.kind.name!r} needs the number to aggregate from an attribute: "
+                "delta: {attribute: NAME}",
+            )
+        if self.leaderboard and not self.kind.ranks:
+            raise _FieldError(
+                "leaderboard",
+                f"a rule of kind {self.kind.name!r} has no total to rank: leaderboard needs "
+                "kind sum",
+            )
         if self.leaderboard_partitions > 1 and not self.leaderboard:
             raise _FieldError(
                 "leaderboard_partitions", "leaderboard_partitions needs leaderboard: true"
@@ -176,13 +198,16 @@ class Rule(BaseModel):
         if self.window is not None:
             label = max((g.label for g in self.window.granularities), key=len)
             suffix = len(f"#{label}#".encode()) + BUCKET_TEXT_BYTES
-        size = prefix + literal + suffix
+        values = self.kind.suffix_bytes
+        size = prefix + literal + suffix + values
         if size <= MAX_SORT_KEY_BYTES:
             return None
         parts = f"'{self.name}#': {prefix}, key"
         parts += f": {literal}" if self.key.is_literal else f" outside its placeholders: {literal}"
         if suffix:
             parts += f", '#{label}#YYYY-MM-DDTHH:MM:SSZ': {suffix}"
+        if values:
+            parts += f", the {self.kind.name} value suffix: up to {values}"
         at_least = "" if self.key.is_literal else "at least "
         return (
             f"the aggregate's sort key would be {at_least}{size} bytes ({parts}), over "
@@ -210,11 +235,18 @@ class Rule(BaseModel):
         if image is None or not self.match.matches(image):
             return []
         encoded, display = self.key.render(image)
-        amount = self.delta.evaluate(image)
+        number = self.delta.evaluate(image)
+        try:
+            entry = self.kind.entry(number)
+        except (ArithmeticError, ValueError) as exc:
+            raise EvaluationError(
+                f"{self.kind.name}: cannot use {number}: {exc}", FailureCause.INVALID_VALUE
+            ) from None
+        tail = "" if entry.suffix is None else f"#{entry.suffix}"
         if self.window is None:
-            return [Contribution(encoded, display, amount, None)]
+            return [Contribution(f"{encoded}{tail}", display, entry.amount, None, entry.count)]
         return [
-            Contribution(f"{encoded}#{b.suffix()}", display, amount, b)
+            Contribution(f"{encoded}#{b.suffix()}{tail}", display, entry.amount, b, entry.count)
             for b in self.window.buckets(image)
         ]
 
@@ -223,11 +255,13 @@ class Contribution(NamedTuple):
     """What one image adds to one aggregate item of a rule.
 
     ``key`` is the encoded sort-key part after ``"<rule>#"`` (with ``"#<granularity>#<bucket>"``
-    for windowed rules), ``display`` the key with raw values, ``bucket`` the time bucket or
-    ``None``.
+    for windowed rules, then ``"#<value>"`` for kinds with one item per value), ``display`` the
+    key with raw values, ``bucket`` the time bucket or ``None``, ``amount`` what the value
+    attribute gets and ``item_count`` what the count attribute gets (kinds that keep one).
     """
 
     key: str
     display: str
     amount: Decimal
     bucket: Bucket | None
+    item_count: Decimal = Decimal(0)

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from aggregator.core.exceptions import RuleError
+from aggregator.core.kinds import Sum
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.rules.errors import _format_errors, _RuleSetProblems
 from aggregator.core.rules.messages import _name, _names
@@ -148,14 +149,25 @@ class RuleSet(BaseModel):
 
 
 def graph_problems(rules: Sequence[Rule]) -> list[tuple[int, str]]:
-    """Problems of the derived-rule graph as ``(rule index, message)``: unknown sources and
-    cycles (each cycle reported once, at its first rule, naming every rule on it)."""
+    """Problems of the derived-rule graph as ``(rule index, message)``: unknown sources,
+    sources of a kind other than ``sum``, and cycles (each cycle reported once, at its first
+    rule, naming every rule on it)."""
     index = {r.name: i for i, r in enumerate(rules)}
     problems: list[tuple[int, str]] = []
     for i, r in enumerate(rules):
         if r.source is not None and r.source not in index:
             known = _names(sorted(index))
             problems.append((i, f"unknown source rule {_name(r.source)}; known rules: {known}"))
+        elif r.source is not None and not getattr(rules[index[r.source]], "kind", Sum()).ranks:
+            # (a rule of a file that failed to validate is a stub without a kind: not judged)
+            kind = rules[index[r.source]].kind.name
+            problems.append(
+                (
+                    i,
+                    f"source rule {_name(r.source)} is of kind {kind!r}: a derived rule reads "
+                    "the totals of a rule of kind sum",
+                )
+            )
     reported: set[str] = set()
     for r in rules:
         path = [r.name]
@@ -263,12 +275,15 @@ def rule(
     write_shards: int = 1,
     window: Mapping[str, Any] | None = None,
     source: str | None = None,
+    kind: str | Mapping[str, Any] = "sum",
 ) -> Rule:
     """Build one validated rule from Python, with the same fields and checks as YAML.
 
     ``window`` takes the YAML mapping (``{"time": "ts", "unit": "epoch_seconds",
     "granularities": ["hour", "minute"], "retention": "25h"}``); ``source`` names the rule a
-    derived rule reads (the graph is checked when the rules form a :class:`RuleSet`).
+    derived rule reads (the graph is checked when the rules form a :class:`RuleSet`); ``kind``
+    takes a kind's name or the YAML mapping (``{"name": "distribution", "relative_accuracy":
+    "0.01"}``; :mod:`aggregator.core.kinds`).
 
     Examples
     --------
@@ -298,6 +313,8 @@ def rule(
         data["leaderboard_partitions"] = leaderboard_partitions
     if write_shards != 1:
         data["write_shards"] = write_shards
+    if kind != "sum":
+        data["kind"] = kind
     try:
         return Rule.model_validate(data)
     except ValidationError as exc:
