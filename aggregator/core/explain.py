@@ -54,18 +54,20 @@ class RuleExplanation:
     """What one rule makes of one image: ``matched``; ``reason`` (the first failing test of a
     non-match, or the evaluation error, with its dead-letter ``cause``: a value the rule reads
     that cannot be read fails the rule as in the handler, matched or not); the aggregates it
-    adds to."""
+    adds to; the rule's ``kind`` (:meth:`aggregator.core.kinds.Kind.describe`)."""
 
     rule: str
     matched: bool
     reason: str | None = None
     cause: str | None = None
     contributions: list[Contributed] = field(default_factory=list)
+    kind: str = "sum"
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data; amounts as decimal strings."""
         return {
             "rule": self.rule,
+            "kind": self.kind,
             "matched": self.matched,
             "reason": self.reason,
             "cause": self.cause,
@@ -111,14 +113,15 @@ def explain_image(engine: Engine, image: Image, *, now: float) -> list[RuleExpla
         # as the handler: the attributes the rule reads are checked before anything else, so
         # a malformed value fails the rule whether it matches or not (its dead letter)
         found, failed = engine.image_contributions(image, [rule.name], now=now)
+        kind = rule.kind.describe()
         if failed:
             _, error = failed[0]
             matched = _matches(rule, image)
-            out.append(RuleExplanation(rule.name, matched, str(error), str(error.cause)))
+            out.append(RuleExplanation(rule.name, matched, str(error), str(error.cause), kind=kind))
             continue
         failure = rule.match.first_failure(image)
         if failure is not None:
-            out.append(RuleExplanation(rule.name, False, failure))
+            out.append(RuleExplanation(rule.name, False, failure, kind=kind))
             continue
         contributions = [
             Contributed(
@@ -130,7 +133,7 @@ def explain_image(engine: Engine, image: Image, *, now: float) -> list[RuleExpla
             )
             for ref, amount in found.items()
         ]
-        out.append(RuleExplanation(rule.name, True, contributions=contributions))
+        out.append(RuleExplanation(rule.name, True, contributions=contributions, kind=kind))
     return out
 
 

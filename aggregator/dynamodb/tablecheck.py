@@ -176,7 +176,10 @@ def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProbl
     if any(r.leaderboard for r in rules):
         problems += _index_problems(table_name, description, _leaderboard_spec(layout))
 
-    if any(r.window is not None and r.window.retention is not None for r in rules):
+    # time buckets with a retention, and value items whose count fell to zero, expire by TTL
+    if any(
+        (r.window is not None and r.window.retention is not None) or r.kind.per_value for r in rules
+    ):
         ttl = client.describe_time_to_live(TableName=table_name).get("TimeToLiveDescription", {})
         status, attribute = ttl.get("TimeToLiveStatus"), ttl.get("AttributeName")
         if status in ("ENABLED", "ENABLING") and attribute != layout.ttl_attribute:
@@ -184,7 +187,8 @@ def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProbl
                 TableProblem(
                     "ttl",
                     f"TTL is on {attribute!r}, the layout's TTL attribute is "
-                    f"{layout.ttl_attribute!r} (windowed rules expire their buckets with it)",
+                    f"{layout.ttl_attribute!r} (windowed rules expire their buckets with it, "
+                    "min/max/distribution rules their empty value items)",
                     f"declare it in the rules: table: {{ttl_attribute: {attribute}}}",
                 )
             )
@@ -193,7 +197,8 @@ def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProbl
                 TableProblem(
                     "ttl",
                     f"TTL is {(status or 'DISABLED').lower()}; windowed rules with a retention "
-                    "expire their buckets through it",
+                    "expire their buckets through it, min/max/distribution rules their empty "
+                    "value items",
                     f"aws dynamodb update-time-to-live --table-name {table_name} "
                     f"--time-to-live-specification Enabled=true,AttributeName="
                     f"{layout.ttl_attribute}",

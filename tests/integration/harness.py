@@ -51,6 +51,28 @@ WIDE_RULES = RuleSet.of(
     ),
     rule("owners_by_paths", source="per_owner", key="{value}"),
     rule("active_owners", source="per_owner", key="ACTIVE"),
+    # the other kinds (aggregator.core.kinds), over the same points
+    rule(
+        "mean_points",
+        match={"points": {"exists": True}},
+        key="{owner}",
+        delta={"attribute": "points"},
+        kind="mean",
+    ),
+    rule(
+        "max_points",
+        match={"points": {"exists": True}},
+        key="{owner}",
+        delta={"attribute": "points"},
+        kind="max",
+    ),
+    rule(
+        "points_spread",
+        match={"points": {"exists": True}},
+        key="{owner}",
+        delta={"attribute": "points"},
+        kind={"name": "distribution", "relative_accuracy": "0.05"},
+    ),
 )
 
 _DESER = TypeDeserializer()
@@ -138,12 +160,25 @@ def final_items(ddb, table: str) -> list[dict[str, Any]]:
 
 def contribution(r, item: dict[str, Any] | None) -> dict[str, Decimal]:
     """What base rule ``r`` counts for one item (deserialized), keyed as :func:`stored` keys
-    its aggregates; windowed rules' buckets are computed here by integer arithmetic."""
+    its aggregates; windowed rules' buckets are computed here by integer arithmetic.
+
+    Kinds other than ``sum``: a mean counts its amount under the key and 1 under
+    ``"<key>#count"``; a kind with one item per value counts 1 under ``"<key>#<value>"`` (for
+    a distribution the value its bin reports), so the whole multiset is compared."""
     out: dict[str, Decimal] = defaultdict(Decimal)
     if item is None or not r.match.matches(item):
         return out
     key = r.key.render(item)[1]
     amount = r.delta.evaluate(item)
+    if r.kind.name == "mean":
+        out[key] += amount
+        out[f"{key}#count"] += 1
+        return out
+    if r.kind.per_value:
+        if r.kind.name == "distribution":
+            amount = r.kind.bins.value_of(r.kind.bins.bin_of(amount))
+        out[f"{key}#{amount.normalize()}"] += 1
+        return out
     if r.window is None:
         out[key] += amount
         return out
@@ -216,11 +251,30 @@ def stored(ddb, table: str, rules: RuleSet = RULES) -> dict[str, dict[str, Decim
     out: dict[str, dict[str, Decimal]] = {}
     for r in rules:
         out[r.name] = {}
+        if r.kind.name != "sum":
+            out[r.name] = _stored_kind(store, r)
+            continue
         for a in store.list(r.name):
             if a.value != 0:
                 key = a.key if a.bucket is None else f"{a.key}@{a.granularity}@{a.bucket}"
                 out[r.name][key] = a.value
     return out
+
+
+def _stored_kind(store: AggregateStore, r: Rule) -> dict[str, Decimal]:
+    """A mean's sums and counts, or the multiset of a kind with one item per value, keyed as
+    :func:`contribution` keys them, through the read API (``list``, ``histogram``)."""
+    out: dict[str, Decimal] = {}
+    for a in store.list(r.name):
+        if r.kind.name == "mean":
+            count = a.fields["count"]
+            assert count is not None
+            out.update({a.key: a.value, f"{a.key}#count": count})
+            continue
+        for row in store.histogram(r.name, [a.key]):
+            assert isinstance(row.value, Decimal)
+            out[f"{a.key}#{row.value.normalize()}"] = row.count
+    return {k: v for k, v in out.items() if v != 0}
 
 
 @dataclass

@@ -45,6 +45,8 @@ SHARDING: dict[str, dict[str, int]] = {
     "paths": {"write_shards": 4},
     "per_owner": {"write_shards": 3, "leaderboard_partitions": 2},
     "points_by_hour": {"write_shards": 2},
+    "mean_points": {"write_shards": 2},
+    "max_points": {"write_shards": 3},
 }
 SHARDED_RULES = RuleSet.of(
     *(placed(r, **SHARDING[r.name]) if r.name in SHARDING else r for r in WIDE_RULES.rules)

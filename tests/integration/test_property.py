@@ -57,10 +57,11 @@ _DESER = TypeDeserializer()
 
 # Which rules of WIDE_RULES read which attribute (written out here, not asked of the rules):
 # a malformed value of that attribute makes exactly these rules dead-letter the record.
+KINDS = ("mean_points", "max_points", "points_spread")
 READERS = {
-    "envelope": ("paths", "per_owner", "points", "gems_by_kind", "points_by_hour"),
-    "nan_points": ("points", "points_by_hour"),
-    "tag_owner": ("per_owner", "points", "points_by_hour"),
+    "envelope": ("paths", "per_owner", "points", "gems_by_kind", "points_by_hour", *KINDS),
+    "nan_points": ("points", "points_by_hour", *KINDS),
+    "tag_owner": ("per_owner", "points", "points_by_hour", *KINDS),
 }
 
 HOUR = 1_700_000_000 // 3600 * 3600  # an hour boundary; event times straddle it

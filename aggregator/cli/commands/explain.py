@@ -124,13 +124,15 @@ def _live_item(
 
 def _rule_tree(parent: Tree, explanations: list[Any]) -> None:
     for e in explanations:
+        # a kind other than sum is named: its amounts go to value items or to a count too
+        name = e.rule if e.kind == "sum" else f"{e.rule} ({e.kind})"
         if e.cause is not None:
             verdict = "matched, but cannot" if e.matched else "cannot"
-            parent.add(Text(f"{e.rule}: {verdict} be evaluated ({e.cause}): {e.reason}"))
+            parent.add(Text(f"{name}: {verdict} be evaluated ({e.cause}): {e.reason}"))
         elif not e.matched:
-            parent.add(Text(f"{e.rule}: not matched: {e.reason}"))
+            parent.add(Text(f"{name}: not matched: {e.reason}"))
         else:
-            node = parent.add(Text(f"{e.rule}: matched"))
+            node = parent.add(Text(f"{name}: matched"))
             for c in e.contributions:
                 bucket = f", {c.granularity} bucket {c.bucket}" if c.granularity else ""
                 node.add(Text(f"key {c.key} (sort key {c.sort_key}{bucket}): {c.amount:+}"))
