@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
@@ -202,6 +202,15 @@ def _page_units(page: Sequence[Mapping[str, Any]]) -> int:
     from aggregator.dynamodb.writer import typed_item_size
 
     return max(1, math.ceil(sum(typed_item_size(i) for i in page) / 4096))
+
+
+def _plain(number: Decimal) -> Decimal:
+    """``number`` without a positive exponent (``120``, not ``1.2E+2``, which is how a
+    normalized number read back from a sort key prints), exactly."""
+    _, _, exponent = number.as_tuple()
+    if isinstance(exponent, int) and exponent > 0:
+        return number.quantize(Decimal(1), context=Context(prec=160))
+    return number
 
 
 def _exact_percentiles(
@@ -513,7 +522,7 @@ class AggregateStore:
         sk = self.layout.sort_key_of(item) or ""
         prefix, _, suffix = sk.rpartition("#")
         try:
-            number = kind.number_of(number_from_sortable(suffix))
+            number = _plain(kind.number_of(number_from_sortable(suffix)))
         except ValueError:
             raise QueryError(f"{sk!r} is not a value item of a {kind.name} rule") from None
         count = Decimal(item.get(self.layout.value_attribute, {}).get("N", "0"))

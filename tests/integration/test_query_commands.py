@@ -3,8 +3,10 @@ wrote: keys as ``query list`` shows them, bucket columns of windowed rules, ``--
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,23 @@ rules:
     match: {ts: {exists: true}}
     key: "{origin}"
     window: {time: ts, unit: epoch_seconds, granularities: [hour, minute]}
+  - name: mean_delay
+    match: {delay: {exists: true}}
+    key: "{origin}"
+    delta: {attribute: delay}
+    kind: mean
+  - name: worst_delay
+    match: {delay: {exists: true}}
+    key: "{origin}"
+    delta: {attribute: delay}
+    kind: max
+  - name: delays
+    match: {delay: {exists: true}}
+    key: "{origin}"
+    delta: {attribute: delay}
+    kind: {name: distribution, relative_accuracy: 0.01}
 """
+DELAYS = [-5, 0, 0, 3, 10, 10, 10, 45, 120, 600]  # at LGA; 600 is deleted afterwards
 T = 1_357_016_400  # 2013-01-01T05:00:00Z
 
 
@@ -73,8 +91,12 @@ def setup(dynamodb_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     # JFK departures: 05:00:10, 05:01:10, 05:59:59, 06:00:00, 06:30:27
     times = [T + 10, T + 70, T + 3599, T + 3600, T + 5427]
     items += [{"pk": "D", "sk": f"D#{i}", "origin": "JFK", "ts": t} for i, t in enumerate(times)]
+    items += [
+        {"pk": "L", "sk": f"L#{i}", "origin": "LGA", "delay": d} for i, d in enumerate(DELAYS)
+    ]
     for item in items:
         ddb.put_item(TableName=name, Item=ddb_json(item))
+    ddb.delete_item(TableName=name, Key=ddb_json({"pk": "L", "sk": f"L#{len(DELAYS) - 1}"}))
     writer = make_writer("at-least-once", ddb, name)
     StreamRunner(StreamProcessor(Engine(load_rules(defs)), writer), streams, arn).run()
     yield Setup(dynamodb_local.endpoint_url, name, defs)
@@ -221,3 +243,37 @@ def test_histogram_of_a_rule_that_is_not_derived_shows_keys_and_values(setup):
     assert result.exit_code == 0, result.stderr
     assert rows(result.stdout)[0] == ["key", "value", ""]
     assert ["JFK#LAX", "3", "#" * 40] in rows(result.stdout)
+
+
+def test_kinds_read_back_through_the_cli(setup: Setup) -> None:
+    """``query get`` shows each kind's fields, ``query percentile`` nearest-rank percentiles
+    within the rule's accuracy, ``query histogram`` a distribution key's bins (the deleted 600
+    is gone from the max and from the bins)."""
+    assert sum(DELAYS[:-1]) == 193  # -5 0 0 3 10 10 10 45 120
+    mean = setup.query("get", "mean_delay", "LGA")
+    assert mean.exit_code == 0, mean.output
+    assert mean.stdout.strip() == (
+        # 193 / 9 to 38 significant digits
+        "mean_delay LGA: mean 21.444444444444444444444444444444444444, sum 193, count 9"
+    )
+    worst = setup.query("get", "worst_delay", "LGA")
+    assert worst.stdout.strip() == "worst_delay LGA: max 120"
+    ps = setup.query("percentile", "delays", "LGA", "--p", "0,50,90,100", "--json")
+    assert ps.exit_code == 0, ps.output
+    data = json.loads(ps.stdout)
+    assert data["count"] == "9" and data["relative_accuracy"] == "0.01"
+    # nearest rank of 9 values: p50 -> rank 5 (10), p90 -> rank 9 (120), p0 -> -5, p100 -> 120
+    for p, true in (("0", -5), ("50", 10), ("90", 120), ("100", 120)):
+        got = Decimal(data["percentiles"][p])
+        assert abs(got - true) <= Decimal("0.01") * abs(true), (p, got)
+    exact = setup.query("percentile", "worst_delay", "LGA", "--p", "50", "--json")
+    assert json.loads(exact.stdout)["percentiles"] == {"50": "10"}
+    histogram = setup.query("histogram", "delays", "LGA", "--json")
+    rows = json.loads(histogram.stdout)["rows"]
+    assert [r["count"] for r in rows] == ["1", "2", "1", "3", "1", "1"]
+    assert Decimal(rows[-1]["value"]) < 121
+    bad = setup.query("percentile", "delays", "LGA", "--p", "101")
+    assert bad.exit_code == 2 and "expected numbers from 0 to 100" in bad.stderr
+    wrong = setup.query("percentile", "paths_per_player", "bob")
+    assert wrong.exit_code != 0
+    assert "percentiles need a rule of kind distribution" in wrong.stderr

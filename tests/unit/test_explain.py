@@ -239,6 +239,7 @@ def test_the_command_explains_a_plain_item_from_stdin_and_a_dynamodb_json_file(
         "rules": [
             {
                 "rule": "orders",
+                "kind": "sum",
                 "matched": True,
                 "reason": None,
                 "cause": None,
@@ -254,6 +255,7 @@ def test_the_command_explains_a_plain_item_from_stdin_and_a_dynamodb_json_file(
             },
             {
                 "rule": "refunds",
+                "kind": "sum",
                 "matched": False,
                 "reason": "type: expected refund, got order",
                 "cause": None,
