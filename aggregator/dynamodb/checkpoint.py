@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from aggregator.core.engine import CoalescedDelta
 from aggregator.core.exceptions import ConfigError, WriteError
@@ -369,16 +369,8 @@ class CheckpointWriter(_BaseWriter):
         )
         if write_units(size) == write_units(size - stale_bytes):
             return
-        request = {
-            "TableName": self.table_name,
-            "Key": self._key(delta),
-            **prune_update(stale).render(),
-            "ReturnConsumedCapacity": "TOTAL",
-        }
-        try:
-            self._call("update_item", request, stats)
-        except (ClientError, BotoCoreError):
-            # best effort: the aggregate update itself succeeded; the next update tries again
+        # best effort: the aggregate update itself succeeded; the next update tries again
+        if not self._best_effort_update(delta, prune_update(stale), stats):
             return
         stats.pruned_checkpoints += len(stale)
         stats.modelled_wcu += write_units(size)

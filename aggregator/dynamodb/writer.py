@@ -482,6 +482,15 @@ class _BaseWriter:
             .set(self.layout.ttl_attribute, {"N": str(expires)})
             .where_equals(self.layout.value_attribute, {"N": "0"})
         )
+        if not self._best_effort_update(delta, update, stats):
+            return
+        stats.emptied_values += 1
+        stats.modelled_wcu += write_units(typed_item_size(old)) if old else 1
+
+    def _best_effort_update(self, delta: CoalescedDelta, update: Update, stats: WriteStats) -> bool:
+        """Send ``update`` to ``delta``'s item after its aggregate update succeeded (pruning
+        checkpoints, expiring an empty value item): whether it was applied. A failure (its
+        condition, throttling past the retries) is left for the item's next update to retry."""
         request = {
             "TableName": self.table_name,
             "Key": self._key(delta),
@@ -491,9 +500,8 @@ class _BaseWriter:
         try:
             self._call("update_item", request, stats)
         except (ClientError, BotoCoreError):
-            return
-        stats.emptied_values += 1
-        stats.modelled_wcu += write_units(typed_item_size(old)) if old else 1
+            return False
+        return True
 
     def _update_request(
         self, delta: CoalescedDelta, amount: Decimal, count: Decimal | None = None
