@@ -23,11 +23,14 @@ Percentiles use the nearest-rank definition: the ``p``-th percentile of ``n`` va
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Context, Decimal
+from typing import TypeVar
 
-__all__ = ["Bin", "LogBins", "percentile"]
+__all__ = ["Bin", "LogBins", "nearest_rank", "percentile", "percentile_list"]
+
+T = TypeVar("T")
 
 _CONTEXT = Context(prec=60, Emin=-9999, Emax=9999)
 _DYNAMODB = Context(prec=38)
@@ -103,13 +106,41 @@ def percentile(
         raise ValueError(f"percentile {p} must be between 0 and 100")
     items = counts.items() if isinstance(counts, Mapping) else counts
     ordered = sorted(((b, n) for b, n in items if n > 0), key=lambda bn: bins.sort_key(bn[0]))
+    found = nearest_rank(ordered, p)
+    return None if found is None else (bins.value_of(found), sum(n for _, n in ordered))
+
+
+def nearest_rank(ordered: Sequence[tuple[T, int | Decimal]], p: Decimal) -> T | None:
+    """The nearest-rank ``p``-th percentile of values given as ``(value, count)`` in ascending
+    order (positive counts): the value of rank ``ceil(p / 100 * n)``, rank 1 for ``p = 0``;
+    ``None`` when there are no values."""
     total = sum(n for _, n in ordered)
     if total == 0:
         return None
     rank = max(1, math.ceil(p * total / 100))
-    seen = 0
-    for b, n in ordered:
+    seen: int | Decimal = 0
+    for value, n in ordered:
         seen += n
         if seen >= rank:
-            return bins.value_of(b), total
+            return value
     raise AssertionError("unreachable: rank <= total")  # pragma: no cover
+
+
+def percentile_list(ps: Iterable[Decimal | int | float | str]) -> list[Decimal]:
+    """Percentiles as ``Decimal`` s, each from 0 to 100, at least one.
+
+    Raises
+    ------
+    ValueError
+        Naming what was given, e.g. ``expected numbers from 0 to 100 such as 50,90,99, got
+        ['101']``.
+    """
+    given = list(ps)
+    problem = f"expected numbers from 0 to 100 such as 50,90,99, got {given}"
+    try:
+        out = [Decimal(str(p).strip()) for p in given]
+    except ArithmeticError:
+        raise ValueError(problem) from None
+    if not out or any(not (p.is_finite() and 0 <= p <= 100) for p in out):
+        raise ValueError(problem)
+    return out

@@ -51,11 +51,12 @@ from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import QueryError, RuleError
-from aggregator.core.kinds import COUNT_ATTRIBUTE, Distribution, Kind, ValueCount
+from aggregator.core.kinds import COUNT_ATTRIBUTE, Kind, ValueCount
 from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import generation_name, rule_fingerprint
 from aggregator.core.numbers import add
 from aggregator.core.rules import Rule, RuleSet, unescape_key_part
+from aggregator.core.sketch import percentile_list
 from aggregator.core.sortable import number_from_sortable
 from aggregator.core.windows import RangePart, bucket_text, plan_range
 from aggregator.dynamodb.collections import query_collection
@@ -211,27 +212,6 @@ def _plain(number: Decimal) -> Decimal:
     if isinstance(exponent, int) and exponent > 0:
         return number.quantize(Decimal(1), context=Context(prec=160))
     return number
-
-
-def _exact_percentiles(
-    values: Sequence[ValueCount], ps: Sequence[Decimal]
-) -> builtins.list[Decimal | None]:
-    """Nearest-rank percentiles of exact values (ascending, non-zero counts)."""
-    ordered = sorted(values, key=lambda v: v.number)
-    total = sum(v.count for v in ordered)
-    out: list[Decimal | None] = []
-    for p in ps:
-        if total == 0:
-            out.append(None)
-            continue
-        rank = max(1, math.ceil(p * total / 100))
-        seen = Decimal(0)
-        for v in ordered:
-            seen += v.count
-            if seen >= rank:
-                out.append(v.number)
-                break
-    return out
 
 
 def _s(value: Mapping[str, Any] | None) -> str | None:
@@ -626,29 +606,20 @@ class AggregateStore:
         if definition.window is not None:
             raise QueryError(f"rule {rule!r} keeps time buckets: read them with window()")
         try:
-            wanted = [Decimal(str(p)) for p in ps]
-        except ArithmeticError:
-            raise QueryError(f"percentiles must be numbers from 0 to 100, got {ps}") from None
-        bad = [p for p in wanted if not (p.is_finite() and 0 <= p <= 100)]
-        if bad or not wanted:
-            raise QueryError(f"percentiles must be numbers from 0 to 100, got {list(ps)}")
+            wanted = percentile_list(ps)
+        except ValueError as exc:
+            raise QueryError(f"rule {rule!r}: {exc}") from None
         stored = self.storage_name(rule)
         sk = self.sort_key(rule, key, storage_name=stored)
         before = self.requests
         values, items_read, units = self._values(sk, kind, every=True)
-        if isinstance(kind, Distribution):
-            found, total = kind.percentiles(values, wanted)
-            accuracy = kind.relative_accuracy
-        else:
-            found = _exact_percentiles(values, wanted)
-            total = Decimal(sum(v.count for v in values))
-            accuracy = Decimal(0)
+        found, total = kind.percentiles(values, wanted)
         return Percentiles(
             rule,
             unescape_key_part(sk[len(stored) + 1 :]),
             dict(zip(wanted, found, strict=True)),
             total,
-            accuracy,
+            kind.percentile_accuracy,
             self.requests - before,
             items_read,
             units,

@@ -213,16 +213,14 @@ def query_top(
     _print_rule_aggregates(store, rule, f"top {n}: {rule}", top)
 
 
-def _percent_list(value: str) -> list[Decimal]:
-    """``--p 50,90,99``: percentiles from 0 to 100."""
-    problem = f"expected numbers from 0 to 100 such as 50,90,99, got {value!r}"
+def _percent_list(ctx: click.Context, param: click.Parameter, value: str) -> list[Decimal]:
+    """``--p 50,90,99``: percentiles from 0 to 100 (a usage error naming the option else)."""
+    from aggregator.core.sketch import percentile_list
+
     try:
-        ps = [Decimal(p.strip()) for p in value.split(",") if p.strip()]
-    except ArithmeticError:
-        raise click.BadParameter(problem) from None
-    if not ps or any(not (p.is_finite() and 0 <= p <= 100) for p in ps):
-        raise click.BadParameter(problem)
-    return ps
+        return percentile_list(p for p in value.split(",") if p.strip())
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @query.command("percentile")
@@ -233,6 +231,7 @@ def _percent_list(value: str) -> list[Decimal]:
     "ps",
     default="50,90,99",
     show_default=True,
+    callback=_percent_list,
     help="Percentiles, comma-separated, from 0 to 100 (nearest rank)",
 )
 @_table_option
@@ -242,7 +241,7 @@ def _percent_list(value: str) -> list[Decimal]:
 def query_percentile(
     rule: str,
     values: tuple[str, ...],
-    ps: str,
+    ps: list[Decimal],
     table_name: str,
     definitions: RuleSources,
     endpoint_url: str | None,
@@ -252,9 +251,8 @@ def query_percentile(
     accuracy), or exact ones of a min/max rule; the key as for query get.
 
     The p-th percentile of n values is the value of rank ceil(p/100 * n) in ascending order."""
-    wanted = _percent_list(ps)
     store = _store(table_name, definitions, endpoint_url, rule)
-    result = store.percentiles(rule, _key(values), wanted)
+    result = store.percentiles(rule, _key(values), ps)
     if as_json:
         _echo_json(
             {

@@ -26,6 +26,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from aggregator.core.sketch import nearest_rank
+
 __all__ = ["COUNT_ATTRIBUTE", "Entry", "Kind", "Reading", "ValueCount"]
 
 COUNT_ATTRIBUTE = "count"
@@ -127,6 +129,23 @@ class Kind(BaseModel):
         (:func:`aggregator.core.sortable.number_from_sortable`): the value itself, or for a
         binned kind the bin's reported value."""
         return number
+
+    @property
+    def percentile_accuracy(self) -> Decimal:
+        """How far a percentile read from the value items may be from the true one, relatively:
+        0 (exact) for kinds that keep each value; a binned kind's relative accuracy."""
+        return Decimal(0)
+
+    def percentiles(
+        self, values: Sequence[ValueCount], ps: Sequence[Decimal]
+    ) -> tuple[list[Decimal | None], Decimal]:
+        """The nearest-rank ``ps`` percentiles (:func:`aggregator.core.sketch.nearest_rank`) of
+        the value items ``values`` (as read, any order; numbers as :meth:`number_of` gives them,
+        so a binned kind's are its bins' reported values, within its accuracy), and how many
+        values they hold."""
+        ordered = sorted(((v.number, v.count) for v in values if v.count > 0), key=lambda v: v[0])
+        total = Decimal(sum(n for _, n in ordered))
+        return [nearest_rank(ordered, p) for p in ps], total
 
     def fields(
         self, value: Decimal | None, count: Decimal | None, values: Sequence[ValueCount]

@@ -8,9 +8,9 @@ value is an exact count, so deletes decrement it; bins never merge. The bin's it
 bin in its sort key as order-preserving text of ``sign * (index + 10^7)``
 (:mod:`aggregator.core.sortable`, at most 13 bytes), so a ``Query`` of the key returns the bins
 in value order and a percentile is read from their counts
-(:func:`aggregator.core.sketch.percentile`, nearest rank). The number of bins a key can have is
-bounded by the range of its values: ``ln(max/min) / ln(gamma)`` per sign, e.g. 461 bins for
-values from 1 to 10,000 at 1 %.
+(:meth:`~aggregator.core.kinds.base.Kind.percentiles`, nearest rank). The number of bins a key
+can have is bounded by the range of its values: ``ln(max/min) / ln(gamma)`` per sign, e.g. 461
+bins for values from 1 to 10,000 at 1 %.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Annotated, ClassVar
 from pydantic import BeforeValidator
 
 from aggregator.core.kinds.base import Entry, Kind, Reading, ValueCount
-from aggregator.core.sketch import Bin, LogBins, percentile
+from aggregator.core.sketch import Bin, LogBins
 from aggregator.core.sortable import sortable_number
 
 __all__ = ["DEFAULT_PERCENTILES", "Distribution"]
@@ -95,25 +95,9 @@ class Distribution(Kind):
         """The bin's reported value, for the number its item's suffix holds."""
         return self.bins.value_of(self.bin_of_number(number))
 
-    def percentiles(
-        self, values: Sequence[ValueCount], ps: Sequence[Decimal]
-    ) -> tuple[list[Decimal | None], Decimal]:
-        """The ``ps`` percentiles (nearest rank, within ``relative_accuracy``) of the bins
-        ``values`` (as read, any order; numbers as :meth:`number_of` gives them), and the number
-        of values counted.
-
-        Raises
-        ------
-        ValueError
-            For a percentile outside 0..100.
-        """
-        counts = [(self.bins.bin_of(v.number), int(v.count)) for v in values if v.count > 0]
-        total = Decimal(sum(n for _, n in counts))
-        out: list[Decimal | None] = []
-        for p in ps:
-            found = percentile(self.bins, counts, p)
-            out.append(None if found is None else found[0])
-        return out, total
+    @property
+    def percentile_accuracy(self) -> Decimal:
+        return self.relative_accuracy
 
     def fields(
         self, value: Decimal | None, count: Decimal | None, values: Sequence[ValueCount]
