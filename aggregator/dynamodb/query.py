@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from decimal import Context, Decimal
 from typing import Any
 
-from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import QueryError, RuleError
@@ -63,8 +62,6 @@ from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import MANIFEST_SORT_KEY
 
 __all__ = ["Aggregate", "AggregateStore", "HistogramBucket", "Percentiles", "WindowResult"]
-
-_DESERIALIZER = TypeDeserializer()
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,14 +192,6 @@ class WindowResult:
     @property
     def end_text(self) -> str:
         return bucket_text(self.end)
-
-
-def _page_units(page: Sequence[Mapping[str, Any]]) -> int:
-    """Modelled RCU of one strongly consistent ``Query`` page: 1 per started 4 KB of its items'
-    total size (Developer Guide, "Read consumption for Query"), at least 1."""
-    from aggregator.dynamodb.writer import typed_item_size
-
-    return max(1, math.ceil(sum(typed_item_size(i) for i in page) / 4096))
 
 
 def _plain(number: Decimal) -> Decimal:
@@ -526,7 +515,7 @@ class AggregateStore:
             page_items=25 if first_only else None,
         ):
             items_read += len(page)
-            units += _page_units(page)
+            units += self._page_units(page)
             for item in page:
                 _, value = self._value_count(item, kind)
                 if value.count == 0:
@@ -850,27 +839,27 @@ class AggregateStore:
         return result
 
     def _range(self, low: str, high: str) -> tuple[builtins.list[dict[str, Any]], int, int]:
-        """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``.
-
-        With a sort key a page costs 1 RCU per started 4 KB of its items' total size (strongly
-        consistent ``Query``); without one, each item read by ``BatchGetItem`` costs 1 RCU per
-        started 4 KB of its own size, plus half an RCU per started 4 KB of the index page's keys
-        (eventually consistent; Developer Guide, "Read consumption")."""
-        from aggregator.dynamodb.writer import item_size
-
-        def size(item: dict[str, Any]) -> int:
-            return item_size({k: _DESERIALIZER.deserialize(v) for k, v in item.items()})
-
+        """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``
+        (:meth:`_page_units`)."""
         items: list[dict[str, Any]] = []
         before = self.requests
         units = 0
         for page in self._pages(between=(low, high)):
-            if self.layout.has_sort_key:
-                units += max(1, math.ceil(sum(map(size, page)) / 4096))
-            else:
-                keys = [self.layout.aggregate_key(self.layout.sort_key_of(i) or "") for i in page]
-                key_bytes = sum(size(k) for k in keys)
-                units += max(1, math.ceil(math.ceil(key_bytes / 4096) / 2))
-                units += sum(math.ceil(size(i) / 4096) for i in page)
+            units += self._page_units(page)
             items.extend(page)
         return items, self.requests - before, units
+
+    def _page_units(self, page: Sequence[Mapping[str, Any]]) -> int:
+        """Modelled RCU of one page of :meth:`_pages`. With a sort key a page costs 1 RCU per
+        started 4 KB of its items' total size (strongly consistent ``Query``); without one, each
+        item read by ``BatchGetItem`` costs 1 RCU per started 4 KB of its own size, plus half an
+        RCU per started 4 KB of the index page's keys (eventually consistent; Developer Guide,
+        "Read consumption")."""
+        from aggregator.dynamodb.writer import typed_item_size
+
+        if self.layout.has_sort_key:
+            return max(1, math.ceil(sum(typed_item_size(i) for i in page) / 4096))
+        keys = [self.layout.aggregate_key(self.layout.sort_key_of(i) or "") for i in page]
+        key_bytes = sum(typed_item_size(k) for k in keys)
+        units = max(1, math.ceil(math.ceil(key_bytes / 4096) / 2))
+        return units + sum(math.ceil(typed_item_size(i) / 4096) for i in page)
