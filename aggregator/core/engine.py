@@ -59,6 +59,7 @@ from aggregator.core.text import bound
 
 __all__ = [
     "MAX_SORT_KEY_BYTES",
+    "NO_AMOUNTS",
     "PARTIAL_MARK",
     "AggregateRef",
     "Amounts",
@@ -67,6 +68,7 @@ __all__ = [
     "Engine",
     "RecordDelta",
     "RecordFailure",
+    "add_amounts",
 ]
 
 
@@ -101,7 +103,20 @@ Amounts = tuple[Decimal, Decimal]
 """``(amount, count)``: what a change adds to an aggregate's value and to its count (kinds that
 keep one; else 0)."""
 
-_NOTHING: Amounts = (Decimal(0), Decimal(0))
+NO_AMOUNTS: Amounts = (Decimal(0), Decimal(0))
+"""What nothing adds: ``(0, 0)``."""
+
+
+def add_amounts(total: Amounts, more: Amounts) -> Amounts:
+    """``total + more``, field by field.
+
+    Raises
+    ------
+    decimal.Inexact
+        Past 38 significant digits (:func:`aggregator.core.numbers.add`).
+    """
+    return add(total[0], more[0]), add(total[1], more[1])
+
 
 PARTIAL_MARK = "~"
 """Prefix of the :attr:`AggregateRef.batch_key` of changes to partial items."""
@@ -457,7 +472,7 @@ class Engine:
                 continue
             try:
                 for ref, (amount, count) in refs:
-                    was, counted = changes.get(ref, _NOTHING)
+                    was, counted = changes.get(ref, NO_AMOUNTS)
                     changes[ref] = (combine(was, amount), combine(counted, count))
             except ArithmeticError:
                 raise EvaluationError(
@@ -468,7 +483,7 @@ class Engine:
         return [
             (replace(ref, partial=True) if partial else ref, amounts)
             for ref, amounts in changes.items()
-            if amounts != _NOTHING
+            if amounts != NO_AMOUNTS
         ], failed
 
     def _partial_delta(
@@ -562,7 +577,7 @@ class Engine:
             out.update(
                 (ref, amounts)
                 for ref, amounts in refs
-                if amounts != _NOTHING and (ref.bucket is None or not ref.bucket.expired(now))
+                if amounts != NO_AMOUNTS and (ref.bucket is None or not ref.bucket.expired(now))
             )
         return out, failed
 

@@ -66,7 +66,15 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from aggregator.core.engine import AggregateRef, Amounts, BatchDeltas, CoalescedDelta, Engine
+from aggregator.core.engine import (
+    NO_AMOUNTS,
+    AggregateRef,
+    Amounts,
+    BatchDeltas,
+    CoalescedDelta,
+    Engine,
+    add_amounts,
+)
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.lifecycle import (
     Fence,
@@ -74,7 +82,6 @@ from aggregator.core.lifecycle import (
     changed_definitions,
     resolved_rules,
 )
-from aggregator.core.numbers import add
 from aggregator.core.records import Image, StreamRecord, pad_sequence_number
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.checkpoint import CheckpointWriter
@@ -679,7 +686,7 @@ class Backfill:
             else:
                 found = self.contributions(Image(item))
             for ref, found_amounts in found.items():
-                amounts[ref] = _plus(amounts.get(ref), found_amounts)
+                amounts[ref] = add_amounts(amounts.get(ref, NO_AMOUNTS), found_amounts)
         return amounts, page_digests, first_old_used
 
     def _replay(
@@ -839,7 +846,7 @@ class Backfill:
                 continue
             self.stats.unscanned_changed += 1
             for ref, old_amounts in old.items():
-                final[ref] = _plus(final.get(ref), old_amounts)
+                final[ref] = add_amounts(final.get(ref, NO_AMOUNTS), old_amounts)
         self._apply(self._batch(final, 1), f"backfill.{self.stats.backfill_id}.final")
         now = int(self.clock())
         # derived rules first: a kill before the base rules are marked leaves them backfilling,
@@ -853,13 +860,6 @@ class Backfill:
         self.stats.elapsed_seconds = time.monotonic() - started
         self.writer.close()
         return self.stats
-
-
-def _plus(total: Amounts | None, more: Amounts) -> Amounts:
-    """``total + more``, per field (``None``: nothing yet)."""
-    if total is None:
-        return more
-    return add(total[0], more[0]), add(total[1], more[1])
 
 
 def _read_units(items: list[dict[str, Any]]) -> Decimal:

@@ -43,11 +43,18 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from aggregator.core.engine import AggregateRef, Amounts, CoalescedDelta, Engine
+from aggregator.core.engine import (
+    NO_AMOUNTS,
+    AggregateRef,
+    Amounts,
+    CoalescedDelta,
+    Engine,
+    add_amounts,
+)
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.lifecycle import changed_definitions, resolved_rules
-from aggregator.core.numbers import add, subtract
+from aggregator.core.numbers import subtract
 from aggregator.core.records import Image
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.checkpoint import is_checkpoint_attribute
@@ -58,7 +65,6 @@ from aggregator.dynamodb.writer import error_code
 
 __all__ = ["Drift", "ReconcileReport", "reconcile"]
 
-_ZERO: Amounts = (Decimal(0), Decimal(0))
 
 Version = tuple[tuple[str, str, Any], ...] | None
 """An aggregate item's value and checkpoints as read (``None``: no item)."""
@@ -164,10 +170,11 @@ class _Checker:
                     continue
                 scanned += 1
                 found, _ = self.engine.image_entries(Image(item), self.names, now=now)
-                for ref, (amount, count) in found.items():
+                for ref, amounts in found.items():
                     self.refs[ref.sort_key] = ref
-                    was, counted = totals.get(ref.sort_key, _ZERO)
-                    totals[ref.sort_key] = (add(was, amount), add(counted, count))
+                    totals[ref.sort_key] = add_amounts(
+                        totals.get(ref.sort_key, NO_AMOUNTS), amounts
+                    )
             start = page.get("LastEvaluatedKey")
             if not start:
                 return totals, scanned
@@ -270,13 +277,13 @@ def reconcile(
     report.keys_checked = len(keys)
 
     def value(table: dict[str, Any], key: str) -> Amounts:
-        found: Amounts = table[key][0] if key in table else _ZERO
+        found: Amounts = table[key][0] if key in table else NO_AMOUNTS
         return found
 
     def version(table: dict[str, Any], key: str) -> Version:
         return table[key][1] if key in table else None
 
-    candidates = sorted(k for k in keys if expected1.get(k, _ZERO) != value(after1, k))
+    candidates = sorted(k for k in keys if expected1.get(k, NO_AMOUNTS) != value(after1, k))
     if not candidates:
         return report
     # a write-sharded rule's change reaches its aggregate in two passes through the stream (the
@@ -288,9 +295,9 @@ def reconcile(
         rule = key.partition("#")[0]
         ref = checker.refs.get(key)
         display = ref.display_key if ref is not None else _stored_key(after2, key)
-        exp, stored = expected2.get(key, _ZERO), value(after2, key)
+        exp, stored = expected2.get(key, NO_AMOUNTS), value(after2, key)
         stable = (
-            expected1.get(key, _ZERO) == exp
+            expected1.get(key, NO_AMOUNTS) == exp
             and version(before1, key) == version(after1, key)
             and version(after1, key) == version(before2, key) == version(after2, key)
         )
