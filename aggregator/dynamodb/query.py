@@ -582,8 +582,8 @@ class AggregateStore:
         Raises
         ------
         QueryError
-            For an unknown rule, a rule of another kind, a windowed rule, a percentile outside
-            0..100, or a failed request.
+            For an unknown rule, a rule of another kind, a percentile outside 0..100, or a
+            failed request (rules of these kinds have no time buckets: refused at load).
         """
         definition = self._rule(rule)
         kind = definition.kind
@@ -592,8 +592,6 @@ class AggregateStore:
                 f"rule {rule!r} is of kind {kind.name!r}: percentiles need a rule of kind "
                 "distribution (or min/max, exact)"
             )
-        if definition.window is not None:
-            raise QueryError(f"rule {rule!r} keeps time buckets: read them with window()")
         try:
             wanted = percentile_list(ps)
         except ValueError as exc:
@@ -719,12 +717,10 @@ class AggregateStore:
         """
         definition = self._rule(rule)
         if definition.kind.per_value:
-            if key is None or definition.window is not None:
+            if key is None:
                 raise QueryError(
                     f"rule {rule!r} is of kind {definition.kind.name!r}: give one key (its "
                     "bins are per key)"
-                    if key is None
-                    else f"rule {rule!r} keeps time buckets: read them with window()"
                 )
             values, _, _ = self._values(self.sort_key(rule, key), definition.kind, every=True)
             return sorted(
