@@ -757,10 +757,8 @@ class Engine:
                     sums = {}
                     for d in group:
                         current = batch.deltas.get(d.ref.batch_key)
-                        sums[d.ref.batch_key] = (
-                            add(current.amount, d.amount) if current else d.amount,
-                            add(current.count, d.count) if current else d.count,
-                        )
+                        so_far = (current.amount, current.count) if current else NO_AMOUNTS
+                        sums[d.ref.batch_key] = add_amounts(so_far, (d.amount, d.count))
                 except ArithmeticError:
                     batch.failures.append(
                         self._failure(

@@ -57,6 +57,7 @@ from aggregator.core.numbers import add
 from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
 from aggregator.dynamodb.updates import aggregate_update, prune_update
 from aggregator.dynamodb.writer import (
+    DEFAULT_EMPTY_VALUE_RETENTION_SECONDS,
     WriteStats,
     _BaseWriter,
     error_code,
@@ -89,7 +90,9 @@ SEQUENCE_NUMBER_BYTES = 17
 as a big-endian unsigned integer: 10**40 < 2**136."""
 SHARD_TOKEN_BYTES = 9
 
-DEFAULT_CHECKPOINT_RETENTION_SECONDS = 25 * 3600
+DEFAULT_CHECKPOINT_RETENTION_SECONDS = DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
+"""How long another shard's checkpoint stays on an item: the same bound on redelivery as for an
+empty value item (25 hours, over the template's ``MaximumRecordAgeInSeconds``)."""
 MAX_RECOVERY_ROUNDS = 5
 
 
