@@ -31,6 +31,12 @@ class _Extreme(Kind):
     def entry(self, number: Decimal) -> Entry:
         return Entry(sortable_number(number), Decimal(1))
 
+    def fields(
+        self, value: Decimal | None, count: Decimal | None, values: Sequence[ValueCount]
+    ) -> dict[str, Decimal | None]:
+        # the first value item in the reading's order is the extreme, named by the headline
+        return {self.headline: values[0].number if values else None}
+
 
 class Min(_Extreme):
     """The smallest value per key. Write: one update per (key, distinct value) per batch, and
@@ -42,11 +48,6 @@ class Min(_Extreme):
     reading: ClassVar[Reading] = Reading("values", "ascending", first_only=True)
     headline: ClassVar[str] = "min"
 
-    def fields(
-        self, value: Decimal | None, count: Decimal | None, values: Sequence[ValueCount]
-    ) -> dict[str, Decimal | None]:
-        return {"min": values[0].number if values else None}
-
 
 class Max(_Extreme):
     """The largest value per key: as :class:`Min`, reading in descending order. Fields:
@@ -56,8 +57,3 @@ class Max(_Extreme):
     summary: ClassVar[str] = "largest value of the attribute (one item per distinct value)"
     reading: ClassVar[Reading] = Reading("values", "descending", first_only=True)
     headline: ClassVar[str] = "max"
-
-    def fields(
-        self, value: Decimal | None, count: Decimal | None, values: Sequence[ValueCount]
-    ) -> dict[str, Decimal | None]:
-        return {"max": values[0].number if values else None}
