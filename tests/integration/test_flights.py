@@ -122,6 +122,20 @@ def test_flights_aggregates_equal_csv_ground_truth_on_pk_sk(ddb, streams, tmp_pa
     check_flights(ddb, streams, tmp_path, mode, "PK-SK", faults)
 
 
+def run_stream(ddb, streams, rules, name: str, stream_arn: str, mode: str, crashes: int):
+    """Run the table's stream to its end in ``mode``, in batches of 100; with ``crashes``, the
+    runner crashes mid-batch that many times and delivers every third batch twice. Returns the
+    run's stats and the fault-injecting client."""
+    client = FaultInjectingClient(ddb, layout=rules.layout)
+    runner_faults = RunnerFaults(client=client)
+    if crashes:
+        runner_faults.crash = lambda n: 5 if client.crashes < crashes else None
+        runner_faults.duplicate = lambda n: n % 3 == 0
+    processor = create_processor(rules, client, name, mode=mode)
+    runner = StreamRunner(processor, streams, stream_arn, batch_size=100, faults=runner_faults)
+    return runner.run(), client
+
+
 def check_flights(ddb, streams, tmp_path, mode: str, layout: str, faults: bool) -> None:
     """Replay the flights on a table of ``layout`` (a key of LAYOUTS), run the stream in
     ``mode`` (with faults), and compare every aggregate with the CSV ground truth."""
@@ -138,14 +152,7 @@ def check_flights(ddb, streams, tmp_path, mode: str, layout: str, faults: bool) 
     writes = replay_flights(ddb, name, flights, layout=rules.layout)
     assert writes == 2 * len(flights) + sum(1 for f in flights if f.row % 50 == 7)
 
-    client = FaultInjectingClient(ddb, layout=rules.layout)
-    runner_faults = RunnerFaults(client=client)
-    if faults:
-        runner_faults.crash = lambda n: 5 if client.crashes < 4 else None
-        runner_faults.duplicate = lambda n: n % 3 == 0
-    processor = create_processor(rules, client, name, mode=mode)
-    runner = StreamRunner(processor, streams, stream_arn, batch_size=100, faults=runner_faults)
-    stats = runner.run()
+    stats, client = run_stream(ddb, streams, rules, name, stream_arn, mode, 4 if faults else 0)
     assert stats.records - stats.self_writes >= writes
     assert stats.failures == 0
     if faults:

@@ -24,12 +24,10 @@ import pytest
 
 from aggregator.core.rules import load_rules
 from aggregator.dev.demo import replay_flights, write_steps
-from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.flights import ReplayStep, read_flights
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
-from aggregator.runtime.processor import create_processor
-from aggregator.runtime.runner import StreamRunner
+from tests.integration.test_flights import run_stream
 
 pytestmark = pytest.mark.integration
 
@@ -126,13 +124,7 @@ def test_kinds_on_flights_equal_csv_ground_truth(ddb, streams, tmp_path, mode, f
         carrier, origin, delay = departed[r]
         departed[r] = (carrier, origin, delay + SHIFT)
 
-    client = FaultInjectingClient(ddb, layout=rules.layout)
-    runner_faults = RunnerFaults(client=client)
-    if faults:
-        runner_faults.crash = lambda n: 5 if client.crashes < 3 else None
-        runner_faults.duplicate = lambda n: n % 3 == 0
-    processor = create_processor(rules, client, name, mode=mode)
-    stats = StreamRunner(processor, streams, stream_arn, batch_size=100, faults=runner_faults).run()
+    stats, client = run_stream(ddb, streams, rules, name, stream_arn, mode, 3 if faults else 0)
     assert stats.failures == 0
     if faults:
         assert client.crashes == 3 and stats.duplicates > 0
