@@ -43,6 +43,8 @@ class DemoResult:
     leaderboards: dict[str, list[Aggregate]] = field(default_factory=dict)
     histograms: dict[str, list[HistogramBucket]] = field(default_factory=dict)
     """Derived rules keyed by their source's value: how many keys have each value."""
+    kinds: dict[str, list[Aggregate]] = field(default_factory=dict)
+    """Rules of a kind other than sum (mean, min, max, distribution): each key with its fields."""
     windows: list[WindowResult] = field(default_factory=list)
     """Windowed rules: each key's count over the first day replayed (one window query each)."""
     totals: dict[str, int] = field(default_factory=dict)
@@ -205,7 +207,11 @@ def run_demo(
                 result.leaderboards[rule.name] = store.top(rule.name, top)
             if rule.source is not None and rule.key.template == "{value}":
                 result.histograms[rule.name] = store.histogram(rule.name)
-            aggregates = [a for a in store.list(rule.name) if a.value != 0]
+            if rule.kind.name == "sum":
+                aggregates = [a for a in store.list(rule.name) if a.value != 0]
+            else:  # list gives the keys that hold values (a mean's: a count other than 0)
+                aggregates = [a for a in store.list(rule.name) if a.fields.get("count") != 0]
+                result.kinds[rule.name] = aggregates
             if rule.window is not None and len(rule.key.placeholders) == 1:
                 for key in sorted({a.key for a in aggregates}):
                     result.windows.append(

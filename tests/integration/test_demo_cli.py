@@ -4,6 +4,7 @@ queries that work on it; ``--keep`` waits for Ctrl-C or SIGTERM."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import threading
@@ -38,12 +39,20 @@ def test_demo_names_its_table_and_prints_queries_that_work(dynamodb_local):
         ["query", "top"],
         ["query", "window"],
         ["query", "histogram"],
+        ["query", "get"],
+        ["query", "percentile"],
         ["status", "--table"],
     ]
+    outputs = []
     for command in tries:
         ran = cli.invoke(main, shlex.split(command)[1:], env={"COLUMNS": "200"})
         assert ran.exit_code == 0, (command, ran.output)
+        outputs.append(ran.stdout)
     assert "UA" in cli.invoke(main, shlex.split(tries[0])[1:]).output
+    assert re.search(
+        r"^mean_delay_by_carrier \S+: mean -?[0-9.]+, sum -?\d+, count \d+$", outputs[3], re.M
+    )
+    assert all(f"p{p}" in outputs[4] for p in (50, 90, 99))
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

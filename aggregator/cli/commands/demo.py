@@ -147,6 +147,15 @@ def _print_result(result: Any, began: float) -> None:
         if len(rows) > 12:
             table.add_row("…", f"{len(rows) - 12} more values")
         console.print(table)
+    for name, aggregates in result.kinds.items():
+        console.print(f"\n[bold]{name}[/] (each key's fields)")
+        table = Table()
+        table.add_column("key")
+        for column in aggregates[0].fields if aggregates else ():
+            table.add_column(column, justify="right")
+        for a in aggregates:
+            table.add_row(Text(a.key), *(_number_text(v) for v in a.fields.values()))
+        console.print(table)
     if result.windows:
         first = result.windows[0]
         console.print(
@@ -201,6 +210,13 @@ def _print_result(result: Any, began: float) -> None:
     console.print(summary)
 
 
+def _number_text(value: Any) -> str:
+    """A field for the demo's tables: whole numbers as they are, others to 2 decimals."""
+    if value is None:
+        return ""
+    return f"{value:,}" if value == value.to_integral_value() else f"{value:,.2f}"
+
+
 def _print_queries(
     result: Any, definitions: tuple[Path, ...], *, endpoint_given: bool, keep: bool
 ) -> None:
@@ -219,6 +235,10 @@ def _print_queries(
         )
     if result.histograms:
         tries.append(f"aggregator query histogram {next(iter(result.histograms))} {where}")
+    for name, aggregates in result.kinds.items():
+        if aggregates and name in ("mean_delay_by_carrier", "delay_distribution_by_origin"):
+            verb = "percentile" if aggregates[0].fields.keys() >= {"p50"} else "get"
+            tries.append(f"aggregator query {verb} {name} {aggregates[0].key} {where}")
     tries.append(f"aggregator status {where}")
     if endpoint_given or keep:
         console.print(
