@@ -87,6 +87,9 @@ class AggregateRef:
     partial: bool = False
     """A change to one of the aggregate's partial items (a rule with ``write_shards``); the
     writer picks the partial from the shard id."""
+    target: tuple[str, ...] | None = None
+    """For a rule with a ``target``: the application item's key values (``(pk,)`` or ``(pk,
+    sk)``), a function of ``key``; the writer adds to the item's target attribute."""
 
     @property
     def sort_key(self) -> str:
@@ -210,6 +213,9 @@ class CoalescedDelta:
     per_value
         A value item of a kind with one item per value: when its count falls to zero the
         writer gives it a TTL (:mod:`aggregator.dynamodb.writer`).
+    target_attribute
+        For a change to a rule's target item (``ref.target``): the attribute it adds to
+        (:mod:`aggregator.dynamodb.targets`).
     """
 
     ref: AggregateRef
@@ -224,6 +230,7 @@ class CoalescedDelta:
     count_parts: list[tuple[str, Decimal]] = field(default_factory=list)
     keeps_count: bool = False
     per_value: bool = False
+    target_attribute: str | None = None
 
     def amount_after(self, sequence_number: str) -> Decimal:
         """Sum of the parts whose sequence number is greater than ``sequence_number``."""
@@ -390,7 +397,12 @@ class Engine:
         """
         out = []
         for c in rule.contributions(image):
-            ref = AggregateRef(rule.name, c.key, c.display, c.bucket)
+            ref = AggregateRef(rule.name, c.key, c.display, c.bucket, target=c.target)
+            if c.target is not None and self.layout.is_reserved(self.layout.target_key(c.target)):
+                raise EvaluationError(
+                    f"the target key {c.target} is in a partition the framework reserves",
+                    FailureCause.INVALID_VALUE,
+                )
             size = len(ref.sort_key.encode("utf-8"))
             if size > self._max_sort_key_bytes:
                 raise EvaluationError(
@@ -806,6 +818,9 @@ class Engine:
                 count_parts=[(d.sequence_number, d.count)] if keeps_count else [],
                 keeps_count=keeps_count,
                 per_value=rule.kind.per_value,
+                target_attribute=(
+                    rule.target.attribute if rule.target is not None and not d.ref.partial else None
+                ),
             )
             return
         current.amount, current.count = totals

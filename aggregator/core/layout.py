@@ -15,6 +15,7 @@ A rule set may declare it in a top-level ``table:`` section of one of its files 
       ttl_attribute: ttl         # the table's TTL attribute (windowed rules)
       collection_index: aggregator-collections   # tables without a sort key only
       collection_attribute: aggregator_collection
+      target_checkpoints_attribute: aggregator_checkpoints  # on items rules target
 
 Every field has the default shown (``pk``/``sk`` for the keys). The handler, the runner, the CLI,
 :class:`~aggregator.dynamodb.query.AggregateStore`, the stream filters, dead letters and table
@@ -92,7 +93,7 @@ data types and naming rules"); checked in characters here, in bytes below."""
 
 
 class TableLayout(BaseModel):
-    """Where the framework keeps its items inside the user's table.
+    r"""Where the framework keeps its items inside the user's table.
 
     Attributes
     ----------
@@ -123,6 +124,10 @@ class TableLayout(BaseModel):
         ``collection_attribute``, S; sort key the table's partition key) through which the
         framework lists its item collections, and the attribute naming an item's collection.
         Application items must not carry ``collection_attribute``.
+    target_checkpoints_attribute
+        The one attribute the framework keeps on an application item that a rule ``target``\ s
+        (:class:`~aggregator.core.rules.Target`): a map from stream shard token to checkpoint
+        (:mod:`aggregator.dynamodb.targets`); no rule may read it.
 
     Raises
     ------
@@ -146,6 +151,9 @@ class TableLayout(BaseModel):
     ttl_attribute: str = Field(default="ttl", min_length=1, max_length=255)
     collection_index: str = Field(default="aggregator-collections", min_length=3, max_length=255)
     collection_attribute: str = Field(default="aggregator_collection", min_length=1, max_length=255)
+    target_checkpoints_attribute: str = Field(
+        default="aggregator_checkpoints", min_length=1, max_length=255
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> TableLayout:
@@ -215,12 +223,18 @@ class TableLayout(BaseModel):
                 f"aggregates_pk, runner_pk, dead_letters_pk and control_pk must differ, got "
                 f"{list(reserved)}"
             )
+        if self.target_checkpoints_attribute in (self.partition_key, self.sort_key):
+            raise ValueError(
+                f"target_checkpoints_attribute {self.target_checkpoints_attribute!r} is a key "
+                "attribute of the table; choose another name"
+            )
         for name in (
             "partition_key",
             "sort_key",
             "value_attribute",
             "leaderboard_attribute",
             "collection_attribute",
+            "target_checkpoints_attribute",
         ):
             if len((getattr(self, name) or "").encode("utf-8")) > 255:
                 raise ValueError(f"{name} is over 255 bytes, DynamoDB's limit for key names")
@@ -280,6 +294,14 @@ class TableLayout(BaseModel):
         if self.sort_key is not None:
             return {self.partition_key: {"S": partition}, self.sort_key: {"S": sort_key}}
         return {self.partition_key: {"S": self.key_text(partition, sort_key)}}
+
+    def target_key(self, values: tuple[str, ...]) -> dict[str, dict[str, str]]:
+        """The primary key (DynamoDB JSON) of an application item a rule targets, from its key
+        values (``(pk,)`` or ``(pk, sk)``, :meth:`aggregator.core.rules.Target.render`)."""
+        names = (
+            (self.partition_key,) if self.sort_key is None else (self.partition_key, self.sort_key)
+        )
+        return {name: {"S": value} for name, value in zip(names, values, strict=True)}
 
     def aggregate_key(self, sort_key: str) -> dict[str, dict[str, str]]:
         """The primary key (DynamoDB JSON) of the aggregate item whose sort key text is

@@ -88,7 +88,7 @@ data capture for DynamoDB Streams"), plus one hour."""
 
 def rule_fingerprint(rule: Rule) -> str:
     """A short digest of what a rule's aggregates mean: its match, key, delta, kind (when not
-    ``sum``), window, source and TTL-delete policy (not its name, description or leaderboard
+    ``sum``), window, source, target and TTL-delete policy (not its name, description or leaderboard
     flag, which do not change any value), and where they are kept (``write_shards``,
     ``leaderboard_partitions``, when set). 16 hex digits of SHA-256 over a canonical JSON text.
 
@@ -118,6 +118,8 @@ def rule_fingerprint(rule: Rule) -> str:
         meaning["leaderboard_partitions"] = rule.leaderboard_partitions
     if rule.kind.name != "sum":  # what the items hold (sum rules' fingerprints stay as they were)
         meaning["kind"] = rule.kind.options()
+    if rule.target is not None:  # the key alone does not say which attribute holds the sum
+        meaning["target"] = rule.target.attribute
     text = json.dumps(meaning, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 

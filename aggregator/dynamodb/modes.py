@@ -6,8 +6,8 @@ from typing import Any
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
-from aggregator.dynamodb.checkpoint import CheckpointWriter
-from aggregator.dynamodb.writer import AtLeastOnceWriter, Writer
+from aggregator.dynamodb.targets import TargetAtLeastOnceWriter, TargetCheckpointWriter
+from aggregator.dynamodb.writer import Writer
 
 __all__ = ["WRITE_MODES", "make_writer"]
 
@@ -36,11 +36,11 @@ def make_writer(
         For an unknown mode, listing the available ones.
     """
     if mode == "at-least-once":
-        return AtLeastOnceWriter(
+        return TargetAtLeastOnceWriter(
             client, table_name, layout=layout, max_workers=max_workers, **options
         )
     if mode in ("exactly-once", "window"):
-        return CheckpointWriter(
+        return TargetCheckpointWriter(
             client, table_name, layout=layout, max_workers=max_workers, **options
         )
     raise ConfigError(f"unknown write mode {mode!r}; available: {', '.join(WRITE_MODES)}")

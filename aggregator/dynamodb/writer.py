@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
+from aggregator.core.exceptions import ConfigError
 from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.layout import (
     DEFAULT_LAYOUT,
@@ -168,6 +169,13 @@ class WriteStats:
     emptied_values
         Value items (kinds with one item per value) whose count fell to zero and were given a
         TTL, one extra update each.
+    target_writes
+        Updates of application items that target rules keep their sums on.
+    missing_targets
+        Target deltas whose item did not exist: written to the rule's ledger instead
+        (:mod:`aggregator.dynamodb.targets`).
+    target_checkpoints_evicted
+        Live checkpoints removed from a full checkpoint map on a target item.
     dead_letters
         Dead letters recorded (in the table, or in the last-resort queue) for records a rule
         could not evaluate and malformed records.
@@ -194,6 +202,9 @@ class WriteStats:
     expired_skipped: int = 0
     failed_items: int = 0
     emptied_values: int = 0
+    target_writes: int = 0
+    missing_targets: int = 0
+    target_checkpoints_evicted: int = 0
     dead_letters: int = 0
     dead_letters_compacted: int = 0
     dead_letter_fallbacks: int = 0
@@ -302,6 +313,8 @@ def error_code(exc: BaseException) -> str:
 
 class _BaseWriter:
     mode = "base"
+    writes_targets = False
+    """Whether it writes the deltas of target rules (:mod:`aggregator.dynamodb.targets`)."""
 
     def __init__(
         self,
@@ -566,6 +579,11 @@ class _BaseWriter:
         now = self._clock()
         todo = []
         for delta in self._select(batch, result.stats):
+            if delta.target_attribute is not None and not self.writes_targets:
+                raise ConfigError(
+                    f"rule {delta.ref.rule!r} has a target: write it with a writer of "
+                    "aggregator.dynamodb.targets (make_writer)"
+                )
             if delta.ref.bucket is not None and delta.ref.bucket.expired(now):
                 result.stats.expired_skipped += 1
                 continue

@@ -84,8 +84,8 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.records import Image, StreamRecord, pad_sequence_number
 from aggregator.core.rules import RuleSet
-from aggregator.dynamodb.checkpoint import CheckpointWriter
 from aggregator.dynamodb.manifest import FenceStore, Manifest
+from aggregator.dynamodb.targets import TargetCheckpointWriter
 from aggregator.dynamodb.writer import WriteStats, error_code, item_size
 from aggregator.runtime.processor import _decode_state, _encode_state
 from aggregator.runtime.runner import GET_RECORDS_LIMIT, list_shards, to_lambda_record
@@ -323,7 +323,7 @@ class Backfill:
         self.carried: list[str] = []
         self.rule_names = self._select(states, rule_names)
         self.states = {n: states[n] for n in (*self.rule_names, *self.carried)}
-        self.writer = CheckpointWriter(
+        self.writer = TargetCheckpointWriter(
             client, table_name, layout=self.layout, max_workers=8, clock=clock
         )
         self.leaderboard = {r.name for r in self.rules if r.leaderboard}
@@ -566,6 +566,7 @@ class Backfill:
                 count_parts=[(seq, count)] if keeps_count else [],
                 keeps_count=keeps_count,
                 per_value=rule.kind.per_value,
+                target_attribute=None if rule.target is None else rule.target.attribute,
             )
         return batch
 

@@ -132,6 +132,7 @@ def _encode_state(batch: BatchDeltas) -> str:
             d.write_shards,
             [[s, str(c)] for s, c in d.count_parts] if d.keeps_count else None,
             int(d.per_value),
+            [list(d.ref.target or ()), d.target_attribute] if d.target_attribute else None,
         ]
         for sk, d in batch.deltas.items()
     }
@@ -166,8 +167,17 @@ def _decode_state(text: str | None) -> BatchDeltas:
         count = Decimal(0)
         for _, c in count_parts:
             count = add(count, c)
+        # states written before targets end at the per-value flag
+        target, target_attribute = rest[5] if len(rest) >= 6 and rest[5] else (None, None)
         batch.deltas[sk] = CoalescedDelta(
-            AggregateRef(rule, key, display, bucket, partial=sk.startswith(PARTIAL_MARK)),
+            AggregateRef(
+                rule,
+                key,
+                display,
+                bucket,
+                partial=sk.startswith(PARTIAL_MARK),
+                target=None if target is None else tuple(target),
+            ),
             amount,
             first,
             decoded,
@@ -178,6 +188,7 @@ def _decode_state(text: str | None) -> BatchDeltas:
             count_parts=count_parts,
             keeps_count=counted is not None,
             per_value=bool(rest[4]) if len(rest) >= 5 else False,
+            target_attribute=target_attribute,
         )
     return batch
 
@@ -449,6 +460,10 @@ class StreamProcessor:
             "DeadLettersToQueue": w.dead_letters_to_queue,
             "FailedItems": w.failed_items,
             "ModelledWCU": w.modelled_wcu,
+            "EmptiedValueItems": w.emptied_values,
+            "TargetItemsWritten": w.target_writes,
+            "MissingTargets": w.missing_targets,
+            "TargetCheckpointsEvicted": w.target_checkpoints_evicted,
         }
         for name, value in counts.items():
             m.add_metric(name=name, unit=MetricUnit.Count, value=value)

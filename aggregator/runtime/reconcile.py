@@ -29,6 +29,14 @@ rules are compared as if nothing had expired (pass ``rule_names`` to leave them 
 with TTL deletes). Time buckets past their retention are left out on both sides.
 Derived rules are not reconciled (their input is their source's aggregates).
 
+Target rules (:mod:`aggregator.dynamodb.targets`) are read where they are kept: their stored
+side is the target attribute of the application items, found by a scan (projecting the keys, the
+target attributes and the checkpoint map, which with the attribute is the item's version); a
+repair adds to the attribute on condition that the item exists and both are as read. A key
+whose items point at a target that does not exist is reported with status ``no target`` (likes
+outliving their post): it is never created, so there is nothing to repair. Each check then scans
+the table three times (the stored reads before and after, and the expected values).
+
 Costs: two scans per check that finds candidates (one otherwise; 1 RCU per 4 KB, strongly
 consistent) and four reads of the rules' aggregates; one ``UpdateItem`` per repaired key.
 """
@@ -103,8 +111,9 @@ class ReconcileReport:
 
     @property
     def clean(self) -> bool:
-        """No drift left unrepaired and nothing moving."""
-        return all(d.status == "repaired" for d in self.drifts)
+        """No drift left unrepaired and nothing moving (a key whose target item does not
+        exist is reported, not a drift: there is no item to repair)."""
+        return all(d.status in ("repaired", "no target") for d in self.drifts)
 
 
 def _version(item: dict[str, Any], value_attribute: str) -> tuple[tuple[str, str, Any], ...]:
@@ -128,12 +137,18 @@ class _Checker:
         self.engine = Engine(rules)
         self.refs: dict[str, AggregateRef] = {}
 
+        self.targets = {
+            n: rules.get(n) for n in names if getattr(rules.get(n), "target", None) is not None
+        }
+
     def stored(self, now: float) -> dict[str, tuple[Amounts, Version, dict[str, Any]]]:
         """``{sort key: ((value, count), version, item)}`` of the rules' aggregates, time buckets
         expired at ``now`` left out (the expected side skips them too)."""
-        out: dict[str, tuple[Amounts, Version, dict[str, Any]]] = {}
+        out: dict[str, tuple[Amounts, Version, dict[str, Any]]] = self._stored_targets()
         call: Callable[..., dict[str, Any]] = lambda op, **kw: getattr(self.client, op)(**kw)  # noqa: E731
         for name in self.names:
+            if name in self.targets:
+                continue
             for page in query_collection(
                 call,
                 self.table_name,
@@ -153,6 +168,64 @@ class _Checker:
                     version = _version(item, self.layout.value_attribute)
                     out[sort_key] = ((Decimal(raw), Decimal(count)), version, item)
         return out
+
+    def _stored_targets(self) -> dict[str, tuple[Amounts, Version, dict[str, Any]]]:
+        """The target rules' stored sums: per application item holding a target attribute, the
+        attribute under the rule's sort key for that item, its version the attribute and the
+        checkpoint map as read (one strongly consistent scan, projected)."""
+        out: dict[str, tuple[Amounts, Version, dict[str, Any]]] = {}
+        if not self.targets:
+            return out
+        lay = self.layout
+        keys = [lay.partition_key] + ([lay.sort_key] if lay.sort_key else [])
+        wanted = [*keys, lay.target_checkpoints_attribute]
+        wanted += sorted({r.target.attribute for r in self.targets.values() if r.target})
+        names = {f"#p{i}": n for i, n in enumerate(wanted)}
+        start: dict[str, Any] | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "TableName": self.table_name,
+                "ConsistentRead": True,
+                "ProjectionExpression": ", ".join(names),
+                "ExpressionAttributeNames": names,
+            }
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            page = self.client.scan(**kwargs)
+            for item in page.get("Items", []):
+                if lay.is_reserved(item):
+                    continue
+                for rule in self.targets.values():
+                    assert rule.target is not None
+                    held = item.get(rule.target.attribute)
+                    sort_key = target_sort_key(rule, item, lay) if held is not None else None
+                    if sort_key is None or held is None:
+                        continue
+                    version = (
+                        (rule.target.attribute, *next(iter(held.items()))),
+                        (
+                            lay.target_checkpoints_attribute,
+                            "M",
+                            repr(item.get(lay.target_checkpoints_attribute)),
+                        ),
+                    )
+                    number = Decimal(held["N"]) if "N" in held else Decimal(0)
+                    out[sort_key] = ((number, Decimal(0)), version, item)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return out
+
+    def target_exists(self, ref: AggregateRef) -> bool:
+        """Whether the application item ``ref`` targets exists (a strongly consistent read)."""
+        assert ref.target is not None
+        found = self.client.get_item(
+            TableName=self.table_name,
+            Key=self.layout.target_key(ref.target),
+            ConsistentRead=True,
+            ProjectionExpression="#pk",
+            ExpressionAttributeNames={"#pk": self.layout.partition_key},
+        )
+        return "Item" in found
 
     def expected(self, now: float) -> tuple[dict[str, Amounts], int]:
         """``({sort key: (value, count)}, items scanned)`` of the rules over the table's items
@@ -304,6 +377,9 @@ def reconcile(
         if exp == stored:
             continue
         status = "drift" if stable else "moving"
+        missing = rule in checker.targets and key not in after2 and ref is not None
+        if missing and ref is not None and not checker.target_exists(ref):
+            status = "no target"
         if status == "drift" and repair:
             status = _repair(checker, key, rule, display, ref, exp, stored, after2.get(key))
         counted = checker.rules.get(rule).kind.keeps_count
@@ -337,6 +413,8 @@ def _repair(
     row: tuple[Amounts, Version, dict[str, Any]] | None,
 ) -> str:
     layout = checker.layout
+    if rule in checker.targets:
+        return _repair_target(checker, rule, expected, stored, row, ref)
     if ref is None:  # no item counts for it any more: the stored item's own description
         ref = AggregateRef(rule, sort_key.partition("#")[2], display)
     definition = checker.rules.get(rule)
@@ -366,3 +444,81 @@ def _repair(
             return "moving"
         raise
     return "repaired"
+
+
+def _repair_target(
+    checker: _Checker,
+    rule: str,
+    expected: Amounts,
+    stored: Amounts,
+    row: tuple[Amounts, Version, dict[str, Any]] | None,
+    ref: AggregateRef | None,
+) -> str:
+    """``ADD`` the difference to the target attribute, on condition that the item exists and its
+    attribute and checkpoint map are as read (absent, when no row was read)."""
+    layout = checker.layout
+    target = checker.targets[rule].target
+    assert target is not None
+    if row is not None:
+        key = {n: v for n, v in row[2].items() if n in (layout.partition_key, layout.sort_key)}
+    elif ref is not None and ref.target is not None:
+        key = layout.target_key(ref.target)
+    else:
+        return "moving"
+    names = {
+        "#pk": layout.partition_key,
+        "#a": target.attribute,
+        "#m": layout.target_checkpoints_attribute,
+    }
+    values: dict[str, Any] = {":d": {"N": str(subtract(expected[0], stored[0]))}}
+    conditions = ["attribute_exists(#pk)"]
+    item = row[2] if row is not None else {}
+    for placeholder, attribute in (
+        ("#a", target.attribute),
+        ("#m", layout.target_checkpoints_attribute),
+    ):
+        if attribute in item:
+            values[f":{placeholder[1:]}"] = item[attribute]
+            conditions.append(f"{placeholder} = :{placeholder[1:]}")
+        else:
+            conditions.append(f"attribute_not_exists({placeholder})")
+    try:
+        checker.client.update_item(
+            TableName=checker.table_name,
+            Key=key,
+            UpdateExpression="ADD #a :d",
+            ConditionExpression=" AND ".join(conditions),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            return "moving"
+        raise
+    return "repaired"
+
+
+def target_sort_key(rule: Any, item: dict[str, Any], layout: Any) -> str | None:
+    """The sort key (``<rule>#<key>``) under which ``rule`` counts toward the application item
+    ``item`` (DynamoDB JSON) as its target, or ``None`` when no image could target it: each key
+    template's values are read back from the item's key (``KeyTemplate.split_display``), and
+    a placeholder in both templates must agree."""
+    target = rule.target
+    texts = [item.get(layout.partition_key, {}).get("S")]
+    templates = [target.partition_key]
+    if target.sort_key is not None:
+        texts.append(item.get(layout.sort_key, {}).get("S") if layout.sort_key else None)
+        templates.append(target.sort_key)
+    values: dict[str, str] = {}
+    for text, template in zip(texts, templates, strict=True):
+        if not isinstance(text, str):
+            return None
+        try:
+            parts = template.split_display(text)
+        except ValueError:
+            return None
+        for name, value in zip(template.placeholders, parts, strict=True):
+            if values.setdefault(name, value) != value:
+                return None
+    encoded, _ = rule.key.render_values([values[n] for n in rule.key.placeholders])
+    return f"{rule.name}#{encoded}"

@@ -39,6 +39,7 @@ from aggregator.cli.template import render_regions
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
 from aggregator.runtime.filters import filter_criteria
+from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.role_policy import (
     PK_ONLY_ITEM_GRANTS,
     as_list,
@@ -56,7 +57,7 @@ from tests.unit.test_template import (
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFINITIONS = ROOT / "definitions"
-PK_ONLY = [DEFINITIONS, DEFINITIONS / "layouts" / "pk_only.yaml"]
+PK_ONLY = PK_ONLY_DEFINITIONS
 STARTER_RULES = ROOT / "aggregator" / "cli" / "project" / "rules"
 
 SHARDED_RULES = """\
@@ -494,7 +495,7 @@ def test_the_prebuilt_artifact_is_the_code(synthesized: Synthesized) -> None:
     [
         ("orders-aggregates", ["example.yaml"], True),
         ("sharded", ["likes.yaml"], False),
-        ("pk-only", sorted(p.name for p in [*DEFINITIONS.glob("*.yaml"), PK_ONLY[1]]), True),
+        ("pk-only", sorted(p.name for p in PK_ONLY), True),
     ],
 )
 def test_the_code_is_built_at_synth_time_without_docker(

@@ -471,6 +471,7 @@ def test_yaml_numbers_are_exact(tmp_path):
             Decimal("1.2345678901234567890123"),
             None,
             Decimal(0),
+            None,
         )
     ]
 

@@ -25,6 +25,7 @@ from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.runtime.filters import check_template, filter_criteria
+from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.role_policy import (
     ITEM_WRITES,
     PK_ONLY_ITEM_GRANTS,
@@ -216,7 +217,7 @@ def pk_only_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """template.yaml rendered (aggregator template) for the demo rules on a table with only a
     partition key, ``id``."""
     path = tmp_path_factory.mktemp("pk-only") / "template.yaml"
-    rules = load_rules([ROOT / "definitions", ROOT / "definitions" / "layouts" / "pk_only.yaml"])
+    rules = load_rules(PK_ONLY_DEFINITIONS)
     path.write_text(render_template(TEMPLATE_PATH.read_text(encoding="utf-8"), rules))
     return path
 
@@ -662,9 +663,7 @@ def test_without_a_sort_key_the_role_writes_only_keys_under_the_reserved_prefixe
     deployed = _deploy(template, **DEPLOYMENTS[name])
     granted = pk_only_item_grants(_statements(deployed))
     assert granted == PK_ONLY_ITEM_GRANTS
-    layout = load_rules(
-        [ROOT / "definitions", ROOT / "definitions" / "layouts" / "pk_only.yaml"]
-    ).layout
+    layout = load_rules(PK_ONLY_DEFINITIONS).layout
 
     def allowed(action: str, key: str) -> bool:
         return any(_iam_string_like(p, key) for p in granted.get(action, ()))
@@ -692,7 +691,7 @@ def test_without_a_sort_key_the_created_table_has_the_collection_index(
         {"AttributeName": "id", "KeyType": "RANGE"},
     ]
     assert indexes["aggregator-collections"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
-    rules = load_rules([ROOT / "definitions", ROOT / "definitions" / "layouts" / "pk_only.yaml"])
+    rules = load_rules(PK_ONLY_DEFINITIONS)
     event = template["Resources"]["AggregatorFunction"]["Properties"]["Events"]["Stream"]
     assert event["Properties"]["FilterCriteria"] == filter_criteria(rules)
 

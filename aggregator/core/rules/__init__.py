@@ -5,6 +5,7 @@ The package re-exports the names of its modules:
 * :mod:`~aggregator.core.rules.model`: :class:`Rule`, :class:`Contribution`, sort-key limits;
 * :mod:`~aggregator.core.rules.ruleset`: :class:`RuleSet`, :func:`rule`, derived-rule checks;
 * :mod:`~aggregator.core.rules.keys`: :class:`KeyTemplate` and the key text of values;
+* :mod:`~aggregator.core.rules.targets`: :class:`Target` (a sum kept on an application item);
 * :mod:`~aggregator.core.rules.deltas`: :class:`DeltaSpec`;
 * :mod:`~aggregator.core.rules.buckets`: :class:`Window` and :class:`Bucket`;
 * :mod:`~aggregator.core.rules.loading`: :func:`load_rules` (files and directories);
@@ -44,7 +45,9 @@ from aggregator.core.rules.ruleset import (
     derived_attribute_problems,
     graph_problems,
     rule,
+    target_problems,
 )
+from aggregator.core.rules.targets import Target
 
 __all__ = [
     "BUCKET_TEXT_BYTES",
@@ -65,6 +68,7 @@ __all__ = [
     "RuleFileLimitError",
     "RuleLoader",
     "RuleSet",
+    "Target",
     "Window",
     "derived_attribute_indexes",
     "derived_attribute_problems",
@@ -74,5 +78,6 @@ __all__ = [
     "load_rules",
     "rule",
     "rule_files_in",
+    "target_problems",
     "unescape_key_part",
 ]

@@ -133,7 +133,7 @@ def _error_locations(
         elif isinstance(cause, _RuleSetProblems):
             where = "in this rule set" if source == "<python>" else "in this file"
             for index, field, message in cause.problems:
-                yield (*loc, index, field), message.format(where=where)
+                yield (*loc, index, *field.split(".")), message.format(where=where)
         else:
             yield loc, _message(err)
 

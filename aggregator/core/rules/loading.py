@@ -36,6 +36,7 @@ from aggregator.core.rules.ruleset import (
     derived_attribute_indexes,
     graph_problems,
     reading_field,
+    target_problems,
 )
 from aggregator.core.text import MAX_REASON_CHARS
 
@@ -309,6 +310,12 @@ def load_rules(
         for index, message in graph_problems([r for r, _ in everything]):
             r, where = everything[index]
             errors.append(f"{where}: rule {_name(r.name)}, field 'source': {message}")
+    if not errors:
+        errors += [
+            f"{origin[rules[index].name]}: rule {_name(rules[index].name)}, field {field!r}: "
+            f"{message}"
+            for index, field, message in target_problems(rules, layout)
+        ]
     if not errors and not layout.has_sort_key:
         errors += [
             f"{origin[r.name]}: rule {_name(r.name)}, field 'write_shards': needs a table with a "

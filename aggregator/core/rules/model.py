@@ -27,6 +27,7 @@ from aggregator.core.kinds import Kind, Sum, parse_kind
 from aggregator.core.rules.buckets import Bucket, Window
 from aggregator.core.rules.deltas import DeltaSpec
 from aggregator.core.rules.keys import KeyTemplate
+from aggregator.core.rules.targets import Target, target_key_template
 
 RULE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"
 
@@ -130,6 +131,12 @@ class Rule(BaseModel):
         ``granularity`` and ``bucket`` for windowed sources. A source aggregate whose value is 0
         counts as absent. ``key: "{value}"`` gives a histogram (how many keys have each value),
         a literal key a distinct count (how many keys have a non-zero value).
+    target
+        Optional :class:`~aggregator.core.rules.targets.Target`: keep the sum in an attribute of
+        an application item (``likeTally`` on the post's ``META`` item) instead of an aggregate
+        item; the rule then has no ``key`` (its key is the target's templates joined by ``#``),
+        kind ``sum``, no window, leaderboard or source. The item is never created: a delta whose
+        target does not exist goes to the rule's ledger (:mod:`aggregator.dynamodb.targets`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -146,6 +153,40 @@ class Rule(BaseModel):
     write_shards: CountField = 1
     window: Window | None = None
     source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
+    target: Target | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _key_of_target(cls, data: Any) -> Any:
+        """A target rule's ``key`` is its target's templates; giving one too is refused."""
+        if not isinstance(data, Mapping) or data.get("target") is None:
+            return data
+        if data.get("key") is not None:
+            raise _FieldError(
+                "key", "a rule with a target is keyed by its target item: leave key out"
+            )
+        target = data["target"]
+        composed = target_key_template(target) if isinstance(target, Mapping | Target) else None
+        # a malformed target is reported by its own validation, not as a missing key
+        return {**data, "key": composed if composed is not None else "target"}
+
+    @model_validator(mode="after")
+    def _target_fields(self) -> Rule:
+        if self.target is None:
+            return self
+        for field, refused, message in (
+            ("kind", self.kind.name != "sum", f"a target keeps a sum, not kind {self.kind.name!r}"),
+            ("window", self.window is not None, "time buckets live in aggregate items"),
+            (
+                "leaderboard",
+                self.leaderboard,
+                "rank target items with a rule whose delta reads the target attribute",
+            ),
+            ("source", self.source is not None, "a derived rule keeps its own aggregate items"),
+        ):
+            if refused:
+                raise _FieldError(field, f"a rule with a target cannot have {field}: {message}")
+        return self
 
     @model_validator(mode="after")
     def _window_without_leaderboard(self) -> Rule:
@@ -225,7 +266,8 @@ class Rule(BaseModel):
         return self.source is not None
 
     def attributes(self) -> frozenset[str]:
-        """Names of every image attribute this rule reads (match, key, delta and time)."""
+        """Names of every image attribute this rule reads (match, key or target, delta and
+        time)."""
         names = self.match.attributes() | self.key.attributes() | self.delta.attributes()
         return names | ({self.window.time} if self.window else set())
 
@@ -249,6 +291,9 @@ class Rule(BaseModel):
                 f"{self.kind.name}: cannot use {number}: {exc}", FailureCause.INVALID_VALUE
             ) from None
         tail = "" if entry.suffix is None else f"#{entry.suffix}"
+        if self.target is not None:
+            target = self.target.render(image)
+            return [Contribution(encoded, display, entry.amount, None, entry.count, target)]
         if self.window is None:
             return [Contribution(f"{encoded}{tail}", display, entry.amount, None, entry.count)]
         return [
@@ -263,7 +308,8 @@ class Contribution(NamedTuple):
     ``key`` is the encoded sort-key part after ``"<rule>#"`` (with ``"#<granularity>#<bucket>"``
     for windowed rules, then ``"#<value>"`` for kinds with one item per value), ``display`` the
     key with raw values, ``bucket`` the time bucket or ``None``, ``amount`` what the value
-    attribute gets and ``item_count`` what the count attribute gets (kinds that keep one).
+    attribute gets and ``item_count`` what the count attribute gets (kinds that keep one);
+    ``target`` the key values of a target rule's application item (else ``None``).
     """
 
     key: str
@@ -271,3 +317,4 @@ class Contribution(NamedTuple):
     amount: Decimal
     bucket: Bucket | None
     item_count: Decimal = Decimal(0)
+    target: tuple[str, ...] | None = None

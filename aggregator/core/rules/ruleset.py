@@ -46,8 +46,9 @@ class RuleSet(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     version: Literal[1] = 1
-    rules: tuple[Rule, ...] = ()
+    # the layout first: the rules' checks read it (fields validate in this order)
     layout: TableLayout = Field(default=DEFAULT_LAYOUT, alias="table")
+    rules: tuple[Rule, ...] = ()
 
     @field_validator("rules")
     @classmethod
@@ -66,6 +67,11 @@ class RuleSet(BaseModel):
             problems += [
                 (i, "source", m.replace("{", "{{").replace("}", "}}"))
                 for i, m in graph_problems(rules)
+            ]
+            layout = info.data.get("layout", DEFAULT_LAYOUT)
+            problems += [
+                (i, f, m.replace("{", "{{").replace("}", "}}"))
+                for i, f, m in target_problems(rules, layout)
             ]
         if problems:
             raise _RuleSetProblems(rules, sorted(problems))
@@ -189,6 +195,132 @@ def graph_problems(rules: Sequence[Rule]) -> list[tuple[int, str]]:
     return sorted(problems)
 
 
+def target_problems(
+    rules: Sequence[Rule], layout: TableLayout = DEFAULT_LAYOUT
+) -> list[tuple[int, str, str]]:
+    """Problems of target rules on ``layout``, as ``(rule index, field, message)``: a target
+    key that does not fit the table's keys, a target in a reserved partition or on a key or the
+    checkpoint map, a rule reading the checkpoint map, and feedback cycles (a rule whose target
+    attribute is read, directly or through other target rules, by the rule that writes it: its
+    own write would come back on the stream as a change to count; each cycle reported once, at
+    its first rule)."""
+    problems: list[tuple[int, str, str]] = []
+    protocol = layout.target_checkpoints_attribute
+    writers: dict[str, list[int]] = {}
+    for i, r in enumerate(rules):
+        if protocol in r.attributes():
+            problems.append(
+                (
+                    i,
+                    _reading(r, protocol),
+                    f"reads {protocol!r}, the framework's checkpoint map on target items "
+                    "(table: target_checkpoints_attribute); no rule may read it",
+                )
+            )
+        target = getattr(r, "target", None)
+        if target is None:
+            continue
+        writers.setdefault(target.attribute, []).append(i)
+        if layout.has_sort_key and target.sort_key is None:
+            problems.append(
+                (
+                    i,
+                    "target",
+                    f"the table has a sort key ({layout.sort_key!r}): give the target's "
+                    "sort_key too",
+                )
+            )
+        elif not layout.has_sort_key and target.sort_key is not None:
+            problems.append(
+                (
+                    i,
+                    "target.sort_key",
+                    "the table has no sort key (table: sort_key: null): leave sort_key out",
+                )
+            )
+        if target.attribute in (layout.partition_key, layout.sort_key, protocol):
+            problems.append(
+                (i, "target.attribute", f"{target.attribute!r} is not the rule's to write")
+            )
+        pk = target.partition_key
+        if pk.is_literal and (
+            pk.template in layout.reserved_partition_keys
+            or (
+                not layout.has_sort_key
+                and any(pk.template.startswith(f"{p}#") for p in layout.reserved_partition_keys)
+            )
+        ):
+            problems.append(
+                (
+                    i,
+                    "target.partition_key",
+                    f"{pk.template!r} is a partition the framework reserves; a target is an "
+                    "application item",
+                )
+            )
+    problems += _feedback_cycles(rules, writers)
+    return sorted(problems)
+
+
+def _reading(rule: Rule, attribute: str) -> str:
+    for field, names in (
+        ("match", rule.match.attributes()),
+        ("delta", rule.delta.attributes()),
+        ("window", {rule.window.time} if rule.window is not None else set()),
+    ):
+        if attribute in names:
+            return field
+    return "target" if getattr(rule, "target", None) is not None else "key"
+
+
+def _feedback_cycles(
+    rules: Sequence[Rule], writers: Mapping[str, list[int]]
+) -> list[tuple[int, str, str]]:
+    """Cycles of "rule a writes attribute x, which target rule b reads" (b's own write then
+    changes what a counts, and so on without end)."""
+    edges: dict[int, list[tuple[int, str]]] = {}
+    for attribute, written_by in writers.items():
+        for j, r in enumerate(rules):
+            if getattr(r, "target", None) is not None and attribute in r.attributes():
+                for i in written_by:
+                    edges.setdefault(i, []).append((j, attribute))
+    problems: list[tuple[int, str, str]] = []
+    reported: set[int] = set()
+    for start in sorted(edges):
+        # depth-first search for a path back to start
+        stack: list[tuple[int, list[tuple[int, str]]]] = [(start, [])]
+        seen: set[int] = set()
+        while stack:
+            node, path = stack.pop()
+            for nxt, attribute in edges.get(node, []):
+                step = [*path, (node, attribute)]
+                if nxt == start:
+                    members = {n for n, _ in step}
+                    if not members & reported:
+                        reported |= members
+                        said = "; ".join(
+                            f"{_name(rules[n].name)} writes {a!r}, which "
+                            f"{_name(rules[(step[k + 1][0] if k + 1 < len(step) else start)].name)}"
+                            " reads"
+                            for k, (n, a) in enumerate(step)
+                        )
+                        problems.append(
+                            (
+                                start,
+                                "target",
+                                f"a target attribute feeds back into the rule that writes it "
+                                f"({said}): each write would come back on the stream as a "
+                                "change to count",
+                            )
+                        )
+                    stack.clear()
+                    break
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, step))
+    return problems
+
+
 def derived_attribute_indexes(
     rules: Sequence[Rule], layout: TableLayout = DEFAULT_LAYOUT
 ) -> list[tuple[int, str]]:
@@ -265,7 +397,7 @@ def reading_field(rule: Rule, message: str) -> str:
 def rule(
     name: str,
     *,
-    key: str,
+    key: str | None = None,
     match: Mapping[str, Any] | None = None,
     delta: int | str | Decimal | Mapping[str, Any] = 1,
     description: str = "",
@@ -276,6 +408,7 @@ def rule(
     window: Mapping[str, Any] | None = None,
     source: str | None = None,
     kind: str | Mapping[str, Any] = "sum",
+    target: Mapping[str, Any] | None = None,
 ) -> Rule:
     """Build one validated rule from Python, with the same fields and checks as YAML.
 
@@ -283,7 +416,9 @@ def rule(
     "granularities": ["hour", "minute"], "retention": "25h"}``); ``source`` names the rule a
     derived rule reads (the graph is checked when the rules form a :class:`RuleSet`); ``kind``
     takes a kind's name or the YAML mapping (``{"name": "distribution", "relative_accuracy":
-    "0.01"}``; :mod:`aggregator.core.kinds`).
+    "0.01"}``; :mod:`aggregator.core.kinds`); ``target`` the YAML mapping of an application item
+    to keep the sum on instead of ``key`` (``{"partition_key": "{PK}", "sort_key": "META",
+    "attribute": "likeTally"}``; :mod:`aggregator.core.rules.targets`).
 
     Examples
     --------
@@ -315,6 +450,10 @@ def rule(
         data["write_shards"] = write_shards
     if kind != "sum":
         data["kind"] = kind
+    if target is not None:
+        data["target"] = target
+        if key is None:
+            del data["key"]
     try:
         return Rule.model_validate(data)
     except ValidationError as exc:

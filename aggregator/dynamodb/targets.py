@@ -1,0 +1,353 @@
+"""Writing a target rule's sum onto the application's own items (:class:`~aggregator.core.rules.
+Target`): ``ADD likeTally`` on the post's ``META`` item, never creating it, exactly once.
+
+The update
+----------
+One ``UpdateItem`` per target item and batch, as for aggregate items::
+
+    ADD <attribute> :delta  SET <map>.<shard token> = :checkpoint
+    condition  attribute_exists(<partition key>)
+               AND ((attribute_exists(<map>.<token>) AND <map>.<token> < :first)
+                    OR (attribute_not_exists(<map>.<token>) AND size(<map>) < :max_entries))
+
+``<map>`` is the one attribute the framework keeps on the item (``table:
+target_checkpoints_attribute``, default ``aggregator_checkpoints``): a map from the shard token
+(12 characters, :func:`~aggregator.dynamodb.checkpoint.checkpoint_attribute` without ``c#``) to
+the shard's 21-byte checkpoint (:func:`~aggregator.dynamodb.checkpoint.encode_checkpoint`): the
+same per-item, per-shard prefix invariant as on aggregate items. The request asks for
+``ReturnValues: UPDATED_OLD`` only and never for the item on a failed condition, so a role whose
+policy allows just the target attributes can send it (Developer Guide, "Using IAM policy
+conditions for fine-grained access control": with ``dynamodb:Attributes``, ``ReturnValues``
+limited to ``NONE``, ``UPDATED_OLD`` or ``UPDATED_NEW``).
+
+When the condition fails, one strongly consistent ``GetItem`` of the key and the map says why:
+
+* **no item**: the target does not exist (never written, or deleted). Nothing is written to
+  it, ever: the delta goes to the rule's *ledger*, an ordinary aggregate item ``<rule>#<key>``
+  in the aggregates partition, written with the same protocol, and ``missing_targets`` counts
+  it. ``aggregator query list RULE`` lists the ledger: per target key, the sum of the deltas
+  that found no item (likes outliving their post, or unlikes after it).
+* **no map yet** (the item's first write): ``SET <map> = {token: checkpoint}`` with the
+  ``ADD``, on condition ``attribute_not_exists(<map>)``. DynamoDB refuses a ``SET`` of a path
+  inside a missing map (``ValidationException``), hence this one extra request per item.
+* **the shard's checkpoint is at or past the batch's first record**: an earlier attempt applied
+  part of the batch; the rest is added on condition that the checkpoint is still what was read.
+* **the map is full** (:data:`MAX_TARGET_CHECKPOINTS` entries, none of this shard): entries older
+  than the checkpoint retention are removed (each on condition it is unchanged); when none is
+  that old, the oldest is (``target_checkpoints_evicted``), which protects nothing unless that
+  shard redelivers a batch after more than ``MAX_TARGET_CHECKPOINTS`` other shards wrote the item.
+  The map therefore holds at most ``MAX_TARGET_CHECKPOINTS`` entries of 35 bytes: 560 bytes at
+  any shard count. A target written from many partitions at once is a hot parent: give the rule
+  ``write_shards``.
+
+The framework's write comes back on the stream as a ``MODIFY`` of the application item: rules
+that do not read the target attribute (or the map, which no rule may read) get ``c(new) - c(old)
+= 0`` from it, and a rule that reads the attribute gets the exact change. A re-created item
+starts from what the application writes; a batch retried after the item was deleted and created
+again within the retry may add its records to the new item (its checkpoint went with the old).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from aggregator.core.engine import CoalescedDelta
+from aggregator.core.exceptions import WriteError
+from aggregator.core.numbers import add
+from aggregator.core.records import pad_sequence_number
+from aggregator.dynamodb.checkpoint import (
+    CHECKPOINT_PREFIX,
+    MAX_RECOVERY_ROUNDS,
+    CheckpointWriter,
+    checkpoint_attribute,
+    decode_checkpoint,
+    sequence_bytes,
+)
+from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteStats, error_code, write_units
+
+__all__ = [
+    "MAX_TARGET_CHECKPOINTS",
+    "TargetAtLeastOnceWriter",
+    "TargetCheckpointWriter",
+    "target_token",
+]
+
+MAX_TARGET_CHECKPOINTS = 16
+"""Most entries of the checkpoint map on a target item (35 bytes each: 12-character name, 21-byte
+binary value and DynamoDB's per-element overhead)."""
+
+
+def target_token(shard_id: str) -> str:
+    """The key of a shard's entry in a target item's checkpoint map: the 12 characters of
+    :func:`~aggregator.dynamodb.checkpoint.checkpoint_attribute` after ``c#``."""
+    return checkpoint_attribute(shard_id)[len(CHECKPOINT_PREFIX) :]
+
+
+def _ledger(delta: CoalescedDelta) -> CoalescedDelta:
+    """The delta as a change to the rule's ledger item (``<rule>#<key>`` in the aggregates
+    partition)."""
+    return replace(delta, ref=replace(delta.ref, target=None), target_attribute=None)
+
+
+class _TargetWrites:
+    """What both target writers share: the item's key, the names, the ``GetItem`` of the map."""
+
+    layout: Any
+    table_name: str
+
+    def _target_key(self, delta: CoalescedDelta) -> dict[str, Any]:
+        assert delta.ref.target is not None
+        return dict(self.layout.target_key(delta.ref.target))
+
+    def _names(self, delta: CoalescedDelta) -> dict[str, str]:
+        return {
+            "#pk": self.layout.partition_key,
+            "#a": str(delta.target_attribute),
+            "#m": self.layout.target_checkpoints_attribute,
+        }
+
+    def _read_map(
+        self, delta: CoalescedDelta, stats: WriteStats
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """``(exists, checkpoint map in DynamoDB JSON or None)`` of the target item, read
+        strongly consistently (only its partition key and the map: a projection the
+        attribute-limited policy allows)."""
+        response = self._call(  # type: ignore[attr-defined]
+            "get_item",
+            {
+                "TableName": self.table_name,
+                "Key": self._target_key(delta),
+                "ConsistentRead": True,
+                "ProjectionExpression": "#pk, #m",
+                "ExpressionAttributeNames": {
+                    "#pk": self.layout.partition_key,
+                    "#m": self.layout.target_checkpoints_attribute,
+                },
+                "ReturnConsumedCapacity": "TOTAL",
+            },
+            stats,
+        )
+        item = response.get("Item")
+        if item is None:
+            return False, None
+        found = item.get(self.layout.target_checkpoints_attribute)
+        return True, (dict(found["M"]) if found and "M" in found else None)
+
+    def _target_units(self, delta: CoalescedDelta) -> int:
+        """Modelled WCU of one update of a target item, from what the framework knows of it
+        (its key, the attribute, a full checkpoint map); the application's own attributes add to
+        it on a large item (DynamoDB charges by item size, Developer Guide, "Read/write capacity
+        mode")."""
+        assert delta.ref.target is not None
+        size = sum(len(v.encode("utf-8")) for v in delta.ref.target) + len(
+            self.layout.partition_key
+        )
+        size += len(str(delta.target_attribute)) + 21
+        return write_units(size)
+
+
+class TargetAtLeastOnceWriter(AtLeastOnceWriter, _TargetWrites):
+    """:class:`~aggregator.dynamodb.writer.AtLeastOnceWriter` that also writes target rules:
+    ``ADD`` on condition ``attribute_exists(<partition key>)``; a missing target's delta goes to
+    the rule's ledger (module docstring)."""
+
+    writes_targets = True
+
+    def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
+        if delta.target_attribute is None:
+            return super()._apply_item(delta, shard_id, last)
+        stats = WriteStats()
+        names = self._names(delta)
+        del names["#m"]
+        request = {
+            "TableName": self.table_name,
+            "Key": self._target_key(delta),
+            "UpdateExpression": "ADD #a :d",
+            "ConditionExpression": "attribute_exists(#pk)",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": {":d": {"N": str(delta.amount)}},
+            "ReturnConsumedCapacity": "TOTAL",
+        }
+        try:
+            self._call("update_item", request, stats)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            stats.modelled_wcu += self._target_units(delta)
+            stats.missing_targets += 1
+            stats.add(super()._apply_item(_ledger(delta), shard_id, last))
+            return stats
+        stats.items_written += 1
+        stats.target_writes += 1
+        stats.modelled_wcu += self._target_units(delta)
+        return stats
+
+
+class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
+    """:class:`~aggregator.dynamodb.checkpoint.CheckpointWriter` that also writes target rules,
+    exactly once through the item's checkpoint map (module docstring)."""
+
+    writes_targets = True
+
+    def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
+        if delta.target_attribute is None:
+            return super()._apply_item(delta, shard_id, last)
+        assert shard_id is not None
+        stats = WriteStats()
+        token = target_token(shard_id)
+        names = {**self._names(delta), "#t": token}
+        checkpoint = {"B": self._checkpoint_value(last)}
+        amount = delta.amount
+        expected: dict[str, Any] | None = None  # the shard's entry as read, in recovery
+        for _ in range(MAX_RECOVERY_ROUNDS + 2):
+            if expected is None:
+                condition = (
+                    "attribute_exists(#pk) AND ((attribute_exists(#m.#t) AND #m.#t < :first) OR "
+                    "(attribute_not_exists(#m.#t) AND size(#m) < :max))"
+                )
+                values = {
+                    ":first": {"B": sequence_bytes(delta.first_sequence_number)},
+                    ":max": {"N": str(MAX_TARGET_CHECKPOINTS)},
+                }
+            else:
+                condition = "attribute_exists(#pk) AND #m.#t = :seen"
+                values = {":seen": expected}
+            request = {
+                "TableName": self.table_name,
+                "Key": self._target_key(delta),
+                "UpdateExpression": "ADD #a :d SET #m.#t = :ck",
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": {
+                    ":d": {"N": str(amount)},
+                    ":ck": checkpoint,
+                    **values,
+                },
+                "ReturnConsumedCapacity": "TOTAL",
+                "ReturnValues": "UPDATED_OLD",
+            }
+            try:
+                self._call("update_item", request, stats)
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                stats.modelled_wcu += self._target_units(delta)  # a failed write is charged
+                exists, entries = self._read_map(delta, stats)
+                if not exists:
+                    stats.missing_targets += 1
+                    stats.add(super()._apply_item(_ledger(delta), shard_id, last))
+                    return stats
+                if entries is None:
+                    if self._create_map(delta, amount, token, checkpoint, stats):
+                        return stats
+                    continue
+                own = entries.get(token)
+                if own is not None:
+                    applied_to, _ = decode_checkpoint(own.get("B"))
+                    stats.conditional_recoveries += 1
+                    remaining = [
+                        (s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to
+                    ]
+                    if not remaining:
+                        stats.already_applied += 1
+                        return stats
+                    amount = Decimal(0)
+                    for _, part in remaining:
+                        amount = add(amount, part)
+                    expected = dict(own)
+                    continue
+                expected = None
+                amount = delta.amount
+                if len(entries) >= MAX_TARGET_CHECKPOINTS:
+                    self._make_room(delta, entries, stats)
+                continue
+            stats.items_written += 1
+            stats.target_writes += 1
+            stats.modelled_wcu += self._target_units(delta)
+            return stats
+        raise WriteError(
+            f"{delta.ref.display_key}: the target's checkpoint map kept changing during "
+            f"{MAX_RECOVERY_ROUNDS} recovery rounds (is another consumer writing this shard?)"
+        )
+
+    def _create_map(
+        self,
+        delta: CoalescedDelta,
+        amount: Decimal,
+        token: str,
+        checkpoint: Mapping[str, Any],
+        stats: WriteStats,
+    ) -> bool:
+        """The item's first write: the map with this shard's entry, and the ``ADD``. ``False``
+        when the condition failed (the map appeared meanwhile, or the item went): try again."""
+        request = {
+            "TableName": self.table_name,
+            "Key": self._target_key(delta),
+            "UpdateExpression": "ADD #a :d SET #m = :map",
+            "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#m)",
+            "ExpressionAttributeNames": self._names(delta),
+            "ExpressionAttributeValues": {
+                ":d": {"N": str(amount)},
+                ":map": {"M": {token: dict(checkpoint)}},
+            },
+            "ReturnConsumedCapacity": "TOTAL",
+        }
+        try:
+            self._call("update_item", request, stats)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            stats.modelled_wcu += self._target_units(delta)
+            return False
+        stats.items_written += 1
+        stats.target_writes += 1
+        stats.modelled_wcu += self._target_units(delta)
+        return True
+
+    def _make_room(
+        self, delta: CoalescedDelta, entries: Mapping[str, Any], stats: WriteStats
+    ) -> None:
+        """Remove the map's entries older than the checkpoint retention, or else its oldest one
+        (module docstring); each on condition that it is unchanged."""
+        horizon = self._clock() - self.checkpoint_retention_seconds
+        written: dict[str, int] = {}
+        for name, value in entries.items():
+            try:
+                written[name] = decode_checkpoint(value.get("B"))[1]
+            except (ValueError, TypeError):
+                written[name] = 0  # not a checkpoint: protects nothing
+        stale = [name for name, at in written.items() if at < horizon]
+        evicted = not stale
+        if evicted:
+            stale = [min(written, key=written.__getitem__)]
+        names = {"#m": self.layout.target_checkpoints_attribute}
+        values: dict[str, Any] = {}
+        removes, conditions = [], []
+        for i, name in enumerate(stale):
+            names[f"#s{i}"] = name
+            values[f":s{i}"] = dict(entries[name])
+            removes.append(f"#m.#s{i}")
+            conditions.append(f"#m.#s{i} = :s{i}")
+        request = {
+            "TableName": self.table_name,
+            "Key": self._target_key(delta),
+            "UpdateExpression": "REMOVE " + ", ".join(removes),
+            "ConditionExpression": " AND ".join(conditions),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnConsumedCapacity": "TOTAL",
+        }
+        try:
+            self._call("update_item", request, stats)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return  # changed meanwhile: the next round reads it again
+        stats.modelled_wcu += self._target_units(delta)
+        stats.pruned_checkpoints += len(stale)
+        stats.target_checkpoints_evicted += evicted

@@ -1,0 +1,185 @@
+"""Counts on the application's own items (rule ``target``), on the layout of the "DynamoDB
+Reference Counts" article: a PK/SK table made with plain boto3, posts with a ``META`` item, one
+``LIKE#USER#<id>`` item per like written with one conditional ``PutItem`` and removed with one
+conditional ``DeleteItem`` (no transaction). Likes and unlikes race the stream runner, which
+crashes mid-batch, delivers batches twice and is throttled on the ``META`` items; the truth is
+counted from the table's own items, independently of the engine."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections import Counter
+from decimal import Decimal
+
+import pytest
+from botocore.exceptions import ClientError
+from click.testing import CliRunner
+
+from aggregator.cli import main
+from aggregator.core.rules import load_rules
+from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dynamodb.query import AggregateStore
+from aggregator.runtime.processor import create_processor
+from aggregator.runtime.reconcile import reconcile
+from aggregator.runtime.runner import StreamRunner
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+POSTS = [f"POST#{i:02d}" for i in range(8)]
+GHOST = "POST#ghost"  # liked, never created
+
+
+def make_table(ddb, name: str) -> str:
+    """The article's table, made with plain boto3 (keys and a stream; no index)."""
+    response = ddb.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    )
+    return str(response["TableDescription"]["LatestStreamArn"])
+
+
+def like(ddb, name: str, post: str, user: int) -> bool:
+    try:
+        ddb.put_item(
+            TableName=name,
+            Item={"PK": {"S": post}, "SK": {"S": f"LIKE#USER#{user}"}, "likedAt": {"N": "1"}},
+            ConditionExpression="attribute_not_exists(SK)",
+        )
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
+        return False
+    return True
+
+
+def unlike(ddb, name: str, post: str, user: int) -> bool:
+    try:
+        ddb.delete_item(
+            TableName=name,
+            Key={"PK": {"S": post}, "SK": {"S": f"LIKE#USER#{user}"}},
+            ConditionExpression="attribute_exists(SK)",
+        )
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
+        return False
+    return True
+
+
+def table_items(ddb, name: str) -> list[dict]:
+    items, start = [], None
+    while True:
+        kwargs = {"TableName": name, "ConsistentRead": True}
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        page = ddb.scan(**kwargs)
+        items += page["Items"]
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return items
+
+
+@pytest.mark.parametrize("mode", ["exactly-once", "window"])
+def test_like_tallies_on_meta_items_are_exact_under_faults(
+    ddb, streams, dynamodb_local, tmp_path, mode
+):
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    shutil.copy(ROOT / "definitions" / "reference_counts.yaml", rules_dir)
+    shutil.copy(ROOT / "definitions" / "layouts" / "PK_SK.yaml", rules_dir / "table.yaml")
+    rules = load_rules(rules_dir)
+    name = f"social-{mode}"
+    stream_arn = make_table(ddb, name)
+    common = ["--table", name, "--endpoint-url", dynamodb_local.endpoint_url, "-d", str(rules_dir)]
+    cli = CliRunner()
+    result = cli.invoke(main, ["prepare-table", *common])  # the leaderboard index
+    assert result.exit_code == 0, result.output
+    for post in POSTS:
+        ddb.put_item(
+            TableName=name,
+            Item={"PK": {"S": post}, "SK": {"S": "META"}, "body": {"S": "hello"}},
+        )
+
+    client = FaultInjectingClient(ddb, layout=rules.layout, throttle={"META": 6})
+    faults = RunnerFaults(client=client)
+    faults.crash = lambda n: 3 if client.crashes < 4 and n % 4 == 1 else None
+    faults.duplicate = lambda n: n % 3 == 0
+    processor = create_processor(rules, client, name, mode=mode)
+    runner = StreamRunner(processor, streams, stream_arn, batch_size=25, faults=faults)
+
+    rng = random.Random(19)
+    liked: set[tuple[str, int]] = set()
+    missing_targets = 0
+    for round_ in range(6):
+        for _ in range(60):
+            post = rng.choice([*POSTS, GHOST])
+            user = rng.randrange(12)
+            if (post, user) in liked and rng.random() < 0.4:
+                assert unlike(ddb, name, post, user)
+                liked.discard((post, user))
+            elif (post, user) not in liked:
+                assert like(ddb, name, post, user)
+                liked.add((post, user))
+        if round_ == 2:  # a post is deleted; its likes stay, and more arrive
+            ddb.delete_item(TableName=name, Key={"PK": {"S": POSTS[3]}, "SK": {"S": "META"}})
+        if round_ == 5:  # the last like of a post goes
+            for post, user in sorted(liked):
+                if post == POSTS[0]:
+                    assert unlike(ddb, name, post, user)
+                    liked.discard((post, user))
+        stats = runner.run()
+        assert stats.failures == 0
+        missing_targets += stats.write.missing_targets
+    assert client.crashes == 4
+
+    items = table_items(ddb, name)
+    likes = Counter(i["PK"]["S"] for i in items if i["SK"]["S"].startswith("LIKE#USER#"))
+    metas = {i["PK"]["S"]: i for i in items if i["SK"]["S"] == "META"}
+    assert likes == Counter(post for post, _ in liked)  # the truth, from the items themselves
+    # the deleted post was never re-created, the ghost never created
+    assert set(metas) == set(POSTS) - {POSTS[3]}
+    for post, meta in metas.items():
+        assert Decimal(meta.get("likeTally", {"N": "0"})["N"]) == likes[post], post
+        assert set(meta) <= {"PK", "SK", "body", "likeTally", "aggregator_checkpoints"}
+        assert len(meta.get("aggregator_checkpoints", {}).get("M", {})) <= 16
+    assert "likeTally" in metas[POSTS[0]] and metas[POSTS[0]]["likeTally"]["N"] == "0"
+
+    # the leaderboard of posts by likeTally reads the attribute the handler writes
+    store = AggregateStore(ddb, name, rules)
+    top = {a.key: a.value for a in store.top("posts_by_likes", 20) if a.value}
+    assert top == {p: Decimal(n) for p, n in likes.items() if p in metas and n}
+    # the ledger: what found no item, per target key (the ghost's likes, the deleted post's)
+    ledger = {a.key: a.value for a in store.list("like_tally") if a.value}
+    assert ledger[f"{GHOST}#META"] == likes[GHOST]
+    assert f"{POSTS[3]}#META" in ledger
+    assert missing_targets > 0
+
+    # reconcile: clean, then a tampered tally is found and repaired once
+    report = reconcile(rules, ddb, name, rule_names=["like_tally"], settle_seconds=0)
+    assert report.clean, report.drifts
+    statuses = {d.key: d.status for d in report.drifts}
+    assert statuses.get(f"{GHOST}#META") == "no target"
+    victim = POSTS[1]
+    ddb.update_item(
+        TableName=name,
+        Key={"PK": {"S": victim}, "SK": {"S": "META"}},
+        UpdateExpression="ADD likeTally :n",
+        ExpressionAttributeValues={":n": {"N": "5"}},
+    )
+    report = reconcile(rules, ddb, name, rule_names=["like_tally"], settle_seconds=0)
+    drifts = {d.key: (d.expected, d.stored, d.status) for d in report.drifts}
+    assert drifts[f"{victim}#META"] == (likes[victim], likes[victim] + 5, "drift")
+    report = reconcile(rules, ddb, name, rule_names=["like_tally"], repair=True, settle_seconds=0)
+    assert {d.key: d.status for d in report.drifts}[f"{victim}#META"] == "repaired"
+    meta = ddb.get_item(TableName=name, Key={"PK": {"S": victim}, "SK": {"S": "META"}})["Item"]
+    assert Decimal(meta["likeTally"]["N"]) == likes[victim]
+    ddb.delete_table(TableName=name)
