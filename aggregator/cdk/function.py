@@ -268,7 +268,8 @@ class AggregatorFunction(Construct):
                         log_group_arn=self.log_group.log_group_arn,
                         tracing=tracing,
                     )
-                )
+                ),
+                **_target_policies(regions, table_arn),
             },
         )
         local_build = None if artifact is not None else _LocalBuild(files, boto3)
@@ -670,6 +671,24 @@ def _role_actions() -> dict[str, list[str]]:
 _ACTIONS = _role_actions()
 """The role's statements' actions by ``Sid``, as the SAM template's ``AggregatorRole`` has
 them."""
+
+
+def _target_policies(regions: dict[str, Any], table_arn: str) -> dict[str, iam.PolicyDocument]:
+    """The SAM template's ``target-policy`` region: the policy that lets the function update
+    the target attributes of application items, when a rule has a target (else none)."""
+    out = {}
+    for policy in regions["target-policy"]:
+        statements = [
+            iam.PolicyStatement(
+                sid=s["Sid"],
+                actions=s["Action"],
+                resources=[table_arn],
+                conditions=s["Condition"],
+            )
+            for s in policy["PolicyDocument"]["Statement"]
+        ]
+        out[policy["PolicyName"]] = iam.PolicyDocument(statements=statements)
+    return out
 
 
 def _statements(

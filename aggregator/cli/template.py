@@ -1,6 +1,6 @@
 """Render the parts of ``template.yaml`` that follow from the rules and their table layout.
 
-The SAM template keeps its hand-written structure; five regions of it are rendered from the
+The SAM template keeps its hand-written structure; six regions of it are rendered from the
 deployed rule set, each between marker comments::
 
     # aggregator:begin <region>
@@ -24,6 +24,18 @@ Regions
     item collections).
 ``filters``
     The stream event's ``FilterCriteria`` (:func:`aggregator.runtime.filters.filter_criteria`).
+``target-policy``
+    When some rule keeps its sum on an application item (``target``;
+    :mod:`aggregator.dynamodb.targets`), a second policy of the role, ``ddb-aggregator-targets``,
+    with one statement ``TargetAttributesOnly``: ``UpdateItem`` and ``GetItem`` on any item of
+    the table, but only of its key attributes, the rules' target attributes and the checkpoint
+    map (``ForAllValues:StringEquals`` on ``dynamodb:Attributes``, with ``Null: false`` so that a
+    request naming no attributes, a ``GetItem`` of the whole item, is refused),
+    ``dynamodb:Select`` ``SPECIFIC_ATTRIBUTES`` and ``dynamodb:ReturnValues`` ``NONE`` or
+    ``UPDATED_OLD`` (Developer Guide, "Using IAM policy conditions for fine-grained access
+    control": "you must specify the names of all of the primary key and index key attributes",
+    and ``ALL_OLD``/``ALL_NEW`` would return attributes the policy does not allow). Without
+    target rules the region is empty.
 
 ``aggregator template -d DIR`` rewrites the regions in place; ``--check`` compares instead (the
 build runs it on the rules it ships, so a template rendered for other rules cannot be deployed).
@@ -41,7 +53,14 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
 
-__all__ = ["REGIONS", "check_template_regions", "render_regions", "render_template"]
+__all__ = [
+    "REGIONS",
+    "check_template_regions",
+    "render_regions",
+    "render_template",
+    "target_condition",
+    "target_policy",
+]
 
 REGIONS = (
     "table",
@@ -49,6 +68,7 @@ REGIONS = (
     "dead-letters-leading-keys",
     "control-leading-keys",
     "filters",
+    "target-policy",
 )
 
 _BEGIN = re.compile(r"^(?P<indent>[ ]*)# aggregator:begin (?P<name>[a-z-]+)[ ]*$")
@@ -95,6 +115,7 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
                 "read as wildcards; choose another in the table: section"
             )
     definition = table_definition(layout)
+    targets = any(r.target is not None for r in rules)
     return {
         "table": {
             "AttributeDefinitions": definition["AttributeDefinitions"],
@@ -108,6 +129,56 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
         "dead-letters-leading-keys": _leading_keys(layout, layout.dead_letters_pk),
         "control-leading-keys": _leading_keys(layout, layout.control_pk),
         "filters": {"FilterCriteria": filter_criteria(rules)},
+        "target-policy": [target_policy(rules)] if targets else [],
+    }
+
+
+TABLE_ARN = {
+    "Fn::If": [
+        "CreateTable",
+        {"Fn::GetAtt": ["Table", "Arn"]},
+        {"Fn::Select": [0, {"Fn::Split": ["/stream/", {"Ref": "ExistingTableStreamArn"}]}]},
+    ]
+}
+"""The table's ARN as the template's other statements name it (created, or taken from the
+stream ARN of an existing table), in the long form of the intrinsic functions."""
+
+
+def target_policy(rules: RuleSet) -> dict[str, Any]:
+    """The role's policy for target rules (module docstring, ``target-policy``)."""
+    return {
+        "PolicyName": "ddb-aggregator-targets",
+        "PolicyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "TargetAttributesOnly",
+                    "Effect": "Allow",
+                    "Action": ["dynamodb:UpdateItem", "dynamodb:GetItem"],
+                    "Resource": TABLE_ARN,
+                    **target_condition(rules),
+                }
+            ],
+        },
+    }
+
+
+def target_condition(rules: RuleSet) -> dict[str, Any]:
+    """The ``Condition`` of the role's ``TargetAttributesOnly`` statement (module docstring)."""
+    layout = rules.layout
+    keys = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
+    written = sorted({r.target.attribute for r in rules if r.target is not None})
+    return {
+        "Condition": {
+            "ForAllValues:StringEquals": {
+                "dynamodb:Attributes": [*keys, *written, layout.target_checkpoints_attribute]
+            },
+            "StringEqualsIfExists": {
+                "dynamodb:Select": "SPECIFIC_ATTRIBUTES",
+                "dynamodb:ReturnValues": ["NONE", "UPDATED_OLD"],
+            },
+            "Null": {"dynamodb:Attributes": "false"},
+        }
     }
 
 
@@ -157,7 +228,8 @@ def render_template(text: str, rules: RuleSet, *, source: str = "template") -> s
             i += 1
         if i == len(lines):
             raise ConfigError(f"{source}: region {name!r} has no closing '{end}' line")
-        out += _dump(content[name], indent)
+        if content[name] != []:  # an empty region renders nothing
+            out += _dump(content[name], indent)
         out.append(lines[i])
         i += 1
     missing = [name for name in REGIONS if name not in seen]

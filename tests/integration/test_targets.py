@@ -8,6 +8,7 @@ counted from the table's own items, independently of the engine."""
 from __future__ import annotations
 
 import random
+import re
 import shutil
 from collections import Counter
 from decimal import Decimal
@@ -17,6 +18,7 @@ from botocore.exceptions import ClientError
 from click.testing import CliRunner
 
 from aggregator.cli import main
+from aggregator.cli.template import target_condition
 from aggregator.core.rules import load_rules
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dynamodb.query import AggregateStore
@@ -75,6 +77,56 @@ def unlike(ddb, name: str, post: str, user: int) -> bool:
     return True
 
 
+class PolicyTwin:
+    """Passes calls through to DynamoDB, checking each request on an application item against
+    the role's ``TargetAttributesOnly`` statement as IAM would evaluate it (Developer Guide,
+    "Using IAM policy conditions for fine-grained access control"): ``UpdateItem`` or
+    ``GetItem`` only, every top-level attribute named (``dynamodb:Attributes``, key included)
+    among the statement's, ``ReturnValues`` ``NONE`` or ``UPDATED_OLD``, no whole-item read.
+    Attributes are read from the expressions' ``#name`` placeholders, which the framework uses
+    for every attribute (a literal name in an expression would escape this twin)."""
+
+    def __init__(self, client, layout, allowed: list[str]) -> None:
+        self._client = client
+        self.layout = layout
+        self.allowed = set(allowed)
+        self.checked = Counter()
+
+    def _check(self, operation: str, request: dict) -> None:
+        if self.layout.is_reserved(request["Key"]):
+            return
+        assert operation in ("update_item", "get_item"), operation
+        placeholders = request.get("ExpressionAttributeNames", {})
+        expressions = " ".join(
+            request.get(e, "")
+            for e in ("UpdateExpression", "ConditionExpression", "ProjectionExpression")
+        )
+        # a path's top-level attribute counts (a.b names a), as IAM's dynamodb:Attributes does
+        tops = {placeholders[m] for m in re.findall(r"(?<![.\w])(#\w+)", expressions)}
+        names = tops | set(request["Key"])
+        assert names <= self.allowed, names - self.allowed
+        assert request.get("ReturnValues", "NONE") in ("NONE", "UPDATED_OLD")
+        assert "ReturnValuesOnConditionCheckFailure" not in request
+        if operation == "get_item":
+            assert request.get("ProjectionExpression")
+        self.checked[operation] += 1
+
+    def update_item(self, **request):
+        self._check("update_item", request)
+        return self._client.update_item(**request)
+
+    def get_item(self, **request):
+        self._check("get_item", request)
+        return self._client.get_item(**request)
+
+    def put_item(self, **request):
+        assert self.layout.is_reserved(request["Item"]), request["Item"]
+        return self._client.put_item(**request)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
 def table_items(ddb, name: str) -> list[dict]:
     items, start = [], None
     while True:
@@ -109,7 +161,9 @@ def test_like_tallies_on_meta_items_are_exact_under_faults(
             Item={"PK": {"S": post}, "SK": {"S": "META"}, "body": {"S": "hello"}},
         )
 
-    client = FaultInjectingClient(ddb, layout=rules.layout, throttle={"META": 6})
+    policy = target_condition(rules)["Condition"]["ForAllValues:StringEquals"]
+    twin = PolicyTwin(ddb, rules.layout, policy["dynamodb:Attributes"])
+    client = FaultInjectingClient(twin, layout=rules.layout, throttle={"META": 6})
     faults = RunnerFaults(client=client)
     faults.crash = lambda n: 3 if client.crashes < 4 and n % 4 == 1 else None
     faults.duplicate = lambda n: n % 3 == 0
@@ -140,6 +194,7 @@ def test_like_tallies_on_meta_items_are_exact_under_faults(
         assert stats.failures == 0
         missing_targets += stats.write.missing_targets
     assert client.crashes == 4
+    assert twin.checked["update_item"] > 0 and twin.checked["get_item"] > 0
 
     items = table_items(ddb, name)
     likes = Counter(i["PK"]["S"] for i in items if i["SK"]["S"].startswith("LIKE#USER#"))

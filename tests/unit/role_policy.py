@@ -57,6 +57,8 @@ ITEM_ACTIONS = {
 STAR_ACTIONS = {"dynamodb:ListStreams", *XRAY_ACTIONS}
 
 LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringEquals", "Null"}
+TARGET_SID = "TargetAttributesOnly"
+"""The statement that lets target rules update application items (any key, named attributes)."""
 # the same on a table without a sort key: keys starting with a reserved value and "#"
 PK_ONLY_LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringLike", "Null"}
 
@@ -194,10 +196,37 @@ def assert_role_policy(
     log_group_arn: Any,
     traced: bool,
 ) -> None:
-    """Every assertion above, for a table with a sort key."""
+    """Every assertion above, for a table with a sort key; the statement of target rules, when
+    there is one, by :func:`target_attributes` (its attributes: :func:`target_attributes`)."""
+    target_attributes(statements, table_arn)
+    statements = [s for s in statements if s.get("Sid") != TARGET_SID]
     assert_every_statement_allows_named_actions(statements)
     assert_item_access_only_under_the_reserved_partitions(statements, table_arn)
     assert_no_other_table_access(statements, table_arn)
     assert_stream_reads_are_scoped_to_the_stream(statements, stream_arn)
     assert_queue_and_log_permissions(statements, queue_arn, log_group_arn)
     assert_xray_writes_only_when_traced(statements, traced)
+
+
+def target_attributes(statements: list[dict[str, Any]], table_arn: Any) -> list[str] | None:
+    """The attributes the statement of target rules lets the function update and read on any
+    item, checked for its shape: ``UpdateItem`` and ``GetItem`` on the table only, every request
+    naming its attributes (``Null: false``), all of them among the list, no ``ALL_OLD`` or
+    ``ALL_NEW`` return values and no whole-item reads; ``None`` when there is no such statement."""
+    found = [s for s in statements if s.get("Sid") == TARGET_SID]
+    if not found:
+        return None
+    (statement,) = found
+    assert statement["Effect"] == "Allow"
+    assert set(as_list(statement["Action"])) == {"dynamodb:UpdateItem", "dynamodb:GetItem"}
+    assert as_list(statement["Resource"]) == [table_arn]
+    condition = statement["Condition"]
+    assert set(condition) == {"ForAllValues:StringEquals", "StringEqualsIfExists", "Null"}
+    assert condition["Null"] == {"dynamodb:Attributes": "false"}
+    if_exists = condition["StringEqualsIfExists"]
+    assert if_exists["dynamodb:Select"] == "SPECIFIC_ATTRIBUTES"
+    assert set(as_list(if_exists["dynamodb:ReturnValues"])) <= {"NONE", "UPDATED_OLD"}
+    assert set(condition["ForAllValues:StringEquals"]) == {"dynamodb:Attributes"}
+    names = as_list(condition["ForAllValues:StringEquals"]["dynamodb:Attributes"])
+    assert names[-1] == DEFAULT_LAYOUT.target_checkpoints_attribute
+    return names

@@ -29,6 +29,7 @@ from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.role_policy import (
     ITEM_WRITES,
     PK_ONLY_ITEM_GRANTS,
+    TARGET_SID,
     assert_every_statement_allows_named_actions,
     assert_item_access_only_under_the_reserved_partitions,
     assert_no_other_table_access,
@@ -36,6 +37,7 @@ from tests.unit.role_policy import (
     assert_stream_reads_are_scoped_to_the_stream,
     assert_xray_writes_only_when_traced,
     pk_only_item_grants,
+    target_attributes,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,12 +200,15 @@ def _expected_stream_arn(deployment: str) -> Any:
     return {"Fn::GetAtt": ["Table", "StreamArn"]}
 
 
-def _statements(deployed: dict[str, Any]) -> list[dict[str, Any]]:
+def _statements(deployed: dict[str, Any], *, targets: bool = False) -> list[dict[str, Any]]:
+    """The role's statements; the one of target rules only with ``targets``
+    (:func:`~tests.unit.role_policy.target_attributes` checks it)."""
     _, role = _only_resource(deployed, "AWS::IAM::Role")
     return [
         statement
         for policy in role["Properties"].get("Policies", [])
         for statement in policy["PolicyDocument"]["Statement"]
+        if targets or statement.get("Sid") != TARGET_SID
     ]
 
 
@@ -513,6 +518,27 @@ def test_item_access_only_under_the_reserved_partitions(deployment: tuple[str, A
 def test_no_other_table_access(deployment: tuple[str, Any]) -> None:
     name, deployed = deployment
     assert_no_other_table_access(_statements(deployed), _expected_table_arn(name))
+
+
+def test_target_rules_update_only_their_attributes_of_application_items(
+    deployment: tuple[str, Any], tmp_path: Path
+) -> None:
+    """definitions/ has a target rule (like_tally: likeTally on the post's META item): the role
+    may update that attribute and the checkpoint map on any item, and nothing else of them."""
+    name, deployed = deployment
+    statements = _statements(deployed, targets=True)
+    assert target_attributes(statements, _expected_table_arn(name)) == [
+        "pk",
+        "sk",
+        "likeTally",
+        "aggregator_checkpoints",
+    ]
+    # without target rules the policy is not rendered at all
+    path = tmp_path / "template.yaml"
+    rules = load_rules(ROOT / "definitions" / "flights.yaml")
+    path.write_text(render_template(TEMPLATE_PATH.read_text(encoding="utf-8"), rules))
+    bare = _deploy(cfn_yaml_loads(path.read_text(encoding="utf-8"), str(path)), **DEPLOYMENTS[name])
+    assert target_attributes(_statements(bare, targets=True), _expected_table_arn(name)) is None
 
 
 def test_stream_reads_are_scoped_to_the_stream(deployment: tuple[str, Any]) -> None:
