@@ -48,7 +48,8 @@ def social(ddb, dynamodb_local, tmp_path):
         main, ["backfill", *common, "-d", str(rules_dir), "--stream-lag", "0"]
     )
     assert result.exit_code == 0, result.output
-    assert "likes_per_post active; 7 items scanned" in " ".join(result.output.split())
+    said = " ".join(result.output.split())
+    assert "like_tally, posts_by_likes, likes_per_post active; 7 items scanned" in said
     yield rules, rules_dir, common
     ddb.delete_table(TableName="social")
 
@@ -67,8 +68,9 @@ def test_reconcile_refuses_rules_pending_a_backfill(ddb, dynamodb_local, tmp_pat
     # every rule is pending: nothing could be checked, and reconcile says so (never "0 drifting")
     assert result.exit_code == 1, result.output
     assert result.output.splitlines() == [
-        "error: rule(s) likes_per_post (pending) do not count the items from before their "
-        "fences yet, so their aggregates cannot be checked: run `aggregator backfill` first"
+        "error: rule(s) like_tally (pending), posts_by_likes (pending), likes_per_post (pending) "
+        "do not count the items from before their fences yet, so their aggregates cannot be "
+        "checked: run `aggregator backfill` first"
     ]
     result = cli.invoke(main, [*args, "--rules", "likes_per_post"])
     assert result.exit_code == 1
@@ -82,6 +84,14 @@ def test_reconcile_reports_a_drifted_tally_and_repair_fixes_it_once(ddb, social)
     assert {a.key: a.value for a in store.list("likes_per_post")} == {
         f"POST#{p}": Decimal(len(u)) for p, u in LIKES.items() if u
     }
+    # the same counts on the posts' META items (like_tally), ranked by posts_by_likes
+    for post, users in LIKES.items():
+        meta = ddb.get_item(TableName="social", Key=ddb_json({"PK": f"POST#{post}", "SK": "META"}))
+        assert Decimal(meta["Item"].get("likeTally", {"N": "0"})["N"]) == len(users), post
+    assert [(a.key, a.value) for a in store.top("posts_by_likes", 5) if a.value] == [
+        ("POST#a91f", 3),
+        ("POST#b002", 1),
+    ]
     # GIVEN a tally that drifts (a stray write adds 5 likes to one post)
     ddb.update_item(
         TableName="social",
@@ -97,7 +107,8 @@ def test_reconcile_reports_a_drifted_tally_and_repair_fixes_it_once(ddb, social)
     assert result.exit_code == 1, result.output
     assert "POST#a91f" in result.output and "-5" in result.output
     assert "POST#b002" not in result.output
-    assert "2 keys checked over 7 items (2 check(s)): 1 drifting, 0 moving, 0 repaired" in (
+    # 2 keys of each rule (the posts with likes)
+    assert "6 keys checked over 7 items (2 check(s)): 1 drifting, 0 moving, 0 repaired" in (
         " ".join(result.output.split())
     )
     # THEN --repair fixes it, once
