@@ -11,10 +11,10 @@ One ``UpdateItem`` per target item and batch, as for aggregate items::
                     OR (attribute_not_exists(<map>.<token>) AND size(<map>) < :max_entries))
 
 ``<map>`` is the one attribute the framework keeps on the item (``table:
-target_checkpoints_attribute``, default ``aggregator_checkpoints``): a map from the shard token
-(12 characters, :func:`~aggregator.dynamodb.checkpoint.checkpoint_attribute` without ``c#``) to
-the shard's 21-byte checkpoint (:func:`~aggregator.dynamodb.checkpoint.encode_checkpoint`): the
-same per-item, per-shard prefix invariant as on aggregate items. The request asks for
+target_checkpoints_attribute``, default ``aggregator_checkpoints``): a map from a (rule, shard)
+token (18 characters, :func:`target_token`) to the shard's 21-byte checkpoint
+(:func:`~aggregator.dynamodb.checkpoint.encode_checkpoint`): the same per-item, per-shard prefix
+invariant as on aggregate items, kept per rule so that several rules can target one item. The request asks for
 ``ReturnValues: UPDATED_OLD`` only and never for the item on a failed condition, so a role whose
 policy allows just the target attributes can send it (Developer Guide, "Using IAM policy
 conditions for fine-grained access control": with ``dynamodb:Attributes``, ``ReturnValues``
@@ -36,8 +36,8 @@ When the condition fails, one strongly consistent ``GetItem`` of the key and the
   than the checkpoint retention are removed (each on condition it is unchanged); when none is
   that old, the oldest is (``target_checkpoints_evicted``), which protects nothing unless that
   shard redelivers a batch after more than ``MAX_TARGET_CHECKPOINTS`` other shards wrote the item.
-  The map therefore holds at most ``MAX_TARGET_CHECKPOINTS`` entries of 35 bytes: 560 bytes at
-  any shard count. A target written from many partitions at once is a hot parent: give the rule
+  The map therefore holds at most ``MAX_TARGET_CHECKPOINTS`` entries of about 41 bytes: 660
+  bytes at any shard count. A target written from many partitions at once is a hot parent: give the rule
   ``write_shards``.
 
 The framework's write comes back on the stream as a ``MODIFY`` of the application item: rules
@@ -74,18 +74,31 @@ __all__ = [
     "MAX_TARGET_CHECKPOINTS",
     "TargetAtLeastOnceWriter",
     "TargetCheckpointWriter",
+    "rule_token",
     "target_token",
 ]
 
 MAX_TARGET_CHECKPOINTS = 16
-"""Most entries of the checkpoint map on a target item (35 bytes each: 12-character name, 21-byte
-binary value and DynamoDB's per-element overhead)."""
+"""Most entries of the checkpoint map on a target item, across the rules that target it (about 41
+bytes each: an 18-character name, a 21-byte binary value and DynamoDB's per-element overhead)."""
 
 
-def target_token(shard_id: str) -> str:
-    """The key of a shard's entry in a target item's checkpoint map: the 12 characters of
-    :func:`~aggregator.dynamodb.checkpoint.checkpoint_attribute` after ``c#``."""
-    return checkpoint_attribute(shard_id)[len(CHECKPOINT_PREFIX) :]
+RULE_TOKEN_CHARS = 6
+"""Characters of a rule's digest that start its entries' names in a checkpoint map."""
+
+
+def rule_token(rule: str) -> str:
+    """The start of every entry of ``rule`` in a target item's checkpoint map: 6 URL-safe base64
+    characters (36 bits) of a digest of the rule's name, so several target rules can share an
+    item (each has its own checkpoints) and ``drop-rule`` can find one rule's entries."""
+    return checkpoint_attribute(f"rule:{rule}")[len(CHECKPOINT_PREFIX) :][:RULE_TOKEN_CHARS]
+
+
+def target_token(rule: str, shard_id: str) -> str:
+    """The name of a (rule, shard) entry in a target item's checkpoint map: :func:`rule_token`
+    and the 12 characters of :func:`~aggregator.dynamodb.checkpoint.checkpoint_attribute` after
+    ``c#`` (18 characters)."""
+    return rule_token(rule) + checkpoint_attribute(shard_id)[len(CHECKPOINT_PREFIX) :]
 
 
 def _ledger(delta: CoalescedDelta) -> CoalescedDelta:
@@ -199,7 +212,7 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
             return super()._apply_item(delta, shard_id, last)
         assert shard_id is not None
         stats = WriteStats()
-        token = target_token(shard_id)
+        token = target_token(delta.ref.rule, shard_id)
         names = {**self._names(delta), "#t": token}
         checkpoint = {"B": self._checkpoint_value(last)}
         amount = delta.amount

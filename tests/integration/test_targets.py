@@ -238,3 +238,39 @@ def test_like_tallies_on_meta_items_are_exact_under_faults(
     meta = ddb.get_item(TableName=name, Key={"PK": {"S": victim}, "SK": {"S": "META"}})["Item"]
     assert Decimal(meta["likeTally"]["N"]) == likes[victim]
     ddb.delete_table(TableName=name)
+
+
+def test_two_rules_targeting_one_item_keep_their_own_checkpoints(ddb, streams, tmp_path):
+    """likeTally and commentTally on one META item, written in the same batches from the same
+    shard, each twice (every batch delivered twice): both exact."""
+    (tmp_path / "rules.yaml").write_text(
+        "table: {partition_key: PK, sort_key: SK}\n"
+        "rules:\n"
+        "  - name: likes\n"
+        "    match: {SK: {prefix: 'LIKE#'}}\n"
+        "    target: {partition_key: '{PK}', sort_key: META, attribute: likeTally}\n"
+        "  - name: comments\n"
+        "    match: {SK: {prefix: 'COMMENT#'}}\n"
+        "    target: {partition_key: '{PK}', sort_key: META, attribute: commentTally}\n"
+    )
+    rules = load_rules(tmp_path / "rules.yaml")
+    stream_arn = make_table(ddb, "two-rules")
+    ddb.put_item(TableName="two-rules", Item={"PK": {"S": "POST#1"}, "SK": {"S": "META"}})
+    for i in range(7):
+        like(ddb, "two-rules", "POST#1", i)
+        ddb.put_item(
+            TableName="two-rules",
+            Item={"PK": {"S": "POST#1"}, "SK": {"S": f"COMMENT#{i}"}},
+        )
+    unlike(ddb, "two-rules", "POST#1", 0)
+    client = FaultInjectingClient(ddb, layout=rules.layout)
+    faults = RunnerFaults(client=client)
+    faults.duplicate = lambda n: True
+    processor = create_processor(rules, client, "two-rules", mode="exactly-once")
+    stats = StreamRunner(processor, streams, stream_arn, batch_size=5, faults=faults).run()
+    assert stats.duplicates > 0
+    meta = ddb.get_item(TableName="two-rules", Key={"PK": {"S": "POST#1"}, "SK": {"S": "META"}})
+    assert meta["Item"]["likeTally"] == {"N": "6"}
+    assert meta["Item"]["commentTally"] == {"N": "7"}
+    assert len(meta["Item"]["aggregator_checkpoints"]["M"]) == 2  # one per (rule, shard)
+    ddb.delete_table(TableName="two-rules")

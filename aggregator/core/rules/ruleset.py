@@ -220,6 +220,16 @@ def target_problems(
         target = getattr(r, "target", None)
         if target is None:
             continue
+        if target.attribute in writers:
+            first = rules[writers[target.attribute][0]].name
+            problems.append(
+                (
+                    i,
+                    "target.attribute",
+                    f"rule {_name(first)} already writes {target.attribute!r}: each target "
+                    "attribute belongs to one rule (its reconcile and drop-rule act on it)",
+                )
+            )
         writers.setdefault(target.attribute, []).append(i)
         if layout.has_sort_key and target.sort_key is None:
             problems.append(
