@@ -14,8 +14,8 @@ One ``UpdateItem`` per target item and batch, as for aggregate items::
 target_checkpoints_attribute``, default ``aggregator_checkpoints``): a map from a (rule, shard)
 token (18 characters, :func:`target_token`) to the shard's 21-byte checkpoint
 (:func:`~aggregator.dynamodb.checkpoint.encode_checkpoint`): the same per-item, per-shard prefix
-invariant as on aggregate items, kept per rule so that several rules can target one item. The request asks for
-``ReturnValues: UPDATED_OLD`` only and never for the item on a failed condition, so a role whose
+invariant as on aggregate items, kept per rule so that several rules can target one item. The
+request asks for ``ReturnValues: UPDATED_OLD`` only and never for the item on a failed condition, so a role whose
 policy allows just the target attributes can send it (Developer Guide, "Using IAM policy
 conditions for fine-grained access control": with ``dynamodb:Attributes``, ``ReturnValues``
 limited to ``NONE``, ``UPDATED_OLD`` or ``UPDATED_NEW``).
@@ -37,8 +37,8 @@ When the condition fails, one strongly consistent ``GetItem`` of the key and the
   that old, the oldest is (``target_checkpoints_evicted``), which protects nothing unless that
   shard redelivers a batch after more than ``MAX_TARGET_CHECKPOINTS`` other shards wrote the item.
   The map therefore holds at most ``MAX_TARGET_CHECKPOINTS`` entries of about 41 bytes: 660
-  bytes at any shard count. A target written from many partitions at once is a hot parent: give the rule
-  ``write_shards``.
+  bytes at any shard count. A target written from many partitions at once is a hot parent: give
+  the rule ``write_shards``.
 
 The framework's write comes back on the stream as a ``MODIFY`` of the application item: rules
 that do not read the target attribute (or the map, which no rule may read) get ``c(new) - c(old)
