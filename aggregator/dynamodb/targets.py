@@ -17,8 +17,9 @@ token (18 characters, :func:`target_token`) to the shard's 21-byte checkpoint
 invariant as on aggregate items, kept per rule so that several rules can target one item. The
 request asks for ``ReturnValues: UPDATED_OLD`` only and never for the item on a failed
 condition, so a role whose policy allows just the target attributes can send it (Developer
-Guide, "Using IAM policy conditions for fine-grained access control": with ``dynamodb:Attributes``, ``ReturnValues``
-limited to ``NONE``, ``UPDATED_OLD`` or ``UPDATED_NEW``).
+Guide, "Using IAM policy conditions for fine-grained access control": with
+``dynamodb:Attributes``, ``ReturnValues`` limited to ``NONE``, ``UPDATED_OLD`` or
+``UPDATED_NEW``).
 
 When the condition fails, one strongly consistent ``GetItem`` of the key and the map says why:
 
