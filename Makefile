@@ -146,8 +146,10 @@ test-package: install $(SAM_VENV)/bin/sam
 		AGGREGATOR_CONSTRAINTS="$(abspath .cache/constraints.txt)" \
 		$(BIN)/pytest -q -p no:cacheprovider tests/package
 
-# WCU and requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.
+# WCU per like when the tally lives on the post (bench/reference_counts.py), then WCU and
+# requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.
 bench: install
+	$(BIN)/python -m bench.reference_counts
 	$(BIN)/python -m bench.write_modes $(ARGS)
 
 # Exactly-once over many stream shards: the flights (48 simulated hours, 4-hour rollovers) and a

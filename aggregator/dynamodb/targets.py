@@ -50,6 +50,7 @@ again within the retry may add its records to the new item (its checkpoint went 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from decimal import Decimal
@@ -152,11 +153,20 @@ class _TargetWrites:
         found = item.get(self.layout.target_checkpoints_attribute)
         return True, (dict(found["M"]) if found and "M" in found else None)
 
+    @staticmethod
+    def _charged(response: Mapping[str, Any], fallback: int) -> int:
+        """WCU of a successful write of an application item: what the endpoint reports
+        (``ReturnConsumedCapacity``: DynamoDB and DynamoDB Local size it by the whole item, which
+        the framework never reads), else ``fallback``."""
+        units = (response.get("ConsumedCapacity") or {}).get("CapacityUnits")
+        return math.ceil(units) if units else fallback
+
     def _target_units(self, delta: CoalescedDelta) -> int:
         """Modelled WCU of one update of a target item, from what the framework knows of it
-        (its key, the attribute, a full checkpoint map); the application's own attributes add to
-        it on a large item (DynamoDB charges by item size, Developer Guide, "Read/write capacity
-        mode")."""
+        (its key, the attribute, a checkpoint); the application's own attributes add to it on a
+        large item (DynamoDB charges by item size, Developer Guide, "Read/write capacity
+        mode"), which :meth:`_charged` counts for a write that succeeded. A write whose condition
+        failed is charged too, and reported by no endpoint."""
         assert delta.ref.target is not None
         size = sum(len(v.encode("utf-8")) for v in delta.ref.target) + len(
             self.layout.partition_key
@@ -188,7 +198,7 @@ class TargetAtLeastOnceWriter(AtLeastOnceWriter, _TargetWrites):
             "ReturnConsumedCapacity": "TOTAL",
         }
         try:
-            self._call("update_item", request, stats)
+            response = self._call("update_item", request, stats)
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
@@ -198,7 +208,7 @@ class TargetAtLeastOnceWriter(AtLeastOnceWriter, _TargetWrites):
             return stats
         stats.items_written += 1
         stats.target_writes += 1
-        stats.modelled_wcu += self._target_units(delta)
+        stats.modelled_wcu += self._charged(response, self._target_units(delta))
         return stats
 
 
@@ -246,7 +256,7 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
                 "ReturnValues": "UPDATED_OLD",
             }
             try:
-                self._call("update_item", request, stats)
+                response = self._call("update_item", request, stats)
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
@@ -282,7 +292,7 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
                 continue
             stats.items_written += 1
             stats.target_writes += 1
-            stats.modelled_wcu += self._target_units(delta)
+            stats.modelled_wcu += self._charged(response, self._target_units(delta))
             return stats
         raise WriteError(
             f"{delta.ref.display_key}: the target's checkpoint map kept changing during "
@@ -312,7 +322,7 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
             "ReturnConsumedCapacity": "TOTAL",
         }
         try:
-            self._call("update_item", request, stats)
+            response = self._call("update_item", request, stats)
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
@@ -320,7 +330,7 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
             return False
         stats.items_written += 1
         stats.target_writes += 1
-        stats.modelled_wcu += self._target_units(delta)
+        stats.modelled_wcu += self._charged(response, self._target_units(delta))
         return True
 
     def _make_room(
@@ -357,11 +367,11 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
             "ReturnConsumedCapacity": "TOTAL",
         }
         try:
-            self._call("update_item", request, stats)
+            response = self._call("update_item", request, stats)
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             return  # changed meanwhile: the next round reads it again
-        stats.modelled_wcu += self._target_units(delta)
+        stats.modelled_wcu += self._charged(response, self._target_units(delta))
         stats.pruned_checkpoints += len(stale)
         stats.target_checkpoints_evicted += evicted
