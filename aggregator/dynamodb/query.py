@@ -49,7 +49,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aggregator.core.exceptions import QueryError, RuleError
+from aggregator.core.exceptions import EvaluationError, QueryError, RuleError
 from aggregator.core.kinds import COUNT_ATTRIBUTE, Kind, ValueCount
 from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import generation_name, rule_fingerprint
@@ -372,6 +372,18 @@ class AggregateStore:
             splits in more than one way (a value holds a separator: give the values as a
             sequence).
         """
+        encoded, _ = self._rendered_key(rule, key)
+        return f"{storage_name or self.storage_name(rule)}#{encoded}"
+
+    def _rendered_key(
+        self, rule: str, key: str | Sequence[Any] | Mapping[str, Any]
+    ) -> tuple[str, str]:
+        """``(encoded, display)`` key text of ``key`` (as for :meth:`sort_key`)."""
+        values = self._key_values(rule, key)
+        return self._rule(rule).key.render_values(values)
+
+    def _key_values(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+        """The placeholder values of ``key`` (as for :meth:`sort_key`), in template order."""
         template = self._rule(rule).key
         if isinstance(key, str) and len(template.placeholders) > 1:
             try:
@@ -394,10 +406,7 @@ class AggregateStore:
                 f"rule {rule!r}: key template {template.template!r} takes "
                 f"{len(template.placeholders)} value(s) {list(template.placeholders)}, got {values}"
             )
-        encoded, _ = template.render_values(
-            [v if isinstance(v, str | bool | Decimal) else Decimal(str(v)) for v in values]
-        )
-        return f"{storage_name or self.storage_name(rule)}#{encoded}"
+        return [v if isinstance(v, str | bool | Decimal) else Decimal(str(v)) for v in values]
 
     def _aggregate(self, item: Mapping[str, Any], rule: str, stored: str) -> Aggregate:
         sk = self.layout.sort_key_of(item) or ""
@@ -451,6 +460,8 @@ class AggregateStore:
                 f"rule {rule!r} keeps time buckets: read them with window() "
                 "(aggregator query window) or list()"
             )
+        if self._rule(rule).target is not None:
+            return self._target(rule, key)
         stored = self.storage_name(rule)
         sk = self.sort_key(rule, key, storage_name=stored)
         kind = self._rule(rule).kind
@@ -467,8 +478,38 @@ class AggregateStore:
         item = response.get("Item")
         return None if item is None else self._aggregate(item, rule, stored)
 
+    def _target(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any]) -> Aggregate | None:
+        """A target rule's sum, where it is kept: the target attribute of the application item
+        (one strongly consistent ``GetItem`` projecting the attribute); ``None`` when the item
+        does not exist, a value of 0 when it has no such attribute yet."""
+        definition = self._rule(rule)
+        target = definition.target
+        assert target is not None
+        values = self._key_values(rule, key)
+        encoded, display = definition.key.render_values(values)
+        try:
+            item_key = target.render(dict(zip(definition.key.placeholders, values, strict=True)))
+        except EvaluationError as exc:
+            raise QueryError(f"rule {rule!r}: {exc}") from None
+        response = self._call(
+            "get_item",
+            Key=self.layout.target_key(item_key),
+            ConsistentRead=True,
+            ProjectionExpression="#pk, #a",
+            ExpressionAttributeNames={"#pk": self.layout.partition_key, "#a": target.attribute},
+        )
+        item = response.get("Item")
+        if item is None:
+            return None
+        value = Decimal(item.get(target.attribute, {}).get("N", "0"))
+        return Aggregate(rule, display, value, f"{rule}#{encoded}", fields={"value": value})
+
     def list(self, rule: str) -> Iterator[Aggregate]:
         """Every aggregate of ``rule`` in sort-key order (paginated ``Query``, 1 MB pages).
+
+        For a rule with a ``target``, its *ledger*: per target key, the sum of the deltas that
+        found no item (:mod:`aggregator.dynamodb.targets`); its sums themselves are on the
+        application's items (:meth:`get`).
 
         Raises
         ------

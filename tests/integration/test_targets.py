@@ -212,6 +212,22 @@ def test_like_tallies_on_meta_items_are_exact_under_faults(
     store = AggregateStore(ddb, name, rules)
     top = {a.key: a.value for a in store.top("posts_by_likes", 20) if a.value}
     assert top == {p: Decimal(n) for p, n in likes.items() if p in metas and n}
+    # get reads the tally where it is kept: one GetItem of the post
+    before = store.requests
+    assert store.get("like_tally", POSTS[1]).value == likes[POSTS[1]]
+    assert store.requests == before + 1
+    assert store.get("like_tally", POSTS[3]) is None  # deleted: never re-created
+    if mode == "window":  # and through the CLI
+        result = cli.invoke(main, ["query", "get", "like_tally", POSTS[1], *common])
+        assert result.exit_code == 0, result.output
+        assert result.stdout == (
+            f"like_tally {POSTS[1]}#META: {likes[POSTS[1]]} (likeTally of the target item)\n"
+        )
+        result = cli.invoke(main, ["query", "get", "like_tally", POSTS[3], *common])
+        assert result.exit_code == 1
+        assert "the target item does not exist" in result.stdout
+        result = cli.invoke(main, ["query", "list", "like_tally", *common])
+        assert result.exit_code == 0 and f"{GHOST}#META" in result.stdout
     # the ledger: what found no item, per target key (the ghost's likes, the deleted post's)
     ledger = {a.key: a.value for a in store.list("like_tally") if a.value}
     assert ledger[f"{GHOST}#META"] == likes[GHOST]

@@ -160,6 +160,14 @@ def query_get(
         if aggregate is None:
             raise SystemExit(1)
         return
+    target = store.rules.get(rule).target
+    if aggregate is None and target is not None:
+        console.print(
+            f"{rule} {' '.join(values)}: the target item does not exist (the rule never "
+            "creates it; query list shows the deltas that found no item)",
+            markup=False,
+        )
+        raise SystemExit(1)
     if aggregate is None:
         hint = _not_found_hint(store, rule, values)
         console.print(
@@ -167,7 +175,8 @@ def query_get(
             markup=False,
         )
         raise SystemExit(1)
-    console.print(f"{rule} {aggregate.key}: {_fields_text(aggregate)}", markup=False)
+    where = "" if target is None else f" ({target.attribute} of the target item)"
+    console.print(f"{rule} {aggregate.key}: {_fields_text(aggregate)}{where}", markup=False)
 
 
 @query.command("list")
@@ -180,11 +189,19 @@ def query_list(
     rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None, as_json: bool
 ) -> None:
     """Every aggregate of RULE, in key order (a windowed rule's with their granularity and
-    bucket start)."""
+    bucket start); for a rule with a target, the deltas that found no target item."""
     store = _store(table_name, definitions, endpoint_url, rule)
     aggregates = list(store.list(rule))
     if as_json:
         _echo_json({"rule": rule, "aggregates": [_aggregate_json(a) for a in aggregates]})
+        return
+    target = store.rules.get(rule).target
+    if target is not None:  # its sums are on the application's items: this is its ledger
+        title = (
+            f"{rule}: deltas that found no target item (its {target.attribute} sums are on the "
+            "items themselves: query get)"
+        )
+        _print_rule_aggregates(store, rule, title, [a for a in aggregates if a.value])
         return
     _print_rule_aggregates(store, rule, rule, aggregates)
 
