@@ -157,6 +157,9 @@ class RuleState:
         The ``leaderboard`` flag of the definition the handler (or ``aggregator run``) last
         started with, recorded at each start where it changed: ``rebuild`` indexes the
         existing aggregates only once the handler indexes the ones it updates.
+    target_attribute
+        For a rule with a ``target``: the application attribute its sums are kept in, so that
+        ``drop-rule`` can remove it once the rule is gone from the definitions.
     """
 
     name: str
@@ -168,6 +171,7 @@ class RuleState:
     unfenced: bool = False
     leaderboard: bool | None = None
     handler_leaderboard: bool | None = None
+    target_attribute: str | None = None
 
     def fenced(self, now: float) -> bool:
         """Whether the handler must honour the rule's fences at ``now`` (epoch seconds)."""

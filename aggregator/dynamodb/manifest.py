@@ -71,6 +71,8 @@ def _state_value(state: RuleState) -> dict[str, Any]:
         value["leaderboard"] = {"BOOL": state.leaderboard}
     if state.handler_leaderboard is not None:
         value["handler_leaderboard"] = {"BOOL": state.handler_leaderboard}
+    if state.target_attribute is not None:
+        value["target_attribute"] = {"S": state.target_attribute}
     return {"M": value}
 
 
@@ -96,6 +98,7 @@ def _state_of(name: str, value: dict[str, Any]) -> RuleState:
         handler_leaderboard=(
             m["handler_leaderboard"]["BOOL"] if "handler_leaderboard" in m else None
         ),
+        target_attribute=m.get("target_attribute", {}).get("S"),
     )
 
 
@@ -175,6 +178,7 @@ class Manifest:
                         clock,
                         leaderboard=r.leaderboard,
                         handler_leaderboard=r.leaderboard,
+                        target_attribute=None if r.target is None else r.target.attribute,
                     )
                 )
                 continue
@@ -265,8 +269,18 @@ class Manifest:
         Raises
         ------
         ConfigError
-            When the rule is not in the manifest (a new rule needs a backfill, not a rebuild).
+            When the rule is not in the manifest (a new rule needs a backfill, not a rebuild),
+            or keeps its sums on application items (``target``: the message says what to do).
         """
+        if rule.target is not None:
+            raise ConfigError(
+                f"rule {rule.name!r} keeps its sums in {rule.target.attribute!r} of application "
+                "items, which readers read directly: no new generation can be built beside it. "
+                "Give the changed rule a new name and target attribute, deploy it, run "
+                "`aggregator backfill`, move the readers to the new attribute, then remove the "
+                f"old rule and run `aggregator drop-rule {rule.name}` (it removes the old "
+                "attribute)"
+            )
         clock = int(time.time() if now is None else now)
         fingerprint = rule_fingerprint(rule)
         self._ensure_maps()

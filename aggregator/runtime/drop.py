@@ -12,7 +12,12 @@ running it again:
    keys sent again (boto3's ``BatchWriter``); on a table with a sort key, each aggregate's
    partials (``write_shards``) before it, found with one ``Query`` of their collection. A run
    resumes by reading the collection again: the items already deleted are no longer there.
-3. Remove its fence from each shard's fence item, then its manifest entry (and the rule's serving
+3. For a rule with a ``target`` (its manifest entry names the attribute): remove the attribute
+   and the rule's entries of the checkpoint map from every application item that has them (a
+   strongly consistent scan projecting the keys, the attribute and the map; one ``UpdateItem``
+   per such item, on condition that it still exists and its attribute is as read, so an item
+   written meanwhile is left for the next run). The items themselves are never deleted.
+4. Remove its fence from each shard's fence item, then its manifest entry (and the rule's serving
    pointer with its last generation).
 
 What is not checked: that no handler still *runs* the dropped definition. Deploy the rule set
@@ -22,7 +27,8 @@ finish): a warm container with the old rule set would write the deleted aggregat
 Costs: reading the generation's aggregates once (1 RCU per 4 KB, strongly consistent; without a
 sort key, the collection index and ``BatchGetItem``), with a sort key one ``Query`` per aggregate
 for its partials (1 RCU when it has none), and one write unit per deleted item (per started 1 KB),
-plus one ``UpdateItem`` per fence item that holds the generation.
+plus one ``UpdateItem`` per fence item that holds the generation; for a target rule, one scan of
+the table and one ``UpdateItem`` per application item that held the attribute.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from boto3.dynamodb.table import BatchWriter
+from botocore.exceptions import ClientError
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import PARTIAL_PREFIX
@@ -39,6 +46,8 @@ from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.manifest import Manifest
+from aggregator.dynamodb.targets import rule_token
+from aggregator.dynamodb.writer import error_code
 
 __all__ = ["DropResult", "DropRule"]
 
@@ -49,12 +58,14 @@ BATCH_WRITE_ITEMS = 25
 @dataclass(slots=True)
 class DropResult:
     """What :meth:`DropRule.run` deleted: ``generations`` (storage names), ``items_deleted``
-    (aggregate items) and ``fences_removed`` (fence entries)."""
+    (aggregate items, a target rule's ledger included), ``fences_removed`` (fence entries) and
+    ``targets_cleared`` (application items the target attribute was removed from)."""
 
     rule: str
     generations: list[str] = field(default_factory=list)
     items_deleted: int = 0
     fences_removed: int = 0
+    targets_cleared: int = 0
 
 
 class DropRule:
@@ -143,6 +154,8 @@ class DropRule:
                     replace(known[name], status="dropping"), expected_status=known[name].status
                 )
             result.items_deleted += self._delete_aggregates(name)
+            if state.target_attribute is not None:
+                result.targets_cleared += self._clear_targets(name, state.target_attribute)
             result.fences_removed += self._remove_fences(name)
             if name in known:
                 self.manifest.remove(name)
@@ -164,6 +177,72 @@ class DropRule:
                 if self.on_deleted is not None:
                     self.on_deleted(len(page))
         return deleted
+
+    def _clear_targets(self, storage_name: str, attribute: str) -> int:
+        """Remove ``attribute`` and the generation's checkpoint map entries from the application
+        items that have them (module docstring, step 3); returns how many were cleared."""
+        lay = self.layout
+        keys = [lay.partition_key] + ([lay.sort_key] if lay.sort_key else [])
+        names = {f"#k{i}": k for i, k in enumerate(keys)}
+        names.update({"#a": attribute, "#m": lay.target_checkpoints_attribute})
+        prefix = rule_token(storage_name)
+        cleared = 0
+        for page in self.client.get_paginator("scan").paginate(
+            TableName=self.table_name,
+            ConsistentRead=True,
+            ProjectionExpression=", ".join(names),
+            ExpressionAttributeNames=names,
+        ):
+            for item in page.get("Items", []):
+                if lay.is_reserved(item):
+                    continue
+                entries = [
+                    e
+                    for e in item.get(lay.target_checkpoints_attribute, {}).get("M", {})
+                    if e.startswith(prefix)
+                ]
+                if attribute not in item and not entries:
+                    continue
+                if self._clear_item(item, keys, attribute, entries):
+                    cleared += 1
+                    if self.on_deleted is not None:
+                        self.on_deleted(1)
+        return cleared
+
+    def _clear_item(
+        self, item: dict[str, Any], keys: list[str], attribute: str, entries: list[str]
+    ) -> bool:
+        """One item's ``REMOVE``, on condition that it exists and its attribute is as read."""
+        names = {"#pk": self.layout.partition_key, "#a": attribute}
+        removes = ["#a"]
+        values: dict[str, Any] = {}
+        condition = "attribute_exists(#pk) AND "
+        if attribute in item:
+            condition += "#a = :a"
+            values[":a"] = item[attribute]
+        else:
+            condition += "attribute_not_exists(#a)"
+        if entries:
+            names["#m"] = self.layout.target_checkpoints_attribute
+            for i, entry in enumerate(entries):
+                names[f"#e{i}"] = entry
+                removes.append(f"#m.#e{i}")
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": {k: item[k] for k in keys},
+            "UpdateExpression": "REMOVE " + ", ".join(removes),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+        }
+        if values:
+            request["ExpressionAttributeValues"] = values
+        try:
+            self.client.update_item(**request)
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False  # written meanwhile, or deleted: the next run looks again
+            raise
+        return True
 
     def _partials(self, sort_key: str) -> list[dict[str, Any]]:
         """Keys of the aggregate's partials (a rule with ``write_shards``): one ``Query`` of

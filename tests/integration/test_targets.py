@@ -22,6 +22,7 @@ from aggregator.cli.template import target_condition
 from aggregator.core.rules import load_rules
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.targets import rule_token
 from aggregator.runtime.processor import create_processor
 from aggregator.runtime.reconcile import reconcile
 from aggregator.runtime.runner import StreamRunner
@@ -290,3 +291,71 @@ def test_two_rules_targeting_one_item_keep_their_own_checkpoints(ddb, streams, t
     assert meta["Item"]["commentTally"] == {"N": "7"}
     assert len(meta["Item"]["aggregator_checkpoints"]["M"]) == 2  # one per (rule, shard)
     ddb.delete_table(TableName="two-rules")
+
+
+def test_drop_rule_removes_the_attribute_and_its_checkpoints_and_rebuild_says_what_to_do(
+    ddb, streams, dynamodb_local, tmp_path
+):
+    layout = "table: {partition_key: PK, sort_key: SK}\n"
+    tally = (
+        "  - name: likes\n"
+        "    match: {SK: {prefix: 'LIKE#'}}\n"
+        "    target: {partition_key: '{PK}', sort_key: META, attribute: likeTally}\n"
+    )
+    comments = (
+        "  - name: comments\n"
+        "    match: {SK: {prefix: 'COMMENT#'}}\n"
+        "    target: {partition_key: '{PK}', sort_key: META, attribute: commentTally}\n"
+    )
+    both, changed, only_comments = (tmp_path / d for d in ("both", "changed", "comments"))
+    for folder, text in (
+        (both, tally + comments),
+        (changed, tally.replace("LIKE#", "LIKE#USER#") + comments),
+        (only_comments, comments),
+    ):
+        folder.mkdir()
+        (folder / "rules.yaml").write_text(layout + "rules:\n" + text)
+    name = "dropping"
+    make_table(ddb, name)
+    common = ["--table", name, "--endpoint-url", dynamodb_local.endpoint_url]
+    cli = CliRunner()
+    assert cli.invoke(main, ["run", *common, "-d", str(both)]).exit_code == 0
+    assert cli.invoke(main, ["backfill", *common, "-d", str(both)]).exit_code == 0
+    for post in ("POST#1", "POST#2"):
+        ddb.put_item(TableName=name, Item={"PK": {"S": post}, "SK": {"S": "META"}})
+        like(ddb, name, post, 1)
+        ddb.put_item(TableName=name, Item={"PK": {"S": post}, "SK": {"S": "COMMENT#1"}})
+    like(ddb, name, "POST#gone", 1)  # a ledger entry
+    assert cli.invoke(main, ["run", *common, "-d", str(both)]).exit_code == 0
+
+    def meta(post: str) -> dict:
+        key = {"PK": {"S": post}, "SK": {"S": "META"}}
+        return ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+
+    assert meta("POST#1")["likeTally"] == {"N": "1"}
+    assert len(meta("POST#1")["aggregator_checkpoints"]["M"]) == 2
+
+    # a changed definition cannot be rebuilt in place: the message says what to do instead
+    result = cli.invoke(main, ["rebuild", "likes", *common, "-d", str(changed)])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: rule 'likes' keeps its sums in 'likeTally' of ")
+    assert (
+        "run `aggregator drop-rule likes`" in result.output and len(result.output.splitlines()) == 1
+    )
+
+    # the rule removed from the definitions: drop-rule clears its attribute and map entries
+    result = cli.invoke(main, ["drop-rule", "likes", *common, "-d", str(only_comments), "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "2 items' target attribute removed" in " ".join(result.output.split())
+    for post in ("POST#1", "POST#2"):
+        item = meta(post)
+        assert "likeTally" not in item and item["commentTally"] == {"N": "1"}
+        (entry,) = item["aggregator_checkpoints"]["M"]  # the comments rule's
+        assert not entry.startswith(rule_token("likes"))
+    ledger = ddb.query(
+        TableName=name,
+        KeyConditionExpression="PK = :a AND begins_with(SK, :r)",
+        ExpressionAttributeValues={":a": {"S": "AGGREGATES"}, ":r": {"S": "likes#"}},
+    )
+    assert ledger["Items"] == []
+    ddb.delete_table(TableName=name)

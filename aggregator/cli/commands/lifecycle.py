@@ -191,6 +191,11 @@ def drop_rule_cmd(
         result = drop.run()
     console.print(
         f"drop-rule {rule_name}: {', '.join(result.generations)} dropped; "
-        f"{result.items_deleted} aggregate items and {result.fences_removed} fences deleted",
+        f"{result.items_deleted} aggregate items and {result.fences_removed} fences deleted"
+        + (
+            f"; {result.targets_cleared} items' target attribute removed"
+            if result.targets_cleared
+            else ""
+        ),
         highlight=False,
     )
