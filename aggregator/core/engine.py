@@ -511,6 +511,9 @@ class Engine:
         display = None
         bucket = None
         reads = (value, "key", COUNT_ATTRIBUTE) if rule.kind.keeps_count else (value, "key")
+        if rule.target is not None:
+            reads = (*reads, "target")
+        target: tuple[str, ...] | None = None
         try:
             for label, image in (("OldImage", record.old_image), ("NewImage", record.new_image)):
                 if image is None:
@@ -526,6 +529,8 @@ class Engine:
                 count = image.get(COUNT_ATTRIBUTE) if rule.kind.keeps_count else None
                 counts.append(Decimal(0) if count is None else Decimal(count))
                 display = image.get("key") if display is None or label == "NewImage" else display
+                if rule.target is not None:
+                    target = self._partial_target(image, label)
                 if rule.window is not None:
                     bucket = self._partial_bucket(image, label)
             change = subtract(amounts[1], amounts[0])
@@ -539,8 +544,20 @@ class Engine:
             return [], []
         key = total[len(rule.name) + 1 :]
         shown = str(display if display is not None else key)
-        ref = AggregateRef(rule.name, key, shown, bucket)
+        ref = AggregateRef(rule.name, key, shown, bucket, target=target)
         return [RecordDelta(ref, change, record.sequence_number, count_change)], []
+
+    @staticmethod
+    def _partial_target(image: Image, label: str) -> tuple[str, ...]:
+        """The application item a target rule's partial rolls up into (its ``target``
+        attribute: the key values)."""
+        values = image.get("target")
+        if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+            raise EvaluationError(
+                f"{label}: not a partial of a target rule: 'target' is {values!r}",
+                FailureCause.INVALID_VALUE,
+            )
+        return tuple(values)
 
     def _partial_bucket(self, image: Image, label: str) -> Bucket:
         """The time bucket a partial of a windowed rule belongs to, from its attributes

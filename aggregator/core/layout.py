@@ -63,7 +63,7 @@ MAX_SORT_KEY_BYTES = 1024
 (DynamoDB Developer Guide, "Service, account, and table quotas": partition key values up to
 2,048 bytes, sort key values up to 1,024)."""
 
-AGGREGATE_ATTRIBUTES = ("rule", "key", "granularity", "bucket")
+AGGREGATE_ATTRIBUTES = ("rule", "key", "granularity", "bucket", "target")
 """Attributes every aggregate item (or time bucket) carries besides the layout's own names."""
 
 BOOKKEEPING_ATTRIBUTES = (

@@ -179,7 +179,8 @@ def aggregate_update(
 ) -> Update:
     """The update of one aggregate item: ``ADD value :amount`` (and ``ADD count :count`` for a
     kind that keeps a count; ``count`` defaults to ``delta.count``) and ``SET`` of its
-    descriptive attributes (``rule``, ``key``; the leaderboard attribute for leaderboard rules;
+    descriptive attributes (``rule``, ``key``; ``target``, the application item's key values, on a
+    partial of a target rule or its ledger item; the leaderboard attribute for leaderboard rules;
     ``granularity``, ``bucket`` and the TTL attribute for time buckets; the collection attribute
     on a table without a sort key). Every attribute but the counters is the same on every update
     of the item, so repeating an update never changes them. A value item of a kind with one item
@@ -189,6 +190,8 @@ def aggregate_update(
     if delta.keeps_count:
         update = update.add(COUNT_ATTRIBUTE, delta.count if count is None else count)
     update = update.set("rule", {"S": delta.ref.rule}).set("key", {"S": delta.ref.display_key})
+    if delta.ref.target is not None:  # a target rule's partial: where its roll-up goes
+        update = update.set("target", {"L": [{"S": v} for v in delta.ref.target]})
     if not layout.has_sort_key:
         update = update.set(layout.collection_attribute, {"S": layout.aggregates_pk})
     if delta.leaderboard:

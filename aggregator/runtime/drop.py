@@ -16,7 +16,9 @@ running it again:
    and the rule's entries of the checkpoint map from every application item that has them (a
    strongly consistent scan projecting the keys, the attribute and the map; one ``UpdateItem``
    per such item, on condition that it still exists and its attribute is as read, so an item
-   written meanwhile is left for the next run). The items themselves are never deleted.
+   written meanwhile is left for the next run). The items themselves are never deleted. The
+   same scan deletes the rule's partials (``write_shards``), which have no aggregate item to be
+   found by.
 4. Remove its fence from each shard's fence item, then its manifest entry (and the rule's serving
    pointer with its last generation).
 
@@ -194,6 +196,13 @@ class DropRule:
             ExpressionAttributeNames=names,
         ):
             for item in page.get("Items", []):
+                total = lay.partial_total(item)
+                if total is not None and total.startswith(f"{storage_name}#"):
+                    # a partial of the rule (write_shards): its sums roll up into the targets
+                    self.client.delete_item(
+                        TableName=self.table_name, Key={k: item[k] for k in keys}
+                    )
+                    continue
                 if lay.is_reserved(item):
                     continue
                 entries = [
