@@ -384,11 +384,20 @@ class TableLayout(BaseModel):
 DEFAULT_LAYOUT = TableLayout()
 
 
-def leaderboard_partition(rule: str, sort_key: str, partitions: int) -> str:
+def leaderboard_partition(
+    rule: str, sort_key: str, partitions: int, bucket: str | None = None
+) -> str:
     """The leaderboard index's partition key value of an aggregate: the rule's (storage) name,
     or with ``partitions`` > 1 ``"<rule>#<n>"`` for ``n`` = CRC-32 of the sort key modulo
     ``partitions`` (stable across processes and versions), so a rule's entries spread evenly
-    over that many index partitions."""
+    over that many index partitions.
+
+    A time bucket (``bucket``: its sort-key suffix ``"<granularity>#<bucket start>"``, as
+    :meth:`~aggregator.core.rules.buckets.Bucket.suffix` gives it) is ranked among the buckets of
+    the same granularity and start only: its value is ``"<rule>#<granularity>#<bucket
+    start>"``, then ``#<n>`` as above. Rule names hold no ``#``, so no two of these values
+    collide (``"<rule>#<n>"`` has one ``#``, a bucket's at least two)."""
+    base = rule if bucket is None else f"{rule}#{bucket}"
     if partitions <= 1:
-        return rule
-    return f"{rule}#{zlib.crc32(sort_key.encode('utf-8')) % partitions}"
+        return base
+    return f"{base}#{zlib.crc32(sort_key.encode('utf-8')) % partitions}"

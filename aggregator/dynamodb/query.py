@@ -57,7 +57,7 @@ from aggregator.core.numbers import add
 from aggregator.core.rules import Rule, RuleSet, unescape_key_part
 from aggregator.core.sketch import percentile_list
 from aggregator.core.sortable import number_from_sortable
-from aggregator.core.windows import RangePart, bucket_text, plan_range
+from aggregator.core.windows import Granularity, RangePart, bucket_text, plan_range
 from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import MANIFEST_SORT_KEY
 
@@ -679,7 +679,14 @@ class AggregateStore:
         except RuntimeError as exc:  # keys left unprocessed again and again
             raise QueryError(f"reading {self.table_name!r}: {exc}") from None
 
-    def top(self, rule: str, n: int = 10) -> builtins.list[Aggregate]:
+    def top(
+        self,
+        rule: str,
+        n: int = 10,
+        *,
+        granularity: str | None = None,
+        at: float | None = None,
+    ) -> builtins.list[Aggregate]:
         """The ``n`` largest aggregates of ``rule``, largest first (ties by key).
 
         Leaderboard rules read one page of the sparse ``leaderboard`` GSI in descending order
@@ -688,24 +695,41 @@ class AggregateStore:
         turned on after its aggregates were written until ``aggregator rebuild`` indexes them
         (:meth:`index_complete`), read all their aggregates and sort them.
 
+        A rule with a ``window`` ranks the keys of one time bucket ("top customers this hour"):
+        the bucket of ``granularity`` (a label of the rule's, e.g. ``"hour"``; may be left out
+        when the rule has one granularity) that holds ``at`` (epoch seconds, default now). Its
+        index entries are under a partition key value of their own
+        (:func:`~aggregator.core.layout.leaderboard_partition`), so the read costs what it costs
+        for a rule without a window. A bucket past its retention may be partly deleted by TTL
+        already (DynamoDB Developer Guide, "Time to Live"): check ``expires`` of the result.
+
         Raises
         ------
         QueryError
-            For an unknown rule, ``n < 1`` or a failed request.
+            For an unknown rule, ``n < 1``, a granularity the rule does not have (or none given
+            for a rule with several), ``granularity``/``at`` for a rule without a window, or a
+            failed request.
         """
         if n < 1:
             raise QueryError(f"n must be at least 1, got {n}")
-        if not self._rule(rule).leaderboard or not self.index_complete(rule):
+        definition = self._rule(rule)
+        bucket = self.top_bucket(rule, granularity, at)
+        if not definition.leaderboard or not self.index_complete(rule):
             # without the index, or with one that lacks the aggregates written before the flag
             # was turned on: every aggregate, sorted (exact; aggregator rebuild indexes them)
-            ranked = sorted(self.list(rule), key=lambda a: (-a.value, a.key))
+            aggregates: Iterator[Aggregate] = self.list(rule)
+            if bucket is not None:
+                aggregates = (a for a in aggregates if (a.granularity, a.bucket) == bucket)
+            ranked = sorted(aggregates, key=lambda a: (-a.value, a.key))
             return ranked[:n]
         lay = self.layout
         stored = self.storage_name(rule)
-        partitions = self._rule(rule).leaderboard_partitions
-        names = [stored] if partitions == 1 else [f"{stored}#{i}" for i in range(partitions)]
+        base = stored if bucket is None else f"{stored}#{bucket[0]}#{bucket[1]}"
+        suffix = "" if bucket is None else f"#{bucket[0]}#{bucket[1]}"
+        partitions = definition.leaderboard_partitions
+        names = [base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)]
         out: list[Aggregate] = []
-        for name in self._top_partitions(names, stored, out, n):
+        for name in self._top_partitions(names, base, out, n):
             # each key is in one index partition: the top n of the union is exact
             response = self._call(
                 "query",
@@ -719,11 +743,62 @@ class AggregateStore:
             for item in response.get("Items", []):
                 sk = lay.sort_key_of(item) or ""
                 value = Decimal(item[lay.value_attribute]["N"])
-                out.append(Aggregate(rule, unescape_key_part(sk[len(stored) + 1 :]), value, sk))
+                encoded = sk[len(stored) + 1 : len(sk) - len(suffix)]
+                out.append(
+                    Aggregate(
+                        rule,
+                        unescape_key_part(encoded),
+                        value,
+                        sk,
+                        None if bucket is None else bucket[0],
+                        None if bucket is None else bucket[1],
+                    )
+                )
         # ties in key order, as the read-everything path orders them (the index orders equal
         # values by its own hash, so a tie at the n-th place may still pick another key)
         out.sort(key=lambda a: (-a.value, a.key))
         return out[:n]
+
+    def top_bucket(
+        self, rule: str, granularity: str | None, at: float | None
+    ) -> tuple[str, str] | None:
+        """``(granularity label, bucket start text)`` of the time bucket :meth:`top` ranks for
+        these arguments, or ``None`` for a rule without a window.
+
+        Raises
+        ------
+        QueryError
+            As :meth:`top` does for its ``granularity`` and ``at``.
+        """
+        window = self._rule(rule).window
+        if window is None:
+            if granularity is not None or at is not None:
+                raise QueryError(
+                    f"rule {rule!r} has no window: a granularity and a time pick a time bucket "
+                    "of a windowed rule"
+                )
+            return None
+        labels = [g.label for g in window.granularities]
+        if granularity is None:
+            if len(labels) > 1:
+                raise QueryError(
+                    f"rule {rule!r} keeps buckets of {', '.join(labels)}: give the granularity "
+                    "to rank"
+                )
+            granularity = labels[0]
+        chosen = next((g for g in window.granularities if g.label == granularity), None)
+        if chosen is None:
+            try:
+                parsed = Granularity.parse(granularity)
+            except ValueError:
+                parsed = None
+            chosen = next((g for g in window.granularities if g == parsed), None)
+        if chosen is None:
+            raise QueryError(
+                f"rule {rule!r} has no {granularity!r} buckets (it keeps {', '.join(labels)})"
+            )
+        instant = math.floor(time.time() if at is None else at)
+        return chosen.label, bucket_text(chosen.start(instant))
 
     @staticmethod
     def _top_partitions(

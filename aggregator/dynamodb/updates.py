@@ -28,7 +28,14 @@ from aggregator.core.engine import CoalescedDelta
 from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.layout import TableLayout, leaderboard_partition
 
-__all__ = ["Update", "added_amounts", "aggregate_update", "prune_update", "resolved"]
+__all__ = [
+    "Update",
+    "added_amounts",
+    "aggregate_update",
+    "index_partition",
+    "prune_update",
+    "resolved",
+]
 
 AttributeValue = dict[str, Any]
 """A value in DynamoDB JSON, e.g. ``{"N": "1"}``."""
@@ -174,6 +181,20 @@ def resolved(request: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def index_partition(delta: CoalescedDelta) -> str:
+    """The leaderboard index's partition key value of ``delta``'s item: the rule's (``<rule>#<n>``
+    with ``leaderboard_partitions``), or for a time bucket the rule's, granularity's and bucket
+    start's (:func:`~aggregator.core.layout.leaderboard_partition`), so ``top`` ranks the keys of
+    one bucket."""
+    bucket = delta.ref.bucket
+    return leaderboard_partition(
+        delta.ref.rule,
+        delta.ref.sort_key,
+        delta.index_partitions,
+        None if bucket is None else bucket.suffix(),
+    )
+
+
 def aggregate_update(
     layout: TableLayout, delta: CoalescedDelta, amount: Decimal, count: Decimal | None = None
 ) -> Update:
@@ -195,10 +216,7 @@ def aggregate_update(
     if not layout.has_sort_key:
         update = update.set(layout.collection_attribute, {"S": layout.aggregates_pk})
     if delta.leaderboard:
-        partition = leaderboard_partition(
-            delta.ref.rule, delta.ref.sort_key, delta.index_partitions
-        )
-        update = update.set(layout.leaderboard_attribute, {"S": partition})
+        update = update.set(layout.leaderboard_attribute, {"S": index_partition(delta)})
     bucket = delta.ref.bucket
     if bucket is not None:
         update = update.set("granularity", {"S": bucket.granularity}).set(

@@ -45,11 +45,10 @@ from aggregator.core.layout import (
     DEFAULT_LAYOUT,
     PARTIAL_PREFIX,
     TableLayout,
-    leaderboard_partition,
 )
 from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
-from aggregator.dynamodb.updates import Update, aggregate_update
+from aggregator.dynamodb.updates import Update, aggregate_update, index_partition
 
 __all__ = [
     "AtLeastOnceWriter",
@@ -379,7 +378,7 @@ class _BaseWriter:
         if not lay.has_sort_key:
             item[lay.collection_attribute] = lay.aggregates_pk
         if delta.leaderboard:
-            item[lay.leaderboard_attribute] = self.index_partition(delta)
+            item[lay.leaderboard_attribute] = index_partition(delta)
         if delta.slot is not None:
             item.pop(lay.collection_attribute, None)
         if delta.keeps_count:
@@ -392,10 +391,6 @@ class _BaseWriter:
         if extra:
             item.update(extra)
         return item
-
-    def index_partition(self, delta: CoalescedDelta) -> str:
-        """The leaderboard index's partition key value of ``delta``'s item."""
-        return leaderboard_partition(delta.ref.rule, delta.ref.sort_key, delta.index_partitions)
 
     def _modelled_units(
         self,
@@ -460,7 +455,7 @@ class _BaseWriter:
                     else f"{delta.ref.sort_key}/{PARTIAL_PREFIX}{delta.slot}",
                     wcu=units,
                     item_bytes=after if applied else before,
-                    index_partition=self.index_partition(delta) if index_units else None,
+                    index_partition=index_partition(delta) if index_units else None,
                     index_wcu=index_units,
                 )
             )

@@ -251,7 +251,8 @@ def reindex_leaderboard(
 
     One ``UpdateItem`` per aggregate, conditional on the item existing (a ``drop-rule`` under
     way is not undone); idempotent, and safe beside the handler: the attribute is a function of
-    the rule and the sort key, never of the value. Reads the rule's aggregates a page at a time
+    the rule and the sort key (and a time bucket's granularity and start), never of the value.
+    Reads the rule's aggregates a page at a time
     (:func:`~aggregator.dynamodb.collections.query_collection`).
 
     Raises
@@ -278,8 +279,13 @@ def reindex_leaderboard(
                 "ExpressionAttributeNames": names,
             }
             if rule.leaderboard:
+                bucket = (
+                    None
+                    if rule.window is None
+                    else f"{item['granularity']['S']}#{item['bucket']['S']}"
+                )
                 partition = leaderboard_partition(
-                    storage_name, sort_key, rule.leaderboard_partitions
+                    storage_name, sort_key, rule.leaderboard_partitions, bucket
                 )
                 request["UpdateExpression"] = "SET #lb = :partition"
                 request["ExpressionAttributeValues"] = {":partition": {"S": partition}}

@@ -174,11 +174,17 @@ def test_list_of_a_windowed_rule_shows_granularity_and_bucket_start(stub, defs):
         ["2", "p1", "minute", "2013-01-01T05:00:00Z", "4"],
         ["3", "p1", "minute", "2013-01-01T05:59:00Z", "6"],
     ]
-    result = query(defs, "top", "events", "-n", "2")
-    assert rows(result.stdout)[1:] == [
-        ["1", "p1", "hour", "2013-01-01T05:00:00Z", "10"],
-        ["2", "p1", "minute", "2013-01-01T05:59:00Z", "6"],
-    ]
+    # top ranks the keys of one bucket (a rule with several granularities names one)
+    at = ["--at", "2013-01-01T05:59:30Z"]
+    result = query(defs, "top", "events", "-n", "2", "--granularity", "minute", *at)
+    assert result.exit_code == 0, result.output
+    assert "top 2: events (minute bucket 2013-01-01T05:59:00Z)" in result.stdout
+    assert rows(result.stdout)[1:] == [["1", "p1", "minute", "2013-01-01T05:59:00Z", "6"]]
+    result = query(defs, "top", "events", "--granularity", "hour", *at)
+    assert rows(result.stdout)[1:] == [["1", "p1", "hour", "2013-01-01T05:00:00Z", "10"]]
+    result = query(defs, "top", "events", *at)
+    assert result.exit_code == 1
+    assert "keeps buckets of hour, minute: give the granularity" in result.stderr
 
 
 def test_list_of_other_rules_keeps_its_columns(stub, defs):

@@ -667,7 +667,7 @@ def test_one_run_reports_every_problem_of_a_file_cross_rule_ones_too(tmp_path):
         "  - name: c\n"
         "    key: '{x}'\n"
         "    window: {time: t, unit: epoch_seconds, granularities: [hour]}\n"
-        "    leaderboard: true\n"
+        "    leaderboard_partitions: 2\n"
         "  - {name: d, key: '{x}', source: nope}\n"
         "  - {name: d, key: '{y}'}\n"
     )
@@ -675,7 +675,7 @@ def test_one_run_reports_every_problem_of_a_file_cross_rule_ones_too(tmp_path):
         load_rules(path)
     lines = str(info.value).splitlines()
     assert [line.split(": ", 1)[1].split(":")[0] for line in lines] == [
-        "rule 'c', field '(rule)'",
+        "rule 'c', field 'leaderboard_partitions'",
         "rule 'd', field 'name'",
         "rule 'a', field 'source'",
         "rule 'd', field 'source'",

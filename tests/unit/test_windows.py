@@ -657,13 +657,19 @@ def test_window_rejects_unknown_field_and_empty_time():
     assert "field 'window.time'" in window_error(time="")
 
 
-def test_window_with_leaderboard_rejected():
-    with pytest.raises(RuleError) as info:
-        rule("w", key="K", window=WINDOW, leaderboard=True)
-    assert str(info.value) == (
-        "<python>: rule 'w', field '(rule)': leaderboard cannot be combined with window: the "
-        "index would rank buckets of all times together"
-    )
+def test_a_windowed_leaderboard_ranks_each_bucket_under_its_own_index_partition():
+    """Top-N per time bucket: a bucket's index partition key value names the rule, the
+    granularity and the bucket start (and the index partition with leaderboard_partitions),
+    so no two buckets, and no bucket and a rule's partition, share one."""
+    from aggregator.core.layout import leaderboard_partition
+
+    spread = rule("w", key="K", window=WINDOW, leaderboard=True, leaderboard_partitions=4)
+    assert spread.leaderboard and spread.window is not None
+    suffix = "hour#2013-01-01T05:00:00Z"
+    assert leaderboard_partition("w", "w#K#" + suffix, 1, suffix) == "w#" + suffix
+    spread_values = {leaderboard_partition("w", f"w#{k}#{suffix}", 4, suffix) for k in "abcdefgh"}
+    assert spread_values <= {f"w#{suffix}#{i}" for i in range(4)} and len(spread_values) > 1
+    assert leaderboard_partition("w", "w#K", 4) in {f"w#{i}" for i in range(4)}
 
 
 def test_window_from_yaml_equals_python(tmp_path):

@@ -1,9 +1,10 @@
-"""``query get|list|top|histogram|window``: read aggregates."""
+"""``query get|list|top|percentile|histogram|window``: read aggregates."""
 
 from __future__ import annotations
 
 import math
 import re
+import time
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -209,6 +210,19 @@ def query_list(
 @query.command("top")
 @click.argument("rule")
 @click.option("-n", "n", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option(
+    "--granularity",
+    default=None,
+    help="Windowed rule: rank the keys of one bucket of this granularity (hour, minute, ...); "
+    "needed when the rule keeps several",
+)
+@click.option(
+    "--at",
+    "at",
+    default=None,
+    help="Windowed rule: the bucket holding this time (ISO 8601 with offset, or epoch s); "
+    "default now",
+)
 @_table_option
 @_definitions_option
 @_endpoint_option
@@ -216,18 +230,31 @@ def query_list(
 def query_top(
     rule: str,
     n: int,
+    granularity: str | None,
+    at: str | None,
     table_name: str,
     definitions: RuleSources,
     endpoint_url: str | None,
     as_json: bool,
 ) -> None:
-    """The N largest aggregates of RULE (leaderboard index when the rule has one)."""
+    """The N largest aggregates of RULE (leaderboard index when the rule has one); for a
+    windowed rule, of one time bucket (--granularity, --at)."""
     store = _store(table_name, definitions, endpoint_url, rule)
-    top = store.top(rule, n)
+    when = _instant(at)
+    if when is None and store.rules.get(rule).window is not None:
+        when = int(time.time())  # one instant for the bucket read and the bucket named
+    bucket = store.top_bucket(rule, granularity, when)
+    top = store.top(rule, n, granularity=granularity, at=when)
     if as_json:
-        _echo_json({"rule": rule, "n": n, "aggregates": [_aggregate_json(a) for a in top]})
+        data: dict[str, Any] = {"rule": rule, "n": n}
+        if bucket is not None:
+            data.update(granularity=bucket[0], bucket=bucket[1])
+        _echo_json({**data, "aggregates": [_aggregate_json(a) for a in top]})
         return
-    _print_rule_aggregates(store, rule, f"top {n}: {rule}", top)
+    title = f"top {n}: {rule}"
+    if bucket is not None:
+        title += f" ({bucket[0]} bucket {bucket[1]})"
+    _print_rule_aggregates(store, rule, title, top)
 
 
 def _percent_list(ctx: click.Context, param: click.Parameter, value: str) -> list[Decimal]:

@@ -105,7 +105,9 @@ class Rule(BaseModel):
         "dynamodb.amazonaws.com"``) retracts nothing, so counters of expiring raw events do not
         shrink. ``retract``: treat it like any delete.
     leaderboard
-        Also put the aggregate items into the sparse ``leaderboard`` GSI for top-N queries.
+        Also put the aggregate items into the sparse ``leaderboard`` GSI for top-N queries. With
+        a ``window``, each time bucket is ranked among the keys' buckets of the same granularity
+        and start ("top customers this hour"): its index partition key value names the bucket.
     leaderboard_partitions
         Spread the rule's index entries over this many index partition key values
         (``<rule>#<n>``, by a hash of the aggregate's key; 1: all under ``<rule>``): an index
@@ -189,12 +191,7 @@ class Rule(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _window_without_leaderboard(self) -> Rule:
-        if self.window is not None and self.leaderboard:
-            raise ValueError(
-                "leaderboard cannot be combined with window: the index would rank buckets of "
-                "all times together"
-            )
+    def _fields_combine(self) -> Rule:
         problem = self._sort_key_problem()
         if problem:
             raise _FieldError("key", problem)
