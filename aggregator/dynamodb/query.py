@@ -706,13 +706,20 @@ class AggregateStore:
         Raises
         ------
         QueryError
-            For an unknown rule, ``n < 1``, a granularity the rule does not have (or none given
-            for a rule with several), ``granularity``/``at`` for a rule without a window, or a
-            failed request.
+            For an unknown rule, a rule with a ``target`` (its sums are on the application's
+            items: rank them with a rule that reads the target attribute), ``n < 1``, a
+            granularity the rule does not have (or none given for a rule with several),
+            ``granularity``/``at`` for a rule without a window, or a failed request.
         """
         if n < 1:
             raise QueryError(f"n must be at least 1, got {n}")
         definition = self._rule(rule)
+        if definition.target is not None:
+            raise QueryError(
+                f"rule {rule!r} keeps its sums on the application's items "
+                f"({definition.target.attribute}); rank them with a leaderboard rule whose delta "
+                f"reads {definition.target.attribute!r}"
+            )
         bucket = self.top_bucket(rule, granularity, at)
         if not definition.leaderboard or not self.index_complete(rule):
             # without the index, or with one that lacks the aggregates written before the flag

@@ -201,12 +201,13 @@ def aggregate_update(
     """The update of one aggregate item: ``ADD value :amount`` (and ``ADD count :count`` for a
     kind that keeps a count; ``count`` defaults to ``delta.count``) and ``SET`` of its
     descriptive attributes (``rule``, ``key``; ``target``, the application item's key values, on a
-    partial of a target rule or its ledger item; the leaderboard attribute for leaderboard rules;
-    ``granularity``, ``bucket`` and the TTL attribute for time buckets; the collection attribute
-    on a table without a sort key). Every attribute but the counters is the same on every update
-    of the item, so repeating an update never changes them. A value item of a kind with one item
-    per value (``delta.per_value``, not in a time bucket) also loses the TTL its count falling
-    to zero gave it (:meth:`aggregator.dynamodb.writer._BaseWriter._expire_if_empty`)."""
+    partial of a target rule (its ledger items carry none); the leaderboard attribute for
+    leaderboard rules; ``granularity``, ``bucket`` and the TTL attribute for time buckets; the
+    collection attribute on a table without a sort key). Every attribute but the counters is the
+    same on every update of the item, so repeating an update never changes them. A value item of
+    a kind with one item per value (``delta.per_value``, not in a time bucket) also loses the
+    TTL its count falling to zero gave it
+    (:meth:`aggregator.dynamodb.writer._BaseWriter._expire_if_empty`)."""
     update = Update().add(layout.value_attribute, amount)
     if delta.keeps_count:
         update = update.add(COUNT_ATTRIBUTE, delta.count if count is None else count)

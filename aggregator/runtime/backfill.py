@@ -85,7 +85,7 @@ from aggregator.core.lifecycle import (
 from aggregator.core.records import Image, StreamRecord, pad_sequence_number
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.manifest import FenceStore, Manifest
-from aggregator.dynamodb.targets import TargetCheckpointWriter
+from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
 from aggregator.dynamodb.writer import WriteStats, error_code, item_size
 from aggregator.runtime.processor import _decode_state, _encode_state
 from aggregator.runtime.runner import GET_RECORDS_LIMIT, list_shards, to_lambda_record
@@ -107,6 +107,11 @@ attributes (DynamoDB Developer Guide, "Service quotas": items are at most 400 KB
 MAX_SEGMENTS = 64
 """One thread per segment, and each segment's checkpoint on every aggregate item it writes (until
 pruned after 25 hours): a bound on both."""
+MAX_TARGET_SEGMENTS = MAX_TARGET_CHECKPOINTS // 4
+"""Most segments of a backfill of a target rule (4): each segment writes the application items as a
+shard of its own, taking an entry of their checkpoint map (at most ``MAX_TARGET_CHECKPOINTS``, 16,
+shared with the stream's shards) for the checkpoint retention; more segments could evict a live
+shard's entry within the retention, which would let a redelivered batch count twice."""
 LEASE_SECONDS = 120
 """A running backfill renews its lease at least every third of this; another process may take
 over (resume) a backfill whose lease has lapsed."""
@@ -239,8 +244,9 @@ class Backfill:
         with its source: it is not scanned for, since every change of its source's aggregates
         reaches it through the stream after its own fences, and it becomes active with them.
     segments
-        Parallel ``Scan`` segments (``TotalSegments``), 1 to :data:`MAX_SEGMENTS`, one thread
-        each. A resumed backfill must use the same number.
+        Parallel ``Scan`` segments (``TotalSegments``), 1 to :data:`MAX_SEGMENTS` (to
+        :data:`MAX_TARGET_SEGMENTS` with a target rule), one thread each. A resumed backfill must
+        use the same number.
     max_rcu, max_wcu
         Rate limits in capacity units per second (modelled: 1 RCU per 4 KB of items read
         strongly consistently; the writer's modelled WCU), or ``None``.
@@ -259,9 +265,10 @@ class Backfill:
     Raises
     ------
     ConfigError
-        When a rule is unknown, not in the manifest (the handler has not started with it),
-        already active, counted without fences, pending for longer than the stream keeps
-        records; a derived rule without its source; or rules fenced at different points.
+        When ``segments`` is out of range, a rule is unknown, not in the manifest (the handler
+        has not started with it), already active, counted without fences, pending for longer
+        than the stream keeps records; a derived rule without its source; or rules fenced at
+        different points.
     """
 
     def __init__(
@@ -323,6 +330,13 @@ class Backfill:
         self.carried: list[str] = []
         self.rule_names = self._select(states, rule_names)
         self.states = {n: states[n] for n in (*self.rule_names, *self.carried)}
+        targets = [n for n in self.rule_names if self.rules.get(n).target is not None]
+        if targets and segments > MAX_TARGET_SEGMENTS:
+            raise ConfigError(
+                f"rule(s) {', '.join(targets)} keep their sums on the application's items, whose "
+                f"checkpoint map holds {MAX_TARGET_CHECKPOINTS} entries shared by the stream's "
+                f"shards and each backfill segment: give --segments {MAX_TARGET_SEGMENTS} or fewer"
+            )
         self.writer = TargetCheckpointWriter(
             client, table_name, layout=self.layout, max_workers=8, clock=clock
         )

@@ -42,6 +42,13 @@ def social(ddb, dynamodb_local, tmp_path):
     common = ["--table", "social", "--endpoint-url", dynamodb_local.endpoint_url]
     result = CliRunner().invoke(main, ["run", *common, "-d", str(rules_dir)])
     assert result.exit_code == 0, result.output
+    # each backfill segment takes an entry of a post's checkpoint map: a bounded number of them
+    result = CliRunner().invoke(
+        main, ["backfill", *common, "-d", str(rules_dir), "--stream-lag", "0", "--segments", "5"]
+    )
+    assert result.exit_code == 1
+    assert "rule(s) like_tally keep their sums on the application's items" in result.stderr
+    assert result.stderr.strip().endswith("give --segments 4 or fewer")
     # the rule is pending until backfilled (reconcile leaves pending rules alone); the stream
     # held every like, so the backfill counts each at its state before its INSERT: nothing
     result = CliRunner().invoke(

@@ -241,6 +241,12 @@ def test_like_tallies_on_meta_items_are_exact_under_faults(
         assert "the target item does not exist" in result.stdout
         result = cli.invoke(main, ["query", "list", "like_tally", *common])
         assert result.exit_code == 0 and f"{GHOST}#META" in result.stdout
+        # its sums are on the posts: top points at the rule that ranks them
+        result = cli.invoke(main, ["query", "top", "like_tally", *common])
+        assert result.exit_code == 1
+        assert "rank them with a leaderboard rule whose delta reads 'likeTally'" in result.stderr
+        result = cli.invoke(main, ["validate", str(rules_dir)])
+        assert "target likeTally on {PK} / META" in result.stdout
     # the ledger: what found no item, per target key (the ghost's likes, the deleted post's)
     ledger = {a.key: a.value for a in store.list("like_tally") if a.value}
     assert ledger[f"{GHOST}#META"] == likes[GHOST]
@@ -355,7 +361,15 @@ def test_drop_rule_removes_the_attribute_and_its_checkpoints_and_rebuild_says_wh
         "run `aggregator drop-rule likes`" in result.output and len(result.output.splitlines()) == 1
     )
 
-    # the rule removed from the definitions: drop-rule clears its attribute and map entries
+    # the rule removed from the definitions: drop-rule says what it will remove from your items
+    result = cli.invoke(
+        main, ["drop-rule", "likes", *common, "-d", str(only_comments), "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "the attribute likeTally (and the rule's checkpoint map entries) on every " in " ".join(
+        result.output.split()
+    )
+    # and clears its attribute and map entries
     result = cli.invoke(main, ["drop-rule", "likes", *common, "-d", str(only_comments), "--yes"])
     assert result.exit_code == 0, result.output
     assert "2 items' target attribute removed" in " ".join(result.output.split())

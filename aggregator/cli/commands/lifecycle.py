@@ -159,10 +159,17 @@ def drop_rule_cmd(
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     if dry_run or not yes:
-        counts = DropRule(rules, client, table_name, rule_name).count()
+        planned = DropRule(rules, client, table_name, rule_name)
+        counts = planned.count()
+        attributes = sorted({g.target_attribute for g in planned.targets if g.target_attribute})
         plan = (
             f"drop-rule {rule_name}: "
             + ", ".join(f"{name} ({count:,} aggregate items)" for name, count in counts.items())
+            + "".join(
+                f", the attribute {a} (and the rule's checkpoint map entries) on every "
+                "application item that holds it"
+                for a in attributes
+            )
             + f" on table {table_name}"
         )
         if dry_run:

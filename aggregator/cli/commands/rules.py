@@ -15,13 +15,18 @@ from aggregator.cli.output import console, err_console
 
 def _rule_summary(r: Any) -> dict[str, Any]:
     """One rule as ``validate`` shows it: ``name``, ``kind`` (with its options), ``key``,
-    ``delta``, ``reads`` (the attributes it reads, sorted) and ``options`` (leaderboard, write
-    sharding, TTL policy, source, window; text)."""
+    ``delta``, ``reads`` (the attributes it reads, sorted) and ``options`` (leaderboard, target,
+    write sharding, TTL policy, source, window; text)."""
     delta = str(r.delta.constant) if r.delta.constant is not None else f"{{{r.delta.attribute}}}"
     options = []
     if r.leaderboard:
         partitions = r.leaderboard_partitions
         options.append("leaderboard" + (f" over {partitions}" if partitions > 1 else ""))
+    if r.target is not None:
+        where = r.target.partition_key.template
+        if r.target.sort_key is not None:
+            where += f" / {r.target.sort_key.template}"
+        options.append(f"target {r.target.attribute} on {where}")
     if r.write_shards > 1:
         options.append(f"write_shards={r.write_shards}")
     if r.ttl_deletes != "keep":
