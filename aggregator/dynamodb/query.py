@@ -123,6 +123,9 @@ class Percentiles:
     requests, items_read, read_units
         What the read cost: ``Query`` requests, value items returned, modelled RCU (1 per
         started 4 KB of each page, strongly consistent).
+    start, end
+        For a windowed rule, the range covered (``[start, end)``, epoch seconds), as
+        :class:`WindowResult` has it; else ``None``.
     """
 
     rule: str
@@ -133,6 +136,8 @@ class Percentiles:
     requests: int
     items_read: int
     read_units: int
+    start: int | None = None
+    end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +177,15 @@ class WindowResult:
     complete
         ``False`` when part of the range lies in buckets already past the rule's retention,
         which may have been deleted by TTL (the value then undercounts).
+    fields
+        The rule's kind's fields over the range (:attr:`Aggregate.fields`): ``{"value"}`` for a
+        sum; a mean's ``mean``, ``sum`` and ``count`` from the buckets' sums and counts; a
+        min's, max's or distribution's from the buckets' value items merged (a value's counts
+        added across buckets). ``value`` is the kind's main field, as in :class:`Aggregate`.
+    values
+        For kinds with one item per value: the merged value items with a count other than
+        zero, in ascending order of their numbers (what :meth:`AggregateStore.percentiles`
+        ranks); empty for the others.
     """
 
     rule: str
@@ -184,6 +198,8 @@ class WindowResult:
     items_read: int = 0
     read_units: int = 0
     complete: bool = True
+    fields: dict[str, Decimal | None] = field(default_factory=dict)
+    values: list[ValueCount] = field(default_factory=list)
 
     @property
     def start_text(self) -> str:
@@ -192,6 +208,13 @@ class WindowResult:
     @property
     def end_text(self) -> str:
         return bucket_text(self.end)
+
+
+VALUE_ITEMS_END = "$"
+"""Appended to a time bucket's sort key, the upper bound of a ``Query`` that reads the bucket's
+value items too (``<bucket>#<value>``): ``$`` (0x24) sorts right after ``#`` (0x23), and DynamoDB
+compares string sort keys by their UTF-8 bytes (Developer Guide, "Working with queries": key
+condition expressions)."""
 
 
 def _plain(number: Decimal) -> Decimal:
@@ -571,11 +594,16 @@ class AggregateStore:
     ) -> Aggregate:
         fields = kind.fields(None, None, values)
         main = fields.get(kind.headline)
+        head, granularity, bucket = sort_key, None, None
+        if self._rule(rule).window is not None:  # "<key>#<granularity>#<bucket start>"
+            head, granularity, bucket = sort_key.rsplit("#", 2)
         return Aggregate(
             rule,
-            unescape_key_part(sort_key[len(stored) + 1 :]),
+            unescape_key_part(head[len(stored) + 1 :]),
             Decimal(0) if main is None else main,
             sort_key,
+            granularity,
+            bucket,
             fields=fields,
         )
 
@@ -611,6 +639,11 @@ class AggregateStore:
         rule: str,
         key: str | Sequence[Any] | Mapping[str, Any],
         ps: Sequence[Decimal | int | float | str],
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        last: int | None = None,
+        now: float | None = None,
     ) -> Percentiles:
         """Percentiles of one key of a ``distribution`` rule (each within the rule's relative
         accuracy, relatively), or exact ones of a ``min``/``max`` rule (which reads every
@@ -620,11 +653,16 @@ class AggregateStore:
         of the key's bins (1 MB pages): a key's bins are bounded by the range of its values,
         not by how many values it has.
 
+        A rule with a ``window`` ranks the values of a time range: ``start``/``end``/``last``/
+        ``now`` as for :meth:`window` ("p90 of the last hour": ``last=3600``), whose buckets'
+        bins are merged (a bin's counts added), one ``Query`` per run of buckets.
+
         Raises
         ------
         QueryError
-            For an unknown rule, a rule of another kind, a percentile outside 0..100, or a
-            failed request (rules of these kinds have no time buckets: refused at load).
+            For an unknown rule, a rule of another kind, a percentile outside 0..100, a range
+            given for a rule without a window (or none for one with a window; as :meth:`window`
+            for a bad range), or a failed request.
         """
         definition = self._rule(rule)
         kind = definition.kind
@@ -637,6 +675,28 @@ class AggregateStore:
             wanted = percentile_list(ps)
         except ValueError as exc:
             raise QueryError(f"rule {rule!r}: {exc}") from None
+        ranged = start is not None or last is not None or end is not None or now is not None
+        if definition.window is not None or ranged:
+            if definition.window is None:
+                raise QueryError(f"rule {rule!r} has no window: a time range needs time buckets")
+            if start is None and last is None:
+                raise QueryError(
+                    f"rule {rule!r} counts per time bucket: give a range (last, or start and end)"
+                )
+            window = self.window(rule, key, start=start, end=end, last=last, now=now)
+            found, total = kind.percentiles(window.values, wanted)
+            return Percentiles(
+                rule,
+                window.key,
+                dict(zip(wanted, found, strict=True)),
+                total,
+                kind.percentile_accuracy,
+                window.requests,
+                window.items_read,
+                window.read_units,
+                window.start,
+                window.end,
+            )
         stored = self.storage_name(rule)
         sk = self.sort_key(rule, key, storage_name=stored)
         before = self.requests
@@ -839,6 +899,11 @@ class AggregateStore:
             For an unknown rule, a missing or needless ``key``, or a failed request.
         """
         definition = self._rule(rule)
+        if definition.kind.per_value and definition.window is not None:
+            raise QueryError(
+                f"rule {rule!r} keeps its values per time bucket: read a range with "
+                "percentiles (query percentile --last) or window"
+            )
         if definition.kind.per_value:
             if key is None:
                 raise QueryError(
@@ -937,24 +1002,38 @@ class AggregateStore:
         )
         result = WindowResult(rule, display, lo, hi)
         result.parts = plan_range(spec.granularities, lo, hi)
-        total = Decimal(0)
+        kind = self._rule(rule).kind
+        ttl = self.layout.ttl_attribute
+        total = count = Decimal(0)
+        merged: dict[Decimal, Decimal] = {}
         for part in result.parts:
             first_bucket = spec.bucket(part.granularity, part.first_bucket)
             last_bucket = spec.bucket(part.granularity, part.last_bucket)
             # coarser buckets outlive the finer ones inside them: the first is the oldest
             if first_bucket.expired(clock):
                 result.complete = False
-            items, requests, units = self._range(
-                f"{prefix}#{first_bucket.suffix()}", f"{prefix}#{last_bucket.suffix()}"
-            )
+            high = f"{prefix}#{last_bucket.suffix()}"
+            if kind.per_value:  # the last bucket's value items, "<bucket>#<value>", too
+                high += VALUE_ITEMS_END
+            items, requests, units = self._range(f"{prefix}#{first_bucket.suffix()}", high)
             result.requests += requests
             result.read_units += units
             result.items_read += len(items)
             for item in items:
-                a = self._aggregate(item, rule, stored)
-                if a.expires is None or a.expires > clock:
-                    total = add(total, a.value)
-        result.value = total
+                expires = item.get(ttl, {}).get("N")
+                if expires is not None and int(Decimal(expires)) <= clock:
+                    continue  # past its retention: DynamoDB may delete it at any moment
+                if kind.per_value:
+                    _, value = self._value_count(item, kind)
+                    merged[value.number] = add(merged.get(value.number, Decimal(0)), value.count)
+                    continue
+                total = add(total, Decimal(item.get(self.layout.value_attribute, {}).get("N", 0)))
+                count = add(count, Decimal(item.get(COUNT_ATTRIBUTE, {}).get("N", 0)))
+        result.values = [ValueCount(n, c) for n, c in sorted(merged.items()) if c != 0]
+        in_order = result.values[::-1] if kind.reading.order == "descending" else result.values
+        result.fields = kind.fields(total, count, in_order)
+        main = result.fields.get(kind.headline) if kind.per_value else total
+        result.value = Decimal(0) if main is None else main
         return result
 
     def _range(self, low: str, high: str) -> tuple[builtins.list[dict[str, Any]], int, int]:

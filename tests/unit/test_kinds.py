@@ -16,7 +16,7 @@ from aggregator.core.exceptions import RuleError
 from aggregator.core.kinds import KINDS, Distribution, Max, Mean, Min, ValueCount, parse_kind
 from aggregator.core.records import StreamRecord
 from aggregator.core.rules import RuleSet, rule
-from aggregator.core.sortable import number_from_sortable
+from aggregator.core.sortable import number_from_sortable, sortable_number
 from aggregator.dynamodb.updates import resolved
 from aggregator.dynamodb.writer import AtLeastOnceWriter
 from tests.factories import stream_record
@@ -202,13 +202,25 @@ def test_percentiles_are_within_alpha_of_the_nearest_rank(values, p):
     assert found is not None and abs(found - true) <= D("0.01") * abs(true) * (1 + D("1E-30"))
 
 
-def test_kinds_other_than_sum_refuse_windows_for_now():
-    window = {"time": "ts", "unit": "epoch_seconds", "granularities": ["hour"]}
-    with pytest.raises(
-        RuleError, match="field 'window': a rule of kind 'max' cannot have a window"
-    ):
-        rule("r", key="{c}", delta={"attribute": "d"}, kind="max", window=window)
-    assert rule("r", key="{c}", window=window).window is not None
+def test_windowed_kinds_keep_their_items_per_bucket():
+    """A windowed min/max/distribution rule keeps its value items under each bucket's sort key
+    ("<key>#<granularity>#<bucket start>#<value>"); a windowed mean keeps sum and count in the
+    bucket item itself."""
+    window = {"time": "ts", "unit": "epoch_seconds", "granularities": ["hour", "minute"]}
+    image = {"c": "a", "d": D("-2.5"), "ts": D(5 * 3600 + 61)}
+    worst = rule("r", key="{c}", delta={"attribute": "d"}, kind="max", window=window)
+    got = [(c.key, c.amount, c.bucket.granularity) for c in worst.contributions(image)]
+    value = sortable_number(D("-2.5"))
+    assert got == [
+        (f"a#hour#1970-01-01T05:00:00Z#{value}", 1, "hour"),
+        (f"a#minute#1970-01-01T05:01:00Z#{value}", 1, "minute"),
+    ]
+    mean = rule("m", key="{c}", delta={"attribute": "d"}, kind="mean", window=window)
+    got = [(c.key, c.amount, c.item_count) for c in mean.contributions(image)]
+    assert got == [
+        ("a#hour#1970-01-01T05:00:00Z", D("-2.5"), 1),
+        ("a#minute#1970-01-01T05:01:00Z", D("-2.5"), 1),
+    ]
 
 
 def test_check_table_wants_ttl_for_value_items(monkeypatch):

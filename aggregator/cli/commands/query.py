@@ -257,6 +257,87 @@ def query_top(
     _print_rule_aggregates(store, rule, title, top)
 
 
+def _instant(value: str | None) -> int | None:
+    """Epoch seconds from ``1357016400`` or an ISO 8601 time with an offset."""
+    if value is None:
+        return None
+    from aggregator.core.exceptions import QueryError
+    from aggregator.core.windows import parse_instant
+
+    if value.isdigit() or (value[:1] == "-" and value[1:].isdigit()):
+        return int(value)
+    try:
+        return parse_instant(value)
+    except AggregatorError as exc:
+        raise QueryError(f"bad time: {exc}") from None
+
+
+def _now_instant(value: str) -> int:
+    """``--now``: epoch seconds (fractions allowed) or an ISO 8601 time with an offset, rounded
+    up to a whole second as the clock's "now" is, so the window's end moves as it would."""
+    from aggregator.core.exceptions import QueryError
+    from aggregator.core.windows import parse_instant
+
+    text = value.strip()
+    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", text):
+        return math.ceil(Decimal(text))
+    try:
+        seconds = parse_instant(text)
+    except AggregatorError as exc:
+        raise QueryError(f"--now: bad time: {exc}") from None
+    return seconds + (1 if datetime.fromisoformat(text).microsecond else 0)
+
+
+def _range_options(command: Any) -> Any:
+    """``--last``, ``--now``, ``--start``, ``--end``: a time range of a windowed rule."""
+    for option in reversed(
+        (
+            click.option(
+                "--last", default=None, help="Sliding window length, e.g. 24h, 90m, 1h30m"
+            ),
+            click.option(
+                "--now",
+                "now",
+                default=None,
+                help="With --last: end the window at this time instead of the current one (ISO "
+                "8601 with offset, or epoch s)",
+            ),
+            click.option(
+                "--start", default=None, help="Range start (ISO 8601 with offset, or epoch s)"
+            ),
+            click.option(
+                "--end",
+                default=None,
+                help="Range end with --start, exclusive (with --last: as --now)",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def _range(
+    last: str | None, now: str | None, start: str | None, end: str | None
+) -> dict[str, int | None]:
+    """The ``start``, ``end`` and ``last`` arguments of :meth:`AggregateStore.window` from the
+    range options (a one-line error for a bad combination or value)."""
+    from aggregator.core.exceptions import QueryError
+    from aggregator.core.windows import parse_duration
+
+    if now is not None and last is None:
+        raise QueryError(
+            "--now needs --last: it ends a sliding window; use --start/--end for a range"
+        )
+    if now is not None and end is not None:
+        raise QueryError("give --now or --end with --last, not both (they set the same end)")
+    try:
+        seconds = None if last is None else parse_duration(last)
+    except ValueError as exc:
+        raise QueryError(f"--last: {exc}") from None
+    end_seconds = _now_instant(now) if now is not None else _instant(end)
+    return {"start": _instant(start), "end": end_seconds, "last": seconds}
+
+
 def _percent_list(ctx: click.Context, param: click.Parameter, value: str) -> list[Decimal]:
     """``--p 50,90,99``: percentiles from 0 to 100 (a usage error naming the option else)."""
     from aggregator.core.sketch import percentile_list
@@ -278,6 +359,7 @@ def _percent_list(ctx: click.Context, param: click.Parameter, value: str) -> lis
     callback=_percent_list,
     help="Percentiles, comma-separated, from 0 to 100 (nearest rank)",
 )
+@_range_options
 @_table_option
 @_definitions_option
 @_endpoint_option
@@ -286,6 +368,10 @@ def query_percentile(
     rule: str,
     values: tuple[str, ...],
     ps: list[Decimal],
+    last: str | None,
+    now: str | None,
+    start: str | None,
+    end: str | None,
     table_name: str,
     definitions: RuleSources,
     endpoint_url: str | None,
@@ -294,9 +380,12 @@ def query_percentile(
     """Percentiles of one key of a distribution RULE (each within the rule's relative
     accuracy), or exact ones of a min/max rule; the key as for query get.
 
-    The p-th percentile of n values is the value of rank ceil(p/100 * n) in ascending order."""
+    The p-th percentile of n values is the value of rank ceil(p/100 * n) in ascending order.
+    A windowed rule ranks the values of a time range (--last 1h: the p90 of the last hour), as
+    query window reads it."""
+    window_range = _range(last, now, start, end)
     store = _store(table_name, definitions, endpoint_url, rule)
-    result = store.percentiles(rule, _key(values), ps)
+    result = store.percentiles(rule, _key(values), ps, **window_range)
     if as_json:
         _echo_json(
             {
@@ -309,6 +398,7 @@ def query_percentile(
                 },
                 "requests": result.requests,
                 "read_units": result.read_units,
+                **({"start": result.start, "end": result.end} if result.start is not None else {}),
             }
         )
         return
@@ -316,10 +406,17 @@ def query_percentile(
         console.print(f"{rule} {' '.join(values)}: no values (nothing counted yet)", markup=False)
         raise SystemExit(1)
     accuracy = (
-        "exact" if result.relative_accuracy == 0 else f"within {result.relative_accuracy * 100:g} %"
+        "exact"
+        if result.relative_accuracy == 0
+        else f"within {(result.relative_accuracy * 100).normalize():f} %"
     )
+    span = ""
+    if result.start is not None and result.end is not None:
+        from aggregator.core.windows import bucket_text
+
+        span = f" in [{bucket_text(result.start)}, {bucket_text(result.end)})"
     table = Table(
-        title=f"{rule} {result.key}: {result.count:,} values, percentiles {accuracy}",
+        title=f"{rule} {result.key}{span}: {result.count:,} values, percentiles {accuracy}",
         title_justify="left",
     )
     table.add_column("p", justify="right")
@@ -376,52 +473,10 @@ def query_histogram(
     console.print(table)
 
 
-def _instant(value: str | None) -> int | None:
-    """Epoch seconds from ``1357016400`` or an ISO 8601 time with an offset."""
-    if value is None:
-        return None
-    from aggregator.core.exceptions import QueryError
-    from aggregator.core.windows import parse_instant
-
-    if value.isdigit() or (value[:1] == "-" and value[1:].isdigit()):
-        return int(value)
-    try:
-        return parse_instant(value)
-    except AggregatorError as exc:
-        raise QueryError(f"bad time: {exc}") from None
-
-
-def _now_instant(value: str) -> int:
-    """``--now``: epoch seconds (fractions allowed) or an ISO 8601 time with an offset, rounded
-    up to a whole second as the clock's "now" is, so the window's end moves as it would."""
-    from aggregator.core.exceptions import QueryError
-    from aggregator.core.windows import parse_instant
-
-    text = value.strip()
-    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", text):
-        return math.ceil(Decimal(text))
-    try:
-        seconds = parse_instant(text)
-    except AggregatorError as exc:
-        raise QueryError(f"--now: bad time: {exc}") from None
-    return seconds + (1 if datetime.fromisoformat(text).microsecond else 0)
-
-
 @query.command("window")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
-@click.option("--last", default=None, help="Sliding window length, e.g. 24h, 90m, 1h30m")
-@click.option(
-    "--now",
-    "now",
-    default=None,
-    help="With --last: end the window at this time instead of the current one (ISO 8601 with "
-    "offset, or epoch s)",
-)
-@click.option("--start", default=None, help="Range start (ISO 8601 with offset, or epoch s)")
-@click.option(
-    "--end", default=None, help="Range end with --start, exclusive (with --last: as --now)"
-)
+@_range_options
 @_table_option
 @_definitions_option
 @_endpoint_option
@@ -438,27 +493,15 @@ def query_window(
     endpoint_url: str | None,
     as_json: bool,
 ) -> None:
-    """Count or sum of a windowed RULE for one key (its placeholder values, or the key as query
-    list shows it) over --last D, ending now or at --now T, or over [--start, --end).
+    """Count or sum (or the rule's kind: mean, min, max, percentiles) of a windowed RULE for one
+    key (its placeholder values, or the key as query list shows it) over --last D, ending now
+    or at --now T, or over [--start, --end).
 
     Edges move up to the next boundary of the rule's finest buckets, so the bucket holding the
     end counts in full. Buckets are judged expired at the current time, with --now too."""
-    from aggregator.core.exceptions import QueryError
-    from aggregator.core.windows import parse_duration
-
-    if now is not None and last is None:
-        raise QueryError(
-            "--now needs --last: it ends a sliding window; use --start/--end for a range"
-        )
-    if now is not None and end is not None:
-        raise QueryError("give --now or --end with --last, not both (they set the same end)")
-    try:
-        seconds = None if last is None else parse_duration(last)
-    except ValueError as exc:
-        raise QueryError(f"--last: {exc}") from None
-    end_seconds = _now_instant(now) if now is not None else _instant(end)
+    window_range = _range(last, now, start, end)
     store = _store(table_name, definitions, endpoint_url, rule)
-    result = store.window(rule, _key(values), start=_instant(start), end=end_seconds, last=seconds)
+    result = store.window(rule, _key(values), **window_range)
     if as_json:
         _echo_json(
             {
@@ -475,6 +518,11 @@ def query_window(
                 "items_read": result.items_read,
                 "read_units": str(result.read_units),
                 "complete": result.complete,
+                **(
+                    {"fields": {k: None if v is None else str(v) for k, v in result.fields.items()}}
+                    if set(result.fields) - {"value"}
+                    else {}
+                ),
             }
         )
         return
@@ -482,7 +530,11 @@ def query_window(
     table.add_column("", style="bold")
     table.add_column("")
     table.add_row("range", f"[{result.start_text}, {result.end_text})")
-    table.add_row("value", f"{result.value:,}")
+    if set(result.fields) - {"value"}:  # a kind's fields: mean, sum, count; min; ...
+        for name, number in result.fields.items():
+            table.add_row(name, "none" if number is None else f"{number:,}")
+    else:
+        table.add_row("value", f"{result.value:,}")
     runs = ", ".join(f"{p.buckets} {p.granularity.label}" for p in result.parts or [])
     table.add_row("buckets", runs or "none")
     table.add_row(

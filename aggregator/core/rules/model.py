@@ -201,12 +201,6 @@ class Rule(BaseModel):
                 f"kind {self.kind.name!r} needs the number to aggregate from an attribute: "
                 "delta: {attribute: NAME}",
             )
-        if self.window is not None and self.kind.name != "sum":
-            raise _FieldError(
-                "window",
-                f"a rule of kind {self.kind.name!r} cannot have a window yet (time buckets of "
-                "sums and counts only)",
-            )
         if self.leaderboard and not self.kind.ranks:
             raise _FieldError(
                 "leaderboard",
