@@ -132,7 +132,9 @@ def _encode_state(batch: BatchDeltas) -> str:
             d.write_shards,
             [[s, str(c)] for s, c in d.count_parts] if d.keeps_count else None,
             int(d.per_value),
-            [list(d.ref.target or ()), d.target_attribute] if d.target_attribute else None,
+            # a target's key values: on a change to the target item (with its attribute) and on
+            # a change to one of a target rule's partials (whose roll-up needs them)
+            [list(d.ref.target), d.target_attribute] if d.ref.target is not None else None,
         ]
         for sk, d in batch.deltas.items()
     }

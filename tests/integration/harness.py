@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from boto3.dynamodb.types import TypeDeserializer
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import Rule, RuleSet, rule
@@ -38,8 +39,19 @@ RULES = RuleSet.of(
     ),
 )
 
-# The same rules plus a windowed rule and two rules derived from per_owner (a histogram of
-# owners by number of paths, and the number of owners with at least one path).
+# The parents of the target rules (see WIDE_RULES): items ``pk: T<n>, sk: META`` that the
+# scenario writes and the framework never creates; a path item names its parent in ``parent``.
+PARENTS = ("T0", "T1", "T2")
+TARGET_ATTRIBUTE = "childPoints"  # the application may give a parent one
+PARENT_ATTRIBUTES = frozenset({"pk", "sk", "title"})  # what the application writes on a parent
+
+# The same rules plus a windowed rule, two rules derived from per_owner (a histogram of
+# owners by number of paths, and the number of owners with at least one path), the other kinds,
+# two target rules (aggregator.core.rules.targets: the points of a path item that names a
+# parent are added to childPoints on the parent's own item, and 1 to its childCount; a path
+# whose points are bad counts for the second only, a path deleted by TTL for the second only,
+# which keeps TTL deletes) and a rule that reads what the first writes, from the parents' stream
+# records.
 WIDE_RULES = RuleSet.of(
     *RULES.rules,
     rule(
@@ -73,14 +85,47 @@ WIDE_RULES = RuleSet.of(
         delta={"attribute": "points"},
         kind={"name": "distribution", "relative_accuracy": "0.05"},
     ),
+    rule(
+        "parent_points",
+        match={"parent": {"exists": True}},
+        delta={"attribute": "points"},
+        ttl_deletes="retract",
+        target={"partition_key": "{parent}", "sort_key": "META", "attribute": TARGET_ATTRIBUTE},
+    ),
+    rule(
+        "parent_children",
+        match={"parent": {"exists": True}},
+        target={"partition_key": "{parent}", "sort_key": "META", "attribute": "childCount"},
+    ),
+    rule(
+        "parents_by_points",
+        match={"sk": "META", TARGET_ATTRIBUTE: {"exists": True}},
+        key="{pk}",
+        delta={"attribute": TARGET_ATTRIBUTE},
+        leaderboard=True,
+    ),
 )
+TARGETS = {"parent_points": TARGET_ATTRIBUTE, "parent_children": "childCount"}
+"""The target rules and their attributes."""
+
+# Parents for a scenario (Parents.of): each parent is never created, or created before any other
+# write with the childPoints the application gives it (none, 0 or 7); a created parent may be
+# deleted (and never re-created) just before the operation at some index (at the end when past
+# the last one).
+parents_strategy = st.fixed_dictionaries(
+    {pk: st.sampled_from(["never", None, None, 0, 7]) for pk in PARENTS}
+)
+parent_deletes_strategy = st.dictionaries(st.sampled_from(PARENTS), st.integers(0, 30), max_size=1)
+parent_of_child = st.sampled_from([*PARENTS, None])
 
 _DESER = TypeDeserializer()
 
 
 def placed(base: Rule, **placement: int) -> Rule:
-    """``base`` with ``write_shards`` / ``leaderboard_partitions`` set (validated again)."""
-    return Rule.model_validate({**dict(base), **placement})
+    """``base`` with ``write_shards`` / ``leaderboard_partitions`` set (validated again; a
+    target rule's key is its target's, not given again)."""
+    fields = {k: v for k, v in dict(base).items() if k != "key" or base.target is None}
+    return Rule.model_validate({**fields, **placement})
 
 
 def run_property(
@@ -259,6 +304,101 @@ def stored(ddb, table: str, rules: RuleSet = RULES) -> dict[str, dict[str, Decim
                 key = a.key if a.bucket is None else f"{a.key}@{a.granularity}@{a.bucket}"
                 out[r.name][key] = a.value
     return out
+
+
+@dataclass
+class Parents:
+    """A scenario's parents (the target rules' items): ``created`` maps each parent written up
+    front, before any other write, to the ``childPoints`` the application gives it (``None``:
+    none); ``deletes`` maps a created parent to the index of the operation before which it is
+    deleted (at the end when past the last one). A deleted parent is never written again."""
+
+    created: dict[str, int | None]
+    deletes: dict[str, int]
+
+    def __post_init__(self) -> None:
+        self.deletes = {pk: at for pk, at in self.deletes.items() if pk in self.created}
+
+    @classmethod
+    def of(cls, case: dict[str, Any]) -> Parents:
+        """A scenario's parents, from its ``parents`` (:data:`parents_strategy`) and
+        ``parent_deletes`` (:data:`parent_deletes_strategy`)."""
+        created = {pk: v for pk, v in case["parents"].items() if v != "never"}
+        return cls(created, dict(case["parent_deletes"]))
+
+    def create(self, ddb, table: str) -> None:
+        for pk, initial in sorted(self.created.items()):
+            item: dict[str, Any] = {"pk": pk, "sk": "META", "title": f"parent {pk}"}
+            if initial is not None:
+                item[TARGET_ATTRIBUTE] = initial
+            put(ddb, table, item)
+
+    def delete_due(self, ddb, table: str, index: int, *, last: bool = False) -> None:
+        """Delete the parents due before operation ``index`` (``last``: and every later one)."""
+        for pk, at in sorted(self.deletes.items()):
+            if at == index or (last and at > index):
+                delete(ddb, table, pk, "META")
+
+    @property
+    def live(self) -> dict[str, int | None]:
+        """The parents in the table at the end, with what the application gave them."""
+        return {pk: v for pk, v in self.created.items() if pk not in self.deletes}
+
+
+class TargetTruth(NamedTuple):
+    """What :func:`target_truth` says must be in the table."""
+
+    expected: dict[str, dict[str, Decimal]]
+    """The expected aggregates, each target rule's sums replaced by its expected ledger."""
+    parents: dict[str, dict[str, Decimal]]
+    """Per parent that must be in the table, the value of each target attribute."""
+    found: dict[str, dict[str, Decimal]]
+    """Per parent found in the table, the value of each target attribute (0 when absent)."""
+    problems: list[str]
+    """Parents with attributes other than the application's, the target attributes and the
+    checkpoint map, or with a map of over 16 entries."""
+    tallies: int
+    """How many (parent in the table, target rule) sums are not 0 (for the report)."""
+
+
+def target_truth(
+    expected: dict[str, dict[str, Decimal]], items: list[dict[str, Any]], parents: Parents
+) -> TargetTruth:
+    """Where each target rule's expected sums (``expected[rule]``, from
+    :func:`expected_from_items`: keyed ``"<parent>#META"``) must be kept:
+
+    * on a parent in the table at the end (created up front, never deleted): its target
+      attribute is what the application wrote plus the sum; the rule's ledger has nothing for it;
+    * on the rule's ledger (what :func:`stored` reads for a target rule) for every other parent:
+      one never created, or one deleted. The whole sum, because the scenarios write everything
+      before the stream is processed, so every delta to a deleted parent finds no item.
+
+    A parent deleted or never created that is found in the table (the framework created it, or
+    brought it back) shows as a difference between ``parents`` and ``found``."""
+    live = parents.live
+    replaced = dict(expected)
+    want: dict[str, dict[str, Decimal]] = {pk: {} for pk in live}
+    tallies = 0
+    for rule_name, attribute in TARGETS.items():
+        sums = expected[rule_name]
+        replaced[rule_name] = {k: v for k, v in sums.items() if k.split("#")[0] not in live}
+        for pk, initial in live.items():
+            written = initial if attribute == TARGET_ATTRIBUTE else None
+            want[pk][attribute] = Decimal(written or 0) + sums.get(f"{pk}#META", 0)
+            tallies += f"{pk}#META" in sums
+    found: dict[str, dict[str, Decimal]] = {}
+    problems = []
+    checkpoints = DEFAULT_LAYOUT.target_checkpoints_attribute
+    allowed = PARENT_ATTRIBUTES | set(TARGETS.values()) | {checkpoints}
+    for item in items:
+        if item["sk"] != "META":
+            continue
+        found[item["pk"]] = {a: Decimal(item.get(a, 0)) for a in TARGETS.values()}
+        if not set(item) <= allowed:
+            problems.append(f"{item['pk']}: attributes {sorted(set(item) - allowed)}")
+        if len(item.get(checkpoints, {})) > 16:
+            problems.append(f"{item['pk']}: {len(item[checkpoints])} checkpoint map entries")
+    return TargetTruth(replaced, want, found, problems, tallies)
 
 
 def _stored_kind(store: AggregateStore, r: Rule) -> dict[str, Decimal]:

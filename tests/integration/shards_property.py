@@ -7,8 +7,16 @@ simulated seconds after the previous one (up to two hours: scenarios span up to 
 hours, past the 25-hour checkpoint retention, so stale checkpoints are pruned), and replays the
 stream through :class:`~aggregator.dev.shards.EventSourceTwin` over ``P`` partitions whose shards
 roll over every ``rollover`` seconds. Each partition has its own processor and fault plan:
-crashes after some updates, batches delivered twice, bisected retries, throttled items. The rules
-are the wide set (a windowed rule and two rules derived from another rule's aggregates).
+crashes after some updates, batches delivered twice, bisected retries, throttled items (the
+parents' ``META`` items among them). The rules are the wide set (a windowed rule, two rules
+derived from another rule's aggregates, the other kinds, two target rules and a rule reading what
+one of them writes), with or without write sharding.
+
+Target rules keep their sums on parent items the scenario writes before anything else (some
+parents are never created, one may be deleted on the way and never comes back); each path item
+may name a parent. A parent in the table at the end must hold what the application gave it plus
+its children's sum, and no attribute of the framework's but its checkpoint map; every other
+parent's sum must be in the rule's ledger (harness.target_truth).
 
 Split into two files (``test_shards_property_a.py``, ``_b.py``), one per pytest-xdist worker;
 ``AGGREGATOR_SHARD_EXAMPLES`` scenarios each (default 50: 100 in CI).
@@ -28,20 +36,28 @@ from aggregator.dev.shards import EventSourceTwin, ShardPlan, ShardTwin, Simulat
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import create_processor
 from tests.integration.harness import (
+    TARGETS,
     WIDE_RULES,
+    Parents,
     delete,
     expected_from_items,
     final_items,
+    parent_deletes_strategy,
+    parent_of_child,
+    parents_strategy,
     placed,
     put,
     run_property,
     stored,
+    target_truth,
 )
 
 # The wide rules with write sharding: the TOTAL over 4 partials, per_owner (a leaderboard spread
 # over 2 index partitions, and the source of two derived rules) over 3, the windowed rule's
-# buckets over 2.
+# buckets over 2, parent_points (a target rule) over 2, rolled up into the parents (its twin
+# parent_children, on the same parents, stays unsharded).
 SHARDING: dict[str, dict[str, int]] = {
+    "parent_points": {"write_shards": 2},
     "paths": {"write_shards": 4},
     "per_owner": {"write_shards": 3, "leaderboard_partitions": 2},
     "points_by_hour": {"write_shards": 2},
@@ -64,11 +80,14 @@ put_op = st.tuples(
     st.integers(-3, 9),
     st.sampled_from(["ruby", "opal", None]),
     st.sampled_from([None, START - 61, START + 59, START + 3600]),
+    parent_of_child,
 )
 delete_op = st.tuples(st.just("delete"), item_ids)
 scenario = st.fixed_dictionaries(
     {
         "ops": st.lists(st.one_of(put_op, put_op, delete_op), min_size=1, max_size=30),
+        "parents": parents_strategy,
+        "parent_deletes": parent_deletes_strategy,
         "partitions": st.integers(1, 8),
         "rollover": st.sampled_from([30, 600, 4 * 3600]),
         "spacing": st.sampled_from([0, 1, 20, 2 * 3600]),
@@ -82,7 +101,7 @@ scenario = st.fixed_dictionaries(
         "duplicates": st.sets(st.tuples(st.integers(0, 7), st.integers(1, 6)), max_size=4),
         "bisect": st.booleans(),
         "throttle": st.dictionaries(
-            st.sampled_from(["per_owner#ann", "paths#TOTAL", "active_owners#ACTIVE"]),
+            st.sampled_from(["per_owner#ann", "paths#TOTAL", "active_owners#ACTIVE", "META"]),
             st.integers(1, 2),
             max_size=2,
         ),
@@ -90,22 +109,27 @@ scenario = st.fixed_dictionaries(
 )
 
 
-def apply_ops(ddb, name: str, operations) -> None:
+def apply_ops(ddb, name: str, operations, parents: Parents) -> None:
     current: set[int] = set()
-    for op in operations:
+    parents.create(ddb, name)
+    for index, op in enumerate(operations):
+        parents.delete_due(ddb, name, index)
         if op[0] == "put":
-            _, i, owner, points, kind, ts = op
+            _, i, owner, points, kind, ts, parent = op
             item: dict[str, Any] = {"pk": f"P{i}", "sk": f"PATH#{i}", "owner": owner}
             item["points"] = points
             if kind:
                 item["kind"] = kind
             if ts is not None:
                 item["ts"] = ts
+            if parent is not None:
+                item["parent"] = parent
             put(ddb, name, item)
             current.add(i)
         elif op[1] in current:
             delete(ddb, name, f"P{op[1]}", f"PATH#{op[1]}")
             current.discard(op[1])
+    parents.delete_due(ddb, name, len(operations), last=True)
 
 
 def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> None:
@@ -113,7 +137,8 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
     rules = RULES[case["rules"]]
     arn = create_table(ddb, name)
     try:
-        apply_ops(ddb, name, case["ops"])
+        parents = Parents.of(case)
+        apply_ops(ddb, name, case["ops"], parents)
         clock = SimulatedClock(START)
         arrivals = itertools.count(1)
 
@@ -168,12 +193,18 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         report["records"] += stats.records
         report["shards"] += twin.shards_opened()
         report["faults"] += stats.function_errors + stats.retries + stats.duplicates
-        expected = expected_from_items(final_items(ddb, name), WIDE_RULES)
+        items = final_items(ddb, name)
+        truth = target_truth(expected_from_items(items, WIDE_RULES), items, parents)
+        expected = truth.expected
+        report["tallies"] += truth.tallies
+        report["ledger"] += sum(len(expected[r]) for r in TARGETS)
 
         actual = stored(ddb, name, WIDE_RULES)
-        if actual != expected:
+        if (actual, truth.found, truth.problems) != (expected, truth.parents, []):
             report["drift"] += 1
         assert actual == expected
+        assert truth.found == truth.parents
+        assert truth.problems == []
     finally:
         ddb.delete_table(TableName=name)
 
@@ -181,7 +212,15 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
 def check_part(label: str, dynamodb_local) -> None:
     ddb = dynamodb_local.client("dynamodb")
     streams = dynamodb_local.client("dynamodbstreams")
-    report = {"scenarios": 0, "drift": 0, "records": 0, "shards": 0, "faults": 0}
+    report = {
+        "scenarios": 0,
+        "drift": 0,
+        "records": 0,
+        "shards": 0,
+        "faults": 0,
+        "tallies": 0,
+        "ledger": 0,
+    }
 
     run_property(
         scenario,
@@ -191,6 +230,7 @@ def check_part(label: str, dynamodb_local) -> None:
         lambda r: (
             f"multi-shard property {label}: {r['scenarios']} scenarios, {r['records']} stream "
             f"records over {r['shards']} shards, {r['faults']} injected faults and retries, "
+            f"{r['tallies']} parents' sums, {r['ledger']} ledger entries, "
             f"drift in {r['drift']} scenarios"
         ),
         f"shards-{label}.json",

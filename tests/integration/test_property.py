@@ -1,16 +1,25 @@
 """Property: under random writes, random faults and malformed records, every aggregate equals
 the rules evaluated over the table's final items (TTL-deleted items still count for
 ``ttl_deletes: keep`` rules) less the changes that were dead-lettered, including a windowed rule
-(hour and minute buckets of an event time that moves between buckets) and two rules derived from
-another rule's aggregates (a histogram and a distinct count).
+(hour and minute buckets of an event time that moves between buckets), two rules derived from
+another rule's aggregates (a histogram and a distinct count) and two target rules.
+
+The target rules keep the points and the number of the path items that name a parent
+(``parent``) on the parent's own ``META`` item, which the scenario writes before anything else
+(with or without a ``childPoints`` of its own); some parents are never created, one may be
+deleted on the way (and is never written again). A parent in the table at the end must hold
+what the application gave it plus its children's sum (a path whose points are bad, or that
+TTL deleted, counts for the number only), and no attribute of the framework's but its
+checkpoint map (16 entries at most); every other parent's sum must be in the rule's ledger
+(harness.target_truth). A rule reads ``childPoints`` back from the parents' stream records.
 
 Malformed records are real stream records corrupted at delivery, the same way at every delivery:
 an envelope without ``eventName`` (every rule skips the record), ``points`` as ``{"N": "NaN"}``
-(the rules reading ``points`` skip it) or ``owner`` with an unknown type tag (the rules reading
-``owner`` skip it). The expected aggregates leave out exactly what the handler cannot read: the
-whole record for a bad envelope, only the corrupted image's contribution for a bad value (a bad
-image contributes nothing, the other image of its record still applies); the dead letters must be
-exactly the bad envelopes and the bad new images.
+(the rules reading ``points`` skip it, parent_points among them) or ``owner`` with an unknown
+type tag (the rules reading ``owner`` skip it). The expected aggregates leave out exactly what
+the handler cannot read: the whole record for a bad envelope, only the corrupted image's
+contribution for a bad value (a bad image contributes nothing, the other image of its record
+still applies); the dead letters must be exactly the bad envelopes and the bad new images.
 
 ``AGGREGATOR_PROPERTY_EXAMPLES`` scenarios (default 100, as CI runs them) are split into parts
 of at most ``AGGREGATOR_PROPERTY_PART_SIZE`` (default 100), each on a DynamoDB Local server of
@@ -37,14 +46,20 @@ from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.deadletters import list_dead_letters, replay_dead_letters
 from aggregator.dynamodb.table import create_table
 from tests.integration.harness import (
+    TARGETS,
     WIDE_RULES,
+    Parents,
     delete,
     expected_from_items,
     final_items,
+    parent_deletes_strategy,
+    parent_of_child,
+    parents_strategy,
     pipeline,
     put,
     run_property,
     stored,
+    target_truth,
 )
 
 pytestmark = pytest.mark.integration
@@ -59,8 +74,16 @@ _DESER = TypeDeserializer()
 # a malformed value of that attribute makes exactly these rules dead-letter the record.
 KINDS = ("mean_points", "max_points", "points_spread")
 READERS = {
-    "envelope": ("paths", "per_owner", "points", "gems_by_kind", "points_by_hour", *KINDS),
-    "nan_points": ("points", "points_by_hour", *KINDS),
+    "envelope": (
+        "paths",
+        "per_owner",
+        "points",
+        "gems_by_kind",
+        "points_by_hour",
+        *KINDS,
+        *TARGETS,
+    ),
+    "nan_points": ("points", "points_by_hour", *KINDS, "parent_points"),
     "tag_owner": ("per_owner", "points", "points_by_hour", *KINDS),
 }
 
@@ -76,12 +99,15 @@ put_op = st.tuples(
     st.one_of(st.integers(-3, 9), st.just(BAD_POINTS)),
     st.sampled_from(["ruby", "opal", None]),
     st.sampled_from([None, HOUR - 61, HOUR - 1, HOUR, HOUR + 59, HOUR + 60]),
+    parent_of_child,
 )
 delete_op = st.tuples(st.sampled_from(["delete", "ttl_delete"]), item_ids)
 ops = st.lists(st.one_of(put_op, put_op, delete_op), min_size=1, max_size=30)
 scenario = st.fixed_dictionaries(
     {
         "ops": ops,
+        "parents": parents_strategy,
+        "parent_deletes": parent_deletes_strategy,
         "mode": st.sampled_from(["exactly-once", "window"]),
         "batch_size": st.integers(1, 7),
         "crashes": st.lists(st.tuples(st.integers(1, 12), st.integers(0, 3)), max_size=3),
@@ -90,7 +116,13 @@ scenario = st.fixed_dictionaries(
         "kill_after": st.one_of(st.none(), st.integers(1, 6)),
         "throttle": st.dictionaries(
             st.sampled_from(
-                ["per_owner#ann", "paths#TOTAL", "gems_by_kind#opal", "active_owners#ACTIVE"]
+                [
+                    "per_owner#ann",
+                    "paths#TOTAL",
+                    "gems_by_kind#opal",
+                    "active_owners#ACTIVE",
+                    "META",  # the parents, written by the target rule
+                ]
             ),
             st.integers(1, 2),
             max_size=2,
@@ -181,18 +213,23 @@ def _item(image: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if image is None else {k: _DESER.deserialize(v) for k, v in image.items()}
 
 
-def apply_ops(ddb, name: str, operations) -> list[dict[str, Any]]:
-    """Write the operations; returns the last images of TTL-deleted items."""
+def apply_ops(ddb, name: str, operations, parents: Parents) -> list[dict[str, Any]]:
+    """Write the parents, then the operations (deleting parents on the way as planned); returns
+    the last images of TTL-deleted items."""
     current: dict[int, dict[str, Any]] = {}
     kept: list[dict[str, Any]] = []
-    for op in operations:
+    parents.create(ddb, name)
+    for index, op in enumerate(operations):
+        parents.delete_due(ddb, name, index)
         if op[0] == "put":
-            _, i, owner, points, kind, ts = op
+            _, i, owner, points, kind, ts, parent = op
             item = {"pk": f"P{i}", "sk": f"PATH#{i}", "owner": owner, "points": points}
             if kind:
                 item["kind"] = kind
             if ts is not None:
                 item["ts"] = ts
+            if parent is not None:
+                item["parent"] = parent
             put(ddb, name, item)
             current[i] = item
         elif op[1] in current:
@@ -203,6 +240,7 @@ def apply_ops(ddb, name: str, operations) -> list[dict[str, Any]]:
                 kept.append(flagged)
             delete(ddb, name, f"P{i}", f"PATH#{i}")
             del current[i]
+    parents.delete_due(ddb, name, len(operations), last=True)
     return kept
 
 
@@ -210,7 +248,8 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
     name = f"prop-{os.getpid()}-{next(_names)}"
     arn = create_table(ddb, name)
     try:
-        kept = apply_ops(ddb, name, case["ops"])
+        parents = Parents.of(case)
+        kept = apply_ops(ddb, name, case["ops"], parents)
         crashes = dict(case["crashes"])
         corrupter = Corrupter(dict(case["corrupt"]))
         options = {
@@ -236,12 +275,17 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         report["records"] += stats.records
         report["faults"] += stats.function_errors + stats.retries + stats.duplicates
         report["malformed"] += len(corrupter.originals)
-        expected = expected_from_items(
-            final_items(ddb, name),
-            WIDE_RULES,
-            kept=kept,
-            without=corrupter.dead_lettered(),
-            counts_nothing=bad_item,
+        items = final_items(ddb, name)
+        truth = target_truth(
+            expected_from_items(
+                items,
+                WIDE_RULES,
+                kept=kept,
+                without=corrupter.dead_lettered(),
+                counts_nothing=bad_item,
+            ),
+            items,
+            parents,
         )
         actual = stored(ddb, name, WIDE_RULES)
         letters = {(d.sequence_number, d.rule) for d in list_dead_letters(ddb, name)}
@@ -249,12 +293,18 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         replayed = replay_dead_letters(ddb, name, WIDE_RULES, min_age_seconds=0)
         after_replay = stored(ddb, name, WIDE_RULES)
         report["bad_items"] += len(corrupter.bad_items)
-        if (actual, after_replay) != (
-            expected,
-            expected,
-        ) or letters != corrupter.expected_letters():
+        expected = truth.expected
+        report["tallies"] += truth.tallies
+        report["ledger"] += sum(len(expected[r]) for r in TARGETS)
+        if (
+            (actual, after_replay) != (expected, expected)
+            or letters != corrupter.expected_letters()
+            or (truth.found, truth.problems) != (truth.parents, [])
+        ):
             report["drift"] += 1
         assert actual == expected
+        assert truth.found == truth.parents
+        assert truth.problems == []
         assert letters == corrupter.expected_letters()
         assert (after_replay, replayed.replayed) == (expected, 0)
     finally:
@@ -273,6 +323,8 @@ def test_aggregates_equal_rules_over_final_items(part, fresh_dynamodb_local):
         "faults": 0,
         "malformed": 0,
         "bad_items": 0,
+        "tallies": 0,
+        "ledger": 0,
     }
 
     run_property(
@@ -284,6 +336,7 @@ def test_aggregates_equal_rules_over_final_items(part, fresh_dynamodb_local):
             f"property part {part + 1}/{PARTS}: {r['scenarios']} scenarios, "
             f"{r['records']} stream records, {r['faults']} injected faults and retries, "
             f"{r['malformed']} malformed records, {r['bad_items']} bad item images, "
+            f"{r['tallies']} parents' sums, {r['ledger']} ledger entries, "
             f"drift in {r['drift']} scenarios"
         ),
         f"part-{part:05d}.json",
