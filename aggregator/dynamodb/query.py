@@ -755,6 +755,11 @@ class AggregateStore:
         turned on after its aggregates were written until ``aggregator rebuild`` indexes them
         (:meth:`index_complete`), read all their aggregates and sort them.
 
+        Keys whose value is zero are left out, as ``aggregator query list`` leaves them (the
+        index keeps an entry at zero for a key whose items were all removed; reading past such
+        entries costs a page of the index per ``n`` of them, only when fewer than ``n`` keys are
+        non-zero above them).
+
         A rule with a ``window`` ranks the keys of one time bucket ("top customers this hour"):
         the bucket of ``granularity`` (a label of the rule's, e.g. ``"hour"``; may be left out
         when the rule has one granularity) that holds ``at`` (epoch seconds, default now). Its
@@ -767,7 +772,8 @@ class AggregateStore:
         ------
         QueryError
             For an unknown rule, a rule with a ``target`` (its sums are on the application's
-            items: rank them with a rule that reads the target attribute), ``n < 1``, a
+            items: rank them with a rule that reads the target attribute), a rule of a kind
+            other than ``sum`` (its items hold no total to rank), ``n < 1``, a
             granularity the rule does not have (or none given for a rule with several),
             ``granularity``/``at`` for a rule without a window, or a failed request.
         """
@@ -780,11 +786,16 @@ class AggregateStore:
                 f"({definition.target.attribute}); rank them with a leaderboard rule whose delta "
                 f"reads {definition.target.attribute!r}"
             )
+        if not definition.kind.ranks:
+            raise QueryError(
+                f"rule {rule!r} is of kind {definition.kind.name!r}: top ranks sums (kind sum); "
+                "read a key's fields with get or window"
+            )
         bucket = self.top_bucket(rule, granularity, at)
         if not definition.leaderboard or not self.index_complete(rule):
             # without the index, or with one that lacks the aggregates written before the flag
             # was turned on: every aggregate, sorted (exact; aggregator rebuild indexes them)
-            aggregates: Iterator[Aggregate] = self.list(rule)
+            aggregates: Iterator[Aggregate] = (a for a in self.list(rule) if a.value != 0)
             if bucket is not None:
                 aggregates = (a for a in aggregates if (a.granularity, a.bucket) == bucket)
             ranked = sorted(aggregates, key=lambda a: (-a.value, a.key))
@@ -797,30 +808,43 @@ class AggregateStore:
         names = [base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)]
         out: list[Aggregate] = []
         for name in self._top_partitions(names, base, out, n):
-            # each key is in one index partition: the top n of the union is exact
-            response = self._call(
-                "query",
-                IndexName=lay.leaderboard_index,
-                KeyConditionExpression="#lb = :rule",
-                ExpressionAttributeNames={"#lb": lay.leaderboard_attribute},
-                ExpressionAttributeValues={":rule": {"S": name}},
-                ScanIndexForward=False,
-                Limit=n,
-            )
-            for item in response.get("Items", []):
-                sk = lay.sort_key_of(item) or ""
-                value = Decimal(item[lay.value_attribute]["N"])
-                encoded = sk[len(stored) + 1 : len(sk) - len(suffix)]
-                out.append(
-                    Aggregate(
-                        rule,
-                        unescape_key_part(encoded),
-                        value,
-                        sk,
-                        None if bucket is None else bucket[0],
-                        None if bucket is None else bucket[1],
-                    )
+            # each key is in one index partition: the top n of the union is exact. Keys at zero
+            # are left out (as query list leaves them out): the index keeps them, so a partition
+            # whose first n entries hold zeros is read on, a page at a time, to n others or its end
+            found = 0
+            start: dict[str, Any] | None = None
+            while found < n:
+                page: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+                response = self._call(
+                    "query",
+                    IndexName=lay.leaderboard_index,
+                    KeyConditionExpression="#lb = :rule",
+                    ExpressionAttributeNames={"#lb": lay.leaderboard_attribute},
+                    ExpressionAttributeValues={":rule": {"S": name}},
+                    ScanIndexForward=False,
+                    Limit=n,
+                    **page,
                 )
+                for item in response.get("Items", []):
+                    value = Decimal(item[lay.value_attribute]["N"])
+                    if value == 0:
+                        continue
+                    sk = lay.sort_key_of(item) or ""
+                    encoded = sk[len(stored) + 1 : len(sk) - len(suffix)]
+                    found += 1
+                    out.append(
+                        Aggregate(
+                            rule,
+                            unescape_key_part(encoded),
+                            value,
+                            sk,
+                            None if bucket is None else bucket[0],
+                            None if bucket is None else bucket[1],
+                        )
+                    )
+                start = response.get("LastEvaluatedKey")
+                if not start:
+                    break
         # ties in key order, as the read-everything path orders them (the index orders equal
         # values by its own hash, so a tie at the n-th place may still pick another key)
         out.sort(key=lambda a: (-a.value, a.key))

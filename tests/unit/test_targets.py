@@ -98,9 +98,29 @@ def test_target_problems_on_the_table_layout_name_rule_and_field() -> None:
         "<python>: rule 'r', field 'target.partition_key': 'AGGREGATES' is a partition the "
         "framework reserves; a target is an application item"
     ]
-    on_key = rule("k", target={**TALLY, "attribute": "SK"})
+    # one error, not a feedback cycle on top (the rule matches on SK too)
+    on_key = rule("k", match={"SK": {"prefix": "L#"}}, target={**TALLY, "attribute": "SK"})
     assert problems(on_key) == [
-        "<python>: rule 'k', field 'target.attribute': 'SK' is not the rule's to write"
+        "<python>: rule 'k', field 'target.attribute': 'SK' is not the rule's to write: it is "
+        "the table's sort key"
+    ]
+    # the layout's own attributes: a count in the TTL attribute would expire the item
+    for attribute, why in (
+        ("ttl", "it is the table's TTL attribute (a count there would expire the item)"),
+        ("lb", "it is the leaderboard index's partition key"),
+        ("value", "it is the value attribute the leaderboard index sorts by"),
+    ):
+        mine = rule("m", target={**TALLY, "attribute": attribute})
+        assert problems(mine) == [
+            f"<python>: rule 'm', field 'target.attribute': {attribute!r} is not the rule's to "
+            f"write: {why}"
+        ]
+    assert problems(
+        rule("c", target={"partition_key": "{PK}", "attribute": "aggregator_collection"}),
+        layout=pk_only,
+    ) == [
+        "<python>: rule 'c', field 'target.attribute': 'aggregator_collection' is not the rule's "
+        "to write: it is the collection index's partition key"
     ]
     twice = rule("b", match={"SK": {"prefix": "L#"}}, target=TALLY)
     assert problems(like_tally(), twice) == [

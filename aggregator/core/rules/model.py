@@ -169,7 +169,13 @@ class Rule(BaseModel):
             )
         target = data["target"]
         composed = target_key_template(target) if isinstance(target, Mapping | Target) else None
-        # a malformed target is reported by its own validation, not as a missing key
+        if composed is not None:
+            try:
+                KeyTemplate.parse(composed)
+            except (ValueError, TypeError):
+                composed = None
+        # a malformed target is reported by its own validation, naming target's fields, not as
+        # a key the rule file never wrote
         return {**data, "key": composed if composed is not None else "target"}
 
     @model_validator(mode="after")

@@ -248,10 +248,17 @@ def target_problems(
                     "the table has no sort key (table: sort_key: null): leave sort_key out",
                 )
             )
-        if target.attribute in (layout.partition_key, layout.sort_key, protocol):
+        reserved = _framework_attributes(layout)
+        if target.attribute in reserved:
             problems.append(
-                (i, "target.attribute", f"{target.attribute!r} is not the rule's to write")
+                (
+                    i,
+                    "target.attribute",
+                    f"{target.attribute!r} is not the rule's to write: "
+                    + reserved[target.attribute],
+                )
             )
+            writers[target.attribute].remove(i)  # its own error: no cycle reported on top
         pk = target.partition_key
         if pk.is_literal and (
             pk.template in layout.reserved_partition_keys
@@ -270,6 +277,27 @@ def target_problems(
             )
     problems += _feedback_cycles(rules, writers)
     return sorted(problems)
+
+
+def _framework_attributes(layout: TableLayout) -> dict[str, str]:
+    """Attributes of application items a target may not write, with why: the table's keys, the
+    checkpoint map, and the attributes the layout gives a meaning on every item of the table (the
+    TTL attribute: DynamoDB would delete the item; the leaderboard and collection index keys:
+    the item would enter an index, or the write would fail on the index key's type; the value
+    attribute the leaderboard index sorts by)."""
+    out = {
+        layout.partition_key: "it is the table's partition key",
+        layout.target_checkpoints_attribute: "it is the framework's checkpoint map on targets",
+        layout.ttl_attribute: "it is the table's TTL attribute (a count there would expire the "
+        "item)",
+        layout.leaderboard_attribute: "it is the leaderboard index's partition key",
+        layout.value_attribute: "it is the value attribute the leaderboard index sorts by",
+    }
+    if layout.sort_key is not None:
+        out[layout.sort_key] = "it is the table's sort key"
+    if not layout.has_sort_key:
+        out[layout.collection_attribute] = "it is the collection index's partition key"
+    return out
 
 
 def _reading(rule: Rule, attribute: str) -> str:
