@@ -40,13 +40,17 @@ __all__ = [
 class Contributed:
     """One aggregate an image adds to: ``key`` as ``query`` shows it, ``sort_key`` of the
     aggregate item, the time bucket (``granularity`` and ``bucket`` start, UTC) for windowed
-    rules, and the ``amount``."""
+    rules, and the ``amount``; for a target rule the application item and attribute it adds
+    to."""
 
     key: str
     sort_key: str
     amount: Decimal
     granularity: str | None = None
     bucket: str | None = None
+    target: tuple[str, ...] | None = None
+    """For a target rule: the application item's key values; ``sort_key`` is then its ledger's."""
+    target_attribute: str | None = None
 
 
 @dataclass(slots=True)
@@ -78,6 +82,11 @@ class RuleExplanation:
                     "amount": str(c.amount),
                     "granularity": c.granularity,
                     "bucket": c.bucket,
+                    **(
+                        {"target": list(c.target), "target_attribute": c.target_attribute}
+                        if c.target is not None
+                        else {}
+                    ),
                 }
                 for c in self.contributions
             ],
@@ -130,6 +139,8 @@ def explain_image(engine: Engine, image: Image, *, now: float) -> list[RuleExpla
                 amount,
                 ref.bucket.granularity if ref.bucket is not None else None,
                 ref.bucket.text if ref.bucket is not None else None,
+                ref.target,
+                None if rule.target is None else rule.target.attribute,
             )
             for ref, amount in found.items()
         ]

@@ -504,7 +504,30 @@ class AggregateStore:
     def _target(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any]) -> Aggregate | None:
         """A target rule's sum, where it is kept: the target attribute of the application item
         (one strongly consistent ``GetItem`` projecting the attribute); ``None`` when the item
-        does not exist, a value of 0 when it has no such attribute yet."""
+        does not exist, a value of 0 when it has no such attribute yet. ``key`` may also be the
+        key as :meth:`list` shows it (``POST#b#META`` for ``{PK}#META``): when no item has the
+        text as its value, it is read as that (a second ``GetItem``).
+
+        Raises
+        ------
+        QueryError
+            When the attribute holds something other than a number (the handler then keeps the
+            rule's deltas for the item in its ledger), or as :meth:`get`.
+        """
+        found = self._target_item(rule, key)
+        template = self._rule(rule).key
+        if found is None and isinstance(key, str) and len(template.placeholders) == 1:
+            try:
+                (value,) = template.split_display(key)
+            except ValueError:
+                return None
+            if value != key:
+                return self._target_item(rule, value)
+        return found
+
+    def _target_item(
+        self, rule: str, key: str | Sequence[Any] | Mapping[str, Any]
+    ) -> Aggregate | None:
         definition = self._rule(rule)
         target = definition.target
         assert target is not None
@@ -524,7 +547,14 @@ class AggregateStore:
         item = response.get("Item")
         if item is None:
             return None
-        value = Decimal(item.get(target.attribute, {}).get("N", "0"))
+        held = item.get(target.attribute, {"N": "0"})
+        if "N" not in held:
+            raise QueryError(
+                f"rule {rule!r}: {target.attribute} of the target item {display} is not a number "
+                f"({next(iter(held))}); the handler keeps its deltas in the rule's ledger until "
+                "it is: fix the item, then run aggregator reconcile --repair"
+            )
+        value = Decimal(held["N"])
         return Aggregate(rule, display, value, f"{rule}#{encoded}", fields={"value": value})
 
     def list(self, rule: str) -> Iterator[Aggregate]:

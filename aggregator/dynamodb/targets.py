@@ -28,6 +28,11 @@ When the condition fails, one strongly consistent ``GetItem`` of the key and the
   in the aggregates partition, written with the same protocol, and ``missing_targets`` counts
   it. ``aggregator query list RULE`` lists the ledger: per target key, the sum of the deltas
   that found no item (likes outliving their post, or unlikes after it).
+* **the attribute (or the map) is of another type** (``likeTally = "lots"``, which ``ADD``
+  refuses with a ``ValidationException``; the same read tells): the item cannot hold the sum, so
+  the delta goes to the ledger as for a missing item, ``unusable_targets`` counts it, and the
+  shard moves on. Once the application fixes the attribute, ``aggregator reconcile --repair``
+  brings the item's sum back.
 * **no map yet** (the item's first write): ``SET <map> = {token: checkpoint}`` with the
   ``ADD``, on condition ``attribute_not_exists(<map>)``. DynamoDB refuses a ``SET`` of a path
   inside a missing map (``ValidationException``), hence this one extra request per item.
@@ -153,6 +158,36 @@ class _TargetWrites:
         found = item.get(self.layout.target_checkpoints_attribute)
         return True, (dict(found["M"]) if found and "M" in found else None)
 
+    def _unusable(self, delta: CoalescedDelta, exc: ClientError, stats: WriteStats) -> bool:
+        """Whether ``exc``, raised by an update of the target item, says the item holds the
+        target attribute or the checkpoint map as a type the update cannot use (a
+        ``ValidationException``, confirmed by a strongly consistent read of the two)."""
+        if error_code(exc) != "ValidationException":
+            return False
+        attribute = str(delta.target_attribute)
+        names = {
+            "#pk": self.layout.partition_key,
+            "#a": attribute,
+            "#m": self.layout.target_checkpoints_attribute,
+        }
+        response = self._call(  # type: ignore[attr-defined]
+            "get_item",
+            {
+                "TableName": self.table_name,
+                "Key": self._target_key(delta),
+                "ConsistentRead": True,
+                "ProjectionExpression": "#pk, #a, #m",
+                "ExpressionAttributeNames": names,
+            },
+            stats,
+        )
+        item = response.get("Item") or {}
+        held = item.get(attribute)
+        checkpoints = item.get(self.layout.target_checkpoints_attribute)
+        return (held is not None and "N" not in held) or (
+            checkpoints is not None and "M" not in checkpoints
+        )
+
     @staticmethod
     def _charged(response: Mapping[str, Any], fallback: int) -> int:
         """WCU of a successful write of an application item: what the endpoint reports
@@ -200,6 +235,10 @@ class TargetAtLeastOnceWriter(AtLeastOnceWriter, _TargetWrites):
         try:
             response = self._call("update_item", request, stats)
         except ClientError as exc:
+            if self._unusable(delta, exc, stats):
+                stats.unusable_targets += 1
+                stats.add(super()._apply_item(_ledger(delta), shard_id, last))
+                return stats
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             stats.modelled_wcu += self._target_units(delta)
@@ -258,6 +297,10 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
             try:
                 response = self._call("update_item", request, stats)
             except ClientError as exc:
+                if self._unusable(delta, exc, stats):
+                    stats.unusable_targets += 1
+                    stats.add(super()._apply_item(_ledger(delta), shard_id, last))
+                    return stats
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
                 stats.modelled_wcu += self._target_units(delta)  # a failed write is charged
@@ -267,7 +310,14 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
                     stats.add(super()._apply_item(_ledger(delta), shard_id, last))
                     return stats
                 if entries is None:
-                    if self._create_map(delta, amount, token, checkpoint, stats):
+                    try:
+                        if self._create_map(delta, amount, token, checkpoint, stats):
+                            return stats
+                    except ClientError as first_write:
+                        if not self._unusable(delta, first_write, stats):
+                            raise
+                        stats.unusable_targets += 1
+                        stats.add(super()._apply_item(_ledger(delta), shard_id, last))
                         return stats
                     continue
                 own = entries.get(token)

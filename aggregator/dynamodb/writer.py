@@ -175,6 +175,10 @@ class WriteStats:
         (:mod:`aggregator.dynamodb.targets`).
     target_checkpoints_evicted
         Live checkpoints removed from a full checkpoint map on a target item.
+    unusable_targets
+        Target deltas whose item holds the target attribute (or the checkpoint map) as another
+        type than the update needs (``likeTally = "lots"``): written to the rule's ledger
+        instead, as for a missing item, so the shard moves on.
     dead_letters
         Dead letters recorded (in the table, or in the last-resort queue) for records a rule
         could not evaluate and malformed records.
@@ -204,6 +208,7 @@ class WriteStats:
     target_writes: int = 0
     missing_targets: int = 0
     target_checkpoints_evicted: int = 0
+    unusable_targets: int = 0
     dead_letters: int = 0
     dead_letters_compacted: int = 0
     dead_letter_fallbacks: int = 0

@@ -221,7 +221,9 @@ class DropRule:
     def _clear_item(
         self, item: dict[str, Any], keys: list[str], attribute: str, entries: list[str]
     ) -> bool:
-        """One item's ``REMOVE``, on condition that it exists and its attribute is as read."""
+        """One item's ``REMOVE`` of the attribute and the rule's checkpoint map entries (the
+        whole map when they are all it holds, so no empty map is left behind), on condition
+        that the item exists and its attribute is as read."""
         names = {"#pk": self.layout.partition_key, "#a": attribute}
         removes = ["#a"]
         values: dict[str, Any] = {}
@@ -231,8 +233,16 @@ class DropRule:
             values[":a"] = item[attribute]
         else:
             condition += "attribute_not_exists(#a)"
-        if entries:
-            names["#m"] = self.layout.target_checkpoints_attribute
+        checkpoints = self.layout.target_checkpoints_attribute
+        if entries and set(entries) == set(item[checkpoints].get("M", {})):
+            # the rule's entries are the whole map: the map goes, on condition it is as read
+            # (another rule's first entry meanwhile leaves it to the next run)
+            names["#m"] = checkpoints
+            removes.append("#m")
+            condition += " AND #m = :m"
+            values[":m"] = item[checkpoints]
+        elif entries:
+            names["#m"] = checkpoints
             for i, entry in enumerate(entries):
                 names[f"#e{i}"] = entry
                 removes.append(f"#m.#e{i}")

@@ -465,6 +465,7 @@ class StreamProcessor:
             "EmptiedValueItems": w.emptied_values,
             "TargetItemsWritten": w.target_writes,
             "MissingTargets": w.missing_targets,
+            "UnusableTargets": w.unusable_targets,
             "TargetCheckpointsEvicted": w.target_checkpoints_evicted,
         }
         for name, value in counts.items():

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from aggregator.cli import main
 from aggregator.cli.template import target_condition
+from aggregator.core.exceptions import QueryError
 from aggregator.core.rules import load_rules
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dynamodb.query import AggregateStore
@@ -311,6 +312,65 @@ def test_two_rules_targeting_one_item_keep_their_own_checkpoints(ddb, streams, t
     ddb.delete_table(TableName="two-rules")
 
 
+@pytest.mark.parametrize("mode", ["exactly-once", "at-least-once"])
+def test_a_tally_that_is_not_a_number_goes_to_the_ledger_and_never_blocks_the_shard(
+    ddb, streams, tmp_path, mode
+):
+    """The application wrote likeTally = "lots" on a post: ADD cannot use it (a
+    ValidationException). Its likes go to the ledger, the shard moves on, get says why, and once
+    the item is fixed reconcile --repair brings the tally back."""
+    (tmp_path / "rules.yaml").write_text(
+        "table: {partition_key: PK, sort_key: SK}\n"
+        "rules:\n"
+        "  - name: likes\n"
+        "    match: {SK: {prefix: 'LIKE#'}}\n"
+        "    target: {partition_key: '{PK}', sort_key: META, attribute: likeTally}\n"
+    )
+    rules = load_rules(tmp_path / "rules.yaml")
+    name = f"lots-{mode}"
+    stream_arn = make_table(ddb, name)
+    ddb.put_item(TableName=name, Item={"PK": {"S": "POST#1"}, "SK": {"S": "META"}})
+    ddb.put_item(
+        TableName=name,
+        Item={"PK": {"S": "POST#2"}, "SK": {"S": "META"}, "likeTally": {"S": "lots"}},
+    )
+    for post in ("POST#1", "POST#2"):
+        like(ddb, name, post, 1)
+        like(ddb, name, post, 2)
+    processor = create_processor(rules, ddb, name, mode=mode)
+    runner = StreamRunner(processor, streams, stream_arn, batch_size=10)
+    stats = runner.run()
+    assert stats.failures == 0 and stats.write.unusable_targets == 1
+
+    def meta(post: str) -> dict:
+        key = {"PK": {"S": post}, "SK": {"S": "META"}}
+        return ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+
+    assert meta("POST#1")["likeTally"] == {"N": "2"} and meta("POST#2")["likeTally"] == {
+        "S": "lots"
+    }
+    store = AggregateStore(ddb, name, rules)
+    assert {a.key: a.value for a in store.list("likes")} == {"POST#2#META": 2}  # the ledger
+    with pytest.raises(
+        QueryError, match="likeTally of the target item POST#2#META is not a number"
+    ):
+        store.get("likes", "POST#2")
+    assert store.get("likes", "POST#1#META").value == 2  # the key as list shows it, too
+    # the application fixes the item: reconcile --repair restores the tally, once
+    ddb.update_item(
+        TableName=name,
+        Key={"PK": {"S": "POST#2"}, "SK": {"S": "META"}},
+        UpdateExpression="REMOVE likeTally",
+    )
+    like(ddb, name, "POST#2", 3)
+    assert runner.run().failures == 0
+    assert meta("POST#2")["likeTally"] == {"N": "1"}
+    report = reconcile(rules, ddb, name, rule_names=["likes"], repair=True, settle_seconds=0)
+    assert {d.key: d.status for d in report.drifts}["POST#2#META"] == "repaired"
+    assert meta("POST#2")["likeTally"] == {"N": "3"}
+    ddb.delete_table(TableName=name)
+
+
 def test_drop_rule_removes_the_attribute_and_its_checkpoints_and_rebuild_says_what_to_do(
     ddb, streams, dynamodb_local, tmp_path
 ):
@@ -384,4 +444,14 @@ def test_drop_rule_removes_the_attribute_and_its_checkpoints_and_rebuild_says_wh
         ExpressionAttributeValues={":a": {"S": "AGGREGATES"}, ":r": {"S": "likes#"}},
     )
     assert ledger["Items"] == []
+    # the last target rule of the items dropped too: no empty checkpoint map is left on them
+    neither = tmp_path / "neither"
+    neither.mkdir()
+    (neither / "rules.yaml").write_text(
+        layout + "rules:\n  - {name: posts, match: {SK: META}, key: '{PK}'}\n"
+    )
+    result = cli.invoke(main, ["drop-rule", "comments", *common, "-d", str(neither), "--yes"])
+    assert result.exit_code == 0, result.output
+    for post in ("POST#1", "POST#2"):
+        assert set(meta(post)) == {"PK", "SK"}
     ddb.delete_table(TableName=name)

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from aggregator.cli import main
+from aggregator.core.exceptions import QueryError
 from aggregator.core.rules import load_rules
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dynamodb.query import AggregateStore
@@ -236,6 +237,8 @@ def test_kinds_per_hour_and_over_ranges_are_exact_under_backfill_moves_and_fault
                 assert abs(got - truth) <= ALPHA * abs(truth), (origin, start, end, p, got, truth)
             checked += 1
     assert checked >= 20
+    with pytest.raises(QueryError, match="is of kind 'mean': top ranks sums"):
+        store.top("mean_delay", 3, granularity="hour", at=START)
     # p90 of the last hour, as the CLI's --last reads it
     last = store.percentiles("delay_distribution", "JFK", [90], last=HOUR, now=START + 2 * HOUR)
     assert (last.start, last.end) == (START + HOUR, START + 2 * HOUR)

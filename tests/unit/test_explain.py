@@ -19,6 +19,7 @@ from aggregator.core.engine import Engine
 from aggregator.core.explain import explain_image, explain_record
 from aggregator.core.records import Image, parse_record
 from aggregator.core.rules import RuleSet, rule
+from tests.factories import stream_record
 
 NOW = 1_357_020_000.0
 
@@ -387,3 +388,34 @@ def test_a_record_breaking_an_order_retracts_it_and_dead_letters_the_new_image()
     assert [(f.rule, f.image, f.cause) for f in explained.failures] == [
         ("revenue", "NewImage", "wrong-type")
     ]
+
+
+def test_a_target_rule_is_explained_as_the_write_to_the_application_item(tmp_path):
+    """The handler's UpdateItem of a target rule goes to the post's META item (ADD likeTally),
+    its ledger only when the item does not exist: explain says so, not an aggregate item."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: 1\n"
+        "table: {partition_key: PK, sort_key: SK}\n"
+        "rules:\n"
+        "  - name: like_tally\n"
+        "    match: {SK: {prefix: 'LIKE#'}}\n"
+        "    target: {partition_key: '{PK}', sort_key: META, attribute: likeTally}\n"
+    )
+    record = tmp_path / "record.json"
+    like = {"PK": "POST#a", "SK": "LIKE#u1"}
+    record.write_text(json.dumps(stream_record("INSERT", new=like, keys=("PK", "SK"))))
+    shown = CliRunner().invoke(main, ["explain", "-d", str(rules), "--record", str(record)])
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.stdout.split())
+    assert "key POST#a#META (likeTally of the item PK=POST#a, SK=META): +1" in text
+    assert (
+        "UpdateItem PK=POST#a, SK=META: ADD likeTally 1 on condition the item exists" in text
+        and "the rule's ledger item like_tally#POST%23a#META gets the ADD instead" in text
+    )
+    as_json = CliRunner().invoke(
+        main, ["explain", "-d", str(rules), "--record", str(record), "--json"]
+    )
+    (contribution,) = json.loads(as_json.stdout)["new_image"][0]["contributions"]
+    assert contribution["target"] == ["POST#a", "META"]
+    assert contribution["target_attribute"] == "likeTally"

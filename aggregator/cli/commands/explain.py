@@ -122,7 +122,13 @@ def _live_item(
     return item, rules
 
 
-def _rule_tree(parent: Tree, explanations: list[Any]) -> None:
+def _target_text(layout: Any, values: Any) -> str:
+    """An application item's key as ``PK=POST#1, SK=META``."""
+    names = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
+    return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=False))
+
+
+def _rule_tree(parent: Tree, explanations: list[Any], layout: Any) -> None:
     for e in explanations:
         # a kind other than sum is named: its amounts go to value items or to a count too
         name = e.rule if e.kind == "sum" else f"{e.rule} ({e.kind})"
@@ -134,12 +140,24 @@ def _rule_tree(parent: Tree, explanations: list[Any]) -> None:
         else:
             node = parent.add(Text(f"{name}: matched"))
             for c in e.contributions:
+                if c.target is not None:
+                    where = f"{c.target_attribute} of the item {_target_text(layout, c.target)}"
+                    node.add(Text(f"key {c.key} ({where}): {c.amount:+}"))
+                    continue
                 bucket = f", {c.granularity} bucket {c.bucket}" if c.granularity else ""
                 node.add(Text(f"key {c.key} (sort key {c.sort_key}{bucket}): {c.amount:+}"))
 
 
 def _update_text(layout: Any, change: Any) -> str:
     from aggregator.dynamodb.updates import aggregate_update, resolved
+
+    if change.target_attribute is not None:  # the application's item (dynamodb.targets)
+        return (
+            f"ADD {change.target_attribute} {change.amount} on condition the item exists (the "
+            f"exactly-once modes also SET its shard's entry of "
+            f"{layout.target_checkpoints_attribute}); if it does not, the rule's ledger item "
+            f"{change.ref.sort_key} gets the ADD instead"
+        )
 
     update = resolved(aggregate_update(layout, change, change.amount).render())
     parts = [f"ADD {k} {v['N']}" for k, v in update["ADD"].items()]
@@ -243,7 +261,7 @@ def explain_cmd(
         )
         return
     tree = Tree(Text(f"item from {source}: {len(image_raw)} attribute(s)"))
-    _rule_tree(tree, explanations)
+    _rule_tree(tree, explanations, rules.layout)
     console.print(tree, soft_wrap=False)
 
 
@@ -281,14 +299,17 @@ def _print_record(explained: Any, layout: Any) -> None:
     for label, explanations in (("OldImage", explained.old), ("NewImage", explained.new)):
         node = tree.add(Text(label if explanations is not None else f"{label}: none"))
         if explanations is not None:
-            _rule_tree(node, explanations)
+            _rule_tree(node, explanations, layout)
     changes = tree.add(
         Text("what the handler writes" if explained.changes else "the handler writes nothing")
     )
     for c in explained.changes:
         partial = " (to one of its partials)" if c.ref.partial else ""
         node = changes.add(Text(f"{c.ref.rule} {c.ref.display_key}{partial}: {c.amount:+}"))
-        node.add(Text(f"UpdateItem {c.ref.sort_key}: {_update_text(layout, c)}"))
+        where = (
+            _target_text(layout, c.ref.target) if c.target_attribute is not None else c.ref.sort_key
+        )
+        node.add(Text(f"UpdateItem {where}: {_update_text(layout, c)}"))
     for f in explained.failures:
         counts = (
             "; the item counts nothing for it until it is fixed"

@@ -258,18 +258,21 @@ def query_top(
 
 
 def _instant(value: str | None) -> int | None:
-    """Epoch seconds from ``1357016400`` or an ISO 8601 time with an offset."""
+    """Epoch seconds from ``1357016400`` (a fraction is floored) or an ISO 8601 time with an
+    offset."""
     if value is None:
         return None
     from aggregator.core.exceptions import QueryError
     from aggregator.core.windows import parse_instant
 
-    if value.isdigit() or (value[:1] == "-" and value[1:].isdigit()):
-        return int(value)
+    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", value.strip()):
+        return math.floor(Decimal(value.strip()))  # epoch seconds, fractions floored
     try:
         return parse_instant(value)
     except AggregatorError as exc:
-        raise QueryError(f"bad time: {exc}") from None
+        raise QueryError(
+            f"bad time: {exc} (give ISO 8601 with an offset, or epoch seconds)"
+        ) from None
 
 
 def _now_instant(value: str) -> int:
@@ -383,6 +386,8 @@ def query_percentile(
     The p-th percentile of n values is the value of rank ceil(p/100 * n) in ascending order.
     A windowed rule ranks the values of a time range (--last 1h: the p90 of the last hour), as
     query window reads it."""
+    from aggregator.core.windows import bucket_text
+
     window_range = _range(last, now, start, end)
     store = _store(table_name, definitions, endpoint_url, rule)
     result = store.percentiles(rule, _key(values), ps, **window_range)
@@ -397,13 +402,19 @@ def query_percentile(
                     str(p): None if v is None else str(v) for p, v in result.values.items()
                 },
                 "requests": result.requests,
-                "read_units": result.read_units,
-                **({"start": result.start, "end": result.end} if result.start is not None else {}),
+                "read_units": str(result.read_units),
+                **(
+                    {"start": bucket_text(result.start), "end": bucket_text(result.end)}
+                    if result.start is not None and result.end is not None
+                    else {}
+                ),
             }
         )
         return
     if result.count == 0:
-        console.print(f"{rule} {' '.join(values)}: no values (nothing counted yet)", markup=False)
+        console.print(
+            f"{rule} {' '.join(values)}: no values (none counted, or all removed)", markup=False
+        )
         raise SystemExit(1)
     accuracy = (
         "exact"
@@ -412,8 +423,6 @@ def query_percentile(
     )
     span = ""
     if result.start is not None and result.end is not None:
-        from aggregator.core.windows import bucket_text
-
         span = f" in [{bucket_text(result.start)}, {bucket_text(result.end)})"
     table = Table(
         title=f"{rule} {result.key}{span}: {result.count:,} values, percentiles {accuracy}",
