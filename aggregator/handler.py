@@ -38,12 +38,12 @@ events, which Lambda requires in the response.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
@@ -60,9 +60,32 @@ metrics = Metrics(
     namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "DdbAggregator"),
     service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"),
 )
-# X-Ray through Powertools; off unless POWERTOOLS_TRACE_DISABLED is false (the template's Tracing
-# parameter) and the code runs in Lambda
-tracer = Tracer(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
+
+
+def tracing_wanted(environ: Mapping[str, str]) -> bool:
+    """Whether Powertools' Tracer may trace here: ``POWERTOOLS_TRACE_DISABLED`` not set to a
+    true value (the template sets ``"true"`` unless its ``Tracing`` parameter is ``Active``) and
+    the code runs in Lambda (``AWS_LAMBDA_FUNCTION_NAME``), as the Tracer itself decides. When it
+    may not, the Tracer is never built, so the X-Ray SDK it imports (the largest import of the
+    cold start, ``python -m bench.cold_start``) is not loaded."""
+    disabled = environ.get("POWERTOOLS_TRACE_DISABLED", "").strip().lower()
+    if disabled in ("1", "true", "t", "yes", "y", "on"):
+        return False
+    return bool(environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+
+
+_Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+if tracing_wanted(os.environ):
+    from aws_lambda_powertools import Tracer
+
+    # X-Ray through Powertools (the template's Tracing parameter Active)
+    tracer: Any = Tracer(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
+    _traced: Callable[[_Handler], _Handler] = tracer.capture_lambda_handler(capture_response=False)
+else:
+    tracer = None
+
+    def _traced(function: _Handler) -> _Handler:
+        return function
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +232,7 @@ def _get_processor() -> StreamProcessor:
 
 
 @metrics.log_metrics
-@tracer.capture_lambda_handler(capture_response=False)
+@_traced
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Process one DynamoDB stream batch.
