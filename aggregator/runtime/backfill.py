@@ -20,12 +20,17 @@ deltas for the item then telescope: ``c(final) - c(old_k)``, so the sum is ``c(f
    its ``old_k``. An item on the page with such a record counts ``c(old_k)``; any other counts its
    scanned state, which is ``old_k`` as well, since a record written before the item was read
    would be visible by now.
-3. **Persist, then apply** each page: its coalesced amounts and the digests of the items it
-   returned are stored under the control partition before the amounts are added with the
-   exactly-once writer, under a checkpoint of their own (pseudo-shard
-   ``backfill.<id>.<segment>``, sequence number = page number). A killed backfill resumes at the
-   next page of each segment and re-applies the last stored one, which the checkpoint makes
-   harmless.
+3. **Persist, carry, apply**: each page's coalesced amounts and the digests of the items it
+   returned are stored under the control partition, and its amounts are added to the segment's
+   *carry*, the amounts of the pages counted since the carry was last applied. The carry is
+   applied with the exactly-once writer at the segment's last page, or sooner when it holds
+   ``carry_keys`` aggregate keys or ``carry_pages`` pages, under a checkpoint of its own
+   (pseudo-shard ``backfill.<id>.<segment>``, sequence number = the page number it is applied
+   at): one update per aggregate key per carry, not per page. Each page record says where its
+   carry began (``since``) and whether the carry is applied at it (``flush``), written before the
+   carry is applied. A killed backfill resumes each segment after its last stored page: it sums
+   the stored pages of the unapplied carry again, and applies it again if that page was a
+   flush, which the checkpoint makes harmless (items already at that page skip it).
 4. **Finish**: once every segment is done and ``stream_lag_seconds`` have passed, read the stream
    once more; items with a post-fence record that the scan never returned (deleted before the scan
    reached them) count ``c(old_k)``. Apply (pseudo-shard ``backfill.<id>.final``), then mark the
@@ -43,7 +48,8 @@ starts (no invocation with the old rule set afterwards); the backfill finishes w
 Costs: the scan (strongly consistent: 1 RCU per 4 KB of items read), one read of every shard
 from its trim horizon for the fences and again for the changed items, one write per page of its
 amounts and digests (16 bytes per returned item, zlib-compressed JSON for the amounts), and one
-aggregate ``UpdateItem`` per key per page (coalesced). Memory: the digests of the items returned
+aggregate ``UpdateItem`` per key per carry (coalesced over its pages: once per segment unless
+the carry fills). Memory: the digests of the items returned
 (about 100 bytes each in Python) and the first post-fence state of each item changed during the
 backfill. After the backfill, a stream record costs what it did before: the handler drops the
 rules' fences :data:`~aggregator.core.lifecycle.FENCE_RETENTION_SECONDS` after they became active.
@@ -118,6 +124,12 @@ over (resume) a backfill whose lease has lapsed."""
 DEFAULT_PAGE_ITEMS = 200
 """Items per ``Scan`` page: small enough that a page's amounts and digests fit one control item
 (400 KB) whatever the rules."""
+DEFAULT_CARRY_PAGES = 1000
+"""Most pages whose amounts a segment carries before applying them (:class:`Backfill`
+``carry_pages``): a resumed segment reads the stored pages of its carry again."""
+DEFAULT_CARRY_KEYS = 10_000
+"""Most aggregate keys a segment's carry holds before it is applied (``carry_keys``): a bound on
+the memory of each segment's thread."""
 
 
 def item_digest(keys: dict[str, Any], layout: Any) -> bytes:
@@ -125,6 +137,29 @@ def item_digest(keys: dict[str, Any], layout: Any) -> bytes:
     names = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
     text = json.dumps([keys.get(n) for n in names], sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+class _Carry:
+    """A segment's amounts counted since they were last applied: per aggregate sort key, the
+    aggregate and its amounts; ``since`` is the first page they come from."""
+
+    def __init__(self, since: int) -> None:
+        self.since = since
+        self.entries: dict[str, tuple[AggregateRef, Amounts]] = {}
+
+    def add(self, batch: BatchDeltas) -> None:
+        """Add a page's coalesced amounts (as stored: a batch of its deltas)."""
+        for sort_key, delta in batch.deltas.items():
+            ref, amounts = self.entries.get(sort_key, (delta.ref, NO_AMOUNTS))
+            self.entries[sort_key] = (ref, add_amounts(amounts, (delta.amount, delta.count)))
+
+    def amounts(self) -> dict[AggregateRef, Amounts]:
+        return dict(self.entries.values())
+
+    def restart(self, since: int) -> None:
+        """Empty, from page ``since`` on (the carry was applied)."""
+        self.since = since
+        self.entries = {}
 
 
 class NothingToBackfill(ConfigError):
@@ -257,8 +292,12 @@ class Backfill:
     backfill_id
         Resume this backfill (default: resume the one recorded in the manifest, else start one).
     on_page
-        Called after each applied page with ``(items on the page, stats)`` (progress bars; tests
+        Called after each counted page with ``(items on the page, stats)`` (progress bars; tests
         use it to interleave writes).
+    carry_pages, carry_keys
+        Apply a segment's carry after this many pages, or once it holds this many aggregate keys
+        (module docstring, step 3; defaults :data:`DEFAULT_CARRY_PAGES`,
+        :data:`DEFAULT_CARRY_KEYS`); ``carry_pages=1`` applies every page.
     clock
         Epoch seconds.
 
@@ -287,6 +326,8 @@ class Backfill:
         page_items: int = DEFAULT_PAGE_ITEMS,
         on_page: Callable[[int, BackfillStats], None] | None = None,
         clock: Callable[[], float] = time.time,
+        carry_pages: int = DEFAULT_CARRY_PAGES,
+        carry_keys: int = DEFAULT_CARRY_KEYS,
     ) -> None:
         if not 1 <= segments <= MAX_SEGMENTS:
             raise ConfigError(f"segments must be 1 to {MAX_SEGMENTS}, got {segments}")
@@ -315,6 +356,8 @@ class Backfill:
         self.segments = segments
         self.stream_lag_seconds = stream_lag_seconds
         self.page_items = page_items
+        self.carry_pages = max(1, carry_pages)
+        self.carry_keys = max(1, carry_keys)
         self.on_page = on_page
         self.clock = clock
         self.engine = Engine(self.rules)
@@ -588,18 +631,21 @@ class Backfill:
         """Scan one segment to its end, from where a killed run of this backfill stopped."""
         bid = self.stats.backfill_id
         progress = self._get(f"backfill#{bid}#segment#{segment}") or {}
-        page = int(progress.get("page", {}).get("N", "0"))  # pages applied
+        page = int(progress.get("page", {}).get("N", "0"))  # pages counted and stored
         start = json.loads(progress["next_key"]["S"]) if "next_key" in progress else None
-        self._load_digests(segment, page, digests)
+        # the first page of the carry not yet applied (progress of earlier releases, which
+        # applied every page, has none)
+        carry = _Carry(int(progress.get("since", {}).get("N", str(page + 1))))
+        self._load_pages(segment, page, digests, carry)
         if progress.get("done", {}).get("BOOL"):
             return
-        stored = self._get(f"backfill#{bid}#page#{segment}#{page + 1}")
-        if stored is not None:  # stored but perhaps not applied before a kill: apply again
-            page, start = self._replay(segment, page + 1, stored, digests)
-        if page > 0 and start is None:  # the last page is in
-            self._save_segment(segment, page, None, done=True)
-            return
         pseudo = f"backfill.{bid}.{segment}"
+        stored = self._get(f"backfill#{bid}#page#{segment}#{page + 1}")
+        if stored is not None:  # stored before a kill, its progress not saved: resume it
+            page, start = self._resume_page(segment, page + 1, stored, digests, carry, pseudo)
+        if page > 0 and start is None:  # the last page is in, and its carry applied
+            self._save_segment(segment, page, None, done=True, since=carry.since)
+            return
         # pages read but not yet counted, oldest first: (read at, items, next key); the scan
         # reads on while the oldest page waits out the stream lag
         waiting: deque[tuple[float, list[dict[str, Any]], dict[str, Any] | None]] = deque()
@@ -637,7 +683,7 @@ class Backfill:
             while waiting and waiting[0][0] + self.stream_lag_seconds <= pumped_at:
                 _, items, next_key = waiting.popleft()
                 page += 1
-                self._count_page(segment, page, items, next_key, changed, digests, pseudo)
+                self._count_page(segment, page, items, next_key, changed, digests, pseudo, carry)
 
     def _count_page(
         self,
@@ -648,10 +694,19 @@ class Backfill:
         changed: _ChangedItems,
         digests: set[bytes],
         pseudo: str,
+        carry: _Carry,
     ) -> None:
-        """Count one page whose stream lag has passed: store it, apply it, move the segment on."""
+        """Count one page whose stream lag has passed: store it, add it to the carry (applied
+        at the segment's last page, or when full: module docstring, step 3), move the segment
+        on."""
         amounts, page_digests, first_old_used = self._count(items, changed)
         batch = self._batch(amounts, page)
+        carry.add(batch)
+        flush = (
+            not next_key
+            or len(carry.entries) >= self.carry_keys
+            or page - carry.since + 1 >= self.carry_pages
+        )
         packed_digests = zlib.compress(b"".join(page_digests))
         packed_deltas = zlib.compress(_encode_state(batch).encode("utf-8"))
         record = {
@@ -659,6 +714,8 @@ class Backfill:
             "deltas": {"B": packed_deltas},
             "next_key": {"S": json.dumps(next_key) if next_key else ""},
             "items": {"N": str(len(items))},
+            "since": {"N": str(carry.since)},
+            "flush": {"BOOL": flush},
         }
         size = len(packed_digests) + len(packed_deltas)
         if size > MAX_PAGE_RECORD_BYTES:
@@ -668,8 +725,10 @@ class Backfill:
                 "backfill again with fewer items per page (--page-items)"
             )
         self._put(f"backfill#{self.stats.backfill_id}#page#{segment}#{page}", record)
-        self._apply(batch, pseudo)
-        self._save_segment(segment, page, next_key, done=not next_key)
+        if flush:
+            self._apply(self._batch(carry.amounts(), page), pseudo)
+            carry.restart(page + 1)
+        self._save_segment(segment, page, next_key, done=not next_key, since=carry.since)
         digests.update(page_digests)
         with self._stats_lock:
             self.stats.items_scanned += len(page_digests)  # the application's items
@@ -704,30 +763,56 @@ class Backfill:
                 amounts[ref] = add_amounts(amounts.get(ref, NO_AMOUNTS), found_amounts)
         return amounts, page_digests, first_old_used
 
-    def _replay(
-        self, segment: int, page: int, stored: dict[str, Any], digests: set[bytes]
+    def _resume_page(
+        self,
+        segment: int,
+        page: int,
+        stored: dict[str, Any],
+        digests: set[bytes],
+        carry: _Carry,
+        pseudo: str,
     ) -> tuple[int, dict[str, Any] | None]:
-        batch = _decode_state(zlib.decompress(stored["deltas"]["B"]).decode("utf-8"))
-        self._apply(batch, f"backfill.{self.stats.backfill_id}.{segment}")
+        """A page stored before a kill whose segment progress was not saved: add it to the
+        carry and, if the carry was to be applied at it, apply it (again: the checkpoint skips
+        the items already at this page). Pages of earlier releases have no ``flush``: each was
+        applied on its own."""
+        carry.add(_decode_state(zlib.decompress(stored["deltas"]["B"]).decode("utf-8")))
+        if stored.get("flush", {"BOOL": True})["BOOL"]:
+            self._apply(self._batch(carry.amounts(), page), pseudo)
+            carry.restart(page + 1)
         text = stored["next_key"]["S"]
         start = json.loads(text) if text else None
-        self._save_segment(segment, page, start)
+        self._save_segment(segment, page, start, since=carry.since)
         raw = zlib.decompress(stored["digests"]["B"])
         digests.update(raw[i : i + 16] for i in range(0, len(raw), 16))
         return page, start
 
-    def _load_digests(self, segment: int, pages: int, digests: set[bytes]) -> None:
+    def _load_pages(self, segment: int, pages: int, digests: set[bytes], carry: _Carry) -> None:
+        """On resuming a segment: the digests of its stored pages, and the amounts of those of
+        its carry (``carry.since`` on), which were stored but not applied."""
         for page in range(1, pages + 1):
             stored = self._get(f"backfill#{self.stats.backfill_id}#page#{segment}#{page}")
             if stored is None:
                 continue
             raw = zlib.decompress(stored["digests"]["B"])
             digests.update(raw[i : i + 16] for i in range(0, len(raw), 16))
+            if page >= carry.since:
+                carry.add(_decode_state(zlib.decompress(stored["deltas"]["B"]).decode("utf-8")))
 
     def _save_segment(
-        self, segment: int, page: int, start: dict[str, Any] | None, *, done: bool = False
+        self,
+        segment: int,
+        page: int,
+        start: dict[str, Any] | None,
+        *,
+        since: int,
+        done: bool = False,
     ) -> None:
-        attributes: dict[str, Any] = {"page": {"N": str(page)}, "done": {"BOOL": done}}
+        attributes: dict[str, Any] = {
+            "page": {"N": str(page)},
+            "done": {"BOOL": done},
+            "since": {"N": str(since)},
+        }
         if start:
             attributes["next_key"] = {"S": json.dumps(start)}
         self._put(f"backfill#{self.stats.backfill_id}#segment#{segment}", attributes)

@@ -82,6 +82,9 @@ scenario = st.fixed_dictionaries(
         "after": ops,
         "segments": st.integers(1, 3),
         "page_items": st.integers(1, 4),
+        # the carry applied every page, every few pages, or at each segment's end (the default);
+        # kills then fall between storing a page and applying its carry, or inside a carry
+        "carry_pages": st.sampled_from([1, 2, 3, 1000]),
         "kill_after_pages": st.one_of(st.none(), st.integers(1, 4)),
         # or killed between storing a page and applying it: the resumed one must apply it
         "kill_before_apply": st.one_of(st.none(), st.integers(1, 4)),
@@ -186,6 +189,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                 arn,
                 segments=case["segments"],
                 page_items=case["page_items"],
+                carry_pages=case["carry_pages"],
                 stream_lag_seconds=0,
                 on_page=hook,
                 clock=clock,

@@ -246,7 +246,7 @@ def test_like_tallies_on_meta_items_are_exact_under_faults(
         result = cli.invoke(main, ["query", "top", "like_tally", *common])
         assert result.exit_code == 1
         assert "rank them with a leaderboard rule whose delta reads 'likeTally'" in result.stderr
-        result = cli.invoke(main, ["validate", str(rules_dir)])
+        result = cli.invoke(main, ["validate", str(rules_dir), "--json"])
         assert "target likeTally on {PK} / META" in result.stdout
     # the ledger: what found no item, per target key (the ghost's likes, the deleted post's)
     ledger = {a.key: a.value for a in store.list("like_tally") if a.value}
