@@ -158,6 +158,26 @@ class _TargetWrites:
         found = item.get(self.layout.target_checkpoints_attribute)
         return True, (dict(found["M"]) if found and "M" in found else None)
 
+    def _to_ledger(
+        self,
+        delta: CoalescedDelta,
+        shard_id: str | None,
+        last: str,
+        stats: WriteStats,
+        *,
+        unusable: bool = False,
+    ) -> WriteStats:
+        """Write ``delta`` to the rule's ledger item instead of its target (missing, or
+        ``unusable``: holding the attribute as another type), with the writer's own protocol
+        for aggregate items; counted in ``missing_targets`` or ``unusable_targets``."""
+        if unusable:
+            stats.unusable_targets += 1
+        else:
+            stats.missing_targets += 1
+        # the ledger's delta has no target attribute: the writer's aggregate-item protocol
+        stats.add(self._apply_item(_ledger(delta), shard_id, last))  # type: ignore[attr-defined]
+        return stats
+
     def _unusable(self, delta: CoalescedDelta, exc: ClientError, stats: WriteStats) -> bool:
         """Whether ``exc``, raised by an update of the target item, says the item holds the
         target attribute or the checkpoint map as a type the update cannot use (a
@@ -236,15 +256,11 @@ class TargetAtLeastOnceWriter(AtLeastOnceWriter, _TargetWrites):
             response = self._call("update_item", request, stats)
         except ClientError as exc:
             if self._unusable(delta, exc, stats):
-                stats.unusable_targets += 1
-                stats.add(super()._apply_item(_ledger(delta), shard_id, last))
-                return stats
+                return self._to_ledger(delta, shard_id, last, stats, unusable=True)
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             stats.modelled_wcu += self._target_units(delta)
-            stats.missing_targets += 1
-            stats.add(super()._apply_item(_ledger(delta), shard_id, last))
-            return stats
+            return self._to_ledger(delta, shard_id, last, stats)
         stats.items_written += 1
         stats.target_writes += 1
         stats.modelled_wcu += self._charged(response, self._target_units(delta))
@@ -298,17 +314,13 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
                 response = self._call("update_item", request, stats)
             except ClientError as exc:
                 if self._unusable(delta, exc, stats):
-                    stats.unusable_targets += 1
-                    stats.add(super()._apply_item(_ledger(delta), shard_id, last))
-                    return stats
+                    return self._to_ledger(delta, shard_id, last, stats, unusable=True)
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
                 stats.modelled_wcu += self._target_units(delta)  # a failed write is charged
                 exists, entries = self._read_map(delta, stats)
                 if not exists:
-                    stats.missing_targets += 1
-                    stats.add(super()._apply_item(_ledger(delta), shard_id, last))
-                    return stats
+                    return self._to_ledger(delta, shard_id, last, stats)
                 if entries is None:
                     try:
                         if self._create_map(delta, amount, token, checkpoint, stats):
@@ -316,9 +328,7 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
                     except ClientError as first_write:
                         if not self._unusable(delta, first_write, stats):
                             raise
-                        stats.unusable_targets += 1
-                        stats.add(super()._apply_item(_ledger(delta), shard_id, last))
-                        return stats
+                        return self._to_ledger(delta, shard_id, last, stats, unusable=True)
                     continue
                 own = entries.get(token)
                 if own is not None:

@@ -187,6 +187,22 @@ def standard_workload(ddb, table: str, n: int = 24) -> None:
         delete(ddb, table, f"P{i % 6}", f"PATH#{i}")
 
 
+def table_items(ddb, table: str) -> list[dict[str, Any]]:
+    """Every item of the table, reserved partitions included, as DynamoDB JSON (a strongly
+    consistent scan)."""
+    items: list[dict[str, Any]] = []
+    start = None
+    while True:
+        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        page = ddb.scan(**kwargs)
+        items += page["Items"]
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return items
+
+
 def final_items(ddb, table: str) -> list[dict[str, Any]]:
     """The table's items outside the reserved partitions, deserialized."""
     items, start = [], None

@@ -22,6 +22,7 @@ from aggregator.runtime.processor import create_processor
 from aggregator.runtime.rebuild import reindex_leaderboard
 from aggregator.runtime.runner import StreamRunner
 from tests.factories import ddb_json
+from tests.integration.harness import table_items
 
 pytestmark = pytest.mark.integration
 
@@ -38,19 +39,6 @@ rules:
     leaderboard: true{extra}
     window: {{time: ts, unit: epoch_seconds, granularities: [hour, minute]}}
 """
-
-
-def _scan(ddb, name: str) -> list[dict]:
-    items, start = [], None
-    while True:
-        kwargs = {"TableName": name, "ConsistentRead": True}
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        page = ddb.scan(**kwargs)
-        items += page["Items"]
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return items
 
 
 def _truth(items: list[dict]) -> dict[int, dict[str, Decimal]]:
@@ -130,7 +118,7 @@ def test_top_n_per_hour_is_exact_under_moves_deletes_and_faults(
         assert runner.run().failures == 0
     assert client.crashes >= 2  # crashes mid-batch happened (the window mode writes less often)
 
-    truth = _truth(_scan(ddb, name))
+    truth = _truth(table_items(ddb, name))
     assert len(truth) == 3
     store = AggregateStore(ddb, name, rules)
     for hour, sums in truth.items():
@@ -185,7 +173,7 @@ def test_top_n_per_hour_is_exact_under_moves_deletes_and_faults(
         # rebuild's reindexing (a leaderboard turned on for existing buckets) files each bucket
         # under its own index partition: strip the index attribute, reindex, rank again
         lb = rules.layout.leaderboard_attribute
-        for item in _scan(ddb, name):
+        for item in table_items(ddb, name):
             if lb in item:
                 key = {k: item[k] for k in ("pk", "sk")}
                 ddb.update_item(TableName=name, Key=key, UpdateExpression=f"REMOVE {lb}")

@@ -28,6 +28,7 @@ from aggregator.runtime.processor import create_processor
 from aggregator.runtime.reconcile import reconcile
 from aggregator.runtime.runner import StreamRunner
 from tests.conftest import ROOT
+from tests.integration.harness import table_items
 
 pytestmark = pytest.mark.integration
 
@@ -127,19 +128,6 @@ class PolicyTwin:
 
     def __getattr__(self, name):
         return getattr(self._client, name)
-
-
-def table_items(ddb, name: str) -> list[dict]:
-    items, start = [], None
-    while True:
-        kwargs = {"TableName": name, "ConsistentRead": True}
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        page = ddb.scan(**kwargs)
-        items += page["Items"]
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return items
 
 
 @pytest.mark.parametrize("mode", ["exactly-once", "window", "sharded"])

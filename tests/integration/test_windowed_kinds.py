@@ -28,6 +28,7 @@ from aggregator.runtime.processor import create_processor
 from aggregator.runtime.reconcile import reconcile
 from aggregator.runtime.runner import StreamRunner
 from tests.factories import ddb_json
+from tests.integration.harness import table_items
 
 pytestmark = pytest.mark.integration
 
@@ -66,19 +67,6 @@ rules:
     kind: {name: distribution, relative_accuracy: 0.02}
     window: *window
 """
-
-
-def _scan(ddb, name: str) -> list[dict]:
-    items, start = [], None
-    while True:
-        kwargs = {"TableName": name, "ConsistentRead": True}
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        page = ddb.scan(**kwargs)
-        items += page["Items"]
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return items
 
 
 def _delays(items: list[dict], origin: str, start: int, end: int) -> list[Decimal]:
@@ -198,7 +186,7 @@ def test_kinds_per_hour_and_over_ranges_are_exact_under_backfill_moves_and_fault
     assert "backfill" in results, "the backfill thread failed"
     assert client.crashes == 3
 
-    items = _scan(ddb, name)
+    items = table_items(ddb, name)
     store = AggregateStore(ddb, name, rules)
     context = Context(prec=38, rounding=ROUND_HALF_EVEN)
     # every hour, the first 30 minutes of each, and ranges that mix hour and minute buckets
