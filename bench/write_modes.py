@@ -664,7 +664,28 @@ def _main(args: argparse.Namespace, console: Console, command: str, began: float
 
     if args.plot is not None:
         console.print(f"plot: {plot(runs, args.plot)}", highlight=False)
+    summary = summary_line(runs)
+    if summary is not None:
+        console.print(summary, highlight=False, soft_wrap=True)
     return 0 if all_equal and all(v.ok for v in verdicts) else 1
+
+
+def summary_line(runs: list[RunFigures]) -> str | None:
+    """The last line (an interface: outside checks read it): ``bench: exactly-once batch 100:
+    <W> WCU per 1,000 source records (index <I>); <R> of per-delta``, where ``I`` is the
+    leaderboard index's part of ``W`` and ``R`` the ratio to the per-delta strategy's WCU at the
+    same batch size; ``None`` when either run is missing."""
+    found = {(r.strategy, r.batch_size): r for r in runs}
+    exactly, per_delta = found.get((TARGET, 100)), found.get(("per-delta", 100))
+    if exactly is None or per_delta is None or not per_delta.modelled_wcu:
+        return None
+    wcu = exactly.per_1k(exactly.modelled_wcu)
+    index = exactly.per_1k(exactly.modelled_index_wcu)
+    ratio = wcu / per_delta.per_1k(per_delta.modelled_wcu)
+    return (
+        f"bench: exactly-once batch 100: {wcu:,.1f} WCU per 1,000 source records "
+        f"(index {index:,.1f}); {ratio:.3f} of per-delta"
+    )
 
 
 def plot(runs: Sequence[RunFigures], path: Path) -> Path:

@@ -14,10 +14,12 @@ from aggregator.dynamodb.writer import AtLeastOnceWriter
 from bench.write_modes import (
     CountingClient,
     PerDeltaWriter,
+    RunFigures,
     _batch_sizes,
     _strategies,
     compare_aggregates,
     per_thousand,
+    summary_line,
     verdict,
 )
 
@@ -173,3 +175,16 @@ def test_option_parsers():
     assert _strategies("window,per-delta") == ("per-delta", "window")
     with pytest.raises(argparse.ArgumentTypeError):
         _strategies("twice")
+
+
+def test_the_summary_line_reads_the_exactly_once_and_per_delta_runs_at_batch_100():
+    """The interface line of make bench: W and its index part per 1,000 source records, and W's
+    ratio to per-delta's."""
+    exactly = RunFigures("exactly-once", 100, "t", stream_records=2000, modelled_wcu=4000)
+    exactly.modelled_index_wcu = 1000
+    per_delta = RunFigures("per-delta", 100, "t", stream_records=2000, modelled_wcu=16000)
+    assert summary_line([exactly, per_delta]) == (
+        "bench: exactly-once batch 100: 2,000.0 WCU per 1,000 source records (index 500.0); "
+        "0.250 of per-delta"
+    )
+    assert summary_line([exactly]) is None
