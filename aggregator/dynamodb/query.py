@@ -832,8 +832,8 @@ class AggregateStore:
             return ranked[:n]
         lay = self.layout
         stored = self.storage_name(rule)
-        base = stored if bucket is None else f"{stored}#{bucket[0]}#{bucket[1]}"
         suffix = "" if bucket is None else f"#{bucket[0]}#{bucket[1]}"
+        base = f"{stored}{suffix}"  # the index partition key value (leaderboard_partition)
         partitions = definition.leaderboard_partitions
         names = [base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)]
         out: list[Aggregate] = []
