@@ -269,7 +269,7 @@ class AggregatorFunction(Construct):
                         tracing=tracing,
                     )
                 ),
-                **_target_policies(regions, table_arn),
+                **_target_policies(regions, table_arn, self.rules.layout.leaderboard_index),
             },
         )
         local_build = None if artifact is not None else _LocalBuild(files, boto3)
@@ -673,17 +673,32 @@ _ACTIONS = _role_actions()
 them."""
 
 
-def _target_policies(regions: dict[str, Any], table_arn: str) -> dict[str, iam.PolicyDocument]:
-    """The SAM template's ``target-policy`` region: the policy that lets the function update
-    the target attributes of application items, when a rule has a target (else none)."""
+def _index_arn(table_arn: str, index_name: str) -> str:
+    """The ARN of the table's index ``index_name``: the table's plus ``/index/<name>`` (Service
+    Authorization Reference, Amazon DynamoDB, resource type ``index``)."""
+    if Token.is_unresolved(table_arn):
+        return Fn.sub("${TableArn}/index/" + index_name, {"TableArn": table_arn})
+    return f"{table_arn}/index/{index_name}"
+
+
+def _target_policies(
+    regions: dict[str, Any], table_arn: str, index_name: str
+) -> dict[str, iam.PolicyDocument]:
+    """The SAM template's ``target-policy`` region: the policies that depend on the rules (the
+    leaderboard index's ``Query``, on the index ``index_name``; the updates of target attributes
+    of application items), as :func:`aggregator.cli.template.render_regions` renders them."""
     out = {}
     for policy in regions["target-policy"]:
         statements = [
             iam.PolicyStatement(
                 sid=s["Sid"],
-                actions=s["Action"],
-                resources=[table_arn],
-                conditions=s["Condition"],
+                actions=[s["Action"]] if isinstance(s["Action"], str) else s["Action"],
+                resources=[
+                    _index_arn(table_arn, index_name)
+                    if s["Sid"] == "LeaderboardIndexFloors"
+                    else table_arn
+                ],
+                conditions=s.get("Condition"),
             )
             for s in policy["PolicyDocument"]["Statement"]
         ]

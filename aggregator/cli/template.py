@@ -25,7 +25,11 @@ Regions
 ``filters``
     The stream event's ``FilterCriteria`` (:func:`aggregator.runtime.filters.filter_criteria`).
 ``target-policy``
-    When some rule keeps its sum on an application item (``target``;
+    The role's policies that depend on the rules (the region keeps its first name). With a
+    leaderboard rule, ``ddb-aggregator-leaderboard``: ``Query`` on the leaderboard index only
+    (statement ``LeaderboardIndexFloors``; the writer reads a partition's first entries to
+    raise its floor, :mod:`aggregator.dynamodb.floors`). When some rule keeps its sum on an
+    application item (``target``;
     :mod:`aggregator.dynamodb.targets`), a second policy of the role, ``ddb-aggregator-targets``,
     with one statement ``TargetAttributesOnly``: ``UpdateItem`` and ``GetItem`` on any item of
     the table, but only of its key attributes, the rules' target attributes and the checkpoint
@@ -35,7 +39,7 @@ Regions
     ``UPDATED_OLD`` (Developer Guide, "Using IAM policy conditions for fine-grained access
     control": "you must specify the names of all of the primary key and index key attributes",
     and ``ALL_OLD``/``ALL_NEW`` would return attributes the policy does not allow). Without
-    target rules the region is empty.
+    either kind of rule the region is empty.
 
 ``aggregator template -d DIR`` rewrites the regions in place; ``--check`` compares instead (the
 build runs it on the rules it ships, so a template rendered for other rules cannot be deployed).
@@ -56,6 +60,7 @@ from aggregator.core.rules import RuleSet
 __all__ = [
     "REGIONS",
     "check_template_regions",
+    "leaderboard_policy",
     "render_regions",
     "render_template",
     "target_condition",
@@ -129,7 +134,10 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
         "dead-letters-leading-keys": _leading_keys(layout, layout.dead_letters_pk),
         "control-leading-keys": _leading_keys(layout, layout.control_pk),
         "filters": {"FilterCriteria": filter_criteria(rules)},
-        "target-policy": [target_policy(rules)] if targets else [],
+        "target-policy": [
+            *([leaderboard_policy(rules)] if any(r.leaderboard for r in rules) else []),
+            *([target_policy(rules)] if targets else []),
+        ],
     }
 
 
@@ -142,6 +150,31 @@ TABLE_ARN = {
 }
 """The table's ARN as the template's other statements name it (created, or taken from the
 stream ARN of an existing table), in the long form of the intrinsic functions."""
+
+
+def leaderboard_policy(rules: RuleSet) -> dict[str, Any]:
+    """The role's policy for leaderboard rules (module docstring, ``target-policy``): ``Query``
+    of the leaderboard index, whose ARN is the table's plus ``/index/<name>`` (Service
+    Authorization Reference, Amazon DynamoDB, resource type ``index``)."""
+    return {
+        "PolicyName": "ddb-aggregator-leaderboard",
+        "PolicyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "LeaderboardIndexFloors",
+                    "Effect": "Allow",
+                    "Action": "dynamodb:Query",
+                    "Resource": {
+                        "Fn::Sub": [
+                            "${TableArn}/index/" + rules.layout.leaderboard_index,
+                            {"TableArn": TABLE_ARN},
+                        ]
+                    },
+                }
+            ],
+        },
+    }
 
 
 def target_policy(rules: RuleSet) -> dict[str, Any]:
@@ -187,6 +220,9 @@ class _IndentedDumper(yaml.SafeDumper):
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # the table's ARN, repeated in full in every statement that names it
 
 
 def _dump(data: Any, indent: str) -> list[str]:

@@ -55,7 +55,7 @@ from aggregator.core.engine import CoalescedDelta
 from aggregator.core.exceptions import ConfigError, WriteError
 from aggregator.core.numbers import add
 from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
-from aggregator.dynamodb.updates import aggregate_update, prune_update
+from aggregator.dynamodb.updates import IndexAction, aggregate_update, prune_update
 from aggregator.dynamodb.writer import (
     DEFAULT_EMPTY_VALUE_RETENTION_SECONDS,
     WriteStats,
@@ -228,6 +228,7 @@ class CheckpointWriter(_BaseWriter):
         shard_id: str,
         last: str,
         current: _Checkpoints | None,
+        index: IndexAction = "set",
     ) -> dict[str, Any]:
         """The conditional update: on condition that the shard's checkpoint is below the item's
         first record in the batch (``current`` is ``None``), or still what was read (``current``:
@@ -236,7 +237,7 @@ class CheckpointWriter(_BaseWriter):
         ck = checkpoint_attribute(shard_id)
         legacy = legacy_checkpoint_attribute(shard_id)
         update = (
-            aggregate_update(self.layout, delta, amount, count)
+            aggregate_update(self.layout, delta, amount, count, index=index)
             .set(ck, {"B": self._checkpoint_value(last)})
             .remove(legacy)
         )
@@ -290,11 +291,13 @@ class CheckpointWriter(_BaseWriter):
         assert shard_id is not None
         stats = WriteStats()
         amount, count = delta.amount, delta.count
+        floor = self._floor(delta)  # the same for every attempt: it decides the update's shape
+        index = self._index_action(delta, floor)
         # the checkpoints the next attempt expects (None: below the batch's first record)
         expected: _Checkpoints | None = None
         removed = (legacy_checkpoint_attribute(shard_id),)
         for _ in range(MAX_RECOVERY_ROUNDS):
-            request = self._request(delta, amount, count, shard_id, last, expected)
+            request = self._request(delta, amount, count, shard_id, last, expected, index)
             try:
                 response = self._call("update_item", request, stats)
             except ClientError as exc:
@@ -319,6 +322,8 @@ class CheckpointWriter(_BaseWriter):
                 remaining = [(s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to]
                 if not remaining:
                     stats.already_applied += 1
+                    if floor is not None:  # a crash may have come between update and fix
+                        self._check_membership(delta, floor, failed.get("Item"), stats)
                     return stats
                 amount = Decimal(0)
                 for _, part in remaining:
@@ -328,11 +333,16 @@ class CheckpointWriter(_BaseWriter):
                 continue
             stats.items_written += 1
             old = response.get("Attributes") or {}
-            total, index = self._modelled_units(
-                delta, self._checkpoint_extra(shard_id, last), old, removed=removed
+            total, index_units = self._modelled_units(
+                delta,
+                self._checkpoint_extra(shard_id, last),
+                old,
+                removed=removed,
+                index=index,
             )
             stats.modelled_wcu += total
-            stats.modelled_index_wcu += index
+            stats.modelled_index_wcu += index_units
+            self._after_update(delta, floor, index, old, amount, stats)
             self._prune(delta, shard_id, old, stats)
             self._expire_if_empty(delta, old, amount, stats)
             return stats

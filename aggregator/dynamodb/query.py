@@ -54,6 +54,7 @@ from aggregator.core.kinds import COUNT_ATTRIBUTE, Kind, ValueCount
 from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import generation_name, rule_fingerprint
 from aggregator.core.numbers import add
+from aggregator.core.ranking import IndexEntry, exact_top, read_partition
 from aggregator.core.rules import Rule, RuleSet, unescape_key_part
 from aggregator.core.sketch import percentile_list
 from aggregator.core.sortable import number_from_sortable
@@ -278,6 +279,11 @@ class AggregateStore:
         self.layout = rules.layout if layout is None else layout
         self.requests = 0
         self.manifest_reads = 0
+        self.read_units = Decimal(0)
+        """Read capacity the endpoint reported for the requests that asked for it (``top``)."""
+        self.top_fallbacks = 0
+        """``top`` calls the leaderboard index could not answer exactly (every aggregate of
+        the rule was read and sorted instead; :mod:`aggregator.core.ranking`)."""
         self.generation_cache_seconds = generation_cache_seconds
         self._fixed_generations = generations is not None
         self._generations: dict[str, int] | None = (
@@ -464,9 +470,11 @@ class AggregateStore:
         self.requests += 1
         try:
             response: dict[str, Any] = getattr(self.client, operation)(**request)
-            return response
         except (ClientError, BotoCoreError) as exc:
             raise QueryError(f"{operation} on {self.table_name!r} failed: {exc}") from exc
+        consumed = response.get("ConsumedCapacity") or {}
+        self.read_units += Decimal(str(consumed.get("CapacityUnits", 0)))
+        return response
 
     def get(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any] = ()) -> Aggregate | None:
         """One aggregate (strongly consistent read), or ``None`` if it was never written.
@@ -780,15 +788,18 @@ class AggregateStore:
         """The ``n`` largest aggregates of ``rule``, largest first (ties by key).
 
         Leaderboard rules read one page of the sparse ``leaderboard`` GSI in descending order
-        (eventually consistent, as every GSI read): one ``Query`` of at most ``n`` entries per
-        index partition (``leaderboard_partitions``, merged); other rules, and a leaderboard
-        turned on after its aggregates were written until ``aggregator rebuild`` indexes them
-        (:meth:`index_complete`), read all their aggregates and sort them.
+        (eventually consistent, as every GSI read): one ``Query`` of at most ``n + 2`` entries
+        per index partition (``leaderboard_partitions``, merged), more only to read past ties
+        at the ``n``-th value or past keys at zero. The index holds every key at or above its
+        partition's floor (:mod:`aggregator.dynamodb.floors`) and the floor itself; when the
+        read cannot prove the answer (fewer than ``n`` keys left above a floor), every
+        aggregate of the rule is read and sorted instead (counted in :attr:`top_fallbacks`).
+        Other rules, and a leaderboard turned on after its aggregates were written until
+        ``aggregator rebuild`` indexes them (:meth:`index_complete`), read all their aggregates
+        and sort them.
 
         Keys whose value is zero are left out, as ``aggregator query list`` leaves them (the
-        index keeps an entry at zero for a key whose items were all removed; reading past such
-        entries costs a page of the index per ``n`` of them, only when fewer than ``n`` keys are
-        non-zero above them).
+        index may keep an entry at zero for a key whose items were all removed).
 
         A rule with a ``window`` ranks the keys of one time bucket ("top customers this hour"):
         the bucket of ``granularity`` (a label of the rule's, e.g. ``"hour"``; may be left out
@@ -825,25 +836,37 @@ class AggregateStore:
         if not definition.leaderboard or not self.index_complete(rule):
             # without the index, or with one that lacks the aggregates written before the flag
             # was turned on: every aggregate, sorted (exact; aggregator rebuild indexes them)
-            aggregates: Iterator[Aggregate] = (a for a in self.list(rule) if a.value != 0)
-            if bucket is not None:
-                aggregates = (a for a in aggregates if (a.granularity, a.bucket) == bucket)
-            ranked = sorted(aggregates, key=lambda a: (-a.value, a.key))
-            return ranked[:n]
+            return self._ranked(rule, bucket, n)
         lay = self.layout
         stored = self.storage_name(rule)
         suffix = "" if bucket is None else f"#{bucket[0]}#{bucket[1]}"
         base = f"{stored}{suffix}"  # the index partition key value (leaderboard_partition)
         partitions = definition.leaderboard_partitions
         names = [base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)]
-        out: list[Aggregate] = []
-        for name in self._top_partitions(names, base, out, n):
-            # each key is in one index partition: the top n of the union is exact. Keys at zero
-            # are left out (as query list leaves them out): the index keeps them, so a partition
-            # whose first n entries hold zeros is read on, a page at a time, to n others or its end
-            found = 0
+
+        def aggregate(item: dict[str, Any]) -> IndexEntry[Aggregate]:
+            value = Decimal(item[lay.value_attribute]["N"])
+            if lay.partition_of(item) == lay.control_pk:  # the partition's floor
+                return IndexEntry(value, floor=True)
+            sk = lay.sort_key_of(item) or ""
+            encoded = sk[len(stored) + 1 : len(sk) - len(suffix)]
+            key = unescape_key_part(encoded)
+            return IndexEntry(
+                value,
+                key,
+                Aggregate(
+                    rule,
+                    key,
+                    value,
+                    sk,
+                    None if bucket is None else bucket[0],
+                    None if bucket is None else bucket[1],
+                ),
+            )
+
+        def pages(name: str) -> Iterator[list[IndexEntry[Aggregate]]]:
             start: dict[str, Any] | None = None
-            while found < n:
+            while True:
                 page: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
                 response = self._call(
                     "query",
@@ -852,33 +875,39 @@ class AggregateStore:
                     ExpressionAttributeNames={"#lb": lay.leaderboard_attribute},
                     ExpressionAttributeValues={":rule": {"S": name}},
                     ScanIndexForward=False,
-                    Limit=n,
+                    Limit=n + 2,  # the floor's entry, and one to see past the n-th value's ties
+                    ReturnConsumedCapacity="TOTAL",
                     **page,
                 )
-                for item in response.get("Items", []):
-                    value = Decimal(item[lay.value_attribute]["N"])
-                    if value == 0:
-                        continue
-                    sk = lay.sort_key_of(item) or ""
-                    encoded = sk[len(stored) + 1 : len(sk) - len(suffix)]
-                    found += 1
-                    out.append(
-                        Aggregate(
-                            rule,
-                            unescape_key_part(encoded),
-                            value,
-                            sk,
-                            None if bucket is None else bucket[0],
-                            None if bucket is None else bucket[1],
-                        )
-                    )
+                yield [aggregate(item) for item in response.get("Items", [])]
                 start = response.get("LastEvaluatedKey")
                 if not start:
-                    break
-        # ties in key order, as the read-everything path orders them (the index orders equal
-        # values by its own hash, so a tie at the n-th place may still pick another key)
-        out.sort(key=lambda a: (-a.value, a.key))
-        return out[:n]
+                    return
+
+        # each key is in one index partition: the top n of the union is exact when every
+        # partition's read proves that what it left out is below the union's n-th value
+        # (aggregator.core.ranking); otherwise, e.g. after many keys fell below a partition's
+        # floor (aggregator.dynamodb.floors), every aggregate is read and sorted
+        reads = [read_partition(pages(name), n) for name in names]
+        if names != [base] and sum(len(r.entries) for r in reads) < n:
+            # between the deployment of a definition that spreads the index
+            # (leaderboard_partitions) and the rebuild's switch, readers still read the
+            # generation built before, whose entries are under the unspread value
+            reads.append(read_partition(pages(base), n))
+        top = exact_top(reads, n)
+        if top is None:
+            self.top_fallbacks += 1
+            return self._ranked(rule, bucket, n)
+        return [payload for _, _, payload in top]
+
+    def _ranked(
+        self, rule: str, bucket: tuple[str, str] | None, n: int
+    ) -> builtins.list[Aggregate]:
+        """The top ``n`` of ``rule`` (of one time bucket) from all its aggregates, sorted."""
+        aggregates: Iterator[Aggregate] = (a for a in self.list(rule) if a.value != 0)
+        if bucket is not None:
+            aggregates = (a for a in aggregates if (a.granularity, a.bucket) == bucket)
+        return sorted(aggregates, key=lambda a: (-a.value, a.key))[:n]
 
     def top_bucket(
         self, rule: str, granularity: str | None, at: float | None
@@ -921,19 +950,7 @@ class AggregateStore:
         instant = math.floor(time.time() if at is None else at)
         return chosen.label, bucket_text(chosen.start(instant))
 
-    @staticmethod
-    def _top_partitions(
-        names: builtins.list[str], stored: str, found: builtins.list[Aggregate], n: int
-    ) -> Iterator[str]:
-        """The index partitions ``top`` reads: ``names``, then, when they held fewer than ``n``
-        entries, ``stored`` itself. Between the deployment of a definition that spreads the
-        index (``leaderboard_partitions``) and the rebuild's switch, readers still read the
-        generation built before, whose entries are under ``stored``."""
-        yield from names
-        if names != [stored] and len(found) < n:
-            yield stored
-
-    # -- histograms ----------------------------------------------------------------------------
+        # -- histograms ----------------------------------------------------------------------------
 
     def histogram(
         self, rule: str, key: str | Sequence[Any] | Mapping[str, Any] | None = None

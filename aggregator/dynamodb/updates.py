@@ -22,13 +22,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from aggregator.core.engine import CoalescedDelta
 from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.layout import TableLayout, leaderboard_partition
 
 __all__ = [
+    "IndexAction",
     "Update",
     "added_amounts",
     "aggregate_update",
@@ -39,6 +40,8 @@ __all__ = [
 
 AttributeValue = dict[str, Any]
 """A value in DynamoDB JSON, e.g. ``{"N": "1"}``."""
+IndexAction = Literal["set", "keep", "remove"]
+"""What an aggregate update does to the leaderboard attribute (:func:`aggregate_update`)."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class Update:
     adds: tuple[tuple[str, Decimal], ...] = ()
     sets: tuple[tuple[str, AttributeValue], ...] = ()
     removes: tuple[str, ...] = ()
-    # ("missing_or_below" | "equals" | "missing", attribute, value)
+    # ("missing_or_below" | "equals" | "missing" | "below" | "at_least", attribute, value)
     conditions: tuple[tuple[str, str, AttributeValue], ...] = ()
 
     def add(self, attribute: str, amount: Decimal) -> Update:
@@ -79,6 +82,16 @@ class Update:
     def where_missing(self, attribute: str) -> Update:
         """Condition ``attribute_not_exists(attribute)`` (ANDed with the others)."""
         return replace(self, conditions=(*self.conditions, ("missing", attribute, {})))
+
+    def where_below(self, attribute: str, bound: AttributeValue) -> Update:
+        """Condition ``attribute < :bound`` (false when the attribute is missing; ANDed with the
+        others)."""
+        return replace(self, conditions=(*self.conditions, ("below", attribute, bound)))
+
+    def where_at_least(self, attribute: str, bound: AttributeValue) -> Update:
+        """Condition ``attribute >= :bound`` (false when the attribute is missing; ANDed with the
+        others)."""
+        return replace(self, conditions=(*self.conditions, ("at_least", attribute, bound)))
 
     def render(self) -> dict[str, Any]:
         """``UpdateExpression``, ``ExpressionAttributeNames``, ``ExpressionAttributeValues`` and,
@@ -119,6 +132,10 @@ class Update:
                 conditions.append(
                     f"attribute_not_exists({placeholder}) OR {placeholder} < {value(bound)}"
                 )
+            elif kind == "below":
+                conditions.append(f"{placeholder} < {value(bound)}")
+            elif kind == "at_least":
+                conditions.append(f"{placeholder} >= {value(bound)}")
             else:
                 conditions.append(f"{placeholder} = {value(bound)}")
         rendered: dict[str, Any] = {
@@ -196,7 +213,12 @@ def index_partition(delta: CoalescedDelta) -> str:
 
 
 def aggregate_update(
-    layout: TableLayout, delta: CoalescedDelta, amount: Decimal, count: Decimal | None = None
+    layout: TableLayout,
+    delta: CoalescedDelta,
+    amount: Decimal,
+    count: Decimal | None = None,
+    *,
+    index: IndexAction = "set",
 ) -> Update:
     """The update of one aggregate item: ``ADD value :amount`` (and ``ADD count :count`` for a
     kind that keeps a count; ``count`` defaults to ``delta.count``) and ``SET`` of its
@@ -207,7 +229,13 @@ def aggregate_update(
     same on every update of the item, so repeating an update never changes them. A value item of
     a kind with one item per value (``delta.per_value``, not in a time bucket) also loses the
     TTL its count falling to zero gave it
-    (:meth:`aggregator.dynamodb.writer._BaseWriter._expire_if_empty`)."""
+    (:meth:`aggregator.dynamodb.writer._BaseWriter._expire_if_empty`).
+
+    ``index`` is what happens to the leaderboard attribute of a leaderboard rule's item:
+    ``"set"`` (the default, and always without a floor), ``"keep"`` (left alone) or
+    ``"remove"``. With a floor (:mod:`aggregator.dynamodb.floors`) whether the item belongs in
+    the index depends on its new value, known only once the update returns: the writers guess
+    from the value they saw last and check afterwards."""
     update = Update().add(layout.value_attribute, amount)
     if delta.keeps_count:
         update = update.add(COUNT_ATTRIBUTE, delta.count if count is None else count)
@@ -216,8 +244,10 @@ def aggregate_update(
         update = update.set("target", {"L": [{"S": v} for v in delta.ref.target]})
     if not layout.has_sort_key:
         update = update.set(layout.collection_attribute, {"S": layout.aggregates_pk})
-    if delta.leaderboard:
+    if delta.leaderboard and index == "set":
         update = update.set(layout.leaderboard_attribute, {"S": index_partition(delta)})
+    elif delta.leaderboard and index == "remove":
+        update = update.remove(layout.leaderboard_attribute)
     bucket = delta.ref.bucket
     if bucket is not None:
         update = update.set("granularity", {"S": bucket.granularity}).set(

@@ -48,7 +48,8 @@ from aggregator.core.layout import (
 )
 from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
-from aggregator.dynamodb.updates import Update, aggregate_update, index_partition
+from aggregator.dynamodb.floors import IndexFloors
+from aggregator.dynamodb.updates import IndexAction, Update, aggregate_update, index_partition
 
 __all__ = [
     "AtLeastOnceWriter",
@@ -190,6 +191,9 @@ class WriteStats:
     dead_letters_to_queue
         Dead letters sent to the last-resort queue because DynamoDB rejected even the minimal
         form.
+    index_entries_added, index_entries_removed
+        Items put into or taken out of the leaderboard index by a second update, because their
+        value crossed their index partition's floor (:mod:`aggregator.dynamodb.floors`).
     """
 
     requests: int = 0
@@ -213,6 +217,8 @@ class WriteStats:
     dead_letters_compacted: int = 0
     dead_letter_fallbacks: int = 0
     dead_letters_to_queue: int = 0
+    index_entries_added: int = 0
+    index_entries_removed: int = 0
 
     def add(self, other: WriteStats) -> None:
         for name in self.__slots__:
@@ -285,16 +291,23 @@ def add_update(
     delta: CoalescedDelta,
     amount: Decimal,
     count: Decimal | None = None,
+    *,
+    index: IndexAction = "set",
 ) -> dict[str, Any]:
     """``UpdateItem`` arguments (or a ``TransactWriteItems`` ``Update`` action) that ``ADD``
     ``amount`` (and ``count``, for a kind that keeps one) to ``delta``'s aggregate item and set
-    its descriptive attributes (:func:`aggregator.dynamodb.updates.aggregate_update`)."""
+    its descriptive attributes (:func:`aggregator.dynamodb.updates.aggregate_update`; ``index``
+    as there)."""
     return {
         "TableName": table_name,
         "Key": layout.aggregate_key(delta.ref.sort_key),
-        **aggregate_update(layout, delta, amount, count).render(),
+        **aggregate_update(layout, delta, amount, count, index=index).render(),
     }
 
+
+SEEN_ITEMS = 100_000
+"""Leaderboard items whose last seen value a writer keeps to guess index membership (about
+100 bytes each); past it the memory is cleared and rebuilt as items are written."""
 
 THROTTLING_ERRORS = frozenset(
     {
@@ -341,6 +354,11 @@ class _BaseWriter:
         self.backoff_seconds = backoff_seconds
         self._clock = clock
         self.empty_value_retention_seconds = DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
+        self.floors = IndexFloors(client, table_name, layout, clock=clock)
+        """The leaderboard index floors this writer knows (:mod:`aggregator.dynamodb.floors`)."""
+        self._seen: dict[str, tuple[Decimal, bool]] = {}
+        """Leaderboard items' value and index membership as this writer last saw them (its
+        guess of what an update will do to them; bounded by :data:`SEEN_ITEMS`)."""
         self._pool = ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="aggregator-write"
         )
@@ -405,6 +423,7 @@ class _BaseWriter:
         *,
         removed: tuple[str, ...] = (),
         applied: bool = True,
+        index: IndexAction = "set",
     ) -> tuple[int, int]:
         """``(total, index part)`` modelled WCU of one update of ``delta``'s item.
 
@@ -414,8 +433,11 @@ class _BaseWriter:
         mode", write request units), so checkpoints of other shards on the item count. Without
         ``old`` the item is taken to hold only what this update writes. ``removed`` are
         attributes the update removes; ``applied=False`` models a write whose condition failed
-        (charged for the item's size, no index change). Each call is also reported to
-        :attr:`observer`.
+        (charged for the item's size, no index change). ``sets_index=False``: the update left
+        the leaderboard attribute alone (its partition has a floor). The index part is 2 WCU a
+        kilobyte of entry when an indexed value changes (the entry is deleted and put again), 1
+        when the update puts a new entry, 0 for an item outside the index. Each call is also
+        reported to :attr:`observer`.
         """
         lay = self.layout
         written = self._new_attributes(delta, delta.amount, extra)
@@ -440,7 +462,16 @@ class _BaseWriter:
             before, after = 0, item_size(written)
         units = write_units(max(before, after))
         index_units = 0
-        if applied and delta.leaderboard and delta.amount != 0:
+        indexed = bool(old) and lay.leaderboard_attribute in (old or {})
+        if not applied or not delta.leaderboard:
+            entries = 0
+        elif index == "remove":
+            entries = 1 if indexed else 0  # the entry's delete
+        elif indexed:
+            entries = 2 if delta.amount != 0 else 0  # delete and put, when the value changes
+        else:
+            entries = 1 if index == "set" else 0  # a new entry's put
+        if entries:
             index_entry = {
                 k: written[k]
                 for k in (
@@ -449,7 +480,7 @@ class _BaseWriter:
                     lay.value_attribute,
                 )
             }
-            index_units = 2 * write_units(item_size(index_entry))
+            index_units = entries * write_units(item_size(index_entry))
         if self.observer is not None:
             self.observer(
                 WriteObservation(
@@ -500,6 +531,144 @@ class _BaseWriter:
         stats.emptied_values += 1
         stats.modelled_wcu += write_units(typed_item_size(old)) if old else 1
 
+    # -- the leaderboard index's floor (aggregator.dynamodb.floors) -----------------------------
+
+    def _floor(self, delta: CoalescedDelta) -> Decimal | None:
+        """The floor of ``delta``'s index partition as this writer knows it (``None``: no
+        floor, or not a leaderboard item; the update then sets the index attribute)."""
+        if not delta.leaderboard:
+            return None
+        return self.floors.get(index_partition(delta))
+
+    def _index_action(self, delta: CoalescedDelta, floor: Decimal | None) -> IndexAction:
+        """What the update of ``delta``'s item does to its index attribute: set it without a
+        floor; with one, what the value this writer saw last plus ``delta.amount`` calls for
+        (a guess: another shard may have changed the value since, which
+        :meth:`_after_update` checks), an item not seen yet taken for a new one."""
+        if floor is None:
+            return "set"
+        seen = self._seen.get(delta.ref.sort_key)
+        # an item not seen yet is taken for a new one (a long tail's items mostly are)
+        value, indexed = (Decimal(0), False) if seen is None else seen
+        wanted = add(value, delta.amount) >= floor
+        if wanted and not indexed:
+            return "set"
+        if not wanted and indexed:
+            return "remove"
+        return "keep"
+
+    def _after_update(
+        self,
+        delta: CoalescedDelta,
+        floor: Decimal | None,
+        index: IndexAction,
+        old: Mapping[str, Any] | None,
+        amount: Decimal,
+        stats: WriteStats,
+    ) -> None:
+        """Keep the index's invariant after an applied update of ``amount`` that did ``index``
+        to an item that was ``old`` (``ALL_OLD``): count a new entry (the floor's check) and,
+        with a floor, fix the item's membership for its new value."""
+        if not delta.leaderboard:
+            return
+        lay = self.layout
+        before = lay.leaderboard_attribute in (old or {})
+        indexed = {"set": True, "remove": False}.get(index, before)
+        if indexed and not before:
+            self._count_entry(delta, stats)
+        previous = (old or {}).get(lay.value_attribute, {}).get("N")
+        value = add(Decimal(previous or 0), amount)
+        if floor is not None:
+            indexed = self._fix_membership(delta, floor, value, indexed, old, stats)
+        self._remember(delta, value, indexed)
+
+    def _remember(self, delta: CoalescedDelta, value: Decimal, indexed: bool) -> None:
+        if len(self._seen) >= SEEN_ITEMS:
+            self._seen.clear()  # a guess only: forgetting costs a second update at worst
+        self._seen[delta.ref.sort_key] = (value, indexed)
+
+    def _check_membership(
+        self,
+        delta: CoalescedDelta,
+        floor: Decimal,
+        item: Mapping[str, Any] | None,
+        stats: WriteStats,
+    ) -> None:
+        """:meth:`_fix_membership` for ``item`` as it is now (an update found it already
+        applied and returned it); nothing for a missing item."""
+        if not item or not delta.leaderboard:
+            return
+        lay = self.layout
+        value = item.get(lay.value_attribute, {}).get("N")
+        if value is None:
+            return
+        indexed = lay.leaderboard_attribute in item
+        indexed = self._fix_membership(delta, floor, Decimal(value), indexed, item, stats)
+        self._remember(delta, Decimal(value), indexed)
+
+    def _count_entry(self, delta: CoalescedDelta, stats: WriteStats) -> None:
+        units = self.floors.added(index_partition(delta))
+        stats.modelled_wcu += units
+        stats.modelled_index_wcu += units
+
+    def _fix_membership(
+        self,
+        delta: CoalescedDelta,
+        floor: Decimal,
+        value: Decimal,
+        indexed: bool,
+        item: Mapping[str, Any] | None,
+        stats: WriteStats,
+    ) -> bool:
+        """Put ``delta``'s item into the index when ``value`` is at least ``floor`` and it is not
+        there, or take it out when ``value`` is below and it is: one ``UpdateItem`` on condition
+        that the value still says so (a concurrent update that changed it is followed by its own
+        writer's check). ``item`` is the item before (sizes the write). Returns whether the
+        item is in the index now, as far as this writer knows.
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            Other than a failed condition: the item is retried with its batch, whose
+            checkpointed update then returns the item and this check runs again.
+        """
+        wanted = value >= floor
+        if wanted == indexed:
+            return indexed
+        lay = self.layout
+        bound = {"N": str(floor)}
+        if wanted:
+            update = (
+                Update()
+                .set(lay.leaderboard_attribute, {"S": index_partition(delta)})
+                .where_at_least(lay.value_attribute, bound)
+            )
+        else:
+            update = (
+                Update().remove(lay.leaderboard_attribute).where_below(lay.value_attribute, bound)
+            )
+        request = {
+            "TableName": self.table_name,
+            "Key": self._key(delta),
+            **update.render(),
+            "ReturnConsumedCapacity": "TOTAL",
+        }
+        try:
+            self._call("update_item", request, stats)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return indexed
+        units = write_units(typed_item_size(item)) if item else 1
+        stats.modelled_wcu += units + 1
+        stats.modelled_index_wcu += units + 1
+        if wanted:
+            stats.index_entries_added += 1
+            self._count_entry(delta, stats)
+        else:
+            stats.index_entries_removed += 1
+        return wanted
+
     def _best_effort_update(self, delta: CoalescedDelta, update: Update, stats: WriteStats) -> bool:
         """Send ``update`` to ``delta``'s item after its aggregate update succeeded (pruning
         checkpoints, expiring an empty value item): whether it was applied. A failure (its
@@ -517,12 +686,17 @@ class _BaseWriter:
         return True
 
     def _update_request(
-        self, delta: CoalescedDelta, amount: Decimal, count: Decimal | None = None
+        self,
+        delta: CoalescedDelta,
+        amount: Decimal,
+        count: Decimal | None = None,
+        *,
+        index: IndexAction = "set",
     ) -> dict[str, Any]:
         """``UpdateItem`` arguments that ``ADD`` ``amount`` (and ``count``) and set the
         descriptive attributes (returning the item as it was, which sizes the write; no extra
-        capacity)."""
-        request = add_update(self.table_name, self.layout, delta, amount, count)
+        capacity; ``index`` as :func:`add_update` takes it)."""
+        request = add_update(self.table_name, self.layout, delta, amount, count, index=index)
         request["Key"] = self._key(delta)  # a partial's, for a rule with write_shards
         request["ReturnConsumedCapacity"] = "TOTAL"
         request["ReturnValues"] = "ALL_OLD"
@@ -589,6 +763,7 @@ class _BaseWriter:
                 continue
             todo.append(self._placed(delta, shard_id))
         last = batch.last_sequence_number or ""
+        self.floors.load(index_partition(d) for d in todo if d.leaderboard)
 
         def run(delta: CoalescedDelta) -> tuple[WriteStats, str | None]:
             stats = WriteStats()
@@ -640,9 +815,15 @@ class AtLeastOnceWriter(_BaseWriter):
 
     def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
         stats = WriteStats()
-        response = self._call("update_item", self._update_request(delta, delta.amount), stats)
+        floor = self._floor(delta)
+        index = self._index_action(delta, floor)
+        request = self._update_request(delta, delta.amount, index=index)
+        response = self._call("update_item", request, stats)
         stats.items_written = 1
         old = response.get("Attributes")
-        stats.modelled_wcu, stats.modelled_index_wcu = self._modelled_units(delta, old=old)
+        stats.modelled_wcu, stats.modelled_index_wcu = self._modelled_units(
+            delta, old=old, index=index
+        )
+        self._after_update(delta, floor, index, old, delta.amount, stats)
         self._expire_if_empty(delta, old, delta.amount, stats)
         return stats

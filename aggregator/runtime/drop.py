@@ -19,8 +19,9 @@ running it again:
    written meanwhile is left for the next run). The items themselves are never deleted. The
    same scan deletes the rule's partials (``write_shards``), which have no aggregate item to be
    found by.
-4. Remove its fence from each shard's fence item, then its manifest entry (and the rule's serving
-   pointer with its last generation).
+4. Remove its fence from each shard's fence item and its leaderboard index floors
+   (:mod:`aggregator.dynamodb.floors`), then its manifest entry (and the rule's serving pointer
+   with its last generation).
 
 What is not checked: that no handler still *runs* the dropped definition. Deploy the rule set
 without the rule first (or, for a retired generation, let the deployment of the new definition
@@ -47,6 +48,7 @@ from aggregator.core.layout import PARTIAL_PREFIX
 from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.targets import rule_token
 from aggregator.dynamodb.writer import error_code
@@ -60,14 +62,16 @@ BATCH_WRITE_ITEMS = 25
 @dataclass(slots=True)
 class DropResult:
     """What :meth:`DropRule.run` deleted: ``generations`` (storage names), ``items_deleted``
-    (aggregate items, a target rule's ledger included), ``fences_removed`` (fence entries) and
-    ``targets_cleared`` (application items the target attribute was removed from)."""
+    (aggregate items, a target rule's ledger included), ``fences_removed`` (fence entries),
+    ``targets_cleared`` (application items the target attribute was removed from) and
+    ``floors_removed`` (leaderboard index floors)."""
 
     rule: str
     generations: list[str] = field(default_factory=list)
     items_deleted: int = 0
     fences_removed: int = 0
     targets_cleared: int = 0
+    floors_removed: int = 0
 
 
 class DropRule:
@@ -159,6 +163,7 @@ class DropRule:
             if state.target_attribute is not None:
                 result.targets_cleared += self._clear_targets(name, state.target_attribute)
             result.fences_removed += self._remove_fences(name)
+            result.floors_removed += self._remove_floors(name)
             if name in known:
                 self.manifest.remove(name)
         return result
@@ -284,6 +289,29 @@ class DropRule:
         ):
             keys += page.get("Items", [])
         return keys
+
+    def _remove_floors(self, storage_name: str) -> int:
+        """Delete the floor items of ``storage_name``'s index partitions (``<name>``,
+        ``<name>#<n>``, ``<name>#<bucket>...``)."""
+        removed = 0
+        lay = self.layout
+        for page in query_collection(
+            client_call(self.client),
+            self.table_name,
+            lay,
+            lay.control_pk,
+            begins_with=f"{FLOOR_PREFIX}{storage_name}",
+        ):
+            for item in page:
+                partition = item.get(lay.leaderboard_attribute, {}).get("S", "")
+                if partition != storage_name and not partition.startswith(f"{storage_name}#"):
+                    continue  # another rule's whose name starts with this one's
+                self.client.delete_item(
+                    TableName=self.table_name,
+                    Key=lay.item_key(lay.control_pk, lay.sort_key_of(item) or ""),
+                )
+                removed += 1
+        return removed
 
     def _remove_fences(self, storage_name: str) -> int:
         removed = 0

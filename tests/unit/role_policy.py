@@ -24,12 +24,15 @@ ITEM_GRANTS = {
     "dynamodb:UpdateItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
     "dynamodb:GetItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
     "dynamodb:PutItem": {DEFAULT_LAYOUT.dead_letters_pk, DEFAULT_LAYOUT.control_pk},
+    # the leaderboard index's floors (aggregator.dynamodb.floors)
+    "dynamodb:BatchGetItem": {DEFAULT_LAYOUT.control_pk},
 }
 # the same on a table without a sort key: keys under the reserved prefixes
 PK_ONLY_ITEM_GRANTS = {
     "dynamodb:UpdateItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
     "dynamodb:GetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
     "dynamodb:PutItem": {"AGGREGATOR#DEAD_LETTERS#*", "AGGREGATOR#CONTROL#*"},
+    "dynamodb:BatchGetItem": {"AGGREGATOR#CONTROL#*"},
 }
 STREAM_ACTIONS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -59,6 +62,8 @@ STAR_ACTIONS = {"dynamodb:ListStreams", *XRAY_ACTIONS}
 LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringEquals", "Null"}
 TARGET_SID = "TargetAttributesOnly"
 """The statement that lets target rules update application items (any key, named attributes)."""
+LEADERBOARD_SID = "LeaderboardIndexFloors"
+"""The statement that lets leaderboard rules read the leaderboard index (to raise its floors)."""
 # the same on a table without a sort key: keys starting with a reserved value and "#"
 PK_ONLY_LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringLike", "Null"}
 
@@ -140,7 +145,7 @@ def assert_no_other_table_access(statements: list[dict[str, Any]], table_arn: An
         "dynamodb:ListStreams",
         "dynamodb:DescribeTable",
     }
-    for absent in ("Scan", "Query", "DeleteItem", "BatchWriteItem", "BatchGetItem"):
+    for absent in ("Scan", "Query", "DeleteItem", "BatchWriteItem"):
         assert f"dynamodb:{absent}" not in dynamodb
     describe = dynamodb["dynamodb:DescribeTable"]
     assert as_list(describe["Resource"]) == [table_arn]
@@ -199,13 +204,38 @@ def assert_role_policy(
     """Every assertion above, for a table with a sort key; the statement of target rules, when
     there is one, by :func:`target_attributes` (its attributes: :func:`target_attributes`)."""
     target_attributes(statements, table_arn)
-    statements = [s for s in statements if s.get("Sid") != TARGET_SID]
+    leaderboard_index_query(statements)
+    statements = [s for s in statements if s.get("Sid") not in (TARGET_SID, LEADERBOARD_SID)]
     assert_every_statement_allows_named_actions(statements)
     assert_item_access_only_under_the_reserved_partitions(statements, table_arn)
     assert_no_other_table_access(statements, table_arn)
     assert_stream_reads_are_scoped_to_the_stream(statements, stream_arn)
     assert_queue_and_log_permissions(statements, queue_arn, log_group_arn)
     assert_xray_writes_only_when_traced(statements, traced)
+
+
+def leaderboard_index_query(statements: list[dict[str, Any]]) -> bool:
+    """Whether the statement of leaderboard rules is there; checked for its shape: ``Query``
+    alone, on the leaderboard index alone (the table's ARN plus ``/index/leaderboard``), no
+    condition."""
+    found = [s for s in statements if s.get("Sid") == LEADERBOARD_SID]
+    if not found:
+        return False
+    (statement,) = found
+    assert statement["Effect"] == "Allow"
+    assert as_list(statement["Action"]) == ["dynamodb:Query"]
+    (resource,) = as_list(statement["Resource"])
+    # {"Fn::Sub": ["${TableArn}/index/leaderboard", {"TableArn": <the table's ARN>}]}, or the
+    # text it gives for a table whose ARN is known
+    if isinstance(resource, str):
+        assert resource.startswith("arn:aws:dynamodb:") and resource.endswith(
+            ":table/orders/index/leaderboard"
+        ), resource
+    else:
+        (text, variables) = resource["Fn::Sub"]
+        assert text == "${TableArn}/index/leaderboard" and set(variables) == {"TableArn"}
+    assert "Condition" not in statement
+    return True
 
 
 def target_attributes(statements: list[dict[str, Any]], table_arn: Any) -> list[str] | None:

@@ -28,6 +28,7 @@ from aggregator.runtime.filters import check_template, filter_criteria
 from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.role_policy import (
     ITEM_WRITES,
+    LEADERBOARD_SID,
     PK_ONLY_ITEM_GRANTS,
     TARGET_SID,
     assert_every_statement_allows_named_actions,
@@ -126,8 +127,8 @@ def _rule_failures(template: dict[str, Any], params: dict[str, str]) -> list[str
 
 def _render(node: Any, params: dict[str, str], conditions: dict[str, bool]) -> Any:
     """``node`` as CloudFormation would deploy it: ``Fn::If`` decided, ``AWS::NoValue`` dropped,
-    parameters substituted, ``Fn::Split`` / ``Fn::Select`` over them evaluated. References to
-    resources (``Ref``, ``Fn::GetAtt``) stay as they are."""
+    parameters substituted, ``Fn::Split`` / ``Fn::Select`` / ``Fn::Sub`` over them evaluated.
+    References to resources (``Ref``, ``Fn::GetAtt``) stay as they are."""
     if isinstance(node, list):
         items = [_render(item, params, conditions) for item in node]
         return [item for item in items if item is not _NO_VALUE]
@@ -150,6 +151,12 @@ def _render(node: Any, params: dict[str, str], conditions: dict[str, bool]) -> A
             index, items = value[0], _render(value[1], params, conditions)
             if isinstance(items, list):
                 return items[int(index)]
+        if key == "Fn::Sub" and isinstance(value, list):
+            text, variables = value[0], _render(value[1], params, conditions)
+            if all(isinstance(v, str) for v in variables.values()):
+                for name, v in variables.items():
+                    text = text.replace("${" + name + "}", v)
+                return text
     rendered = {key: _render(value, params, conditions) for key, value in node.items()}
     return {key: value for key, value in rendered.items() if value is not _NO_VALUE}
 
@@ -201,14 +208,15 @@ def _expected_stream_arn(deployment: str) -> Any:
 
 
 def _statements(deployed: dict[str, Any], *, targets: bool = False) -> list[dict[str, Any]]:
-    """The role's statements; the one of target rules only with ``targets``
-    (:func:`~tests.unit.role_policy.target_attributes` checks it)."""
+    """The role's statements; those of target and leaderboard rules only with ``targets``
+    (:func:`~tests.unit.role_policy.target_attributes` and
+    :func:`~tests.unit.role_policy.leaderboard_index_query` check them)."""
     _, role = _only_resource(deployed, "AWS::IAM::Role")
     return [
         statement
         for policy in role["Properties"].get("Policies", [])
         for statement in policy["PolicyDocument"]["Statement"]
-        if targets or statement.get("Sid") != TARGET_SID
+        if targets or statement.get("Sid") not in (TARGET_SID, LEADERBOARD_SID)
     ]
 
 

@@ -1,0 +1,267 @@
+"""The leaderboard index's floors (:mod:`aggregator.dynamodb.floors`) against a plain sort.
+
+Random scenarios on DynamoDB Local: scores are written, moved up and down (negative points,
+zero), moved to another player and deleted, while the handler crashes mid-batch and delivers
+batches twice; the writer keeps only 3 keys above a floor and checks it after every new entry,
+so the floor rises often; and the scenario itself raises floors behind the writer's back (another
+container's check: this writer keeps its older, lower floor) and makes the writer forget what it
+saw (a cold container). After every run of the stream:
+
+- every aggregate at or above its partition's stored floor is in the index (the invariant);
+- ``top(n)`` for several ``n`` equals a plain sort of sums computed from the score items
+  themselves, ties broken by key, keys at zero left out.
+
+The test fails when the writer skips the membership check after an already-applied update, when
+the floor's entry is not read past (ties), or when ``exact_top`` trusts a partition that stopped
+at its floor.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import strategies as st
+
+from aggregator.core.layout import leaderboard_partition
+from aggregator.core.rules import RuleSet, rule
+from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dynamodb.floors import FLOOR_PREFIX, IndexFloors, floor_sort_key
+from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.table import create_table
+from aggregator.runtime.drop import DropRule
+from aggregator.runtime.processor import create_processor
+from aggregator.runtime.runner import StreamRunner
+from tests.factories import ddb_json
+from tests.integration.harness import run_property, table_items
+
+pytestmark = pytest.mark.integration
+
+PLAYERS = [f"p{i}" for i in range(9)]
+RULE = "score"
+
+step = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 11), st.sampled_from(PLAYERS), st.integers(-6, 25)),
+    st.tuples(st.just("move"), st.integers(0, 11), st.sampled_from(PLAYERS), st.integers(-6, 25)),
+    st.tuples(st.just("delete"), st.integers(0, 11), st.just(""), st.just(0)),
+    st.tuples(st.just("raise"), st.integers(0, 1), st.just(""), st.integers(0, 30)),
+    st.tuples(st.just("forget"), st.just(0), st.just(""), st.just(0)),
+    st.tuples(st.just("forget"), st.just(0), st.just(""), st.just(0)),
+    st.tuples(st.just("run"), st.just(0), st.just(""), st.just(0)),
+)
+scenario = st.fixed_dictionaries(
+    {
+        "steps": st.lists(step, min_size=8, max_size=40),
+        "partitions": st.sampled_from([1, 2]),
+        "mode": st.sampled_from(["exactly-once", "window"]),
+        "crash_every": st.integers(2, 4),
+        "crash_after": st.integers(1, 3),
+    }
+)
+
+
+def _rules(partitions: int) -> RuleSet:
+    return RuleSet.of(
+        rule(
+            RULE,
+            match={"kind": "score"},
+            key="{player}",
+            delta={"attribute": "points"},
+            leaderboard=True,
+            leaderboard_partitions=partitions,
+        )
+    )
+
+
+def _truth(items: list[dict[str, Any]]) -> list[tuple[str, Decimal]]:
+    """Each player's sum of points over the score items, non-zero, largest first, ties by key."""
+    sums: dict[str, Decimal] = defaultdict(Decimal)
+    for item in items:
+        if item.get("kind", {}).get("S") == "score":
+            sums[item["player"]["S"]] += Decimal(item["points"]["N"])
+    return sorted(((k, v) for k, v in sums.items() if v), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _check_invariant(items: list[dict[str, Any]], partitions: int, report: dict[str, int]) -> None:
+    """Every aggregate at or above its partition's stored floor carries the index attribute."""
+    floors = {
+        item["lb"]["S"]: Decimal(item["value"]["N"])
+        for item in items
+        if item["sk"]["S"].startswith(FLOOR_PREFIX)
+    }
+    report["floors_seen"] = max(report["floors_seen"], len(floors))
+    for item in items:
+        sort_key = item["sk"]["S"]
+        if item["pk"]["S"] != "AGGREGATES" or not sort_key.startswith(f"{RULE}#"):
+            continue
+        if "lb" in item:
+            continue
+        report["unindexed"] += 1
+        value = Decimal(item["value"]["N"])
+        floor = floors.get(leaderboard_partition(RULE, sort_key, partitions))
+        assert floor is not None and value < floor, f"{sort_key} = {value} unindexed, {floors}"
+
+
+def test_top_is_a_plain_sort_under_floors_faults_and_stale_writers(ddb, streams) -> None:
+    report: dict[str, int] = defaultdict(int)
+    counter = iter(range(10_000))
+
+    def run(case: dict[str, Any]) -> None:
+        report["scenarios"] += 1
+        rules = _rules(case["partitions"])
+        name = f"floors-{next(counter)}"
+        arn = create_table(ddb, name, layout=rules.layout)
+        client = FaultInjectingClient(ddb, layout=rules.layout)
+        faults = RunnerFaults(client=client)
+        every = case["crash_every"]
+        after = case["crash_after"]
+        faults.crash = lambda n: after if n % every == 0 and client.crashes < 6 else None
+        faults.duplicate = lambda n: n % 2 == 1
+        processor = create_processor(rules, client, name, mode=case["mode"])
+        writer = processor.writer
+        writer.floors.keep, writer.floors.check_every = 3, 1
+        runner = StreamRunner(processor, streams, arn, batch_size=4, faults=faults)
+        store = AggregateStore(ddb, name, rules)
+        other = IndexFloors(ddb, name, rules.layout)  # another container's floor checks
+        partitions = [RULE] if case["partitions"] == 1 else [f"{RULE}#0", f"{RULE}#1"]
+
+        def check() -> None:
+            assert runner.run().failures == 0
+            items = table_items(ddb, name)
+            _check_invariant(items, case["partitions"], report)
+            expected = _truth(items)
+            for n in (1, 2, 3, 4, 7, 20):
+                got = [(a.key, a.value) for a in store.top(RULE, n)]
+                if got != expected[:n]:
+                    report["drift"] += 1
+                assert got == expected[:n], (n, got, expected)
+            report["checks"] += 1
+
+        for kind, slot, player, points in case["steps"]:
+            pk = f"SCORE#{slot}"
+            if kind in ("put", "move"):
+                item = {"pk": pk, "sk": "S", "kind": "score", "player": player, "points": points}
+                ddb.put_item(TableName=name, Item=ddb_json(item))
+            elif kind == "delete":
+                ddb.delete_item(TableName=name, Key=ddb_json({"pk": pk, "sk": "S"}))
+            elif kind == "raise":  # behind the writer's back, with a keep of its own
+                other.keep = 1 + points % 4
+                other.raise_floor(partitions[slot % len(partitions)])
+            elif kind == "forget":  # a cold container: no floors, nothing seen
+                writer._seen.clear()
+                writer.floors._known.clear()
+            else:
+                check()
+        check()
+        report["raised"] += writer.floors.raised + other.raised
+        report["fallbacks"] = store.top_fallbacks + report.get("fallbacks", 0)
+        ddb.delete_table(TableName=name)
+
+    run_property(
+        scenario,
+        14,
+        run,
+        report,
+        lambda r: (
+            f"floors: {r['scenarios']} scenarios, {r['checks']} checks, {r['raised']} floors "
+            f"raised, {r['unindexed']} aggregates left out of the index, {r['fallbacks']} "
+            f"top calls read every aggregate; drift {r['drift']}"
+        ),
+        "leaderboard_floors.json",
+    )
+    # the scenarios reached the floors' every path
+    assert report["raised"] > 0 and report["unindexed"] > 0
+    assert report["floors_seen"] >= 1
+
+
+def test_a_floor_item_is_not_an_aggregate(ddb) -> None:
+    """The floor's item lives in the control partition: ``list`` and ``get`` never show it."""
+    rules = _rules(1)
+    name = "floors-listing"
+    create_table(ddb, name, layout=rules.layout)
+    for player, points in (("a", 5), ("b", 3), ("c", 1), ("d", 1)):
+        ddb.update_item(
+            TableName=name,
+            Key=rules.layout.aggregate_key(f"{RULE}#{player}"),
+            UpdateExpression="SET #v = :v, #lb = :lb, #r = :r, #k = :k",
+            ExpressionAttributeNames={"#v": "value", "#lb": "lb", "#r": "rule", "#k": "key"},
+            ExpressionAttributeValues={
+                ":v": {"N": str(points)},
+                ":lb": {"S": RULE},
+                ":r": {"S": RULE},
+                ":k": {"S": player},
+            },
+        )
+    floors = IndexFloors(ddb, name, rules.layout, keep=2)
+    assert floors.raise_floor(RULE) > 0
+    item = ddb.get_item(
+        TableName=name, Key=rules.layout.item_key("AGGREGATOR#CONTROL", floor_sort_key(RULE))
+    )
+    assert item["Item"]["value"] == {"N": "3"}
+    store = AggregateStore(ddb, name, rules)
+    assert [(a.key, a.value) for a in store.list(RULE)] == [("a", 5), ("b", 3), ("c", 1), ("d", 1)]
+    assert [(a.key, a.value) for a in store.top(RULE, 2)] == [("a", 5), ("b", 3)]
+    assert store.top_fallbacks == 0
+    # three keys need c and d, below the floor: top proves it cannot answer from the index
+    assert [(a.key, a.value) for a in store.top(RULE, 3)] == [("a", 5), ("b", 3), ("c", 1)]
+    assert store.top_fallbacks == 1
+    # drop-rule of the rule (gone from the rule set) deletes its floor with its aggregates, and
+    # leaves the floor of another rule whose name starts with this one's
+    other = IndexFloors(ddb, name, rules.layout, keep=1)
+    ddb.update_item(
+        TableName=name,
+        Key=rules.layout.aggregate_key(f"{RULE}s#x"),
+        UpdateExpression="SET #v = :v, #lb = :lb",
+        ExpressionAttributeNames={"#v": "value", "#lb": "lb"},
+        ExpressionAttributeValues={":v": {"N": "2"}, ":lb": {"S": f"{RULE}s"}},
+    )
+    assert other.raise_floor(f"{RULE}s") > 0
+    without = RuleSet.of(rule("other", match={"kind": "x"}, key="{k}"))
+    result = DropRule(without, ddb, name, RULE).run()
+    assert (result.items_deleted, result.floors_removed) == (4, 1)
+    left = [i["sk"]["S"] for i in table_items(ddb, name) if i["sk"]["S"].startswith(FLOOR_PREFIX)]
+    assert left == [floor_sort_key(f"{RULE}s")]
+    ddb.delete_table(TableName=name)
+
+
+def test_a_crash_between_an_update_and_its_index_fix_is_healed_by_the_redelivery(ddb) -> None:
+    """The writer guesses an item's membership from the value it saw last; another shard
+    moved the value meanwhile, so the update lands at or above the floor without an index
+    entry and a second update must add one. The process dies before it: the redelivered batch
+    finds the update applied (its checkpoint) and adds the entry then."""
+    from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta
+    from aggregator.dev.faults import SimulatedCrash
+    from aggregator.dynamodb.checkpoint import CheckpointWriter
+
+    rules = _rules(1)
+    name = "floors-crash"
+    create_table(ddb, name, layout=rules.layout)
+    key = rules.layout.aggregate_key(f"{RULE}#a")
+    # the item as another shard left it: 4, below the floor of 5, not indexed
+    ddb.put_item(
+        TableName=name,
+        Item={**key, "value": {"N": "4"}, "rule": {"S": RULE}, "key": {"S": "a"}},
+    )
+    client = FaultInjectingClient(ddb, layout=rules.layout)
+    writer = CheckpointWriter(client, name, layout=rules.layout, max_workers=1)
+    writer.floors._known[RULE] = (Decimal(5), float("inf"))  # known, never refreshed
+    writer._seen[f"{RULE}#a"] = (Decimal(0), False)  # what this writer saw last
+    delta = CoalescedDelta(
+        AggregateRef(RULE, "a", "a"), Decimal(3), "100", [("100", Decimal(3))], leaderboard=True
+    )
+    batch = BatchDeltas(deltas={f"{RULE}#a": delta})
+    batch.first_sequence_number = batch.last_sequence_number = "100"
+    client.arm(1)  # the update succeeds, the index fix does not happen
+    with pytest.raises(SimulatedCrash):
+        writer.apply(batch, shard_id="shard-1")
+    client.disarm()
+    item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+    assert item["value"] == {"N": "7"} and "lb" not in item  # 7 >= 5, out of the index
+    result = writer.apply(batch, shard_id="shard-1")  # Lambda delivers the batch again
+    assert result.stats.already_applied == 1
+    item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+    assert item["value"] == {"N": "7"} and item["lb"] == {"S": RULE}
+    writer.close()
+    ddb.delete_table(TableName=name)
