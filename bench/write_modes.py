@@ -124,6 +124,10 @@ class CountingClient:
         cancels out, to move their checkpoint).
     failed_conditions
         Requests answered with ``ConditionalCheckFailedException``.
+    queries, query_read_units
+        ``Query`` requests and their modelled read capacity: 0.5 RCU per started 4 KB of the
+        items returned, eventually consistent (1 strongly consistent; Developer Guide,
+        "Read/write capacity mode": a query's item sizes are summed, then rounded up).
     """
 
     def __init__(self, client: Any) -> None:
@@ -132,6 +136,19 @@ class CountingClient:
         self.update_items = 0
         self.zero_adds = 0
         self.failed_conditions = 0
+        self.queries = 0
+        self.query_read_units = 0.0
+
+    def query(self, **request: Any) -> Any:
+        from aggregator.dynamodb.writer import typed_item_size
+
+        response = self._client.query(**request)
+        size = sum(typed_item_size(item) for item in response.get("Items", []))
+        units = max(1, -(-size // 4096)) * (1.0 if request.get("ConsistentRead") else 0.5)
+        with self._lock:
+            self.queries += 1
+            self.query_read_units += units
+        return response
 
     def update_item(self, **request: Any) -> Any:
         added = added_amounts(request)
@@ -220,6 +237,11 @@ class RunFigures:
     dead_letters: int = 0
     runner_retries: int = 0
     aggregates: int = 0
+    top_calls: int = 0
+    top_queries: int = 0
+    top_read_units: float = 0.0
+    top_fallbacks: int = 0
+    top_exact: bool = True
     replay_seconds: float = 0.0
     run_seconds: float = 0.0
     source_batches: list[int] = field(default_factory=list)
@@ -364,7 +386,35 @@ def run_one(
 
     aggregates = snapshot(AggregateStore(client, table, rules), rules)
     figures.aggregates = len(aggregates)
+    measure_top(figures, client, table, rules)
     return figures, aggregates
+
+
+TOP_SIZES = (10, 100)
+"""``n`` of the ``top`` calls :func:`measure_top` makes on each leaderboard rule."""
+
+
+def measure_top(figures: RunFigures, client: Any, table: str, rules: RuleSet) -> None:
+    """The read side of the leaderboard index: ``top(n)`` for each ``n`` of :data:`TOP_SIZES`
+    on each leaderboard rule, its ``Query`` requests and modelled RCU, and whether it equals a
+    plain sort of every aggregate of the rule (``list``, read from the table, not the index)."""
+    from aggregator.dynamodb.query import AggregateStore
+
+    reads = CountingClient(client)
+    store = AggregateStore(reads, table, rules)
+    plain = AggregateStore(client, table, rules)
+    for rule in (r for r in rules if r.leaderboard and r.window is None):
+        everything = sorted(
+            ((a.key, a.value) for a in plain.list(rule.name) if a.value != 0),
+            key=lambda kv: (-kv[1], kv[0]),
+        )
+        for n in TOP_SIZES:
+            got = [(a.key, a.value) for a in store.top(rule.name, n)]
+            figures.top_calls += 1
+            figures.top_exact = figures.top_exact and got == everything[:n]
+    figures.top_queries = reads.queries
+    figures.top_read_units = reads.query_read_units
+    figures.top_fallbacks = store.top_fallbacks
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -465,6 +515,7 @@ def render(
         ("UpdateItem\nper 1k", "right"),
         ("WCU\nper 1k", "right"),
         ("table WCU\nper 1k", "right"),
+        ("index WCU\nper 1k", "right"),
         ("ADD 0\nwrites", "right"),
         ("cond.\nrecov.", "right"),
         (f"WCU vs\n{BASELINE}", "right"),
@@ -486,6 +537,7 @@ def render(
             _n(r.per_1k(r.update_items)),
             _n(r.per_1k(r.modelled_wcu)),
             _n(r.per_1k(r.table_wcu)),
+            _n(r.per_1k(r.modelled_index_wcu)),
             f"{r.zero_adds:,}",
             f"{r.conditional_recoveries:,}",
             ratio,
@@ -664,10 +716,26 @@ def _main(args: argparse.Namespace, console: Console, command: str, began: float
 
     if args.plot is not None:
         console.print(f"plot: {plot(runs, args.plot)}", highlight=False)
+    for line in top_lines(runs):
+        console.print(line, highlight=False, soft_wrap=True)
+    top_exact = all(r.top_exact for r in runs)
     summary = summary_line(runs)
     if summary is not None:
         console.print(summary, highlight=False, soft_wrap=True)
-    return 0 if all_equal and all(v.ok for v in verdicts) else 1
+    return 0 if all_equal and top_exact and all(v.ok for v in verdicts) else 1
+
+
+def top_lines(runs: Sequence[RunFigures]) -> list[str]:
+    """One line per run with ``top`` calls: requests, modelled RCU per call, exactness against
+    a plain sort, and how often ``top`` read every aggregate instead of the index."""
+    return [
+        f"top ({r.strategy}, batch {r.batch_size}): {r.top_calls} calls (n = "
+        f"{', '.join(map(str, TOP_SIZES))} on each leaderboard rule), {r.top_queries} Query, "
+        f"{r.top_read_units / r.top_calls:.2f} RCU per call modelled; exact "
+        f"{'yes' if r.top_exact else 'NO'}; {r.top_fallbacks} read every aggregate"
+        for r in runs
+        if r.top_calls
+    ]
 
 
 def summary_line(runs: list[RunFigures]) -> str | None:

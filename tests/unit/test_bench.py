@@ -20,6 +20,7 @@ from bench.write_modes import (
     compare_aggregates,
     per_thousand,
     summary_line,
+    top_lines,
     verdict,
 )
 
@@ -197,3 +198,26 @@ def test_the_summary_line_reads_the_exactly_once_and_per_delta_runs_at_batch_100
         "0.250 of per-delta"
     )
     assert summary_line([exactly]) is None
+
+
+def test_the_top_lines_give_reads_per_call_and_exactness():
+    run = RunFigures("exactly-once", 100, "t", top_calls=4, top_queries=5, top_read_units=3.0)
+    run.top_fallbacks = 1
+    other = RunFigures("per-delta", 100, "t")  # no top calls: no line
+    assert top_lines([run, other]) == [
+        "top (exactly-once, batch 100): 4 calls (n = 10, 100 on each leaderboard rule), "
+        "5 Query, 0.75 RCU per call modelled; exact yes; 1 read every aggregate"
+    ]
+    run.top_exact = False
+    assert "exact NO" in top_lines([run])[0]
+
+
+def test_counting_client_models_query_read_units():
+    class Client:
+        def query(self, **request):
+            return {"Items": [{"pk": {"S": "x" * 3000}}, {"pk": {"S": "y" * 3000}}]}
+
+    reads = CountingClient(Client())
+    reads.query(TableName="t")  # two items of ~3 KB: 2 x 4 KB started, eventually consistent
+    reads.query(TableName="t", ConsistentRead=True)
+    assert (reads.queries, reads.query_read_units) == (2, 1.0 + 2.0)
