@@ -50,6 +50,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.layout import TableLayout
+from aggregator.dynamodb.updates import Update
 
 __all__ = ["CHECK_EVERY", "FLOOR_PREFIX", "KEEP", "IndexFloors", "floor_sort_key"]
 
@@ -208,22 +209,16 @@ class IndexFloors:
             for name, value in lay.item_fields(lay.control_pk, floor_sort_key(partition)).items()
             if name not in key
         }
-        names = {"#lb": lay.leaderboard_attribute, "#v": lay.value_attribute}
-        values: dict[str, Any] = {":p": {"S": partition}, ":v": {"N": str(candidate)}}
-        sets = ["#lb = :p", "#v = :v"]
-        for i, (name, value) in enumerate(extra.items()):
-            names[f"#x{i}"] = name
-            values[f":x{i}"] = {"S": value}
-            sets.append(f"#x{i} = :x{i}")
+        update = (
+            Update()
+            .set(lay.leaderboard_attribute, {"S": partition})
+            .set(lay.value_attribute, {"N": str(candidate)})
+        )
+        for name, value in extra.items():
+            update = update.set(name, {"S": value})
+        update = update.where_missing_or_below(lay.value_attribute, {"N": str(candidate)})
         try:
-            self.client.update_item(
-                TableName=self.table_name,
-                Key=key,
-                UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression="attribute_not_exists(#v) OR #v < :v",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
+            self.client.update_item(TableName=self.table_name, Key=key, **update.render())
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
