@@ -4,9 +4,9 @@
 # Installs are locked: requirements/dev.txt pins every package the virtualenv gets (the dev extras,
 # their dependencies and the build backend) with hashes, for every platform, so every clone gets
 # the same versions whatever the registry serves today. pyproject.toml keeps open ranges for users.
-# `make lock` re-resolves the lock to today's newest releases inside those ranges (README:
-# "Dependencies"); `make test-latest` tries them without touching the lock; `make test-lowest`
-# tries the lowest versions the ranges allow.
+# `make lock` re-resolves the lock to today's newest releases inside those ranges (docs/
+# development.md: "Dependencies"); `make test-latest` tries them without touching the lock;
+# `make test-lowest` tries the lowest versions the ranges allow.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -16,7 +16,7 @@ UV := .cache/uv/bin/uv
 UV_COMPILE = $(UV) pip compile --quiet pyproject.toml requirements/build.in --extra dev \
 	--universal --python-version 3.11 --generate-hashes
 
-.PHONY: install lock test-latest test-lowest test-yaml test-package demo test lint soak bench bench-scale clean
+.PHONY: install lock test-latest test-lowest test-yaml test-package demo test lint docs soak bench bench-scale clean
 
 # A virtualenv from a lock file: $(1) the virtualenv, $(2) the lock. Every package comes from the
 # lock (--no-deps; pip checks the hashes); the package itself is installed editable with the
@@ -95,10 +95,17 @@ lint: install
 	$(BIN)/ruff format --check aggregator tests bench
 	$(BIN)/mypy aggregator
 
+# The documentation site (mkdocs.yml, docs/): mkdocs-material, the Python API from the docstrings
+# (mkdocstrings) and the CLI reference from the click commands (mkdocs-click), built into site/.
+# --strict: a broken link, anchor, snippet or API reference fails the build; `make test` runs it.
+# (NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2.0, printed on every build.)
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 # The whole suite on TEST_WORKERS processes (pytest-xdist; each test file stays on one worker,
 # with its own DynamoDB Local). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
-test: lint test-yaml
+test: lint test-yaml docs
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Longer property-based soak: random writes, fault schedules and malformed records, in parts of
@@ -159,4 +166,4 @@ bench-scale: install
 	$(BIN)/python -m bench.scale $(ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-latest .venv-lowest .cache .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .venv-latest .venv-lowest .cache .pytest_cache .ruff_cache .mypy_cache site

@@ -4,7 +4,8 @@ Public API::
 
     from aggregator import load_rules, rule, RuleSet, Engine, AggregateStore
 
-See the README for the rule reference and the guarantees of each write mode.
+See the documentation (``docs/``, ``make docs``) for the rule reference and the guarantees of
+each write mode.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ __all__ = [
     "rule",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> Any:
