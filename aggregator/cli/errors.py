@@ -46,6 +46,7 @@ from aggregator.cli.options import _META_TABLE
 from aggregator.cli.output import err_console
 from aggregator.core.exceptions import AggregatorError
 from aggregator.core.text import bound, quote
+from aggregator.dynamodb.errors import THROTTLING_ERRORS
 
 DEBUG_ENV = "AGGREGATOR_DEBUG"
 """Environment variable: ``1`` lets unexpected exceptions propagate with their traceback."""
@@ -62,15 +63,6 @@ MESSAGE_CHARS = 300
 
 
 _STREAM_OPERATIONS = frozenset({"DescribeStream", "GetRecords", "GetShardIterator", "ListStreams"})
-_THROTTLING_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "Throttling",
-        "RequestLimitExceeded",
-        "TooManyRequestsException",
-    }
-)
 _CREDENTIAL_CODES = {
     "UnrecognizedClientException": "the AWS credentials were not recognised",
     "InvalidClientTokenId": "the AWS credentials were not recognised",
@@ -139,7 +131,7 @@ def _describe_client_error(exc: ClientError, meta: Mapping[str, Any]) -> str:
             "(AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, aws sso "
             "login), or pass --endpoint-url for DynamoDB Local"
         )
-    if code in _THROTTLING_CODES:
+    if code in THROTTLING_ERRORS:
         return (
             f"{head}: throttled by DynamoDB on {table}{after}; retry later, or raise the "
             "table's capacity (or switch it to on-demand)"

@@ -48,6 +48,7 @@ from aggregator.core.layout import (
 )
 from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
+from aggregator.dynamodb.errors import THROTTLING_ERRORS
 from aggregator.dynamodb.floors import IndexFloors
 from aggregator.dynamodb.updates import IndexAction, Update, aggregate_update, index_partition
 
@@ -308,17 +309,6 @@ def add_update(
 SEEN_ITEMS = 100_000
 """Leaderboard items whose last seen value a writer keeps to guess index membership (about
 100 bytes each); past it the memory is cleared and rebuilt as items are written."""
-
-THROTTLING_ERRORS = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "LimitExceededException",
-    }
-)
-"""Error codes retried with backoff on top of botocore's own retries (DynamoDB API reference,
-"Error handling": throttling errors are safe to retry)."""
 
 
 def error_code(exc: BaseException) -> str:
