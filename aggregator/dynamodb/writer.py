@@ -637,14 +637,8 @@ class _BaseWriter:
             update = (
                 Update().remove(lay.leaderboard_attribute).where_below(lay.value_attribute, bound)
             )
-        request = {
-            "TableName": self.table_name,
-            "Key": self._key(delta),
-            **update.render(),
-            "ReturnConsumedCapacity": "TOTAL",
-        }
         try:
-            self._call("update_item", request, stats)
+            self._send_update(delta, update, stats)
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
@@ -663,17 +657,22 @@ class _BaseWriter:
         """Send ``update`` to ``delta``'s item after its aggregate update succeeded (pruning
         checkpoints, expiring an empty value item): whether it was applied. A failure (its
         condition, throttling past the retries) is left for the item's next update to retry."""
+        try:
+            self._send_update(delta, update, stats)
+        except (ClientError, BotoCoreError):
+            return False
+        return True
+
+    def _send_update(self, delta: CoalescedDelta, update: Update, stats: WriteStats) -> None:
+        """One ``UpdateItem`` of ``update`` on ``delta``'s item (throttling retried by
+        :meth:`_call`; other errors raised)."""
         request = {
             "TableName": self.table_name,
             "Key": self._key(delta),
             **update.render(),
             "ReturnConsumedCapacity": "TOTAL",
         }
-        try:
-            self._call("update_item", request, stats)
-        except (ClientError, BotoCoreError):
-            return False
-        return True
+        self._call("update_item", request, stats)
 
     def _update_request(
         self,
