@@ -322,7 +322,7 @@ class CheckpointWriter(_BaseWriter):
                 remaining = [(s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to]
                 if not remaining:
                     stats.already_applied += 1
-                    if floor is not None:  # a crash may have come between update and fix
+                    if delta.leaderboard:  # a crash may have come between update and fix
                         self._check_membership(delta, floor, failed.get("Item"), stats)
                     return stats
                 amount = Decimal(0)

@@ -29,6 +29,16 @@ existed, so existing tables and generations need no migration.
   it in the same ``Query`` that reads the ranking (no extra request) and knows where the
   indexed part stops being complete (:func:`aggregator.core.ranking.exact_top`).
 
+Taking aggregates out
+---------------------
+Only once a floor has stood for :data:`REMOVAL_GRACE_SECONDS` (its item keeps ``raised_at``) do
+writers take aggregates below it out of the index: the index is updated asynchronously and in no
+order across items, and a reader that saw an entry gone before it saw the floor's new entry
+would take the older, lower floor for proof. A failed removal is left for the item's next write
+(an extra entry never misleads); a failed addition fails the item, so that its batch is
+delivered again and the check runs again (in the at-least-once mode the retry adds the batch
+again, as that mode's promise allows).
+
 Raising it
 ----------
 A writer counts the entries it adds to each index partition; every :data:`CHECK_EVERY` of them
@@ -36,7 +46,11 @@ it reads the first :data:`KEEP` entries of that partition (one keys-only ``Query
 there are that many aggregates, raises the floor to the value of the last one, on condition
 that the stored floor is lower. So at least :data:`KEEP` aggregates are at or above the floor
 when it rises; later decreases can leave fewer, and a ``top`` that cannot prove its answer
-from the index then reads every aggregate of the rule (exact, slower).
+from the index then reads every aggregate of the rule (exact, slower). The floor of a time
+bucket's partition gets the bucket's TTL.
+
+Readers older than floors take the floor's entry for an aggregate: upgrade the applications that
+call ``AggregateStore.top`` with (or before) the handler.
 """
 
 from __future__ import annotations
@@ -63,6 +77,15 @@ CHECK_EVERY = 32
 """Index entries a writer adds to one index partition between two checks of its floor."""
 REFRESH_SECONDS = 60.0
 """How long a writer trusts a floor it read (an older floor is lower or equal: still safe)."""
+REMOVAL_GRACE_SECONDS = 60.0
+"""How long after a floor was raised writers wait before they take aggregates below it out of
+the index. A GSI is updated asynchronously and in no particular order across items (Developer
+Guide, "Global secondary indexes": reads are eventually consistent), so a reader could otherwise
+see an aggregate's entry gone while it still sees the floor's older, lower entry, and take the
+index for complete above it. Adding entries needs no wait: more entries never mislead."""
+MAX_PARTITIONS = 10_000
+"""Index partitions whose floor and count of new entries a writer keeps (time buckets bring new
+ones every bucket); past it the memory is cleared, which costs reads, never correctness."""
 _BATCH_GET_KEYS = 100
 """``BatchGetItem`` reads at most 100 items a request (DynamoDB API Reference, BatchGetItem)."""
 
@@ -81,10 +104,11 @@ class IndexFloors:
         A boto3 DynamoDB client.
     table_name, layout
         The user's table and the framework's layout in it.
-    keep, check_every, refresh_seconds
-        :data:`KEEP`, :data:`CHECK_EVERY`, :data:`REFRESH_SECONDS`.
+    keep, check_every, refresh_seconds, removal_grace_seconds
+        :data:`KEEP`, :data:`CHECK_EVERY`, :data:`REFRESH_SECONDS`,
+        :data:`REMOVAL_GRACE_SECONDS`.
     clock
-        Seconds, monotonic (tests pass their own).
+        Epoch seconds (the writer's clock): a floor's raise time is compared across processes.
     """
 
     def __init__(
@@ -96,7 +120,8 @@ class IndexFloors:
         keep: int = KEEP,
         check_every: int = CHECK_EVERY,
         refresh_seconds: float = REFRESH_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        removal_grace_seconds: float = REMOVAL_GRACE_SECONDS,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
         self.table_name = table_name
@@ -104,9 +129,11 @@ class IndexFloors:
         self.keep = keep
         self.check_every = check_every
         self.refresh_seconds = refresh_seconds
+        self.removal_grace_seconds = removal_grace_seconds
         self._clock = clock
         self._lock = threading.Lock()
-        self._known: dict[str, tuple[Decimal | None, float]] = {}
+        # partition -> (floor, when it was raised, when it was read), seconds of the clock
+        self._known: dict[str, tuple[Decimal | None, float, float]] = {}
         self._added: dict[str, int] = {}
         self.raised = 0
         """Floors this object raised (for benchmarks and tests)."""
@@ -124,7 +151,7 @@ class IndexFloors:
             stale = sorted(
                 p
                 for p in set(partitions)
-                if p not in self._known or now - self._known[p][1] >= self.refresh_seconds
+                if p not in self._known or now - self._known[p][2] >= self.refresh_seconds
             )
         for start in range(0, len(stale), _BATCH_GET_KEYS):
             chunk = stale[start : start + _BATCH_GET_KEYS]
@@ -133,50 +160,65 @@ class IndexFloors:
             except (ClientError, BotoCoreError):
                 continue
             with self._lock:
+                if len(self._known) > MAX_PARTITIONS:
+                    self._known.clear()
                 for partition in chunk:
-                    previous = self._known.get(partition, (None, 0.0))[0]
-                    floor = found.get(partition)
+                    previous, previous_raised, _ = self._known.get(partition, (None, 0.0, 0.0))
+                    floor, raised = found.get(partition, (None, 0.0))
                     if previous is not None and (floor is None or floor < previous):
-                        floor = previous  # floors only rise: keep the higher one seen
-                    self._known[partition] = (floor, now)
+                        # floors only rise: keep the higher one seen
+                        floor, raised = previous, previous_raised
+                    self._known[partition] = (floor, raised, now)
 
-    def _read(self, partitions: list[str]) -> dict[str, Decimal]:
+    def _read(self, partitions: list[str]) -> dict[str, tuple[Decimal, float]]:
         lay = self.layout
         keys = [self._key(p) for p in partitions]
-        found: dict[str, Decimal] = {}
+        found: dict[str, tuple[Decimal, float]] = {}
         request: dict[str, Any] = {self.table_name: {"Keys": keys}}
         for _ in range(8):  # unprocessed keys are retried a few times, then left unknown
             response = self.client.batch_get_item(RequestItems=request)
             for item in response.get("Responses", {}).get(self.table_name, []):
                 partition = item.get(lay.leaderboard_attribute, {}).get("S")
                 value = item.get(lay.value_attribute, {}).get("N")
+                raised = item.get("raised_at", {}).get("N", "0")
                 if partition is not None and value is not None:
-                    found[partition] = Decimal(value)
+                    found[partition] = (Decimal(value), float(raised))
             request = response.get("UnprocessedKeys") or {}
             if not request:
                 break
         return found
 
     def get(self, partition: str) -> Decimal | None:
-        """The floor of ``partition`` as last read (``None``: none known, index everything)."""
+        """The floor of ``partition`` as last read (``None``: none known, index everything):
+        what decides whether an aggregate must be in the index."""
         with self._lock:
-            return self._known.get(partition, (None, 0.0))[0]
+            return self._known.get(partition, (None, 0.0, 0.0))[0]
 
-    def added(self, partition: str) -> int:
-        """Note an entry added to ``partition``'s index; every ``check_every`` of them, check
-        its floor (:meth:`raise_floor`). Returns the index WCU the check modelled (0 or the
-        floor item's write: 1, plus its index entry's 1 or 2)."""
+    def removable(self, partition: str) -> bool:
+        """Whether aggregates below :meth:`get`'s floor may be taken out of the index: the floor
+        was raised at least :attr:`removal_grace_seconds` ago."""
         with self._lock:
+            floor, raised, _ = self._known.get(partition, (None, 0.0, 0.0))
+        return floor is not None and self._clock() - raised >= self.removal_grace_seconds
+
+    def added(self, partition: str, expires: int | None = None) -> int:
+        """Note an entry added to ``partition``'s index; every ``check_every`` of them, check
+        its floor (:meth:`raise_floor`; ``expires``: the TTL of a time bucket's partition, which
+        its floor item gets too). Returns the index WCU the check modelled (0 or the floor
+        item's write: 1, plus its index entry's 1 or 2)."""
+        with self._lock:
+            if len(self._added) > MAX_PARTITIONS:
+                self._added.clear()
             count = self._added.get(partition, 0) + 1
             self._added[partition] = count % self.check_every
         if count < self.check_every:
             return 0
         try:
-            return self.raise_floor(partition)
+            return self.raise_floor(partition, expires)
         except (ClientError, BotoCoreError):
             return 0  # the next check tries again
 
-    def raise_floor(self, partition: str) -> int:
+    def raise_floor(self, partition: str, expires: int | None = None) -> int:
         """Read the first :attr:`keep` aggregates of ``partition`` in the index (one keys-only
         ``Query``, largest first) and, when there are that many, raise the floor to the last
         one's value, on condition that the stored floor is lower. Returns the modelled WCU of
@@ -209,13 +251,17 @@ class IndexFloors:
             for name, value in lay.item_fields(lay.control_pk, floor_sort_key(partition)).items()
             if name not in key
         }
+        now = self._clock()
         update = (
             Update()
             .set(lay.leaderboard_attribute, {"S": partition})
             .set(lay.value_attribute, {"N": str(candidate)})
+            .set("raised_at", {"N": str(int(now))})
         )
         for name, value in extra.items():
             update = update.set(name, {"S": value})
+        if expires is not None:  # a time bucket's partition: the floor goes with the bucket
+            update = update.set(lay.ttl_attribute, {"N": str(expires)})
         update = update.where_missing_or_below(lay.value_attribute, {"N": str(candidate)})
         try:
             self.client.update_item(TableName=self.table_name, Key=key, **update.render())
@@ -224,6 +270,6 @@ class IndexFloors:
                 raise
             return 0
         with self._lock:
-            self._known[partition] = (candidate, self._clock())
+            self._known[partition] = (candidate, float(int(now)), now)
             self.raised += 1
         return 1 + (1 if known is None else 2)

@@ -55,7 +55,8 @@ class Update:
     adds: tuple[tuple[str, Decimal], ...] = ()
     sets: tuple[tuple[str, AttributeValue], ...] = ()
     removes: tuple[str, ...] = ()
-    # ("missing_or_below" | "equals" | "missing" | "below" | "at_least", attribute, value)
+    # ("missing_or_below" | "equals" | "missing" | "exists" | "below" | "at_least", attribute,
+    # value)
     conditions: tuple[tuple[str, str, AttributeValue], ...] = ()
 
     def add(self, attribute: str, amount: Decimal) -> Update:
@@ -82,6 +83,10 @@ class Update:
     def where_missing(self, attribute: str) -> Update:
         """Condition ``attribute_not_exists(attribute)`` (ANDed with the others)."""
         return replace(self, conditions=(*self.conditions, ("missing", attribute, {})))
+
+    def where_exists(self, attribute: str) -> Update:
+        """Condition ``attribute_exists(attribute)`` (ANDed with the others)."""
+        return replace(self, conditions=(*self.conditions, ("exists", attribute, {})))
 
     def where_below(self, attribute: str, bound: AttributeValue) -> Update:
         """Condition ``attribute < :bound`` (false when the attribute is missing; ANDed with the
@@ -128,6 +133,8 @@ class Update:
             placeholder = name(attribute)
             if kind == "missing":
                 conditions.append(f"attribute_not_exists({placeholder})")
+            elif kind == "exists":
+                conditions.append(f"attribute_exists({placeholder})")
             elif kind == "missing_or_below":
                 conditions.append(
                     f"attribute_not_exists({placeholder}) OR {placeholder} < {value(bound)}"

@@ -306,9 +306,9 @@ def add_update(
     }
 
 
-SEEN_ITEMS = 100_000
+SEEN_ITEMS = 20_000
 """Leaderboard items whose last seen value a writer keeps to guess index membership (about
-100 bytes each); past it the memory is cleared and rebuilt as items are written."""
+300 bytes each in CPython); past it the memory is cleared and rebuilt as items are written."""
 
 
 def error_code(exc: BaseException) -> str:
@@ -543,7 +543,7 @@ class _BaseWriter:
         wanted = add(value, delta.amount) >= floor
         if wanted and not indexed:
             return "set"
-        if not wanted and indexed:
+        if not wanted and indexed and self.floors.removable(index_partition(delta)):
             return "remove"
         return "keep"
 
@@ -580,12 +580,14 @@ class _BaseWriter:
     def _check_membership(
         self,
         delta: CoalescedDelta,
-        floor: Decimal,
+        floor: Decimal | None,
         item: Mapping[str, Any] | None,
         stats: WriteStats,
     ) -> None:
         """:meth:`_fix_membership` for ``item`` as it is now (an update found it already
-        applied and returned it); nothing for a missing item."""
+        applied and returned it); nothing for a missing item. Without a known floor (none, or
+        its read failed) the item is put into the index if it is not there: the update that
+        was applied may have left it out under a floor this attempt could not read."""
         if not item or not delta.leaderboard:
             return
         lay = self.layout
@@ -593,22 +595,29 @@ class _BaseWriter:
         if value is None:
             return
         indexed = lay.leaderboard_attribute in item
-        indexed = self._fix_membership(delta, floor, Decimal(value), indexed, item, stats)
+        indexed = self._fix_membership(
+            delta, floor, Decimal(value), indexed, item, stats, unknown_floor=floor is None
+        )
         self._remember(delta, Decimal(value), indexed)
 
     def _count_entry(self, delta: CoalescedDelta, stats: WriteStats) -> None:
-        units = self.floors.added(index_partition(delta))
+        bucket = delta.ref.bucket
+        units = self.floors.added(
+            index_partition(delta), None if bucket is None else bucket.expires
+        )
         stats.modelled_wcu += units
         stats.modelled_index_wcu += units
 
     def _fix_membership(
         self,
         delta: CoalescedDelta,
-        floor: Decimal,
+        floor: Decimal | None,
         value: Decimal,
         indexed: bool,
         item: Mapping[str, Any] | None,
         stats: WriteStats,
+        *,
+        unknown_floor: bool = False,
     ) -> bool:
         """Put ``delta``'s item into the index when ``value`` is at least ``floor`` and it is not
         there, or take it out when ``value`` is below and it is: one ``UpdateItem`` on condition
@@ -616,33 +625,46 @@ class _BaseWriter:
         writer's check). ``item`` is the item before (sizes the write). Returns whether the
         item is in the index now, as far as this writer knows.
 
+        Taking an item out waits until the floor has stood for
+        :data:`~aggregator.dynamodb.floors.REMOVAL_GRACE_SECONDS`, and a failed removal is left
+        for the item's next write. ``unknown_floor``: the floor could not be read; the item is
+        put into the index unconditionally if it is not there (an extra entry never misleads).
+
         Raises
         ------
         botocore.exceptions.ClientError
-            Other than a failed condition: the item is retried with its batch, whose
-            checkpointed update then returns the item and this check runs again.
+            When an addition fails other than by its condition: the item is retried with its
+            batch, whose checkpointed update then returns the item and this check runs again.
         """
-        wanted = value >= floor
+        lay = self.layout
+        partition = index_partition(delta)
+        wanted = unknown_floor or (floor is not None and value >= floor)
         if wanted == indexed:
             return indexed
-        lay = self.layout
-        bound = {"N": str(floor)}
+        if not wanted and not self.floors.removable(partition):
+            return indexed
+        update = Update()
         if wanted:
-            update = (
-                Update()
-                .set(lay.leaderboard_attribute, {"S": index_partition(delta)})
-                .where_at_least(lay.value_attribute, bound)
-            )
+            update = update.set(lay.leaderboard_attribute, {"S": partition})
+            if floor is not None and not unknown_floor:
+                update = update.where_at_least(lay.value_attribute, {"N": str(floor)})
+            else:  # never re-create an item that is gone (a time bucket past its TTL)
+                update = update.where_exists(lay.value_attribute)
         else:
-            update = (
-                Update().remove(lay.leaderboard_attribute).where_below(lay.value_attribute, bound)
+            update = update.remove(lay.leaderboard_attribute).where_below(
+                lay.value_attribute, {"N": str(floor)}
             )
         try:
             self._send_update(delta, update, stats)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return indexed
+        except (ClientError, BotoCoreError) as exc:
+            if (
+                isinstance(exc, ClientError)
+                and error_code(exc) == "ConditionalCheckFailedException"
+            ):
+                return indexed
+            if not wanted:
+                return indexed  # an extra entry never misleads: the next write tries again
+            raise
         units = write_units(typed_item_size(item)) if item else 1
         stats.modelled_wcu += units + 1
         stats.modelled_index_wcu += units + 1

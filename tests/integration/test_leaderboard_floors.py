@@ -122,6 +122,7 @@ def test_top_is_a_plain_sort_under_floors_faults_and_stale_writers(ddb, streams)
         processor = create_processor(rules, client, name, mode=case["mode"])
         writer = processor.writer
         writer.floors.keep, writer.floors.check_every = 3, 1
+        writer.floors.removal_grace_seconds = 0  # DynamoDB Local updates its index at once
         runner = StreamRunner(processor, streams, arn, batch_size=4, faults=faults)
         store = AggregateStore(ddb, name, rules)
         other = IndexFloors(ddb, name, rules.layout)  # another container's floor checks
@@ -246,7 +247,7 @@ def test_a_crash_between_an_update_and_its_index_fix_is_healed_by_the_redelivery
     )
     client = FaultInjectingClient(ddb, layout=rules.layout)
     writer = CheckpointWriter(client, name, layout=rules.layout, max_workers=1)
-    writer.floors._known[RULE] = (Decimal(5), float("inf"))  # known, never refreshed
+    writer.floors._known[RULE] = (Decimal(5), 0.0, float("inf"))  # known, never refreshed
     writer._seen[f"{RULE}#a"] = (Decimal(0), False)  # what this writer saw last
     delta = CoalescedDelta(
         AggregateRef(RULE, "a", "a"), Decimal(3), "100", [("100", Decimal(3))], leaderboard=True
@@ -264,4 +265,97 @@ def test_a_crash_between_an_update_and_its_index_fix_is_healed_by_the_redelivery
     item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
     assert item["value"] == {"N": "7"} and item["lb"] == {"S": RULE}
     writer.close()
+    ddb.delete_table(TableName=name)
+
+
+def _single_writer(ddb, name: str):
+    """A table with one aggregate of RULE, ``a``, and a checkpointed writer for it."""
+    from aggregator.dynamodb.checkpoint import CheckpointWriter
+
+    rules = _rules(1)
+    create_table(ddb, name, layout=rules.layout)
+    client = FaultInjectingClient(ddb, layout=rules.layout)
+    return rules, client, CheckpointWriter(client, name, layout=rules.layout, max_workers=1)
+
+
+def _batch(amount: int, sequence_number: str):
+    from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta
+
+    delta = CoalescedDelta(
+        AggregateRef(RULE, "a", "a"),
+        Decimal(amount),
+        sequence_number,
+        [(sequence_number, Decimal(amount))],
+        leaderboard=True,
+    )
+    batch = BatchDeltas(deltas={f"{RULE}#a": delta})
+    batch.first_sequence_number = batch.last_sequence_number = sequence_number
+    return batch
+
+
+def test_an_aggregate_leaves_the_index_only_once_its_floor_has_stood(ddb) -> None:
+    """A reader must see a new floor's entry before it sees entries gone below it: writers wait
+    REMOVAL_GRACE_SECONDS after the raise before they take aggregates out."""
+    import time
+
+    name = "floors-grace"
+    rules, _, writer = _single_writer(ddb, name)
+    key = rules.layout.aggregate_key(f"{RULE}#a")
+    writer.apply(_batch(10, "100"), shard_id="s")  # no floor: indexed
+    now = time.time()
+    writer.floors._known[RULE] = (Decimal(5), now, float("inf"))  # raised just now
+    writer.apply(_batch(-8, "101"), shard_id="s")  # 2, below the floor
+    item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+    assert item["value"] == {"N": "2"} and item["lb"] == {"S": RULE}  # still in: too early
+    writer.floors._known[RULE] = (Decimal(5), now - 61, float("inf"))  # it has stood
+    writer.apply(_batch(-1, "102"), shard_id="s")  # 1, below the floor
+    item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+    assert item["value"] == {"N": "1"} and "lb" not in item
+    writer.close()
+    ddb.delete_table(TableName=name)
+
+
+def test_a_redelivery_that_cannot_read_the_floor_indexes_the_aggregate(ddb) -> None:
+    """The first attempt leaves the aggregate out under a floor and dies; the second cannot read
+    the floor (a new container whose read failed): it puts the aggregate into the index, which
+    is always allowed."""
+    from aggregator.dev.faults import SimulatedCrash
+
+    name = "floors-unknown"
+    rules, client, writer = _single_writer(ddb, name)
+    key = rules.layout.aggregate_key(f"{RULE}#a")
+    writer.floors._known[RULE] = (Decimal(50), 0.0, float("inf"))
+    client.arm(1)  # the update lands at 7, below the floor: no fix needed, then a crash
+    with pytest.raises(SimulatedCrash):
+        writer.apply(_batch(7, "100"), shard_id="s")
+        writer.apply(_batch(0, "101"), shard_id="s")
+    client.disarm()
+    assert "lb" not in ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+    writer.floors._known.clear()
+    writer.floors.load = lambda partitions: None  # the floor's read fails
+    assert writer.apply(_batch(7, "100"), shard_id="s").stats.already_applied == 1
+    item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+    assert item["value"] == {"N": "7"} and item["lb"] == {"S": RULE}
+    writer.close()
+    ddb.delete_table(TableName=name)
+
+
+def test_the_floor_of_a_time_bucket_goes_with_the_bucket(ddb) -> None:
+    rules = _rules(1)
+    name = "floors-ttl"
+    create_table(ddb, name, layout=rules.layout)
+    partition = f"{RULE}#hour#2026-01-01T00:00:00Z"
+    ddb.update_item(
+        TableName=name,
+        Key=rules.layout.aggregate_key(f"{RULE}#a#hour#2026-01-01T00:00:00Z"),
+        UpdateExpression="SET #v = :v, #lb = :lb",
+        ExpressionAttributeNames={"#v": "value", "#lb": "lb"},
+        ExpressionAttributeValues={":v": {"N": "3"}, ":lb": {"S": partition}},
+    )
+    floors = IndexFloors(ddb, name, rules.layout, keep=1)
+    assert floors.raise_floor(partition, expires=1_767_229_200) > 0
+    key = rules.layout.item_key("AGGREGATOR#CONTROL", floor_sort_key(partition))
+    item = ddb.get_item(TableName=name, Key=key)["Item"]
+    assert (item["value"], item["ttl"]) == ({"N": "3"}, {"N": "1767229200"})
+    assert int(item["raised_at"]["N"]) > 1_700_000_000
     ddb.delete_table(TableName=name)
