@@ -812,9 +812,12 @@ class AtLeastOnceWriter(_BaseWriter):
     throttle_retries, backoff_seconds
         Extra retries of throttled requests after botocore's own, with exponential backoff.
 
+    Notes
+    -----
     Each update is ``ADD #value :delta SET #rule = :rule, #key = :key`` (plus ``#lb = :rule`` for
-    leaderboard rules). Zero deltas are not written. Guarantee: every record is applied at least
-    once; a redelivered batch is applied again.
+    leaderboard rules whose index partition has no floor: :mod:`aggregator.dynamodb.floors`).
+    Zero deltas are not written. Guarantee: every record is applied at least once; a redelivered
+    batch is applied again.
     """
 
     mode = "at-least-once"
