@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["THROTTLING_ERRORS"]
+from botocore.exceptions import ClientError
+
+__all__ = ["THROTTLING_ERRORS", "error_code"]
 
 THROTTLING_ERRORS = frozenset(
     {
@@ -18,3 +20,10 @@ THROTTLING_ERRORS = frozenset(
 "Common errors" and the errors of each operation; ``TooManyRequestsException`` and
 ``Throttling`` are the Lambda and IAM-style spellings). The writers retry them on top of
 botocore's own retries; the CLI says the request was throttled."""
+
+
+def error_code(exc: BaseException) -> str:
+    """The error code of a botocore ``ClientError`` (else the exception's type name)."""
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return type(exc).__name__

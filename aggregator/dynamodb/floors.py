@@ -64,6 +64,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.layout import TableLayout
+from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update
 
 __all__ = ["CHECK_EVERY", "FLOOR_PREFIX", "KEEP", "IndexFloors", "floor_sort_key"]
@@ -266,7 +267,7 @@ class IndexFloors:
         try:
             self.client.update_item(TableName=self.table_name, Key=key, **update.render())
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             return 0
         with self._lock:

@@ -48,7 +48,7 @@ from aggregator.core.layout import (
 )
 from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
-from aggregator.dynamodb.errors import THROTTLING_ERRORS
+from aggregator.dynamodb.errors import THROTTLING_ERRORS, error_code
 from aggregator.dynamodb.floors import IndexFloors
 from aggregator.dynamodb.updates import IndexAction, Update, aggregate_update, index_partition
 
@@ -311,13 +311,6 @@ SEEN_ITEMS = 20_000
 300 bytes each in CPython); past it the memory is cleared and rebuilt as items are written."""
 
 
-def error_code(exc: BaseException) -> str:
-    """The error code of a botocore ``ClientError`` (else the exception's type name)."""
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    return type(exc).__name__
-
-
 class _BaseWriter:
     mode = "base"
     writes_targets = False
@@ -423,11 +416,11 @@ class _BaseWriter:
         mode", write request units), so checkpoints of other shards on the item count. Without
         ``old`` the item is taken to hold only what this update writes. ``removed`` are
         attributes the update removes; ``applied=False`` models a write whose condition failed
-        (charged for the item's size, no index change). ``sets_index=False``: the update left
-        the leaderboard attribute alone (its partition has a floor). The index part is 2 WCU a
-        kilobyte of entry when an indexed value changes (the entry is deleted and put again), 1
-        when the update puts a new entry, 0 for an item outside the index. Each call is also
-        reported to :attr:`observer`.
+        (charged for the item's size, no index change). ``index`` is what the update did to the
+        leaderboard attribute (:data:`~aggregator.dynamodb.updates.IndexAction`). The index part
+        is 2 WCU a kilobyte of entry when an indexed value changes (the entry is deleted and put
+        again), 1 when the update puts a new entry or deletes one, 0 for an item outside the
+        index. Each call is also reported to :attr:`observer`.
         """
         lay = self.layout
         written = self._new_attributes(delta, delta.amount, extra)
@@ -452,7 +445,7 @@ class _BaseWriter:
             before, after = 0, item_size(written)
         units = write_units(max(before, after))
         index_units = 0
-        indexed = bool(old) and lay.leaderboard_attribute in (old or {})
+        indexed = lay.leaderboard_attribute in (old or {})
         if not applied or not delta.leaderboard:
             entries = 0
         elif index == "remove":
