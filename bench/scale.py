@@ -134,20 +134,27 @@ SHARDED = {
 }
 WRITE_SHARDS = 64
 UNSHARDED = "flights, no write sharding"
+AUTO = "flights, write_shards: auto"
+HOT_AUTO = "hot keys, write_shards: auto"
+HOT_AUTO_SECONDS = HOT_SECONDS
+"""The hot-key workload with ``write_shards: auto``: the same burst, which every shard's first
+batch shows hot (:mod:`aggregator.dynamodb.routing`)."""
 LEADERBOARD_PARTITIONS = 4
 
 
-def _rules_flights(sharded: bool = True) -> RuleSet:
+def _rules_flights(sharded: bool = True, auto: bool = False) -> RuleSet:
     """``definitions/flights.yaml`` plus the ``TOTAL`` rule, the rules of :data:`SHARDED` with
     ``write_shards`` and ``flights_by_carrier`` with ``leaderboard_partitions`` (the rule file's
     YAML, with these two fields added, is what a user would write); ``sharded=False``: as they
-    are (the comparison)."""
+    are (the comparison); ``auto=True``: as they are but ``write_shards: auto`` on every rule."""
     loaded = load_rules(DEFINITIONS)
     rules = []
     # sums and counts only (the other kinds' costs: python -m bench.kinds)
     for r in (*(r for r in loaded.rules if r.kind.name == "sum"), TOTAL_RULE):
         update: dict[str, Any] = {}
-        if not sharded:
+        if auto:
+            update["write_shards"] = "auto"
+        elif not sharded:
             pass
         elif r.name in SHARDED:
             update["write_shards"] = WRITE_SHARDS
@@ -157,16 +164,21 @@ def _rules_flights(sharded: bool = True) -> RuleSet:
     return RuleSet.of(*rules, layout=loaded.layout)
 
 
-def _rules_hot() -> RuleSet:
+def _rules_hot(write_shards: int | str = WRITE_SHARDS) -> RuleSet:
     return RuleSet.of(
-        rule("likes_total", match={"post": {"exists": True}}, key="TOTAL", write_shards=64),
+        rule(
+            "likes_total",
+            match={"post": {"exists": True}},
+            key="TOTAL",
+            write_shards=write_shards,  # type: ignore[arg-type]
+        ),
         rule(
             "likes_per_post",
             match={"post": {"exists": True}},
             key="{post}",
             leaderboard=True,
             leaderboard_partitions=8,
-            write_shards=64,
+            write_shards=write_shards,  # type: ignore[arg-type]
         ),
     )
 
@@ -251,9 +263,10 @@ def _stream_arn(ddb: Any, table: str) -> str:
     return str(ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"])
 
 
-def run_flights(partitions: int, mode: str, *, sharded: bool = True) -> Figures:
+def run_flights(partitions: int, mode: str, *, sharded: bool = True, auto: bool = False) -> Figures:
     """The flights workload on a fresh DynamoDB Local (module docstring); ``sharded=False``
-    without write sharding and leaderboard partitions."""
+    without write sharding and leaderboard partitions; ``auto=True`` with ``write_shards: auto``
+    on every rule."""
     from aggregator.dev.demo import write_steps
     from aggregator.dev.flights import read_flights, replay_steps
     from aggregator.dev.local import DynamoDBLocal
@@ -261,8 +274,9 @@ def run_flights(partitions: int, mode: str, *, sharded: bool = True) -> Figures:
     from tests.integration.test_flights import ground_truth
 
     began = time.monotonic()
-    figures = Figures("flights" if sharded else UNSHARDED, partitions, mode)
-    rules = _rules_flights(sharded)
+    workload = AUTO if auto else "flights" if sharded else UNSHARDED
+    figures = Figures(workload, partitions, mode)
+    rules = _rules_flights(sharded, auto)
     flights = read_flights(start=FIRST_DAY, end=LAST_DAY)
     with DynamoDBLocal() as local:
         ddb = local.client("dynamodb")
@@ -301,17 +315,20 @@ def _check(
     figures.top_requests = store.requests
 
 
-def run_hot(partitions: int, mode: str = "exactly-once") -> Figures:
-    """The hot-key workload on a fresh DynamoDB Local (module docstring)."""
+def run_hot(
+    partitions: int, mode: str = "exactly-once", *, auto: bool = False, seconds: int = HOT_SECONDS
+) -> Figures:
+    """The hot-key workload on a fresh DynamoDB Local (module docstring); ``auto=True`` with
+    ``write_shards: auto`` for ``seconds`` simulated seconds."""
     from aggregator.dev.demo import write_steps
     from aggregator.dev.flights import ReplayStep
     from aggregator.dev.local import DynamoDBLocal
     from aggregator.dynamodb.table import create_table
 
     began = time.monotonic()
-    figures = Figures("hot keys", partitions, mode)
-    rules = _rules_hot()
-    count = HOT_RATE * HOT_SECONDS
+    figures = Figures(HOT_AUTO if auto else "hot keys", partitions, mode)
+    rules = _rules_hot("auto" if auto else WRITE_SHARDS)
+    count = HOT_RATE * seconds
     posts = [f"post-{0 if i % 2 == 0 else 1 + (i * 7919) % 100}" for i in range(count)]
     start = 1_700_000_000.0
     with DynamoDBLocal() as local:
@@ -365,14 +382,17 @@ def render(console: Console, runs: list[Figures]) -> None:
     ):
         table.add_column(header, justify="left" if header == "mode" else "right")
     for r in sorted(
-        (r for r in runs if r.workload in ("flights", UNSHARDED)),
-        key=lambda r: (r.partitions, r.workload == UNSHARDED),
+        (r for r in runs if r.workload in ("flights", UNSHARDED, AUTO)),
+        key=lambda r: (
+            r.partitions,
+            (UNSHARDED, AUTO).index(r.workload) + 1 if r.workload != "flights" else 0,
+        ),
     ):
-        sharded = r.workload == "flights"
+        label = {"flights": "", UNSHARDED: ", no write sharding", AUTO: ", write_shards: auto"}
         ratio = f"{_ratio(runs, r.partitions, r.workload):.3f}" if r.mode == "exactly-once" else ""
         table.add_row(
             str(r.partitions),
-            r.mode if sharded else f"{r.mode}, no write sharding",
+            f"{r.mode}{label[r.workload]}",
             f"{r.shards:,}",
             f"{r.source_records:,}",
             f"{r.wcu_per_1k:,.1f}",
@@ -402,11 +422,15 @@ def render(console: Console, runs: list[Figures]) -> None:
     ):
         hot.add_column(header, justify="left" if header == "mode" else "right")
     for r in runs:
-        if r.workload != "hot keys":
+        if r.workload == HOT_AUTO:
+            r_mode = f"{r.mode}, auto, {r.source_records // HOT_RATE} s"
+        elif r.workload == "hot keys":
+            r_mode = r.mode
+        else:
             continue
         hot.add_row(
             str(r.partitions),
-            r.mode,
+            r_mode,
             f"{r.wcu_per_1k:,.1f}",
             f"{r.item_peak:,}",
             f"{r.partition_peak:,}",
@@ -492,9 +516,62 @@ def parser() -> argparse.ArgumentParser:
         help="skip the runs without write sharding (the comparison, for P > 1)",
     )
     p.add_argument(
+        "--no-auto",
+        action="store_true",
+        help="skip the write_shards: auto runs at P=64 (and the scale-auto line)",
+    )
+    p.add_argument(
         "--plots", type=Path, default=PLOTS, metavar="DIR", help="where the PNGs go (bench/plots)"
     )
     return p
+
+
+def _run_auto(console: Console, runs: list[Figures]) -> list[Figures]:
+    """At P=64: the flights with ``write_shards: auto`` (exactly-once; without write sharding
+    too when the comparison did not run) and the hot keys for :data:`HOT_AUTO_SECONDS`."""
+    done = []
+    if not any(r.workload == UNSHARDED and r.partitions == 64 for r in runs):
+        with console.status("flights without write sharding, P=64, exactly-once ..."):
+            done.append(run_flights(64, "exactly-once", sharded=False))
+    with console.status("flights with write_shards: auto, P=64, exactly-once ..."):
+        done.append(run_flights(64, "exactly-once", auto=True))
+    r = done[-1]
+    console.print(
+        f"flights P=64  exactly-once   write_shards: auto: {r.wcu_per_1k:,.1f} WCU/1k, "
+        f"largest item {r.largest_item_bytes:,} B, {'exact' if r.exact else 'NOT EXACT'} "
+        f"({r.seconds:.0f} s)",
+        highlight=False,
+    )
+    with console.status(f"hot keys with write_shards: auto, P=64, {HOT_AUTO_SECONDS} s ..."):
+        done.append(run_hot(64, auto=True, seconds=HOT_AUTO_SECONDS))
+    r = done[-1]
+    console.print(
+        f"hot keys P=64 write_shards: auto, {HOT_AUTO_SECONDS} s: item peak {r.item_peak:,} "
+        f"WCU/s, table partition peak {r.partition_peak:,} WCU/s, index partition peak "
+        f"{r.index_peak:,} WCU/s, {r.throttled_seconds} s over a limit, "
+        f"{'exact' if r.exact else 'NOT EXACT'} ({r.seconds:.0f} s)",
+        highlight=False,
+    )
+    return done
+
+
+def _auto_line(runs: list[Figures]) -> str | None:
+    """``scale-auto: P=64 flights WCU <r> of unsharded; hot keys <s> s over a limit; exact
+    <yes|no>``: the flights with ``write_shards: auto`` over the flights without write sharding
+    (exactly-once, P=64), the hot keys' seconds over a limit, and whether both are exact
+    (``None`` without the auto runs)."""
+    by = {(r.workload, r.partitions, r.mode): r for r in runs}
+    auto = by.get((AUTO, 64, "exactly-once"))
+    base = by.get((UNSHARDED, 64, "exactly-once"))
+    hot = by.get((HOT_AUTO, 64, "exactly-once"))
+    if auto is None or base is None or hot is None:
+        return None
+    ratio = auto.wcu_per_1k / base.wcu_per_1k if base.wcu_per_1k else float("nan")
+    exact = "yes" if auto.exact and hot.exact else "no"
+    return (
+        f"scale-auto: P=64 flights WCU {ratio:.3f} of unsharded; hot keys "
+        f"{hot.throttled_seconds} s over a limit; exact {exact}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -541,6 +618,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"({r.seconds:.0f} s)",
                 highlight=False,
             )
+            if p == 64 and not args.no_auto:
+                runs.extend(_run_auto(console, runs))
     except AggregatorError as exc:
         console.print(f"error: {exc}", highlight=False)
         return 2
@@ -549,6 +628,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"plot: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2, default=str))
+    auto = _auto_line(runs)
+    if auto is not None:
+        print(auto)
     p64 = [r for r in runs if r.workload == "flights" and r.partitions == 64]
     largest = max(r.largest_item_bytes for r in p64)
     print(

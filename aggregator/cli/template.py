@@ -129,7 +129,7 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
             "TimeToLiveSpecification": {"AttributeName": layout.ttl_attribute, "Enabled": True},
         },
         "aggregates-leading-keys": _leading_keys(
-            layout, layout.aggregates_pk, collections=any(r.write_shards > 1 for r in rules)
+            layout, layout.aggregates_pk, collections=any(r.sharded for r in rules)
         ),
         "dead-letters-leading-keys": _leading_keys(layout, layout.dead_letters_pk),
         "control-leading-keys": _leading_keys(layout, layout.control_pk),

@@ -37,7 +37,7 @@ digits. The record's other rules still apply, and no failure hides another recor
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -48,6 +48,7 @@ from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add, subtract
 from aggregator.core.records import Image, MalformedRecord, StreamRecord, pad_sequence_number
+from aggregator.core.routing import moved_at
 from aggregator.core.rules import (
     MAX_SORT_KEY_BYTES,
     Bucket,
@@ -216,6 +217,9 @@ class CoalescedDelta:
     target_attribute
         For a change to a rule's target item (``ref.target``): the attribute it adds to
         (:mod:`aggregator.dynamodb.targets`).
+    auto_shards
+        The rule has ``write_shards: auto``: the writer measures its writes
+        (:mod:`aggregator.dynamodb.routing`).
     """
 
     ref: AggregateRef
@@ -231,6 +235,7 @@ class CoalescedDelta:
     keeps_count: bool = False
     per_value: bool = False
     target_attribute: str | None = None
+    auto_shards: bool = False
 
     def amount_after(self, sequence_number: str) -> Decimal:
         """Sum of the parts whose sequence number is greater than ``sequence_number``."""
@@ -339,14 +344,17 @@ class Engine:
             else f"the {layout.max_sort_text_bytes}-byte limit for a sort key text on a table "
             f"without a sort key ({MAX_SORT_KEY_BYTES} bytes less {layout.aggregates_pk + '#'!r})"
         )
-        sharded = [r.name for r in rules if r.write_shards > 1]
+        sharded = [r.name for r in rules if r.sharded]
         if sharded and not layout.has_sort_key:
             raise ConfigError(
                 f"rule {sharded[0]!r}: write_shards needs a table with a sort key (the partials "
                 "of an aggregate share an item collection, so that their stream records reach "
                 "one shard)"
             )
-        self._sharded = {r.name: r for r in rules if r.write_shards > 1}
+        self._sharded = {r.name: r for r in rules if r.sharded}
+        self.auto_rules = tuple(r.name for r in rules if r.auto_shards)
+        """Names of the rules with ``write_shards: auto`` (their records need the shard's
+        ``routing``: :meth:`process`)."""
         self._by_name = {r.name: r for r in rules}
         self._base = rules.base_rules
         self._derived = {source: rules.derived_from(source) for source in rules.sources}
@@ -456,7 +464,7 @@ class Engine:
         return None
 
     def _rule_delta(
-        self, rule: Rule, record: StreamRecord, derived: bool
+        self, rule: Rule, record: StreamRecord, derived: bool, moved: bool = False
     ) -> tuple[list[tuple[AggregateRef, Amounts]], dict[str, EvaluationError]]:
         """The rule's per-aggregate changes for one record (zero changes dropped), and the
         evaluation error of each image the rule could not evaluate, by label (``OldImage``,
@@ -491,7 +499,8 @@ class Engine:
                     f"{label}: the delta needs more than DynamoDB's 38 significant digits",
                     FailureCause.LIMIT_EXCEEDED,
                 ) from None
-        partial = not derived and rule.write_shards > 1
+        # write_shards: auto goes to the partials while this record's shard is hot for the rule
+        partial = not derived and (moved if rule.auto_shards else rule.sharded)
         return [
             (replace(ref, partial=True) if partial else ref, amounts)
             for ref, amounts in changes.items()
@@ -641,6 +650,7 @@ class Engine:
         source: str | None,
         fences: Mapping[str, str] | None = None,
         batch: BatchDeltas | None = None,
+        routing: Mapping[str, Sequence[int]] | None = None,
     ) -> tuple[list[RecordDelta], list[RecordFailure]]:
         deltas: list[RecordDelta] = []
         failures: list[RecordFailure] = []
@@ -656,7 +666,10 @@ class Engine:
             try:
                 if missing is not None:
                     raise EvaluationError(missing, FailureCause.MISSING_IMAGE)
-                changes, failed = self._rule_delta(rule, record, derived=source is not None)
+                moved = bool(routing) and moved_at(
+                    (routing or {}).get(rule.name, ()), record.approximate_creation_time
+                )
+                changes, failed = self._rule_delta(rule, record, source is not None, moved)
             except EvaluationError as exc:
                 failures.append(self._failure(record, rule.name, str(exc), exc.cause))
                 continue
@@ -715,6 +728,7 @@ class Engine:
         *,
         now: float | None = None,
         fences: Mapping[str, str] | None = None,
+        routing: Mapping[str, Sequence[int]] | None = None,
     ) -> BatchDeltas:
         """Evaluate and coalesce one batch (records of one shard, in stream order).
 
@@ -730,6 +744,11 @@ class Engine:
         ``fences`` maps rule names to a 40-digit sequence number of this shard (a
         :class:`~aggregator.core.lifecycle.Fence`): such a rule evaluates only records after it
         (the records up to it are a backfill's part); skipped pairs are counted in ``fenced``.
+
+        ``routing`` maps ``write_shards: auto`` rules to this shard's switches (epoch seconds,
+        :mod:`aggregator.core.routing`): a record created at or after an odd number of them
+        changes the aggregate's partials, any other record (and every record without
+        ``routing``) the aggregate itself.
 
         Returns
         -------
@@ -775,7 +794,7 @@ class Engine:
                     continue
                 if source is not None:
                     batch.derived_inputs += 1
-                deltas, failures = self._evaluate(record, source, fences, batch)
+                deltas, failures = self._evaluate(record, source, fences, batch, routing)
             batch.failures.extend(failures)
             deltas = self._drop_expired(batch, deltas, clock)
             by_rule: dict[str, list[RecordDelta]] = {}
@@ -830,7 +849,7 @@ class Engine:
                 [(d.sequence_number, d.amount)],
                 rule.leaderboard and not d.ref.partial,
                 rule.leaderboard_partitions,
-                rule.write_shards,
+                rule.partial_slots,
                 count=totals[1],
                 count_parts=[(d.sequence_number, d.count)] if keeps_count else [],
                 keeps_count=keeps_count,
@@ -838,6 +857,7 @@ class Engine:
                 target_attribute=(
                     rule.target.attribute if rule.target is not None and not d.ref.partial else None
                 ),
+                auto_shards=rule.auto_shards,
             )
             return
         current.amount, current.count = totals

@@ -343,6 +343,7 @@ class CheckpointWriter(_BaseWriter):
             stats.modelled_wcu += total
             stats.modelled_index_wcu += index_units
             self._after_update(delta, floor, index, old, amount, stats)
+            self._observe_heat(delta, shard_id, old)
             self._prune(delta, shard_id, old, stats)
             self._expire_if_empty(delta, old, amount, stats)
             return stats
@@ -350,6 +351,31 @@ class CheckpointWriter(_BaseWriter):
             f"{delta.ref.sort_key}: checkpoint kept changing during {MAX_RECOVERY_ROUNDS} "
             "recovery rounds (is another consumer writing this shard?)"
         )
+
+    def _observe_heat(self, delta: CoalescedDelta, shard_id: str, old: Mapping[str, Any]) -> None:
+        """Tell :attr:`routing`'s heat meter of a write of a ``write_shards: auto`` rule's item:
+        for the aggregate, its size and how many other shards wrote it within the meter's window
+        (their checkpoints' times in ``ALL_OLD``)."""
+        routing = self.routing
+        if routing is None or not delta.auto_shards:
+            return
+        now = self._clock()
+        if delta.slot is not None:
+            routing.heat.record(shard_id, delta.ref.rule, now)
+            return
+        horizon = now - routing.heat.window_seconds
+        own = (checkpoint_attribute(shard_id), legacy_checkpoint_attribute(shard_id))
+        writers = 1
+        for name, value in old.items():
+            if name in own or not is_checkpoint_attribute(name):
+                continue
+            try:
+                _, written = decode_checkpoint(_typed_value(value))
+            except ValueError:
+                continue
+            writers += written >= horizon
+        units = write_units(typed_item_size(old)) if old else 1
+        routing.heat.record(shard_id, delta.ref.rule, now, units, writers)
 
     def _checkpoint_extra(self, shard_id: str, last: str) -> dict[str, Any]:
         return {checkpoint_attribute(shard_id): self._checkpoint_value(last)}

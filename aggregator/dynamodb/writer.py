@@ -50,6 +50,7 @@ from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.errors import THROTTLING_ERRORS, error_code
 from aggregator.dynamodb.floors import IndexFloors
+from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.updates import IndexAction, Update, aggregate_update, index_partition
 
 __all__ = [
@@ -276,6 +277,8 @@ class Writer(Protocol):
     """What the handler and runner need from a write mode."""
 
     mode: str
+    routing: ShardRouting | None
+    """Where the writer reports its writes of ``write_shards: auto`` rules (``None``: none)."""
 
     def apply(self, batch: BatchDeltas, *, shard_id: str | None = None) -> WriteResult:
         """Apply a batch's coalesced deltas; never raises for per-item write failures."""
@@ -339,6 +342,9 @@ class _BaseWriter:
         self.empty_value_retention_seconds = DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
         self.floors = IndexFloors(client, table_name, layout, clock=clock)
         """The leaderboard index floors this writer knows (:mod:`aggregator.dynamodb.floors`)."""
+        self.routing: ShardRouting | None = None
+        """The ``write_shards: auto`` rules' routing, whose heat meter this writer feeds
+        (:mod:`aggregator.dynamodb.routing`; set by the processor)."""
         self._seen: dict[str, tuple[Decimal, bool]] = {}
         """Leaderboard items' value and index membership as this writer last saw them (its
         guess of what an update will do to them; bounded by :data:`SEEN_ITEMS`)."""
@@ -833,4 +839,8 @@ class AtLeastOnceWriter(_BaseWriter):
         )
         self._after_update(delta, floor, index, old, delta.amount, stats)
         self._expire_if_empty(delta, old, delta.amount, stats)
+        if self.routing is not None and delta.auto_shards and shard_id is not None:
+            # no checkpoints in this mode: this shard's own writes are all the meter sees
+            units = write_units(typed_item_size(old)) if old and delta.slot is None else None
+            self.routing.heat.record(shard_id, delta.ref.rule, self._clock(), units, 1)
         return stats

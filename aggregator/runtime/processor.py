@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.engine import (
     PARTIAL_MARK,
@@ -45,6 +46,7 @@ from aggregator.core.text import bound, quote
 from aggregator.dynamodb.deadletters import DeadLetterWriter, LastResort
 from aggregator.dynamodb.manifest import RuleLifecycle
 from aggregator.dynamodb.modes import make_writer
+from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.writer import Writer, WriteStats
 
 __all__ = ["BatchOutcome", "StreamProcessor", "create_processor"]
@@ -95,6 +97,9 @@ class BatchOutcome:
         Messages of write failures.
     flushed
         Window mode: whether this invocation applied the window's deltas.
+    routing_switches
+        Switches of ``write_shards: auto`` rules this invocation persisted
+        (:mod:`aggregator.dynamodb.routing`).
     """
 
     response: dict[str, Any]
@@ -113,6 +118,7 @@ class BatchOutcome:
     retry_from: str | None = None
     errors: list[str] = field(default_factory=list)
     flushed: bool = False
+    routing_switches: int = 0
 
 
 # -- window state (de)serialization ------------------------------------------------------------
@@ -135,6 +141,7 @@ def _encode_state(batch: BatchDeltas) -> str:
             # a target's key values: on a change to the target item (with its attribute) and on
             # a change to one of a target rule's partials (whose roll-up needs them)
             [list(d.ref.target), d.target_attribute] if d.ref.target is not None else None,
+            int(d.auto_shards),
         ]
         for sk, d in batch.deltas.items()
     }
@@ -191,6 +198,8 @@ def _decode_state(text: str | None) -> BatchDeltas:
             keeps_count=counted is not None,
             per_value=bool(rest[4]) if len(rest) >= 5 else False,
             target_attribute=target_attribute,
+            # states written before write_shards: auto end at the target
+            auto_shards=bool(rest[6]) if len(rest) >= 7 else False,
         )
     return batch
 
@@ -262,6 +271,9 @@ class StreamProcessor:
         Optional :class:`~aggregator.dynamodb.manifest.RuleLifecycle`: rules pending a backfill
         then count each shard's records only after their fence (created at the first batch of
         the shard that sees the rule).
+    routing
+        Optional :class:`~aggregator.dynamodb.routing.ShardRouting` of the ``write_shards: auto``
+        rules: read before each batch is evaluated, decided after its writes.
     """
 
     def __init__(
@@ -276,8 +288,10 @@ class StreamProcessor:
         state_limit_bytes: int = DEFAULT_STATE_LIMIT_BYTES,
         clock: Any = time.time,
         lifecycle: RuleLifecycle | None = None,
+        routing: ShardRouting | None = None,
     ) -> None:
         self.clock = clock
+        self.routing = routing
         self.lifecycle = lifecycle
         self.engine = engine
         self.writer = writer
@@ -331,8 +345,10 @@ class StreamProcessor:
         ):
             raise EventError(f"not a DynamoDB stream event: shardId {quote(shard_id)} is invalid")
         self.writer.check_shard(shard_id)
+        routing_wcu = 0 if self.routing is None else self.routing.modelled_wcu
+        routing = self._routing(shard_id, records)
         batch = self.engine.process(
-            records, now=self.clock(), fences=self._fences(shard_id, records)
+            records, now=self.clock(), fences=self._fences(shard_id, records), routing=routing
         )
         outcome = BatchOutcome(
             response={"batchItemFailures": []},
@@ -367,6 +383,9 @@ class StreamProcessor:
             outcome.write.add(result.stats)
             outcome.errors.extend(result.errors)
             outcome.retry_from = result.retry_from
+        if self.routing is not None:
+            outcome.routing_switches = self.routing.decide(shard_id, routing, batch)
+            outcome.write.modelled_wcu += self.routing.modelled_wcu - routing_wcu
         if outcome.retry_from is not None:
             outcome.response["batchItemFailures"] = [{"itemIdentifier": outcome.retry_from}]
             if self.logger is not None:
@@ -379,6 +398,33 @@ class StreamProcessor:
                 )
         self._emit_metrics(outcome, records)
         return outcome
+
+    def _routing(
+        self, shard_id: str | None, records: list[StreamRecord | MalformedRecord]
+    ) -> dict[str, list[int]]:
+        """The shard's switches of the ``write_shards: auto`` rules (none without them); at the
+        shard's first batch, its routing item is created first, with the rules this batch shows
+        hot on the partials from the start (:mod:`aggregator.dynamodb.routing`).
+
+        Raises
+        ------
+        WriteError
+            When they cannot be read: no record of the batch may be evaluated without them.
+        """
+        if self.routing is None or shard_id is None:
+            return {}
+        try:
+            switches = self.routing.read(shard_id)
+            if switches is None:
+                trial = self.engine.process(records, now=self.clock())
+                created = (
+                    r.approximate_creation_time for r in records if isinstance(r, StreamRecord)
+                )
+                hot = self.routing.hot_at_start(trial, (t for t in created if t is not None))
+                switches = self.routing.start(shard_id, hot)
+        except (ClientError, BotoCoreError) as exc:
+            raise WriteError(f"cannot read the shard's write sharding switches: {exc}") from exc
+        return switches
 
     def _fences(
         self, shard_id: str | None, records: list[StreamRecord | MalformedRecord]
@@ -538,8 +584,20 @@ def create_processor(
         clock=clock,
         **writer_options,
     )
+    engine = Engine(rules if rule_lifecycle is None else rule_lifecycle.rules, layout)
+    routing = None
+    if engine.auto_rules:
+        # at-least-once needs no switch to be stable between deliveries: kept in memory
+        routing = ShardRouting(
+            None if mode == "at-least-once" else client,
+            table_name,
+            layout,
+            engine.auto_rules,
+            clock=clock,
+        )
+        writer.routing = routing
     return StreamProcessor(
-        Engine(rules if rule_lifecycle is None else rule_lifecycle.rules, layout),
+        engine,
         writer,
         DeadLetterWriter(client, table_name, layout=layout, last_resort=last_resort, clock=clock),
         flush="window" if mode == "window" else "batch",
@@ -547,4 +605,5 @@ def create_processor(
         logger=logger,
         clock=clock,
         lifecycle=rule_lifecycle,
+        routing=routing,
     )

@@ -361,7 +361,7 @@ def reconcile(
         return report
     # a write-sharded rule's change reaches its aggregate in two passes through the stream (the
     # partial, then the aggregate): wait for both before calling a difference stable
-    sharded = any(r.write_shards > 1 for r in rules if r.name in names)
+    sharded = any(r.sharded for r in rules if r.name in names)
     time.sleep(settle_seconds * (2 if sharded else 1))
     before2, expected2, after2 = check()
     for key in candidates:

@@ -121,7 +121,7 @@ parent_of_child = st.sampled_from([*PARENTS, None])
 _DESER = TypeDeserializer()
 
 
-def placed(base: Rule, **placement: int) -> Rule:
+def placed(base: Rule, **placement: int | str) -> Rule:
     """``base`` with ``write_shards`` / ``leaderboard_partitions`` set (validated again; a
     target rule's key is its target's, not given again)."""
     fields = {k: v for k, v in dict(base).items() if k != "key" or base.target is None}

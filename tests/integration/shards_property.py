@@ -10,7 +10,9 @@ roll over every ``rollover`` seconds. Each partition has its own processor and f
 crashes after some updates, batches delivered twice, bisected retries, throttled items (the
 parents' ``META`` items among them). The rules are the wide set (a windowed rule, two rules
 derived from another rule's aggregates, the other kinds, two target rules and a rule reading what
-one of them writes), with or without write sharding.
+one of them writes), without write sharding, with it, or with ``write_shards: auto`` and each
+shard switching between the aggregates and the partials at random (hot and cold turns at any
+time, through the real persisted switches).
 
 Target rules keep their sums on parent items the scenario writes before anything else (some
 parents are never created, one may be deleted on the way and never comes back); each path item
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 from typing import Any
 
 from hypothesis import strategies as st
@@ -33,6 +36,7 @@ from hypothesis import strategies as st
 from aggregator.core.rules import RuleSet
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.shards import EventSourceTwin, ShardPlan, ShardTwin, SimulatedClock
+from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import create_processor
 from tests.integration.harness import (
@@ -67,7 +71,39 @@ SHARDING: dict[str, dict[str, int]] = {
 SHARDED_RULES = RuleSet.of(
     *(placed(r, **SHARDING[r.name]) if r.name in SHARDING else r for r in WIDE_RULES.rules)
 )
-RULES = {"wide": WIDE_RULES, "sharded": SHARDED_RULES}
+# The same rules with write_shards: auto, each shard switching between the aggregates and the
+# partials at random after its batches (RandomRouting): what the heat meter decides must not
+# matter to exactness, only when each switch takes effect.
+AUTO_RULES = RuleSet.of(
+    *(
+        placed(r, **{**SHARDING[r.name], "write_shards": "auto"}) if r.name in SHARDING else r
+        for r in WIDE_RULES.rules
+    )
+)
+RULES = {"wide": WIDE_RULES, "sharded": SHARDED_RULES, "auto": AUTO_RULES}
+
+
+class RandomRouting(ShardRouting):
+    """Starts each shard's auto rules hot or cold and switches them after its batches at random
+    (a seeded draw per call), through the real persistence: hot and cold turns at any time."""
+
+    def __init__(self, *args: Any, seed: int, chance: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._random = random.Random(seed)
+        self._chance = chance
+
+    def decide(self, shard_id: Any, known: Any, batch: Any = None) -> int:
+        if batch is None or not batch.records:
+            return 0  # not after a window's empty closing call: it would only pile switches up
+        return super().decide(shard_id, known, batch)
+
+    def hot_at_start(self, batch: Any, created_seconds: Any) -> set[str]:
+        return {r for r in self.rules if self._random.random() < self._chance}
+
+    def wants_switch(self, shard_id: str, rule: str, hot: bool, now: float) -> bool:
+        return self._random.random() < self._chance
+
+
 EXAMPLES = int(os.environ.get("AGGREGATOR_SHARD_EXAMPLES", "50"))
 START = 1_700_000_000 // 3600 * 3600
 _names = itertools.count()
@@ -93,6 +129,9 @@ scenario = st.fixed_dictionaries(
         "spacing": st.sampled_from([0, 1, 20, 2 * 3600]),
         "mode": st.sampled_from(["exactly-once", "window"]),
         "rules": st.sampled_from(sorted(RULES)),
+        # rules "auto": the seed and chance of each shard's switches
+        "switch_seed": st.integers(0, 2**16),
+        "switch_chance": st.sampled_from([0.2, 0.5, 1.0]),
         "batch_size": st.integers(1, 7),
         # (partition, delivery number within it) -> crash after n updates
         "crashes": st.dictionaries(
@@ -141,6 +180,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         apply_ops(ddb, name, case["ops"], parents)
         clock = SimulatedClock(START)
         arrivals = itertools.count(1)
+        routings: list[RandomRouting] = []
 
         def arrival(record: dict[str, Any]) -> float:
             return START + next(arrivals) * case["spacing"]
@@ -158,7 +198,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         ]
 
         def processor_for(p: int):
-            return create_processor(
+            processor = create_processor(
                 rules,
                 clients[p],
                 name,
@@ -168,6 +208,19 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                 throttle_retries=1,
                 backoff_seconds=0.001,
             )
+            if processor.routing is not None:
+                routing = RandomRouting(
+                    clients[p],
+                    name,
+                    rules.layout,
+                    processor.engine.auto_rules,
+                    clock=clock,
+                    seed=case["switch_seed"] + p,
+                    chance=case["switch_chance"],
+                )
+                processor.routing = processor.writer.routing = routing
+                routings.append(routing)
+            return processor
 
         def faults_for(p: int) -> RunnerFaults:
             return RunnerFaults(
@@ -193,6 +246,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         report["records"] += stats.records
         report["shards"] += twin.shards_opened()
         report["faults"] += stats.function_errors + stats.retries + stats.duplicates
+        report["switches"] += sum(r.switches for r in routings)
         items = final_items(ddb, name)
         truth = target_truth(expected_from_items(items, WIDE_RULES), items, parents)
         expected = truth.expected
@@ -220,6 +274,7 @@ def check_part(label: str, dynamodb_local) -> None:
         "faults": 0,
         "tallies": 0,
         "ledger": 0,
+        "switches": 0,
     }
 
     run_property(
@@ -231,6 +286,7 @@ def check_part(label: str, dynamodb_local) -> None:
             f"multi-shard property {label}: {r['scenarios']} scenarios, {r['records']} stream "
             f"records over {r['shards']} shards, {r['faults']} injected faults and retries, "
             f"{r['tallies']} parents' sums, {r['ledger']} ledger entries, "
+            f"{r['switches']} write sharding switches, "
             f"drift in {r['drift']} scenarios"
         ),
         f"shards-{label}.json",

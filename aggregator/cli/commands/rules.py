@@ -27,7 +27,7 @@ def _rule_summary(r: Any) -> dict[str, Any]:
         if r.target.sort_key is not None:
             where += f" / {r.target.sort_key.template}"
         options.append(f"target {r.target.attribute} on {where}")
-    if r.write_shards > 1:
+    if r.sharded:
         options.append(f"write_shards={r.write_shards}")
     if r.ttl_deletes != "keep":
         options.append(f"ttl_deletes={r.ttl_deletes}")

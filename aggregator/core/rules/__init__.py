@@ -31,6 +31,7 @@ from aggregator.core.rules.loader import (
 )
 from aggregator.core.rules.loading import MAX_RULE_FILE_BYTES, load_rules, rule_files_in
 from aggregator.core.rules.model import (
+    AUTO_WRITE_SHARDS,
     BUCKET_TEXT_BYTES,
     MAX_SORT_KEY_BYTES,
     RULE_NAME_PATTERN,
@@ -50,6 +51,7 @@ from aggregator.core.rules.ruleset import (
 from aggregator.core.rules.targets import Target
 
 __all__ = [
+    "AUTO_WRITE_SHARDS",
     "BUCKET_TEXT_BYTES",
     "MAX_PROBLEMS_PER_FILE",
     "MAX_RULE_FILE_BYTES",

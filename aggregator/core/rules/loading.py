@@ -322,7 +322,7 @@ def load_rules(
             "sort key (this table: section has sort_key: null): the partials of an aggregate "
             "share an item collection"
             for r in rules
-            if r.write_shards > 1
+            if r.sharded
         ]
     if errors:
         raise RuleError("\n".join(errors))

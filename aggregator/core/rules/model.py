@@ -19,7 +19,15 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    model_validator,
+)
 
 from aggregator.core.conditions import Condition, MatchAll, parse_match
 from aggregator.core.exceptions import EvaluationError, FailureCause
@@ -51,6 +59,24 @@ def _whole(value: Any) -> Any:
 
 CountField = Annotated[int, BeforeValidator(_whole), Field(ge=1, le=100, strict=True)]
 """A count from 1 to 100 (``write_shards``, ``leaderboard_partitions``)."""
+
+AUTO_WRITE_SHARDS = 64
+"""How many partials an aggregate of a rule with ``write_shards: auto`` has while its writers
+write partials (:mod:`aggregator.dynamodb.routing`)."""
+
+
+def _write_shards(value: Any) -> int | str:
+    """``write_shards``: ``"auto"``, or a whole number from 1 to 100."""
+    value = _whole(value)
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+        raise ValueError(f"should be a whole number from 1 to 100, or auto; got {value!r}")
+    return value
+
+
+WriteShardsField = Annotated[int | Literal["auto"], PlainValidator(_write_shards)]
+"""``write_shards``: a count from 1 to 100, or ``"auto"``."""
 
 
 class _FieldError(ValueError):
@@ -122,7 +148,11 @@ class Rule(BaseModel):
         from the partials' stream records, one shard's batch at a time (1: no partials). Each
         partial then carries the checkpoints of a few shards only, and the aggregate those of
         the few shards of its partials' collection. Time buckets have partials of their own.
-        Not for derived rules; needs a table with a sort key.
+        Not for derived rules; needs a table with a sort key. ``auto``: each stream shard writes
+        the aggregate itself until its writes of the rule's aggregates run hot, then its
+        partials (:data:`AUTO_WRITE_SHARDS` of them) from a time it records first, and the
+        aggregate again once they cool (:mod:`aggregator.dynamodb.routing`); exactly-once and
+        window modes only decide so (at-least-once decides in memory).
     window
         Optional :class:`Window`: count per time bucket of an event-time attribute; the sort key
         becomes ``"<name>#<key>#<granularity>#<bucket start>"``.
@@ -152,7 +182,7 @@ class Rule(BaseModel):
     ttl_deletes: Literal["keep", "retract"] = "keep"
     leaderboard: StrictBool = False
     leaderboard_partitions: CountField = 1
-    write_shards: CountField = 1
+    write_shards: WriteShardsField = 1
     window: Window | None = None
     source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
     target: Target | None = None
@@ -217,7 +247,7 @@ class Rule(BaseModel):
             raise _FieldError(
                 "leaderboard_partitions", "leaderboard_partitions needs leaderboard: true"
             )
-        if self.write_shards > 1 and self.source is not None:
+        if self.sharded and self.source is not None:
             raise _FieldError(
                 "write_shards",
                 "write_shards cannot be combined with source: a derived rule's aggregates are "
@@ -261,6 +291,23 @@ class Rule(BaseModel):
     @property
     def is_derived(self) -> bool:
         return self.source is not None
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the rule's aggregates may have partial items (``write_shards`` other than 1,
+        ``auto`` included)."""
+        return self.write_shards != 1
+
+    @property
+    def auto_shards(self) -> bool:
+        """``write_shards: auto``: partials only while a shard's writes run hot."""
+        return self.write_shards == "auto"
+
+    @property
+    def partial_slots(self) -> int:
+        """How many partials an aggregate has when its writers write partials
+        (:data:`AUTO_WRITE_SHARDS` for ``auto``; 1 for a rule without write sharding)."""
+        return AUTO_WRITE_SHARDS if self.write_shards == "auto" else self.write_shards
 
     def attributes(self) -> frozenset[str]:
         """Names of every image attribute this rule reads (match, key or target, delta and

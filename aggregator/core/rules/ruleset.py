@@ -442,7 +442,7 @@ def rule(
     ttl_deletes: Literal["keep", "retract"] = "keep",
     leaderboard: bool = False,
     leaderboard_partitions: int = 1,
-    write_shards: int = 1,
+    write_shards: int | Literal["auto"] = 1,
     window: Mapping[str, Any] | None = None,
     source: str | None = None,
     kind: str | Mapping[str, Any] = "sum",

@@ -1,0 +1,104 @@
+"""``write_shards: auto`` on DynamoDB Local: a batch delivered again after its shard switched
+makes the choice its first delivery made; a first batch that shows a rule hot writes no
+aggregate; the routing item is read before anything is evaluated."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from aggregator.core.rules import RuleSet, rule
+from aggregator.runtime.processor import create_processor
+from tests.factories import stream_record
+
+pytestmark = pytest.mark.integration
+
+RULES = RuleSet.of(
+    rule("total", match={"sk": {"prefix": "PATH#"}}, key="TOTAL", write_shards="auto")
+)
+SHARD = "shardId-00000001700000000000-00000001"
+START = 1_700_000_000
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def event(numbers: range, created: int) -> dict[str, Any]:
+    return {
+        "Records": [
+            stream_record(
+                "INSERT", None, {"pk": f"P{n}", "sk": f"PATH#{n}"}, seq=n, created=created
+            )
+            for n in numbers
+        ],
+        "shardId": SHARD,
+        "window": {"start": "2023-11-14T22:13:00Z", "end": "2023-11-14T22:14:00Z"},
+        "state": {},
+        "isFinalInvokeForWindow": False,
+        "isWindowTerminatedEarly": False,
+    }
+
+
+def values(ddb, table: str) -> dict[str, Decimal]:
+    """The aggregate's value and each partial's, by sort key (a consistent scan)."""
+    found = {}
+    for item in ddb.scan(TableName=table, ConsistentRead=True)["Items"]:
+        if "value" in item and item["pk"]["S"].startswith("AGGREGATES"):
+            found[f"{item['pk']['S']}/{item['sk']['S']}"] = Decimal(item["value"]["N"])
+    return found
+
+
+def test_a_batch_delivered_after_a_switch_makes_its_first_choice_again(ddb, table):
+    name, _ = table
+    clock = Clock(START + 0.5)
+    processor = create_processor(RULES, ddb, name, clock=clock)
+    routing = processor.routing
+    assert routing is not None
+    routing.hot_wcu_per_second = 0.0  # every batch wants the shard hot
+
+    first = event(range(1, 4), START)
+    processor.process_event(first)
+    switches = routing.read(SHARD)
+    assert switches == {"total": [START + 2]}  # decided at START + 0.5: after every record now
+    assert values(ddb, name) == {"AGGREGATES/total#TOTAL": Decimal(3)}
+
+    # the same batch again once the switch is in force: its records were created before it
+    clock.now = START + 10
+    processor.process_event(first)
+    assert values(ddb, name) == {"AGGREGATES/total#TOTAL": Decimal(3)}
+
+    # records created after the switch go to the shard's partial
+    later = event(range(4, 6), START + 5)
+    processor.process_event(later)
+    processor.process_event(later)  # and a duplicate of that batch adds nothing either
+    found = values(ddb, name)
+    assert found.pop("AGGREGATES/total#TOTAL") == 3
+    assert list(found.values()) == [Decimal(2)] and all("PARTIAL#" in k for k in found)
+
+
+def test_a_first_batch_that_shows_the_rule_hot_never_writes_the_aggregate(ddb, table):
+    name, _ = table
+    processor = create_processor(RULES, ddb, name, clock=Clock(START + 0.5))
+    assert processor.routing is not None
+    processor.routing.start_hot_deltas_per_second = 3
+    outcome = processor.process_event(event(range(1, 5), START))  # 4 deltas in one second
+    assert processor.routing.read(SHARD) == {"total": [0]}
+    found = values(ddb, name)
+    assert "AGGREGATES/total#TOTAL" not in found  # its records roll up from the partial later
+    assert list(found.values()) == [Decimal(4)]
+    assert outcome.write.modelled_wcu >= 2  # the routing item's creation is counted
+
+
+def test_without_the_routing_item_nothing_is_evaluated(ddb, table):
+    name, _ = table
+    processor = create_processor(RULES, ddb, "no-such-table-here", clock=Clock(START))
+    with pytest.raises(Exception, match="write sharding switches"):
+        processor.process_event(event(range(1, 3), START))
+    assert values(ddb, name) == {}
