@@ -246,6 +246,18 @@ class CoalescedDelta:
         return _sum_after(self.count_parts, sequence_number)
 
 
+def _widen_bounds(batch: BatchDeltas, sequence_number: str) -> None:
+    """Take ``sequence_number`` into the batch's first and last. By value rather than position:
+    redelivered records may come out of order (Lambda Developer Guide, "Tumbling windows": "If
+    records are processed more than once, they might be processed out of order")."""
+    padded = pad_sequence_number(sequence_number)
+    first, last = batch.first_sequence_number, batch.last_sequence_number
+    if first is None or padded < pad_sequence_number(first):
+        batch.first_sequence_number = sequence_number
+    if last is None or padded > pad_sequence_number(last):
+        batch.last_sequence_number = sequence_number
+
+
 def _sum_after(parts: list[tuple[str, Decimal]], sequence_number: str) -> Decimal:
     bound = pad_sequence_number(sequence_number)
     total = Decimal(0)
@@ -761,67 +773,74 @@ class Engine:
         clock = time.time() if now is None else now
         for record in records:
             batch.records += 1
-            # min/max rather than position: redelivered records may come out of order (Lambda
-            # Developer Guide, "Tumbling windows": "If records are processed more than once, they
-            # might be processed out of order").
-            # a malformed record's sequence number is not trusted: it never becomes a checkpoint
-            # (it produces no deltas, and redelivering it only rewrites its dead letter)
-            if isinstance(record, StreamRecord):
-                padded = pad_sequence_number(record.sequence_number)
-                if batch.first_sequence_number is None or padded < pad_sequence_number(
-                    batch.first_sequence_number
-                ):
-                    batch.first_sequence_number = record.sequence_number
-                if batch.last_sequence_number is None or padded > pad_sequence_number(
-                    batch.last_sequence_number
-                ):
-                    batch.last_sequence_number = record.sequence_number
             if isinstance(record, MalformedRecord):
+                # its sequence number is not trusted: it never becomes a checkpoint (it produces
+                # no deltas, and redelivering it only rewrites its dead letter)
                 batch.malformed += 1
                 batch.failures.append(self._malformed(record))
                 continue
-            # only a handler running write-sharded rules reads partials (for any other, their
-            # records are self-writes, which _classify tells by the same key test)
-            total = self.layout.partial_total(record.keys) if self._sharded else None
-            sharded = None if total is None else self._sharded.get(total.partition("#")[0])
-            if sharded is not None and total is not None:
-                batch.partial_inputs += 1
-                deltas, failures = self._partial_delta(record, sharded, total)
-            else:
-                self_write, source = self._classify(record)
-                if self_write:
-                    batch.self_writes += 1
-                    continue
-                if source is not None:
-                    batch.derived_inputs += 1
-                deltas, failures = self._evaluate(record, source, fences, batch, routing)
+            _widen_bounds(batch, record.sequence_number)
+            evaluated = self._record_deltas(batch, record, fences, routing)
+            if evaluated is None:
+                continue
+            deltas, failures = evaluated
             batch.failures.extend(failures)
-            deltas = self._drop_expired(batch, deltas, clock)
-            by_rule: dict[str, list[RecordDelta]] = {}
-            for d in deltas:
-                by_rule.setdefault(d.ref.rule, []).append(d)
-            for rule_name, group in by_rule.items():
-                try:  # all of a (record, rule)'s deltas, or none
-                    sums = {}
-                    for d in group:
-                        current = batch.deltas.get(d.ref.batch_key)
-                        so_far = (current.amount, current.count) if current else NO_AMOUNTS
-                        sums[d.ref.batch_key] = add_amounts(so_far, (d.amount, d.count))
-                except ArithmeticError:
-                    batch.failures.append(
-                        self._failure(
-                            record,
-                            rule_name,
-                            "the batch's sum for an aggregate needs more than DynamoDB's 38 "
-                            "significant digits",
-                            FailureCause.LIMIT_EXCEEDED,
-                        )
-                    )
-                    continue
-                batch.record_deltas += len(group)
-                for d in group:
-                    self._coalesce(batch, d, sums[d.ref.batch_key], self._by_name[d.ref.rule])
+            self._add_record(batch, record, self._drop_expired(batch, deltas, clock))
         return batch
+
+    def _record_deltas(
+        self,
+        batch: BatchDeltas,
+        record: StreamRecord,
+        fences: Mapping[str, str] | None,
+        routing: Mapping[str, Sequence[int]] | None,
+    ) -> tuple[list[RecordDelta], list[RecordFailure]] | None:
+        """One record's deltas and failures, counted in ``batch`` by where the record comes from
+        (``None`` for the framework's own writes, which change nothing)."""
+        # only a handler running write-sharded rules reads partials (for any other, their
+        # records are self-writes, which _classify tells by the same key test)
+        total = self.layout.partial_total(record.keys) if self._sharded else None
+        sharded = None if total is None else self._sharded.get(total.partition("#")[0])
+        if sharded is not None and total is not None:
+            batch.partial_inputs += 1
+            return self._partial_delta(record, sharded, total)
+        self_write, source = self._classify(record)
+        if self_write:
+            batch.self_writes += 1
+            return None
+        if source is not None:
+            batch.derived_inputs += 1
+        return self._evaluate(record, source, fences, batch, routing)
+
+    def _add_record(
+        self, batch: BatchDeltas, record: StreamRecord, deltas: list[RecordDelta]
+    ) -> None:
+        """Coalesce one record's deltas into ``batch``: all of a (record, rule)'s deltas, or
+        none when one of its sums would pass 38 significant digits (a failure then)."""
+        by_rule: dict[str, list[RecordDelta]] = {}
+        for d in deltas:
+            by_rule.setdefault(d.ref.rule, []).append(d)
+        for rule_name, group in by_rule.items():
+            try:
+                sums = {}
+                for d in group:
+                    current = batch.deltas.get(d.ref.batch_key)
+                    so_far = (current.amount, current.count) if current else NO_AMOUNTS
+                    sums[d.ref.batch_key] = add_amounts(so_far, (d.amount, d.count))
+            except ArithmeticError:
+                batch.failures.append(
+                    self._failure(
+                        record,
+                        rule_name,
+                        "the batch's sum for an aggregate needs more than DynamoDB's 38 "
+                        "significant digits",
+                        FailureCause.LIMIT_EXCEEDED,
+                    )
+                )
+                continue
+            batch.record_deltas += len(group)
+            for d in group:
+                self._coalesce(batch, d, sums[d.ref.batch_key], self._by_name[d.ref.rule])
 
     @staticmethod
     def _drop_expired(

@@ -40,6 +40,7 @@ a sort key.
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -157,43 +158,41 @@ class TableLayout(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TableLayout:
-        if self.partition_key == self.sort_key:
-            raise ValueError(
-                f"partition_key and sort_key are both {self.partition_key!r}; a table's two key "
-                "attributes have different names"
-            )
-        written = {
+        """Every check of the fields together (each raises ``ValueError`` naming its fields)."""
+        self._check_keys()
+        self._check_written_names()
+        self._check_reserved_values()
+        self._check_name_lengths()
+        return self
+
+    def _written(self) -> dict[str, str]:
+        """The attributes the framework writes on aggregate items: field name (or the fixed
+        attribute's own name) -> attribute name."""
+        return {
             "value_attribute": self.value_attribute,
             "leaderboard_attribute": self.leaderboard_attribute,
             "ttl_attribute": self.ttl_attribute,
             "collection_attribute": self.collection_attribute,
             **{name: name for name in (*AGGREGATE_ATTRIBUTES, *BOOKKEEPING_ATTRIBUTES)},
         }
-        fixed = set(AGGREGATE_ATTRIBUTES) | set(BOOKKEEPING_ATTRIBUTES)
-        for field_name in (
-            "value_attribute",
-            "leaderboard_attribute",
-            "ttl_attribute",
-            "collection_attribute",
-        ):
-            name = getattr(self, field_name)
-            if name in fixed:
-                raise ValueError(
-                    f"{field_name} {name!r} is an attribute the framework already writes on its "
-                    "items; choose another name"
-                )
-        for field_name, name in (
-            ("partition_key", self.partition_key),
-            ("sort_key", self.sort_key),
-        ):
-            if name is not None and name.startswith(("ck#", "c#")):
-                raise ValueError(
-                    f"{field_name} {name!r}: names starting with 'c#' or 'ck#' are checkpoints"
-                )
+
+    def _check_keys(self) -> None:
+        """The key attributes: two names, none a checkpoint's or an attribute the framework
+        writes."""
+        if self.partition_key == self.sort_key:
+            raise ValueError(
+                f"partition_key and sort_key are both {self.partition_key!r}; a table's two key "
+                "attributes have different names"
+            )
+        written = self._written()
         for key_field in ("partition_key", "sort_key"):
             name = getattr(self, key_field)
             if name is None:
                 continue
+            if name.startswith(("ck#", "c#")):
+                raise ValueError(
+                    f"{key_field} {name!r}: names starting with 'c#' or 'ck#' are checkpoints"
+                )
             for field_name, attribute in written.items():
                 if name == attribute:
                     what = f"the {field_name}" if field_name != attribute else "an attribute"
@@ -202,12 +201,30 @@ class TableLayout(BaseModel):
                         "items; name the key attribute differently, or set that attribute's "
                         "name in the table: section"
                     )
-        values = [
-            self.value_attribute,
-            self.leaderboard_attribute,
-            self.ttl_attribute,
-            self.collection_attribute,
-        ]
+        if self.target_checkpoints_attribute in (self.partition_key, self.sort_key):
+            raise ValueError(
+                f"target_checkpoints_attribute {self.target_checkpoints_attribute!r} is a key "
+                "attribute of the table; choose another name"
+            )
+
+    def _check_written_names(self) -> None:
+        """The configurable attributes: not a fixed one, all different; the two indexes
+        different."""
+        fixed = set(AGGREGATE_ATTRIBUTES) | set(BOOKKEEPING_ATTRIBUTES)
+        fields = (
+            "value_attribute",
+            "leaderboard_attribute",
+            "ttl_attribute",
+            "collection_attribute",
+        )
+        for field_name in fields:
+            name = getattr(self, field_name)
+            if name in fixed:
+                raise ValueError(
+                    f"{field_name} {name!r} is an attribute the framework already writes on its "
+                    "items; choose another name"
+                )
+        values = [getattr(self, f) for f in fields]
         if len(set(values)) != len(values):
             raise ValueError(
                 "value_attribute, leaderboard_attribute, ttl_attribute and collection_attribute "
@@ -217,17 +234,34 @@ class TableLayout(BaseModel):
             raise ValueError(
                 f"collection_index and leaderboard_index are both {self.collection_index!r}"
             )
+
+    def _check_reserved_values(self) -> None:
+        """The reserved partition key values: all different, and without a sort key none a
+        prefix of another and all short enough to start a key."""
         reserved = self.reserved_partition_keys
         if len(set(reserved)) != len(reserved):
             raise ValueError(
                 f"aggregates_pk, runner_pk, dead_letters_pk and control_pk must differ, got "
                 f"{list(reserved)}"
             )
-        if self.target_checkpoints_attribute in (self.partition_key, self.sort_key):
+        if self.sort_key is not None:
+            return
+        prefixes = [f"{p}#" for p in reserved]
+        for a, b in itertools.permutations(prefixes, 2):
+            if b.startswith(a):
+                raise ValueError(
+                    f"without a sort key the reserved partition key values are prefixes "
+                    f"({a!r}, {b!r}): one may not start with another followed by '#'"
+                )
+        longest = max(len(p.encode("utf-8")) for p in prefixes)
+        if longest > MAX_SORT_KEY_BYTES // 2:
             raise ValueError(
-                f"target_checkpoints_attribute {self.target_checkpoints_attribute!r} is a key "
-                "attribute of the table; choose another name"
+                "without a sort key the reserved partition key values start the keys of the "
+                f"framework's items: keep them under {MAX_SORT_KEY_BYTES // 2} bytes"
             )
+
+    def _check_name_lengths(self) -> None:
+        """Attribute names within DynamoDB's 255 bytes for key attribute names."""
         for name in (
             "partition_key",
             "sort_key",
@@ -238,22 +272,6 @@ class TableLayout(BaseModel):
         ):
             if len((getattr(self, name) or "").encode("utf-8")) > 255:
                 raise ValueError(f"{name} is over 255 bytes, DynamoDB's limit for key names")
-        if self.sort_key is None:
-            prefixes = [f"{p}#" for p in reserved]
-            for a in prefixes:
-                for b in prefixes:
-                    if a != b and b.startswith(a):
-                        raise ValueError(
-                            f"without a sort key the reserved partition key values are prefixes "
-                            f"({a!r}, {b!r}): one may not start with another followed by '#'"
-                        )
-            longest = max(len(p.encode("utf-8")) for p in prefixes)
-            if longest > MAX_SORT_KEY_BYTES // 2:
-                raise ValueError(
-                    "without a sort key the reserved partition key values start the keys of the "
-                    f"framework's items: keep them under {MAX_SORT_KEY_BYTES // 2} bytes"
-                )
-        return self
 
     # -- keys ----------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +232,51 @@ def load_rules(
         hold no rule at all. Files are read within the limits of :class:`RuleLoader` and
         :data:`MAX_RULE_FILE_BYTES`.
     """
+    paths = _rule_paths(path)
+    read = _read_files(paths, layout)
+    rules, layout, errors = read.rules, read.layout, read.errors
+    if not errors:
+        problems = graph_problems(rules) or derived_attribute_indexes(rules, layout)
+        for index, message in problems:
+            name = reading_field(rules[index], message)
+            errors.append(
+                f"{read.origin[rules[index].name]}: rule {_name(rules[index].name)}, "
+                f"field {name!r}: {message}"
+            )
+    else:
+        # a file that failed still names its rules: report the graph's problems too, so one run
+        # shows every problem (each name once: duplicates are reported already)
+        errors += _problems_of_named(read.named, errors)
+    if not errors:
+        errors += [
+            f"{read.origin[rules[index].name]}: rule {_name(rules[index].name)}, "
+            f"field {name!r}: {message}"
+            for index, name, message in target_problems(rules, layout)
+        ]
+    if not errors and not layout.has_sort_key:
+        errors += [
+            f"{read.origin[r.name]}: rule {_name(r.name)}, field 'write_shards': needs a table "
+            "with a sort key (this table: section has sort_key: null): the partials of an "
+            "aggregate share an item collection"
+            for r in rules
+            if r.sharded
+        ]
+    if errors:
+        raise RuleError("\n".join(errors))
+    if not rules:
+        where = ", ".join(_source_name(p) for p in paths) or "no paths given"
+        raise RuleError(f"{where}: no rules; give at least one rule")
+    return RuleSet(rules=tuple(rules), layout=layout)
+
+
+def _rule_paths(path: str | Path | Iterable[str | Path]) -> list[Path]:
+    """The files :func:`load_rules` reads, each once, in order.
+
+    Raises
+    ------
+    RuleError
+        For a path that does not exist, or a directory without rule files.
+    """
     paths: list[Path] = []
     inputs = [path] if isinstance(path, str | Path) else list(path)
     for item in inputs:
@@ -251,82 +296,71 @@ def load_rules(
     once: dict[Path, Path] = {}
     for p in paths:
         once.setdefault(p.resolve(), p)
-    paths = list(once.values())
-    rules: list[Rule] = []
-    origin: dict[str, str] = {}
-    errors: list[str] = []
+    return list(once.values())
+
+
+@dataclass(slots=True)
+class _Read:
+    """What the files held: their valid rules (names unique, with their file), the layout,
+    every named rule valid or not (the graph is checked over all of them), and the problems."""
+
+    layout: TableLayout
+    rules: list[Rule] = field(default_factory=list)
+    origin: dict[str, str] = field(default_factory=dict)
+    named: list[tuple[Any, str]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _read_files(paths: list[Path], layout: TableLayout) -> _Read:
+    """Read each file; one declares the layout (else ``layout`` stands)."""
+    read = _Read(layout)
     declared: str | None = None
-    # every named rule, valid or not, with its file: the graph is checked over all of them
-    named: list[tuple[Any, str]] = []
     for p in paths:
+        where = _source_name(p)
         try:
             file_rules, file_layout = _load_file(p)
         except RuleError as exc:
-            errors.append(str(exc))
-            named += [(stub, _source_name(p)) for stub in getattr(exc, "stubs", [])]
+            read.errors.append(str(exc))
+            read.named += [(stub, where) for stub in getattr(exc, "stubs", [])]
             continue
-        named += [(r, _source_name(p)) for r in file_rules]
+        read.named += [(r, where) for r in file_rules]
         if file_layout is not None:
             if declared is not None:
-                errors.append(
-                    f"{_source_name(p)}: field 'table': the table layout is already declared in "
+                read.errors.append(
+                    f"{where}: field 'table': the table layout is already declared in "
                     f"{declared}; declare it in one file of the rule set"
                 )
             else:
-                declared, layout = _source_name(p), file_layout
+                declared, read.layout = where, file_layout
         for r in file_rules:
-            if r.name in origin:
-                errors.append(
-                    f"{_source_name(p)}: rule {_name(r.name)}, field 'name': duplicate rule "
-                    f"name (also defined in {origin[r.name]})"
+            if r.name in read.origin:
+                read.errors.append(
+                    f"{where}: rule {_name(r.name)}, field 'name': duplicate rule "
+                    f"name (also defined in {read.origin[r.name]})"
                 )
                 continue
-            origin[r.name] = _source_name(p)
-            rules.append(r)
-    if not errors:
-        problems = graph_problems(rules) or derived_attribute_indexes(rules, layout)
-        for index, message in problems:
-            field = reading_field(rules[index], message)
-            errors.append(
-                f"{origin[rules[index].name]}: rule {_name(rules[index].name)}, "
-                f"field {field!r}: {message}"
+            read.origin[r.name] = where
+            read.rules.append(r)
+    return read
+
+
+def _problems_of_named(named: list[tuple[Any, str]], errors: list[str]) -> list[str]:
+    """The duplicate names (not yet in ``errors``) and the graph's problems among every rule the
+    files named, valid or not: one run shows every problem."""
+    found: list[str] = []
+    unique: dict[str, tuple[Any, str]] = {}
+    for r, where in named:
+        first = unique.setdefault(r.name, (r, where))
+        said = f"{where}: rule {_name(r.name)}, field 'name': duplicate rule name"
+        stub = isinstance(r, _Stub) or isinstance(first[0], _Stub)
+        reported = any(line.startswith(said) for e in (*errors, *found) for line in e.splitlines())
+        if first[0] is not r and stub and not reported:
+            also = "in this file" if first[1] == where else f"defined in {first[1]}"
+            found.append(
+                f"{where}: rule {_name(r.name)}, field 'name': duplicate rule name (also {also})"
             )
-    else:
-        # a file that failed still names its rules: report the graph's problems too, so one run
-        # shows every problem (each name once: duplicates are reported already)
-        unique: dict[str, tuple[Any, str]] = {}
-        for r, where in named:
-            first = unique.setdefault(r.name, (r, where))
-            said = f"{where}: rule {_name(r.name)}, field 'name': duplicate rule name"
-            stub = isinstance(r, _Stub) or isinstance(first[0], _Stub)
-            reported = any(line.startswith(said) for e in errors for line in e.splitlines())
-            if first[0] is not r and stub and not reported:
-                also = "in this file" if first[1] == where else f"defined in {first[1]}"
-                errors.append(
-                    f"{where}: rule {_name(r.name)}, field 'name': duplicate rule name (also "
-                    f"{also})"
-                )
-        everything = list(unique.values())
-        for index, message in graph_problems([r for r, _ in everything]):
-            r, where = everything[index]
-            errors.append(f"{where}: rule {_name(r.name)}, field 'source': {message}")
-    if not errors:
-        errors += [
-            f"{origin[rules[index].name]}: rule {_name(rules[index].name)}, field {field!r}: "
-            f"{message}"
-            for index, field, message in target_problems(rules, layout)
-        ]
-    if not errors and not layout.has_sort_key:
-        errors += [
-            f"{origin[r.name]}: rule {_name(r.name)}, field 'write_shards': needs a table with a "
-            "sort key (this table: section has sort_key: null): the partials of an aggregate "
-            "share an item collection"
-            for r in rules
-            if r.sharded
-        ]
-    if errors:
-        raise RuleError("\n".join(errors))
-    if not rules:
-        where = ", ".join(_source_name(p) for p in paths) or "no paths given"
-        raise RuleError(f"{where}: no rules; give at least one rule")
-    return RuleSet(rules=tuple(rules), layout=layout)
+    everything = list(unique.values())
+    for index, message in graph_problems([r for r, _ in everything]):
+        r, where = everything[index]
+        found.append(f"{where}: rule {_name(r.name)}, field 'source': {message}")
+    return found
