@@ -39,7 +39,7 @@ import binascii
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
@@ -156,36 +156,51 @@ def deserialize_value(value: Any, depth: int = 0) -> Any:
         tags = ", ".join(map(repr, list(value)[:5]))
         raise _invalid(f"expected exactly one type tag, got {len(value)} ({tags})")
     ((tag, payload),) = value.items()
-    if tag == "S":
-        return _string(payload)
-    if tag == "N":
-        return _number(payload)
-    if tag == "B":
-        return _binary(payload)
-    if tag == "BOOL":
-        if not isinstance(payload, bool):
-            raise _invalid(f"BOOL holds {_kind(payload)}, not true or false")
-        return payload
-    if tag == "NULL":
-        if payload is not True:
-            raise _invalid(f"NULL must be true, got {quote(payload)}")
-        return None
+    scalar = _SCALARS.get(tag)
+    if scalar is not None:
+        return scalar(payload)
     if tag in ("L", "M"):
-        if depth >= MAX_NESTING:
-            raise _invalid(f"nested deeper than DynamoDB's {MAX_NESTING} levels")
-        if tag == "L":
-            if not isinstance(payload, list):
-                raise _invalid(f"L holds {_kind(payload)}, not a list")
-            return [deserialize_value(v, depth + 1) for v in payload]
-        if not isinstance(payload, Mapping):
-            raise _invalid(f"M holds {_kind(payload)}, not an object")
-        return {str(k): deserialize_value(v, depth + 1) for k, v in payload.items()}
+        return _document(tag, payload, depth)
     if tag in ("SS", "NS", "BS"):
         if not isinstance(payload, list) or not payload:
             raise _invalid(f"{tag} must be a non-empty list, got {quote(payload)}")
         element = {"SS": _string, "NS": _number, "BS": _binary}[tag]
         return {element(v) for v in payload}
     raise _invalid(f"unknown type tag {quote(tag)}; DynamoDB JSON uses {', '.join(_TAGS)}")
+
+
+def _boolean(payload: Any) -> bool:
+    if not isinstance(payload, bool):
+        raise _invalid(f"BOOL holds {_kind(payload)}, not true or false")
+    return payload
+
+
+def _null(payload: Any) -> None:
+    if payload is not True:
+        raise _invalid(f"NULL must be true, got {quote(payload)}")
+
+
+_SCALARS: dict[str, Callable[[Any], Any]] = {
+    "S": _string,
+    "N": _number,
+    "B": _binary,
+    "BOOL": _boolean,
+    "NULL": _null,
+}
+"""Deserializers of the scalar type tags."""
+
+
+def _document(tag: str, payload: Any, depth: int) -> list[Any] | dict[str, Any]:
+    """An ``L`` or ``M`` payload at nesting ``depth``, its elements deserialized."""
+    if depth >= MAX_NESTING:
+        raise _invalid(f"nested deeper than DynamoDB's {MAX_NESTING} levels")
+    if tag == "L":
+        if not isinstance(payload, list):
+            raise _invalid(f"L holds {_kind(payload)}, not a list")
+        return [deserialize_value(v, depth + 1) for v in payload]
+    if not isinstance(payload, Mapping):
+        raise _invalid(f"M holds {_kind(payload)}, not an object")
+    return {str(k): deserialize_value(v, depth + 1) for k, v in payload.items()}
 
 
 class Image(Mapping[str, Any]):

@@ -18,7 +18,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeSerializer
 
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
-from aggregator.core.rules import RuleSet, load_rules
+from aggregator.core.rules import Rule, RuleSet, load_rules
 from aggregator.dev.flights import Flight, ReplayStep, read_flights, replay_steps
 from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
 from aggregator.dynamodb.table import create_table
@@ -168,56 +168,109 @@ def run_demo(
         client = client_factory("dynamodb", url)
         streams = client_factory("dynamodbstreams", url)
         stream_arn = create_table(client, table_name, layout=rules.layout)
-
-        n_writes = sum(len(s.items) for s in replay_steps(flights))
-        task = progress.add_task("Writing flights", total=n_writes) if progress else None
-        began = time.monotonic()
-        result.writes = replay_flights(
+        _write_flights(client, table_name, flights, rules, progress, result)
+        _aggregate_stream(
+            rules,
             client,
-            table_name,
-            flights,
-            on_writes=(lambda n: progress.advance(task, n)) if progress else None,
-            layout=rules.layout,
-        )
-        result.write_seconds = time.monotonic() - began
-
-        processor = create_processor(rules, client, table_name, mode=mode)
-        agg_task = progress.add_task("Aggregating the stream", total=None) if progress else None
-
-        def on_batch(outcome: BatchOutcome) -> None:
-            if progress:
-                progress.advance(agg_task, outcome.records)
-
-        runner = StreamRunner(
-            processor,
             streams,
+            table_name,
             stream_arn,
             batch_size=batch_size,
-            tumbling_window_seconds=window_seconds,
-            on_batch=on_batch,
+            mode=mode,
+            window_seconds=window_seconds,
+            progress=progress,
+            result=result,
         )
-        result.run = runner.run(until_caught_up=True)
-        if progress:
-            progress.update(agg_task, total=result.run.records, completed=result.run.records)
-
-        store = AggregateStore(client, table_name, rules)
-        first_day = int(datetime(start.year, start.month, start.day, tzinfo=UTC).timestamp())
-        for rule in rules:
-            if rule.leaderboard:
-                result.leaderboards[rule.name] = store.top(rule.name, top)
-            if rule.source is not None and rule.key.template == "{value}":
-                result.histograms[rule.name] = store.histogram(rule.name)
-            if rule.kind.name == "sum":
-                aggregates = [a for a in store.list(rule.name) if a.value != 0]
-            else:  # list gives the keys that hold values (a mean's: a count other than 0)
-                aggregates = [a for a in store.list(rule.name) if a.fields.get("count") != 0]
-                result.kinds[rule.name] = aggregates
-            if rule.window is not None and len(rule.key.placeholders) == 1:
-                for key in sorted({a.key for a in aggregates}):
-                    result.windows.append(
-                        store.window(rule.name, key, start=first_day, end=first_day + 86400)
-                    )
-            result.totals[rule.name] = len(aggregates)
+        _collect(client, table_name, rules, start, top, result)
         if on_ready is not None:
             on_ready(result)  # while the endpoint is still up (--keep waits here)
     return result
+
+
+def _write_flights(
+    client: Any,
+    table_name: str,
+    flights: list[Flight],
+    rules: RuleSet,
+    progress: Any | None,
+    result: DemoResult,
+) -> None:
+    """Replay the flights into the table (reporting on ``progress``); sets ``result.writes`` and
+    ``result.write_seconds``."""
+    n_writes = sum(len(s.items) for s in replay_steps(flights))
+    task = progress.add_task("Writing flights", total=n_writes) if progress else None
+    began = time.monotonic()
+    result.writes = replay_flights(
+        client,
+        table_name,
+        flights,
+        on_writes=(lambda n: progress.advance(task, n)) if progress else None,
+        layout=rules.layout,
+    )
+    result.write_seconds = time.monotonic() - began
+
+
+def _aggregate_stream(
+    rules: RuleSet,
+    client: Any,
+    streams: Any,
+    table_name: str,
+    stream_arn: str,
+    *,
+    batch_size: int,
+    mode: str,
+    window_seconds: int | None,
+    progress: Any | None,
+    result: DemoResult,
+) -> None:
+    """Run the stream runner until caught up (reporting on ``progress``); sets ``result.run``."""
+    processor = create_processor(rules, client, table_name, mode=mode)
+    agg_task = progress.add_task("Aggregating the stream", total=None) if progress else None
+
+    def on_batch(outcome: BatchOutcome) -> None:
+        if progress:
+            progress.advance(agg_task, outcome.records)
+
+    runner = StreamRunner(
+        processor,
+        streams,
+        stream_arn,
+        batch_size=batch_size,
+        tumbling_window_seconds=window_seconds,
+        on_batch=on_batch,
+    )
+    result.run = runner.run(until_caught_up=True)
+    if progress:
+        progress.update(agg_task, total=result.run.records, completed=result.run.records)
+
+
+def _collect(
+    client: Any, table_name: str, rules: RuleSet, start: date, top: int, result: DemoResult
+) -> None:
+    """Read each rule's results into ``result`` (leaderboards, histograms, other kinds, windows,
+    totals)."""
+    store = AggregateStore(client, table_name, rules)
+    first_day = int(datetime(start.year, start.month, start.day, tzinfo=UTC).timestamp())
+    for rule in rules:
+        _collect_rule(store, rule, first_day, top, result)
+
+
+def _collect_rule(
+    store: AggregateStore, rule: Rule, first_day: int, top: int, result: DemoResult
+) -> None:
+    """Read one rule's results into ``result``."""
+    if rule.leaderboard:
+        result.leaderboards[rule.name] = store.top(rule.name, top)
+    if rule.source is not None and rule.key.template == "{value}":
+        result.histograms[rule.name] = store.histogram(rule.name)
+    if rule.kind.name == "sum":
+        aggregates = [a for a in store.list(rule.name) if a.value != 0]
+    else:  # list gives the keys that hold values (a mean's: a count other than 0)
+        aggregates = [a for a in store.list(rule.name) if a.fields.get("count") != 0]
+        result.kinds[rule.name] = aggregates
+    if rule.window is not None and len(rule.key.placeholders) == 1:
+        for key in sorted({a.key for a in aggregates}):
+            result.windows.append(
+                store.window(rule.name, key, start=first_day, end=first_day + 86400)
+            )
+    result.totals[rule.name] = len(aggregates)

@@ -69,7 +69,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aggregator.core.engine import RECORD_RULE, Engine, RecordFailure
+from aggregator.core.engine import RECORD_RULE, BatchDeltas, Engine, RecordFailure
 from aggregator.core.exceptions import FailureCause, RuleError, WriteError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import (
@@ -80,7 +80,7 @@ from aggregator.core.records import (
     parse_record,
     record_json,
 )
-from aggregator.core.rules import RuleSet
+from aggregator.core.rules import Rule, RuleSet
 from aggregator.core.text import bound
 from aggregator.dynamodb.collections import batch_get_items, client_call, query_collection
 from aggregator.dynamodb.writer import (
@@ -604,65 +604,118 @@ def replay_dead_letters(
     horizon = clock() - min_age_seconds
     for letter in list_dead_letters(client, table_name, layout=layout):
         where = f"{letter.sort_key}"
-        if letter.image is not None:
-            # the record's other image applied when it was processed: the item heals when it
-            # is fixed, and a replay could only count that image twice
-            result.heal_by_fixing += 1
-            continue
-        if datetime.fromisoformat(letter.failed_at).timestamp() > horizon:
-            result.too_recent += 1
-            continue
-        if not letter.replayable or letter.rule == RECORD_RULE:
-            result.still_failing.append(f"{where}: not replayable: {letter.unreplayable_reason}")
-            continue
-        rule = by_name.get(letter.rule)
+        rule = _replay_rule(letter, by_name, horizon, result, where)
         if rule is None:
-            result.still_failing.append(f"{where}: rule {letter.rule!r} is not defined any more")
             continue
-        parsed = parse_record(letter.record)
-        if isinstance(parsed, MalformedRecord):
-            result.still_failing.append(f"{where}: not replayable: {parsed.reason}")
+        batch = _replay_batch(letter, rules, rule, layout, result, where)
+        if batch is None:
             continue
-        try:
-            engine = Engine(rules.lineage(rule.name), layout)
-        except RuleError as exc:  # pragma: no cover - a rule from a valid set is valid alone
-            result.still_failing.append(f"{where}: {exc}")
-            continue
-        batch = engine.process([parsed])
-        if batch.failures:
-            result.still_failing.append(f"{where}: {batch.failures[0].reason}")
-            continue
-        actions: list[dict[str, Any]] = []
-        for delta in batch.deltas.values():
-            # the lineage's source rules evaluate user items too when the dead letter's rule was
-            # a base rule that has since become derived: apply the dead letter's rule only
-            if (delta.amount == 0 and delta.count == 0) or delta.ref.rule != letter.rule:
-                continue
-            if delta.ref.partial:  # write sharding: the replay adds to the aggregate itself
-                delta = replace(
-                    delta, ref=replace(delta.ref, partial=False), leaderboard=rule.leaderboard
-                )
-            actions.append({"Update": add_update(table_name, layout, delta, delta.amount)})
-        actions.append(
-            {
-                "Delete": {
-                    "TableName": table_name,
-                    "Key": layout.item_key(layout.dead_letters_pk, letter.sort_key),
-                    "ConditionExpression": "attribute_exists(#pk)",
-                    "ExpressionAttributeNames": {"#pk": layout.partition_key},
-                }
-            }
-        )
-        try:
-            client.transact_write_items(TransactItems=actions)
-        except ClientError as exc:
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
-            if reasons and reasons[-1] == "ConditionalCheckFailed":
-                result.already_replayed += 1
-                continue
-            raise WriteError(f"replaying {where} failed: {exc}") from exc
-        if len(actions) > 1:
-            result.replayed += 1
-        else:
-            result.no_change += 1
+        actions = _replay_actions(table_name, layout, letter, rule, batch)
+        _apply_replay(client, actions, result, where)
     return result
+
+
+def _replay_rule(
+    letter: DeadLetter,
+    by_name: dict[str, Rule],
+    horizon: float,
+    result: ReplayResult,
+    where: str,
+) -> Rule | None:
+    """The letter's rule when the letter is to be replayed; otherwise ``None``, after counting
+    it (a bad item image, too recent, not replayable, its rule gone) in ``result``."""
+    if letter.image is not None:
+        # the record's other image applied when it was processed: the item heals when it
+        # is fixed, and a replay could only count that image twice
+        result.heal_by_fixing += 1
+        return None
+    if datetime.fromisoformat(letter.failed_at).timestamp() > horizon:
+        result.too_recent += 1
+        return None
+    if not letter.replayable or letter.rule == RECORD_RULE:
+        result.still_failing.append(f"{where}: not replayable: {letter.unreplayable_reason}")
+        return None
+    rule = by_name.get(letter.rule)
+    if rule is None:
+        result.still_failing.append(f"{where}: rule {letter.rule!r} is not defined any more")
+    return rule
+
+
+def _replay_batch(
+    letter: DeadLetter,
+    rules: RuleSet,
+    rule: Rule,
+    layout: TableLayout,
+    result: ReplayResult,
+    where: str,
+) -> BatchDeltas | None:
+    """The deltas of the letter's record under its rule's lineage as defined now; ``None``,
+    after reporting why in ``result.still_failing``, when the record or the rule still fails."""
+    parsed = parse_record(letter.record)
+    if isinstance(parsed, MalformedRecord):
+        result.still_failing.append(f"{where}: not replayable: {parsed.reason}")
+        return None
+    try:
+        engine = Engine(rules.lineage(rule.name), layout)
+    except RuleError as exc:  # pragma: no cover - a rule from a valid set is valid alone
+        result.still_failing.append(f"{where}: {exc}")
+        return None
+    batch = engine.process([parsed])
+    if batch.failures:
+        result.still_failing.append(f"{where}: {batch.failures[0].reason}")
+        return None
+    return batch
+
+
+def _replay_actions(
+    table_name: str, layout: TableLayout, letter: DeadLetter, rule: Rule, batch: BatchDeltas
+) -> list[dict[str, Any]]:
+    """The transaction of one replay: an update per non-zero delta of the letter's rule, then
+    the deletion of the dead letter (condition: it still exists)."""
+    actions: list[dict[str, Any]] = []
+    for delta in batch.deltas.values():
+        # the lineage's source rules evaluate user items too when the dead letter's rule was
+        # a base rule that has since become derived: apply the dead letter's rule only
+        if (delta.amount == 0 and delta.count == 0) or delta.ref.rule != letter.rule:
+            continue
+        if delta.ref.partial:  # write sharding: the replay adds to the aggregate itself
+            delta = replace(
+                delta, ref=replace(delta.ref, partial=False), leaderboard=rule.leaderboard
+            )
+        actions.append({"Update": add_update(table_name, layout, delta, delta.amount)})
+    actions.append(
+        {
+            "Delete": {
+                "TableName": table_name,
+                "Key": layout.item_key(layout.dead_letters_pk, letter.sort_key),
+                "ConditionExpression": "attribute_exists(#pk)",
+                "ExpressionAttributeNames": {"#pk": layout.partition_key},
+            }
+        }
+    )
+    return actions
+
+
+def _apply_replay(
+    client: Any, actions: list[dict[str, Any]], result: ReplayResult, where: str
+) -> None:
+    """Run one replay's transaction and count it in ``result`` (replayed, no change, or already
+    replayed when the dead letter was gone).
+
+    Raises
+    ------
+    WriteError
+        When the transaction fails for another reason than the dead letter being gone.
+    """
+    try:
+        client.transact_write_items(TransactItems=actions)
+    except ClientError as exc:
+        reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+        if reasons and reasons[-1] == "ConditionalCheckFailed":
+            result.already_replayed += 1
+            return
+        raise WriteError(f"replaying {where} failed: {exc}") from exc
+    if len(actions) > 1:
+        result.replayed += 1
+    else:
+        result.no_change += 1

@@ -55,7 +55,7 @@ from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import generation_name, rule_fingerprint
 from aggregator.core.numbers import add
 from aggregator.core.ranking import IndexEntry, exact_top, read_partition
-from aggregator.core.rules import Rule, RuleSet, unescape_key_part
+from aggregator.core.rules import Rule, RuleSet, Window, unescape_key_part
 from aggregator.core.sketch import percentile_list
 from aggregator.core.sortable import number_from_sortable
 from aggregator.core.windows import Granularity, RangePart, bucket_text, plan_range
@@ -229,6 +229,36 @@ def _plain(number: Decimal) -> Decimal:
 
 def _s(value: Mapping[str, Any] | None) -> str | None:
     return None if value is None else value.get("S")
+
+
+def _window_range(
+    finest: Granularity, start: int | None, end: int | None, last: int | None, clock: float
+) -> tuple[int, int]:
+    """``[lo, hi)`` of :meth:`AggregateStore.window`: its edges moved up to the finest
+    granularity's boundaries.
+
+    Raises
+    ------
+    QueryError
+        For both or neither of ``start`` and ``last``, ``last`` not a positive multiple of the
+        finest granularity, ``start`` without ``end``, or ``end`` before ``start``.
+    """
+    if (start is None) == (last is None):
+        raise QueryError("give either start (with end) or last")
+    if last is not None:
+        if last <= 0 or last % finest.seconds:
+            raise QueryError(
+                f"last must be a positive multiple of the finest granularity "
+                f"({finest.label}, {finest.seconds} s), got {last} s"
+            )
+        hi = finest.ceil(math.ceil(clock) if end is None else end)
+        return hi - last, hi
+    assert start is not None  # exactly one of start and last (checked above)
+    if end is None:
+        raise QueryError("give end with start")
+    if end < start:
+        raise QueryError(f"end ({end}) is before start ({start})")
+    return finest.ceil(start), finest.ceil(end)
 
 
 class AggregateStore:
@@ -1045,24 +1075,7 @@ class AggregateStore:
         if spec is None:
             raise QueryError(f"rule {rule!r} has no window; window queries need time buckets")
         clock = time.time() if now is None else now
-        finest = spec.finest
-        if (start is None) == (last is None):
-            raise QueryError("give either start (with end) or last")
-        if last is not None:
-            if last <= 0 or last % finest.seconds:
-                raise QueryError(
-                    f"last must be a positive multiple of the finest granularity "
-                    f"({finest.label}, {finest.seconds} s), got {last} s"
-                )
-            hi = finest.ceil(math.ceil(clock) if end is None else end)
-            lo = hi - last
-        else:
-            assert start is not None  # exactly one of start and last (checked above)
-            if end is None:
-                raise QueryError("give end with start")
-            if end < start:
-                raise QueryError(f"end ({end}) is before start ({start})")
-            lo, hi = finest.ceil(start), finest.ceil(end)
+        lo, hi = _window_range(spec.finest, start, end, last, clock)
         stored = self.storage_name(rule)
         prefix = self.sort_key(rule, key, storage_name=stored)
         template = self._rule(rule).key
@@ -1074,26 +1087,10 @@ class AggregateStore:
         result = WindowResult(rule, display, lo, hi)
         result.parts = plan_range(spec.granularities, lo, hi)
         kind = self._rule(rule).kind
-        ttl = self.layout.ttl_attribute
         total = count = Decimal(0)
         merged: dict[Decimal, Decimal] = {}
         for part in result.parts:
-            first_bucket = spec.bucket(part.granularity, part.first_bucket)
-            last_bucket = spec.bucket(part.granularity, part.last_bucket)
-            # coarser buckets outlive the finer ones inside them: the first is the oldest
-            if first_bucket.expired(clock):
-                result.complete = False
-            high = f"{prefix}#{last_bucket.suffix()}"
-            if kind.per_value:  # the last bucket's value items, "<bucket>#<value>", too
-                high += VALUE_ITEMS_END
-            items, requests, units = self._range(f"{prefix}#{first_bucket.suffix()}", high)
-            result.requests += requests
-            result.read_units += units
-            result.items_read += len(items)
-            for item in items:
-                expires = item.get(ttl, {}).get("N")
-                if expires is not None and int(Decimal(expires)) <= clock:
-                    continue  # past its retention: DynamoDB may delete it at any moment
+            for item in self._window_part(result, spec, part, prefix, kind, clock):
                 if kind.per_value:
                     _, value = self._value_count(item, kind)
                     merged[value.number] = add(merged.get(value.number, Decimal(0)), value.count)
@@ -1106,6 +1103,39 @@ class AggregateStore:
         main = result.fields.get(kind.headline) if kind.per_value else total
         result.value = Decimal(0) if main is None else main
         return result
+
+    def _window_part(
+        self,
+        result: WindowResult,
+        spec: Window,
+        part: RangePart,
+        prefix: str,
+        kind: Kind,
+        clock: float,
+    ) -> builtins.list[dict[str, Any]]:
+        """The live items of one part of a window's range (one ``Query`` range of one
+        granularity's buckets), its reads counted in ``result``; ``result.complete`` is cleared
+        when its oldest bucket has expired."""
+        first_bucket = spec.bucket(part.granularity, part.first_bucket)
+        last_bucket = spec.bucket(part.granularity, part.last_bucket)
+        # coarser buckets outlive the finer ones inside them: the first is the oldest
+        if first_bucket.expired(clock):
+            result.complete = False
+        high = f"{prefix}#{last_bucket.suffix()}"
+        if kind.per_value:  # the last bucket's value items, "<bucket>#<value>", too
+            high += VALUE_ITEMS_END
+        items, requests, units = self._range(f"{prefix}#{first_bucket.suffix()}", high)
+        result.requests += requests
+        result.read_units += units
+        result.items_read += len(items)
+        ttl = self.layout.ttl_attribute
+        live = []
+        for item in items:
+            expires = item.get(ttl, {}).get("N")
+            if expires is not None and int(Decimal(expires)) <= clock:
+                continue  # past its retention: DynamoDB may delete it at any moment
+            live.append(item)
+        return live
 
     def _range(self, low: str, high: str) -> tuple[builtins.list[dict[str, Any]], int, int]:
         """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``

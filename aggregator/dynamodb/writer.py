@@ -131,6 +131,35 @@ def typed_item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
     return sum(len(name.encode("utf-8")) + typed_attribute_size(v) for name, v in item.items())
 
 
+def _sizes(
+    value_attribute: str,
+    amount: Decimal,
+    written: dict[str, Any],
+    old: Mapping[str, Mapping[str, Any]] | None,
+    removed: tuple[str, ...],
+    applied: bool,
+) -> tuple[int, int]:
+    """``(before, after)`` bytes of an item that an update writes ``written`` to (deserialized,
+    its value attribute the delta's ``amount``), removing ``removed``, when it was ``old``
+    (DynamoDB JSON; ``None`` or empty: a new item). ``applied=False``: the item is unchanged."""
+    if not old:
+        return 0, item_size(written)
+    before = typed_item_size(old)
+    sizes = {
+        name: len(name.encode("utf-8")) + typed_attribute_size(value)
+        for name, value in old.items()
+        if name not in removed
+    }
+    if applied:
+        previous = old.get(value_attribute, {}).get("N")
+        written[value_attribute] = amount if previous is None else add(Decimal(previous), amount)
+        sizes.update(
+            (name, len(name.encode("utf-8")) + attribute_size(value))
+            for name, value in written.items()
+        )
+    return before, sum(sizes.values())
+
+
 def write_units(size_bytes: int) -> int:
     """Standard write capacity units for writing an item of ``size_bytes`` (1 per started KB)."""
     return max(1, math.ceil(size_bytes / 1024))
@@ -430,46 +459,9 @@ class _BaseWriter:
         """
         lay = self.layout
         written = self._new_attributes(delta, delta.amount, extra)
-        if old:
-            before = typed_item_size(old)
-            sizes = {
-                name: len(name.encode("utf-8")) + typed_attribute_size(value)
-                for name, value in old.items()
-                if name not in removed
-            }
-            if applied:
-                previous = old.get(lay.value_attribute, {}).get("N")
-                written[lay.value_attribute] = (
-                    delta.amount if previous is None else add(Decimal(previous), delta.amount)
-                )
-                sizes.update(
-                    (name, len(name.encode("utf-8")) + attribute_size(value))
-                    for name, value in written.items()
-                )
-            after = sum(sizes.values())
-        else:
-            before, after = 0, item_size(written)
+        before, after = _sizes(lay.value_attribute, delta.amount, written, old, removed, applied)
         units = write_units(max(before, after))
-        index_units = 0
-        indexed = lay.leaderboard_attribute in (old or {})
-        if not applied or not delta.leaderboard:
-            entries = 0
-        elif index == "remove":
-            entries = 1 if indexed else 0  # the entry's delete
-        elif indexed:
-            entries = 2 if delta.amount != 0 else 0  # delete and put, when the value changes
-        else:
-            entries = 1 if index == "set" else 0  # a new entry's put
-        if entries:
-            index_entry = {
-                k: written[k]
-                for k in (
-                    *lay.aggregate_key(delta.ref.sort_key),
-                    lay.leaderboard_attribute,
-                    lay.value_attribute,
-                )
-            }
-            index_units = entries * write_units(item_size(index_entry))
+        index_units = self._index_units(delta, written, old, applied, index)
         if self.observer is not None:
             self.observer(
                 WriteObservation(
@@ -485,6 +477,37 @@ class _BaseWriter:
                 )
             )
         return units + index_units, index_units
+
+    def _index_units(
+        self,
+        delta: CoalescedDelta,
+        written: Mapping[str, Any],
+        old: Mapping[str, Mapping[str, Any]] | None,
+        applied: bool,
+        index: IndexAction,
+    ) -> int:
+        """The leaderboard index's part of an update's WCU (:meth:`_modelled_units`)."""
+        lay = self.layout
+        indexed = lay.leaderboard_attribute in (old or {})
+        if not applied or not delta.leaderboard:
+            entries = 0
+        elif index == "remove":
+            entries = 1 if indexed else 0  # the entry's delete
+        elif indexed:
+            entries = 2 if delta.amount != 0 else 0  # delete and put, when the value changes
+        else:
+            entries = 1 if index == "set" else 0  # a new entry's put
+        if not entries:
+            return 0
+        index_entry = {
+            k: written[k]
+            for k in (
+                *lay.aggregate_key(delta.ref.sort_key),
+                lay.leaderboard_attribute,
+                lay.value_attribute,
+            )
+        }
+        return entries * write_units(item_size(index_entry))
 
     def _expire_if_empty(
         self,

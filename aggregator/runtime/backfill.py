@@ -391,56 +391,88 @@ class Backfill:
         """The base rules to scan for; derived rules whose source is among them ride along
         (:attr:`carried`)."""
         known = {r.name for r in self.rules}
-        if names is None:
-            chosen = [
-                r.name
-                for r in self.rules
-                if r.name in states and states[r.name].status in ("pending", "backfilling")
-            ]
-            if not chosen:
-                deployed = [r.name for r in self.rules if r.name in states]
-                if deployed and len(deployed) == len(self.rules):
-                    raise NothingToBackfill(
-                        "nothing to backfill: every rule is active (aggregator status shows "
-                        "each rule's state)"
-                    )
-                raise ConfigError(
-                    "no rule is pending a backfill (the manifest lists them once the handler or "
-                    "`aggregator run` has started with them)"
-                )
-        else:
-            chosen = list(dict.fromkeys(names))
+        chosen = self._chosen(states) if names is None else list(dict.fromkeys(names))
         base = [n for n in chosen if n in known and not self.rules.get(n).is_derived]
         self.carried = []
         for name in chosen:
-            if name not in known:
-                raise ConfigError(f"no rule named {name!r} in the definitions")
-            state = states.get(name)
-            if state is None:
-                raise ConfigError(
-                    f"rule {name!r} is not deployed yet: start the handler (deploy) or "
-                    "`aggregator run` with it first, so that the stream counts it from its fences"
-                )
-            if state.status == "active":
-                raise ConfigError(f"rule {name!r} is already backfilled (active)")
-            if state.status == "requested":
-                raise ConfigError(
-                    f"rule {name!r} was requested by a rebuild, but no handler has started with "
-                    "its new definition yet: deploy it (or start `aggregator run` with it) first"
-                )
-            source = self.rules.get(name).source
-            if source is not None:
-                if source not in base:
-                    raise ConfigError(
-                        f"rule {name!r} is derived from {source!r}, which is not backfilled with "
-                        "it: a derived rule is complete when its source's aggregates all came "
-                        "after it was deployed (backfill them together); deriving from existing "
-                        "aggregates is not supported yet"
-                    )
+            self._check_selectable(name, known, states)
+            if self._rides_along(name, base):
                 self.carried.append(name)
         if not base:
             raise ConfigError("name at least one base rule to backfill")
         return base
+
+    def _chosen(self, states: dict[str, RuleState]) -> list[str]:
+        """The rules pending a backfill in the manifest (when no names are given).
+
+        Raises
+        ------
+        NothingToBackfill
+            When every rule is deployed and none is pending.
+        ConfigError
+            When no rule is pending otherwise.
+        """
+        chosen = [
+            r.name
+            for r in self.rules
+            if r.name in states and states[r.name].status in ("pending", "backfilling")
+        ]
+        if not chosen:
+            deployed = [r.name for r in self.rules if r.name in states]
+            if deployed and len(deployed) == len(self.rules):
+                raise NothingToBackfill(
+                    "nothing to backfill: every rule is active (aggregator status shows "
+                    "each rule's state)"
+                )
+            raise ConfigError(
+                "no rule is pending a backfill (the manifest lists them once the handler or "
+                "`aggregator run` has started with them)"
+            )
+        return chosen
+
+    def _check_selectable(self, name: str, known: set[str], states: dict[str, RuleState]) -> None:
+        """Refuse a rule that is not defined, not deployed, already active or only requested.
+
+        Raises
+        ------
+        ConfigError
+            When the rule cannot be backfilled.
+        """
+        if name not in known:
+            raise ConfigError(f"no rule named {name!r} in the definitions")
+        state = states.get(name)
+        if state is None:
+            raise ConfigError(
+                f"rule {name!r} is not deployed yet: start the handler (deploy) or "
+                "`aggregator run` with it first, so that the stream counts it from its fences"
+            )
+        if state.status == "active":
+            raise ConfigError(f"rule {name!r} is already backfilled (active)")
+        if state.status == "requested":
+            raise ConfigError(
+                f"rule {name!r} was requested by a rebuild, but no handler has started with "
+                "its new definition yet: deploy it (or start `aggregator run` with it) first"
+            )
+
+    def _rides_along(self, name: str, base: list[str]) -> bool:
+        """Whether the rule is derived (its source among ``base``), to be carried along.
+
+        Raises
+        ------
+        ConfigError
+            When the rule is derived from a rule not backfilled with it.
+        """
+        source = self.rules.get(name).source
+        if source is None:
+            return False
+        if source not in base:
+            raise ConfigError(
+                f"rule {name!r} is derived from {source!r}, which is not backfilled with "
+                "it: a derived rule is complete when its source's aggregates all came "
+                "after it was deployed (backfill them together); deriving from existing "
+                "aggregates is not supported yet"
+            )
+        return True
 
     def _check(self) -> None:
         now = self.clock()

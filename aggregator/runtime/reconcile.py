@@ -61,7 +61,7 @@ from aggregator.core.engine import (
 )
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.kinds import COUNT_ATTRIBUTE
-from aggregator.core.lifecycle import changed_definitions, resolved_rules
+from aggregator.core.lifecycle import RuleState, changed_definitions, resolved_rules
 from aggregator.core.numbers import subtract
 from aggregator.core.records import Image
 from aggregator.core.rules import RuleSet
@@ -76,6 +76,10 @@ __all__ = ["Drift", "ReconcileReport", "reconcile"]
 
 Version = tuple[tuple[str, str, Any], ...] | None
 """An aggregate item's value and checkpoints as read (``None``: no item)."""
+
+_Stored = dict[str, tuple[Amounts, Version, dict[str, Any]]]
+"""``{sort key: ((value, count), version, item)}``: stored aggregates as :meth:`_Checker.stored`
+reads them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +294,47 @@ def reconcile(
         For an unknown or derived rule, or one pending a backfill.
     """
     states = Manifest(client, table_name, rules.layout).load()
+    _refuse_changed(rules, states, rule_names)
+    rules, renamed = _resolve(rules, states, rule_names)
+    names = _default_names(rules, states) if renamed is None else list(renamed)
+    _refuse_unchecked(rules, states, names)
+    checker = _Checker(rules, client, table_name, names)
+    report = ReconcileReport()
+    first = _check(checker, report, clock)
+    keys = set(first.expected) | set(first.after)
+    report.keys_checked = len(keys)
+    candidates = sorted(
+        k for k in keys if first.expected.get(k, NO_AMOUNTS) != _value(first.after, k)
+    )
+    if not candidates:
+        return report
+    # a write-sharded rule's change reaches its aggregate in two passes through the stream (the
+    # partial, then the aggregate): wait for both before calling a difference stable
+    sharded = any(r.sharded for r in rules if r.name in names)
+    time.sleep(settle_seconds * (2 if sharded else 1))
+    second = _check(checker, report, clock)
+    for key in candidates:
+        drift = _judge(checker, key, first, second, repair)
+        if drift is not None:
+            report.drifts.append(drift)
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class _Check:
+    """One check's reads: the stored aggregates before and after the scan, and the expected
+    values the scan computed."""
+
+    before: _Stored
+    expected: dict[str, Amounts]
+    after: _Stored
+
+
+def _refuse_changed(
+    rules: RuleSet, states: dict[str, RuleState], rule_names: Iterable[str] | None
+) -> None:
+    """Raise :class:`ConfigError` for a rule to check whose definition differs from every
+    generation in the table (its stored aggregates mean something else)."""
     changed = changed_definitions(rules, states)
     if rule_names is not None:
         changed = [n for n in changed if n in rule_names]
@@ -298,31 +343,45 @@ def reconcile(
             f"rule(s) {', '.join(changed)}: the definition differs from every generation in the "
             "table, so its aggregates cannot be checked against it; run `aggregator rebuild`"
         )
-    # each rule under the storage name of the generation its definition builds
+
+
+def _resolve(
+    rules: RuleSet, states: dict[str, RuleState], rule_names: Iterable[str] | None
+) -> tuple[RuleSet, list[str] | None]:
+    """Each rule under the storage name of the generation its definition builds, and
+    ``rule_names`` (if given) renamed to match."""
     try:
         resolved = resolved_rules(rules, states)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     renamed = {r.name: s.name for r, s in zip(rules, resolved, strict=True)}
-    if rule_names is not None:
-        rule_names = [renamed.get(n, n) for n in rule_names]
-    rules = resolved
-    base = {r.name for r in rules.base_rules}
+    if rule_names is None:
+        return resolved, None
+    return resolved, [renamed.get(n, n) for n in rule_names]
+
+
+def _default_names(rules: RuleSet, states: dict[str, RuleState]) -> list[str]:
+    """Every base rule's name; raise :class:`ConfigError` when one is pending a backfill."""
     # a rule pending a backfill lacks, by design, what the table held before its fences
     incomplete = {n for n, s in states.items() if s.status != "active"}
-    if rule_names is None:
-        names = [r.name for r in rules.base_rules if r.name not in incomplete]
-        left_out = [r.name for r in rules.base_rules if r.name in incomplete]
-        if left_out:
-            # checking the others only would report "no drift" for rules it never looked at
-            listed = ", ".join(f"{n} ({states[n].status})" for n in left_out)
-            others = f", or check the others with --rules {','.join(names)}" if names else ""
-            raise ConfigError(
-                f"rule(s) {listed} do not count the items from before their fences yet, so "
-                f"their aggregates cannot be checked: run `aggregator backfill` first{others}"
-            )
-    else:
-        names = list(rule_names)
+    names = [r.name for r in rules.base_rules if r.name not in incomplete]
+    left_out = [r.name for r in rules.base_rules if r.name in incomplete]
+    if left_out:
+        # checking the others only would report "no drift" for rules it never looked at
+        listed = ", ".join(f"{n} ({states[n].status})" for n in left_out)
+        others = f", or check the others with --rules {','.join(names)}" if names else ""
+        raise ConfigError(
+            f"rule(s) {listed} do not count the items from before their fences yet, so "
+            f"their aggregates cannot be checked: run `aggregator backfill` first{others}"
+        )
+    return names
+
+
+def _refuse_unchecked(rules: RuleSet, states: dict[str, RuleState], names: list[str]) -> None:
+    """Raise :class:`ConfigError` for a name that is no rule, a derived rule, or a rule pending a
+    backfill."""
+    base = {r.name for r in rules.base_rules}
+    incomplete = {n for n, s in states.items() if s.status != "active"}
     for name in names:
         if name not in {r.name for r in rules}:
             raise ConfigError(f"no rule named {name!r} in the definitions")
@@ -333,68 +392,78 @@ def reconcile(
                 f"rule {name!r} is {states[name].status}: its aggregates do not count the items "
                 "from before its fences yet; run `aggregator backfill` first"
             )
-    checker = _Checker(rules, client, table_name, names)
-    report = ReconcileReport()
 
-    def check() -> tuple[dict[str, Any], dict[str, Amounts], dict[str, Any]]:
-        now = clock()
-        before = checker.stored(now)
-        expected, scanned = checker.expected(now)
-        after = checker.stored(now)
-        report.items_scanned = scanned  # per check
-        report.checks += 1
-        return before, expected, after
 
-    before1, expected1, after1 = check()
-    keys = set(expected1) | set(after1)
-    report.keys_checked = len(keys)
+def _check(checker: _Checker, report: ReconcileReport, clock: Callable[[], float]) -> _Check:
+    """Read the stored aggregates, scan for the expected values, read the aggregates again, and
+    count the check (and its items scanned) in ``report``."""
+    now = clock()
+    before = checker.stored(now)
+    expected, scanned = checker.expected(now)
+    after = checker.stored(now)
+    report.items_scanned = scanned  # per check
+    report.checks += 1
+    return _Check(before, expected, after)
 
-    def value(table: dict[str, Any], key: str) -> Amounts:
-        found: Amounts = table[key][0] if key in table else NO_AMOUNTS
-        return found
 
-    def version(table: dict[str, Any], key: str) -> Version:
-        return table[key][1] if key in table else None
+def _value(table: _Stored, key: str) -> Amounts:
+    """The stored ``(value, count)`` under ``key`` (zeros when there is no item)."""
+    found: Amounts = table[key][0] if key in table else NO_AMOUNTS
+    return found
 
-    candidates = sorted(k for k in keys if expected1.get(k, NO_AMOUNTS) != value(after1, k))
-    if not candidates:
-        return report
-    # a write-sharded rule's change reaches its aggregate in two passes through the stream (the
-    # partial, then the aggregate): wait for both before calling a difference stable
-    sharded = any(r.sharded for r in rules if r.name in names)
-    time.sleep(settle_seconds * (2 if sharded else 1))
-    before2, expected2, after2 = check()
-    for key in candidates:
-        rule = key.partition("#")[0]
-        ref = checker.refs.get(key)
-        display = ref.display_key if ref is not None else _stored_key(after2, key)
-        exp, stored = expected2.get(key, NO_AMOUNTS), value(after2, key)
-        stable = (
-            expected1.get(key, NO_AMOUNTS) == exp
-            and version(before1, key) == version(after1, key)
-            and version(after1, key) == version(before2, key) == version(after2, key)
-        )
-        if exp == stored:
-            continue
-        status = "drift" if stable else "moving"
-        missing = rule in checker.targets and key not in after2 and ref is not None
-        if missing and ref is not None and not checker.target_exists(ref):
-            status = "no target"
-        if status == "drift" and repair:
-            status = _repair(checker, key, rule, display, ref, exp, stored, after2.get(key))
-        counted = checker.rules.get(rule).kind.keeps_count
-        report.drifts.append(
-            Drift(
-                rule,
-                display,
-                exp[0],
-                stored[0],
-                status,
-                exp[1] if counted else None,
-                stored[1] if counted else None,
-            )
-        )
-    return report
+
+def _read_version(table: _Stored, key: str) -> Version:
+    """The stored version under ``key`` (``None`` when there is no item)."""
+    return table[key][1] if key in table else None
+
+
+def _stable(key: str, first: _Check, second: _Check) -> bool:
+    """Whether ``key``'s expected value is the same in both checks and its stored version did not
+    change from the first read to the last."""
+    return (
+        first.expected.get(key, NO_AMOUNTS) == second.expected.get(key, NO_AMOUNTS)
+        and _read_version(first.before, key) == _read_version(first.after, key)
+        and _read_version(first.after, key)
+        == _read_version(second.before, key)
+        == _read_version(second.after, key)
+    )
+
+
+def _judge(
+    checker: _Checker, key: str, first: _Check, second: _Check, repair: bool
+) -> Drift | None:
+    """A candidate's drift after the second check (``None`` when its expected and stored values
+    agree by then): ``drift``, ``moving`` or ``no target``, or the repair's outcome."""
+    rule = key.partition("#")[0]
+    ref = checker.refs.get(key)
+    display = ref.display_key if ref is not None else _stored_key(second.after, key)
+    exp, stored = second.expected.get(key, NO_AMOUNTS), _value(second.after, key)
+    stable = _stable(key, first, second)
+    if exp == stored:
+        return None
+    status = "drift" if stable else "moving"
+    missing = rule in checker.targets and key not in second.after and ref is not None
+    if missing and ref is not None and not checker.target_exists(ref):
+        status = "no target"
+    if status == "drift" and repair:
+        status = _repair(checker, key, rule, display, ref, exp, stored, second.after.get(key))
+    return _drift(checker, rule, display, exp, stored, status)
+
+
+def _drift(
+    checker: _Checker, rule: str, display: str, expected: Amounts, stored: Amounts, status: str
+) -> Drift:
+    """The :class:`Drift` of one key, with its counts when the rule's kind keeps one."""
+    counted = checker.rules.get(rule).kind.keeps_count
+    return Drift(
+        rule,
+        display,
+        expected[0],
+        stored[0],
+        status,
+        expected[1] if counted else None,
+        stored[1] if counted else None,
+    )
 
 
 def _stored_key(table: dict[str, Any], sort_key: str) -> str:

@@ -471,61 +471,112 @@ class StreamRunner:
         """
         while True:
             self._deliveries += 1
-            crash_after = self.faults.crash(self._deliveries)
-            if crash_after is not None and self.faults.client is not None:
-                self.faults.client.arm(crash_after)
+            self._arm_crash()
             event = self._event(shard, records, final)
             try:
                 outcome = self.processor.process_event(event)
             except ConfigError:
                 raise
             except Exception as exc:  # a function error: Lambda retries the batch
-                stats.function_errors += 1
-                self.faults.log.append(f"delivery {self._deliveries}: function error {exc!r}")
-                shard.attempts += 1
-                if shard.attempts > self.max_retries:
-                    raise RunnerError(
-                        f"shard {shard.shard_id}: invocation still failing after "
-                        f"{self.max_retries} retries: {exc!r}"
-                    ) from exc
-                stats.retries += 1
-                if self.faults.client is not None:
-                    self.faults.client.disarm()
-                if self.faults.bisect_on_error and len(records) > 1:
-                    half = len(records) // 2
-                    shard.buffer[:0] = records[half:]
-                    records = records[:half]
+                records = self._function_error(shard, records, stats, exc)
                 continue
             finally:
-                if self.faults.client is not None:
-                    self.faults.client.disarm()
+                self._disarm()
             stats.add(outcome)
             if self.on_batch is not None:
                 self.on_batch(outcome)
             failures = outcome.response.get("batchItemFailures") or []
             if failures:
-                retry_from = pad_sequence_number(
-                    min((f["itemIdentifier"] for f in failures), key=pad_sequence_number)
-                )
-                done = [r for r in records if pad_sequence_number(_seq(r)) < retry_from]
-                rest = [r for r in records if pad_sequence_number(_seq(r)) >= retry_from]
-                shard.attempts += 1
-                stats.retries += 1
-                if shard.attempts > self.max_retries:
-                    raise RunnerError(
-                        f"shard {shard.shard_id}: batch from {retry_from.lstrip('0')} still "
-                        f"failing after {self.max_retries} retries: {'; '.join(outcome.errors[:3])}"
-                    )
-                self._accept(shard, done, outcome)
-                time.sleep(min(1.0, 0.02 * 2**shard.attempts))
-                return rest
-            shard.attempts = 0
-            self._accept(shard, records, outcome)
-            if records and self.faults.duplicate(self._deliveries):
-                stats.duplicates += 1
-                duplicate = self.processor.process_event(event)
-                stats.add(duplicate)
-            return []
+                return self._partial_failure(shard, records, stats, outcome, failures)
+            return self._delivered(shard, records, stats, event, outcome)
+
+    def _arm_crash(self) -> None:
+        """Arm the faults' client to crash during this delivery when the faults say so."""
+        crash_after = self.faults.crash(self._deliveries)
+        if crash_after is not None and self.faults.client is not None:
+            self.faults.client.arm(crash_after)
+
+    def _disarm(self) -> None:
+        """Disarm the faults' client, if any."""
+        if self.faults.client is not None:
+            self.faults.client.disarm()
+
+    def _function_error(
+        self, shard: _Shard, records: list[dict[str, Any]], stats: RunStats, exc: Exception
+    ) -> list[dict[str, Any]]:
+        """Count a function error and return the records to retry (the first half with
+        ``bisect_on_error``, the rest going back to the buffer).
+
+        Raises
+        ------
+        RunnerError
+            When the shard's attempts exceed ``max_retries``.
+        """
+        stats.function_errors += 1
+        self.faults.log.append(f"delivery {self._deliveries}: function error {exc!r}")
+        shard.attempts += 1
+        if shard.attempts > self.max_retries:
+            raise RunnerError(
+                f"shard {shard.shard_id}: invocation still failing after "
+                f"{self.max_retries} retries: {exc!r}"
+            ) from exc
+        stats.retries += 1
+        self._disarm()
+        if self.faults.bisect_on_error and len(records) > 1:
+            half = len(records) // 2
+            shard.buffer[:0] = records[half:]
+            records = records[:half]
+        return records
+
+    def _partial_failure(
+        self,
+        shard: _Shard,
+        records: list[dict[str, Any]],
+        stats: RunStats,
+        outcome: BatchOutcome,
+        failures: list[dict[str, Any]],
+    ) -> list[dict[str, Any]]:
+        """Accept the records before the lowest ``batchItemFailures`` entry, back off, and return
+        the records from it on.
+
+        Raises
+        ------
+        RunnerError
+            When the shard's attempts exceed ``max_retries``.
+        """
+        retry_from = pad_sequence_number(
+            min((f["itemIdentifier"] for f in failures), key=pad_sequence_number)
+        )
+        done = [r for r in records if pad_sequence_number(_seq(r)) < retry_from]
+        rest = [r for r in records if pad_sequence_number(_seq(r)) >= retry_from]
+        shard.attempts += 1
+        stats.retries += 1
+        if shard.attempts > self.max_retries:
+            raise RunnerError(
+                f"shard {shard.shard_id}: batch from {retry_from.lstrip('0')} still "
+                f"failing after {self.max_retries} retries: {'; '.join(outcome.errors[:3])}"
+            )
+        self._accept(shard, done, outcome)
+        time.sleep(min(1.0, 0.02 * 2**shard.attempts))
+        return rest
+
+    def _delivered(
+        self,
+        shard: _Shard,
+        records: list[dict[str, Any]],
+        stats: RunStats,
+        event: dict[str, Any],
+        outcome: BatchOutcome,
+    ) -> list[dict[str, Any]]:
+        """Accept a fully processed batch, deliver it again when the faults duplicate it, and
+        return no records to retry."""
+        shard.attempts = 0
+        self._accept(shard, records, outcome)
+        if records and self.faults.duplicate(self._deliveries):
+            stats.duplicates += 1
+            duplicate = self.processor.process_event(event)
+            stats.add(duplicate)
+        return []
 
     def _accept(self, shard: _Shard, records: list[dict[str, Any]], outcome: BatchOutcome) -> None:
         if "state" in outcome.response:

@@ -22,7 +22,7 @@ from aggregator.core.lifecycle import (
     live_generation,
     rule_fingerprint,
 )
-from aggregator.core.rules import RuleSet
+from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.deadletters import list_dead_letters
 from aggregator.dynamodb.manifest import Manifest
@@ -137,16 +137,26 @@ def _backfill(client: Any, table_name: str, rules: RuleSet, backfill_id: str) ->
     return BackfillProgress(backfill_id, segments, done, pages)
 
 
-def _next_command(report: RuleReport, table_name: str) -> str:
-    t = f"--table {table_name}"
+def _definition_command(report: RuleReport, t: str) -> str:
+    """The command for a rule whose definition no generation builds (removed, new or changed),
+    ``""`` for a built one."""
     if report.definition == "removed":
         return f"aggregator drop-rule {report.rule} {t} (deploy without it first)"
     if report.definition == "new":
         return "deploy the rules (sam deploy), or aggregator run: the rule registers as pending"
     if report.definition == "changed":
         return f"aggregator rebuild {report.rule} {t}"
-    states = {g.generation: g for g in report.generations}
-    building = states[report.builds] if report.builds is not None else None
+    return ""
+
+
+def _build_command(
+    report: RuleReport,
+    states: dict[int, GenerationStatus],
+    building: GenerationStatus | None,
+    t: str,
+) -> str:
+    """The command that takes the generation the definition builds up, backfills it or switches
+    readers to it, ``""`` when it is built and serving."""
     if building is not None and building.status == "requested":
         return "deploy the new definition: a handler running it takes the generation up"
     if building is not None and building.unfenced:
@@ -160,22 +170,173 @@ def _next_command(report: RuleReport, table_name: str) -> str:
         return f"aggregator backfill {t}"
     if report.builds is not None and report.builds != report.serving:
         return f"aggregator rebuild {report.rule} {t} (switches readers)"
-    if building is not None and building.index_stale:
-        if building.handler_leaderboard != (not building.leaderboard):
-            return (
-                "deploy the rule files (the handler runs the old leaderboard flag), then "
-                f"aggregator rebuild {report.rule} {t}"
-            )
-        action = "removes the index entries of" if building.leaderboard else "indexes"
+    return ""
+
+
+def _index_command(report: RuleReport, building: GenerationStatus | None, t: str) -> str:
+    """The command that brings the leaderboard index in line with the rule files' flag, ``""``
+    when it is."""
+    if building is None or not building.index_stale:
+        return ""
+    if building.handler_leaderboard != (not building.leaderboard):
         return (
-            f"aggregator rebuild {report.rule} {t} (the leaderboard flag changed: {action} the "
-            "existing aggregates)"
+            "deploy the rule files (the handler runs the old leaderboard flag), then "
+            f"aggregator rebuild {report.rule} {t}"
         )
+    action = "removes the index entries of" if building.leaderboard else "indexes"
+    return (
+        f"aggregator rebuild {report.rule} {t} (the leaderboard flag changed: {action} the "
+        "existing aggregates)"
+    )
+
+
+def _cleanup_command(report: RuleReport, t: str) -> str:
+    """The command that deletes retired generations or lists dead letters, ``""`` when there
+    are neither."""
     if any(g.status in ("retired", "dropping") for g in report.generations):
         return f"aggregator drop-rule {report.rule} {t} (deletes the retired generations)"
     if report.dead_letters:
         return f"aggregator dead-letters {t}"
     return ""
+
+
+def _next_command(report: RuleReport, table_name: str) -> str:
+    """The first command to run for ``report``'s rule, ``""`` when nothing is to do."""
+    t = f"--table {table_name}"
+    if report.definition in ("removed", "new", "changed"):
+        return _definition_command(report, t)
+    states = {g.generation: g for g in report.generations}
+    building = states[report.builds] if report.builds is not None else None
+    return (
+        _build_command(report, states, building, t)
+        or _index_command(report, building, t)
+        or _cleanup_command(report, t)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _TableRead:
+    """What :func:`table_status` reads of a table: the manifest's generations (by storage
+    name) and serving generations (by rule), the shards fenced and the dead letters per storage
+    name, and each running backfill's progress (by backfill id)."""
+
+    rules: RuleSet
+    states: dict[str, RuleState]
+    serving: dict[str, int]
+    fenced: Counter[str]
+    letters: Counter[str]
+    progress: dict[str, BackfillProgress]
+
+
+def _dead_letter_counts(
+    client: Any, table_name: str, rules: RuleSet, dead_letters: bool
+) -> Counter[str]:
+    """Dead letters per storage name (none counted unless ``dead_letters``)."""
+    letters: Counter[str] = Counter()
+    if dead_letters:
+        letters.update(d.rule for d in list_dead_letters(client, table_name, layout=rules.layout))
+    return letters
+
+
+def _backfills(
+    client: Any, table_name: str, rules: RuleSet, states: dict[str, RuleState]
+) -> dict[str, BackfillProgress]:
+    """The progress of each backfill a ``backfilling`` generation runs, by backfill id."""
+    progress: dict[str, BackfillProgress] = {}
+    for s in states.values():
+        if s.status == "backfilling" and s.backfill_id and s.backfill_id not in progress:
+            progress[s.backfill_id] = _backfill(client, table_name, rules, s.backfill_id)
+    return progress
+
+
+def _read_table(rules: RuleSet, client: Any, table_name: str, dead_letters: bool) -> _TableRead:
+    """The manifest, fences, dead letters and backfill progress of ``table_name``, read in
+    that order."""
+    states, serving = Manifest(client, table_name, rules.layout).load_all()
+    fenced = _fenced_shards(client, table_name, rules) if states else Counter()
+    letters = _dead_letter_counts(client, table_name, rules, dead_letters)
+    progress = _backfills(client, table_name, rules, states)
+    return _TableRead(rules, states, serving, fenced, letters, progress)
+
+
+def _generations(read: _TableRead, name: str) -> list[GenerationStatus]:
+    """The generations of the rule ``name``, each flagged ``index_stale`` when it has the rule
+    files' definition and their leaderboard flag differs."""
+    rule = next((r for r in read.rules if r.name == name), None)
+    out = []
+    for s in generations_of(name, read.states):
+        g = _generation(s, read.fenced, read.letters, read.progress)
+        if rule is not None and s.fingerprint == rule_fingerprint(rule):
+            g = replace(g, index_stale=index_stale(rule, s))
+        out.append(g)
+    return out
+
+
+def _families(letters: Counter[str]) -> Counter[str]:
+    """Dead letters per rule: every generation's letters counted under the rule's name."""
+    families: Counter[str] = Counter()
+    for name, count in letters.items():
+        families[generation_of(name)[0]] += count
+    return families
+
+
+def _derived_blocked(rule: Rule, live: RuleState | None, states: dict[str, RuleState]) -> bool:
+    """Whether ``rule`` is a derived rule whose pending generation no backfill can complete: its
+    source is active, and the changes that made the source's aggregates are gone."""
+    source = states.get(rule.source) if rule.source is not None else None
+    return (
+        live is not None
+        and live.status == "pending"
+        and source is not None
+        and (source.status == "active")
+    )
+
+
+def _rule_report(
+    rule: Rule, read: _TableRead, families: Counter[str], table_name: str
+) -> RuleReport:
+    """The report of a rule the rule files name, with its next command."""
+    live = live_generation(rule, read.states)
+    family = generations_of(rule.name, read.states)
+    definition = "built" if live is not None else ("changed" if family else "new")
+    report = RuleReport(
+        rule=rule.name,
+        definition=definition,
+        builds=generation_of(live.name)[1] if live is not None else None,
+        serving=read.serving.get(rule.name, 1),
+        generations=_generations(read, rule.name),
+        dead_letters=families.get(rule.name, 0),
+    )
+    report.next = _next_command(report, table_name)
+    if _derived_blocked(rule, live, read.states):
+        # backfill refuses it: its input is the source's changes, and those that made the
+        # source's existing aggregates are gone
+        report.next = (
+            f"none can complete it: a derived rule counts the changes of {rule.source!r} "
+            "from its deployment on, and deriving from existing aggregates is not "
+            "supported yet; deploy it with a copy of its source under a new name and "
+            "backfill the two together"
+        )
+    return report
+
+
+def _removed_reports(read: _TableRead, families: Counter[str], table_name: str) -> list[RuleReport]:
+    """The reports of the rules the table holds generations of that the rule files no longer
+    name, by rule name."""
+    named = {r.name for r in read.rules}
+    reports = []
+    for rule_name in sorted({generation_of(n)[0] for n in read.states} - named):
+        report = RuleReport(
+            rule=rule_name,
+            definition="removed",
+            builds=None,
+            serving=read.serving.get(rule_name, 1),
+            generations=_generations(read, rule_name),
+            dead_letters=families.get(rule_name, 0),
+        )
+        report.next = _next_command(report, table_name)
+        reports.append(report)
+    return reports
 
 
 def table_status(
@@ -196,71 +357,10 @@ def table_status(
     botocore.exceptions.ClientError
         As DynamoDB raises it.
     """
-    states, serving = Manifest(client, table_name, rules.layout).load_all()
-    fenced = _fenced_shards(client, table_name, rules) if states else Counter()
-    letters: Counter[str] = Counter()
-    if dead_letters:
-        letters.update(d.rule for d in list_dead_letters(client, table_name, layout=rules.layout))
-    progress: dict[str, BackfillProgress] = {}
-    for s in states.values():
-        if s.status == "backfilling" and s.backfill_id and s.backfill_id not in progress:
-            progress[s.backfill_id] = _backfill(client, table_name, rules, s.backfill_id)
-
-    def generations(name: str) -> list[GenerationStatus]:
-        rule = next((r for r in rules if r.name == name), None)
-        out = []
-        for s in generations_of(name, states):
-            g = _generation(s, fenced, letters, progress)
-            if rule is not None and s.fingerprint == rule_fingerprint(rule):
-                g = replace(g, index_stale=index_stale(rule, s))
-            out.append(g)
-        return out
-
-    families: Counter[str] = Counter()
-    for name, count in letters.items():
-        families[generation_of(name)[0]] += count
-    reports = []
-    for r in rules:
-        live = live_generation(r, states)
-        family = generations_of(r.name, states)
-        definition = "built" if live is not None else ("changed" if family else "new")
-        report = RuleReport(
-            rule=r.name,
-            definition=definition,
-            builds=generation_of(live.name)[1] if live is not None else None,
-            serving=serving.get(r.name, 1),
-            generations=generations(r.name),
-            dead_letters=families.get(r.name, 0),
-        )
-        report.next = _next_command(report, table_name)
-        source = states.get(r.source) if r.source is not None else None
-        if (
-            live is not None
-            and live.status == "pending"
-            and source is not None
-            and (source.status == "active")
-        ):
-            # backfill refuses it: its input is the source's changes, and those that made the
-            # source's existing aggregates are gone
-            report.next = (
-                f"none can complete it: a derived rule counts the changes of {r.source!r} "
-                "from its deployment on, and deriving from existing aggregates is not "
-                "supported yet; deploy it with a copy of its source under a new name and "
-                "backfill the two together"
-            )
-        reports.append(report)
-    named = {r.name for r in rules}
-    for rule_name in sorted({generation_of(n)[0] for n in states} - named):
-        report = RuleReport(
-            rule=rule_name,
-            definition="removed",
-            builds=None,
-            serving=serving.get(rule_name, 1),
-            generations=generations(rule_name),
-            dead_letters=families.get(rule_name, 0),
-        )
-        report.next = _next_command(report, table_name)
-        reports.append(report)
+    read = _read_table(rules, client, table_name, dead_letters)
+    families = _families(read.letters)
+    reports = [_rule_report(r, read, families, table_name) for r in rules]
+    reports += _removed_reports(read, families, table_name)
     reported = {r.rule for r in reports}
     other = {name: count for name, count in sorted(families.items()) if name not in reported}
     return TableStatus(table_name, reports, other)

@@ -23,7 +23,9 @@ from aggregator.cli.options import (
 from aggregator.cli.output import console
 
 if TYPE_CHECKING:
+    from aggregator.core.layout import TableLayout
     from aggregator.core.rules import RuleSet
+    from aggregator.dynamodb.deadletters import DeadLetter, LetterState
 
 _HEAL = "fix the item (or delete it): its aggregate heals when it is written; then: aggregator \
 dead-letters --clear-healed"
@@ -64,6 +66,117 @@ def _stored_rules(client: object, table_name: str, rules: RuleSet) -> RuleSet:
         raise ConfigError(str(exc)) from None
 
 
+def _given_rules(definitions: RuleSources | None, clear_healed: bool) -> RuleSet | None:
+    """The rules given with ``-d`` (or found by default), ``None`` when there are none; a bad
+    rule file is reported before any AWS call.
+
+    Raises
+    ------
+    ConfigError
+        When ``--clear-healed`` has no rules to judge the letters' items by.
+    """
+    from aggregator.core.exceptions import ConfigError
+    from aggregator.core.rules import load_rules
+
+    sources = definitions if definitions is not None else default_rule_sources()
+    if clear_healed and sources is None:
+        raise ConfigError(
+            "--clear-healed judges each letter's item by the rules: give them with -d FILE|DIR"
+        )
+    return load_rules(sources) if sources is not None else None
+
+
+def _clear_healed(
+    client: object,
+    table_name: str,
+    rules: RuleSet | None,
+    layout: TableLayout,
+    letters: list[DeadLetter],
+    as_json: bool,
+) -> None:
+    """Delete the letters of healed items (none without rules) and print how many went and how
+    many are left."""
+    import json
+
+    from aggregator.dynamodb.deadletters import clear_healed_dead_letters
+
+    cleared, left = (
+        clear_healed_dead_letters(client, table_name, rules, layout=layout, letters=letters)
+        if rules is not None
+        else (0, 0)
+    )
+    if as_json:
+        click.echo(json.dumps({"cleared": cleared, "left": left}))
+    else:
+        console.print(f"cleared {cleared} healed dead letter(s); {left} left", highlight=False)
+
+
+def _letter_json(st: LetterState) -> dict[str, object]:
+    """One letter and its state as the ``--json`` list holds it."""
+    d = st.letter
+    return {
+        "shard_id": d.shard_id,
+        "sequence_number": d.sequence_number or None,
+        "rule": d.rule,
+        "item_key": d.item_key,
+        "attribute": d.attribute,
+        "cause": d.cause,
+        "reason": d.reason,
+        "image": d.image,
+        "state": st.state,
+        "state_detail": st.detail,
+        "replayable": d.replayable,
+        "record_form": d.record_form,
+        "failed_at": d.failed_at,
+        "repair": _REPAIR.get(d.cause, "").format(rule=d.rule),
+    }
+
+
+def _letters_table(letters: int, states: list[LetterState], counts: Counter[str]) -> Table:
+    """The letters as a table, one row each, titled with their number per state."""
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    table = Table(
+        title=f"{letters} dead letter(s)" + (f": {summary}" if summary else ""),
+        title_justify="left",
+    )
+    for column in ("rule", "item key", "attribute", "cause", "reason", "sequence number", "state"):
+        table.add_column(column)
+    for st in states:
+        d = st.letter
+        table.add_row(
+            Text(d.rule),
+            Text(_key_text(d.item_key)),
+            Text(d.attribute or ""),
+            d.cause,
+            Text(d.reason),
+            d.sequence_number or "(none)",
+            Text(f"{st.state} ({st.detail})" if st.detail else st.state),
+        )
+    return table
+
+
+def _print_next_steps(states: list[LetterState], counts: Counter[str]) -> None:
+    """How to clear the healed letters, replay the replayable ones, and repair each cause of the
+    open and stuck ones."""
+    if counts["healed"]:
+        console.print(
+            f"healed: {counts['healed']} item(s) fixed or deleted since; clear their letters "
+            "with: aggregator dead-letters --clear-healed",
+            highlight=False,
+        )
+    if counts["replay"]:
+        console.print(
+            f"replay: {counts['replay']} letter(s) of which nothing applied: aggregator "
+            "replay-dead-letters",
+            highlight=False,
+        )
+    for cause in sorted({st.letter.cause for st in states if st.state in ("open", "stuck")}):
+        names = sorted({st.letter.rule for st in states if st.letter.cause == cause})
+        repair = _REPAIR.get(cause, "")
+        if repair:
+            console.print(Text(f"{cause}: {repair.format(rule=','.join(names))}"), highlight=False)
+
+
 @click.command("dead-letters")
 @_table_option
 @_layout_definitions_option
@@ -90,101 +203,24 @@ def dead_letters_cmd(
     replay, and --clear-healed deletes the letters of healed items."""
     import json
 
-    from aggregator.core.exceptions import ConfigError
     from aggregator.core.layout import DEFAULT_LAYOUT
-    from aggregator.core.rules import load_rules
-    from aggregator.dynamodb.deadletters import (
-        clear_healed_dead_letters,
-        letter_states,
-        list_dead_letters,
-    )
+    from aggregator.dynamodb.deadletters import letter_states, list_dead_letters
 
-    sources = definitions if definitions is not None else default_rule_sources()
-    if clear_healed and sources is None:
-        raise ConfigError(
-            "--clear-healed judges each letter's item by the rules: give them with -d FILE|DIR"
-        )
-    # a bad rule file is reported before any AWS call
-    given = load_rules(sources) if sources is not None else None
+    given = _given_rules(definitions, clear_healed)
     layout = given.layout if given is not None else DEFAULT_LAYOUT
     client = clients.make_client("dynamodb", endpoint_url)
     letters = list(list_dead_letters(client, table_name, layout=layout))
     rules = _stored_rules(client, table_name, given) if letters and given is not None else None
     if clear_healed:
-        cleared, left = (
-            clear_healed_dead_letters(client, table_name, rules, layout=layout, letters=letters)
-            if rules is not None
-            else (0, 0)
-        )
-        if as_json:
-            click.echo(json.dumps({"cleared": cleared, "left": left}))
-        else:
-            console.print(f"cleared {cleared} healed dead letter(s); {left} left", highlight=False)
+        _clear_healed(client, table_name, rules, layout, letters, as_json)
         return
     states = letter_states(client, table_name, letters, rules, layout=layout)
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "shard_id": d.shard_id,
-                        "sequence_number": d.sequence_number or None,
-                        "rule": d.rule,
-                        "item_key": d.item_key,
-                        "attribute": d.attribute,
-                        "cause": d.cause,
-                        "reason": d.reason,
-                        "image": d.image,
-                        "state": st.state,
-                        "state_detail": st.detail,
-                        "replayable": d.replayable,
-                        "record_form": d.record_form,
-                        "failed_at": d.failed_at,
-                        "repair": _REPAIR.get(d.cause, "").format(rule=d.rule),
-                    }
-                    for d, st in ((st.letter, st) for st in states)
-                ],
-                indent=2,
-            )
-        )
+        click.echo(json.dumps([_letter_json(st) for st in states], indent=2))
         return
     counts = Counter(st.state for st in states)
-    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-    table = Table(
-        title=f"{len(letters)} dead letter(s)" + (f": {summary}" if summary else ""),
-        title_justify="left",
-    )
-    for column in ("rule", "item key", "attribute", "cause", "reason", "sequence number", "state"):
-        table.add_column(column)
-    for st in states:
-        d = st.letter
-        table.add_row(
-            Text(d.rule),
-            Text(_key_text(d.item_key)),
-            Text(d.attribute or ""),
-            d.cause,
-            Text(d.reason),
-            d.sequence_number or "(none)",
-            Text(f"{st.state} ({st.detail})" if st.detail else st.state),
-        )
-    console.print(table)
-    if counts["healed"]:
-        console.print(
-            f"healed: {counts['healed']} item(s) fixed or deleted since; clear their letters "
-            "with: aggregator dead-letters --clear-healed",
-            highlight=False,
-        )
-    if counts["replay"]:
-        console.print(
-            f"replay: {counts['replay']} letter(s) of which nothing applied: aggregator "
-            "replay-dead-letters",
-            highlight=False,
-        )
-    for cause in sorted({st.letter.cause for st in states if st.state in ("open", "stuck")}):
-        names = sorted({st.letter.rule for st in states if st.letter.cause == cause})
-        repair = _REPAIR.get(cause, "")
-        if repair:
-            console.print(Text(f"{cause}: {repair.format(rule=','.join(names))}"), highlight=False)
+    console.print(_letters_table(len(letters), states, counts))
+    _print_next_steps(states, counts)
 
 
 @click.command("replay-dead-letters")

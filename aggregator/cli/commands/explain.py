@@ -165,6 +165,121 @@ def _update_text(layout: Any, change: Any) -> str:
     return "; ".join(parts)
 
 
+def _live_table(
+    item: str | None, record_source: str | None, table_name: str | None, keys: tuple[str, ...]
+) -> str | None:
+    """``--table``, unless it only comes from AGGREGATOR_TABLE_NAME and there is no ``--key``
+    live item to read (the variable names the table only for ``--key``)."""
+    ctx = click.get_current_context()
+    from_environment = (
+        ctx.get_parameter_source("table_name") == click.core.ParameterSource.ENVIRONMENT
+    )
+    if from_environment and (item is not None or record_source is not None or not keys):
+        return None  # AGGREGATOR_TABLE_NAME names the table only for --key
+    return table_name
+
+
+def _check_one_thing(item: str | None, record_source: str | None, table_name: str | None) -> None:
+    """Check that exactly one thing is given to explain.
+
+    Raises
+    ------
+    ConfigError
+        When none is given, or more than one.
+    """
+    given = [item is not None, record_source is not None, table_name is not None]
+    what = "an ITEM file (or -), --record FILE, or --table T --key NAME=VALUE ..."
+    if sum(given) == 0:
+        raise ConfigError(f"nothing to explain: give {what}")
+    if sum(given) > 1:
+        raise ConfigError(f"explain one thing at a time: {what}")
+
+
+def _stream_records(raw: Any) -> list[Any]:
+    """The records of a Lambda event (``sam local generate-event dynamodb update``), or
+    ``[raw]`` for a single record."""
+    return (
+        raw["Records"] if isinstance(raw, dict) and isinstance(raw.get("Records"), list) else [raw]
+    )
+
+
+def _explain_records(
+    record_source: str, definitions: RuleSources, as_json: bool, now: float
+) -> None:
+    """Explain each stream record of ``record_source``: a tree per record, or one JSON document
+    (a list when there are several records)."""
+    from aggregator.core.engine import Engine
+    from aggregator.core.explain import explain_record
+    from aggregator.core.records import MalformedRecord, parse_record
+    from aggregator.core.rules import load_rules
+
+    rules = load_rules(definitions)
+    records = _stream_records(_read_json(record_source, "stream record"))
+    engine = Engine(rules)
+    explained_all: list[dict[str, Any]] = []
+    for one in records:
+        record = parse_record(one)
+        if isinstance(record, MalformedRecord):
+            if as_json:
+                explained_all.append({"record": None, "malformed": record.reason})
+            else:
+                console.print(
+                    Text(
+                        f"malformed stream record: {record.reason} (the handler "
+                        "dead-letters it, cause malformed-record; no rule reads it)"
+                    )
+                )
+            continue
+        explained = explain_record(engine, record, now=now)
+        if as_json:
+            explained_all.append(_record_json(explained, rules.layout))
+        else:
+            _print_record(explained, rules.layout)
+    if as_json:
+        data: Any = explained_all if len(records) > 1 else explained_all[0]
+        click.echo(json.dumps(data, indent=2, default=str))
+
+
+def _image_to_explain(
+    item: str | None,
+    table_name: str | None,
+    keys: tuple[str, ...],
+    definitions: RuleSources,
+    endpoint_url: str | None,
+) -> tuple[dict[str, Any], Any, str]:
+    """``(DynamoDB-JSON item, rules, where it comes from)``: the live item of ``table_name``,
+    else the ITEM file's."""
+    from aggregator.core.rules import load_rules
+
+    if table_name is not None:
+        image_raw, rules = _live_item(table_name, keys, definitions, endpoint_url)
+        return image_raw, rules, f"table {table_name}"
+    assert item is not None
+    rules = load_rules(definitions)
+    image_raw = to_image(_read_json(item, "item"), item)
+    return image_raw, rules, "standard input" if item == "-" else item
+
+
+def _explain_item(
+    image_raw: dict[str, Any], rules: Any, source: str, as_json: bool, now: float
+) -> None:
+    """Explain one item: per rule, as a tree or JSON."""
+    from aggregator.core.engine import Engine
+    from aggregator.core.explain import explain_image
+    from aggregator.core.records import Image
+
+    engine = Engine(rules)
+    explanations = explain_image(engine, Image(image_raw), now=now)
+    if as_json:
+        click.echo(
+            json.dumps({"item": source, "rules": [e.to_json() for e in explanations]}, indent=2)
+        )
+        return
+    tree = Tree(Text(f"item from {source}: {len(image_raw)} attribute(s)"))
+    _rule_tree(tree, explanations, rules.layout)
+    console.print(tree, soft_wrap=False)
+
+
 @click.command("explain")
 @click.argument("item", required=False)
 @_definitions_option
@@ -194,75 +309,14 @@ def explain_cmd(
     ...): per rule, matched or not (the first failing test and the value it saw), the aggregate
     key as query shows it, its sort key, time bucket and delta; for a record, the net change
     per aggregate and the update the handler sends, or why it sends none."""
-    from aggregator.core.engine import Engine
-    from aggregator.core.explain import explain_image, explain_record
-    from aggregator.core.records import Image, MalformedRecord, parse_record
-    from aggregator.core.rules import load_rules
-
-    ctx = click.get_current_context()
-    from_environment = (
-        ctx.get_parameter_source("table_name") == click.core.ParameterSource.ENVIRONMENT
-    )
-    if from_environment and (item is not None or record_source is not None or not keys):
-        table_name = None  # AGGREGATOR_TABLE_NAME names the table only for --key
-    given = [item is not None, record_source is not None, table_name is not None]
-    what = "an ITEM file (or -), --record FILE, or --table T --key NAME=VALUE ..."
-    if sum(given) == 0:
-        raise ConfigError(f"nothing to explain: give {what}")
-    if sum(given) > 1:
-        raise ConfigError(f"explain one thing at a time: {what}")
+    table_name = _live_table(item, record_source, table_name, keys)
+    _check_one_thing(item, record_source, table_name)
     now = time.time()
     if record_source is not None:
-        rules = load_rules(definitions)
-        raw = _read_json(record_source, "stream record")
-        # a Lambda event (sam local generate-event dynamodb update) holds its records
-        records = (
-            raw["Records"]
-            if isinstance(raw, dict) and isinstance(raw.get("Records"), list)
-            else [raw]
-        )
-        engine = Engine(rules)
-        explained_all: list[dict[str, Any]] = []
-        for one in records:
-            record = parse_record(one)
-            if isinstance(record, MalformedRecord):
-                if as_json:
-                    explained_all.append({"record": None, "malformed": record.reason})
-                else:
-                    console.print(
-                        Text(
-                            f"malformed stream record: {record.reason} (the handler "
-                            "dead-letters it, cause malformed-record; no rule reads it)"
-                        )
-                    )
-                continue
-            explained = explain_record(engine, record, now=now)
-            if as_json:
-                explained_all.append(_record_json(explained, rules.layout))
-            else:
-                _print_record(explained, rules.layout)
-        if as_json:
-            data: Any = explained_all if len(records) > 1 else explained_all[0]
-            click.echo(json.dumps(data, indent=2, default=str))
+        _explain_records(record_source, definitions, as_json, now)
         return
-    if table_name is not None:
-        image_raw, rules = _live_item(table_name, keys, definitions, endpoint_url)
-        source = f"table {table_name}"
-    else:
-        assert item is not None
-        rules = load_rules(definitions)
-        image_raw = to_image(_read_json(item, "item"), item)
-        source = "standard input" if item == "-" else item
-    engine = Engine(rules)
-    explanations = explain_image(engine, Image(image_raw), now=now)
-    if as_json:
-        click.echo(
-            json.dumps({"item": source, "rules": [e.to_json() for e in explanations]}, indent=2)
-        )
-        return
-    tree = Tree(Text(f"item from {source}: {len(image_raw)} attribute(s)"))
-    _rule_tree(tree, explanations, rules.layout)
-    console.print(tree, soft_wrap=False)
+    image_raw, rules, source = _image_to_explain(item, table_name, keys, definitions, endpoint_url)
+    _explain_item(image_raw, rules, source, as_json, now)
 
 
 def _record_json(explained: Any, layout: Any) -> dict[str, Any]:
