@@ -110,6 +110,12 @@ class Figures:
     index_peak: int = 0
     index_peak_name: str = ""
     throttled_seconds: int = 0
+    routing_reads: int = 0
+    """``write_shards: auto``: routing items read (1 RCU each), created (one per shard), rules
+    started hot in them, and switches after a shard's start."""
+    routing_items: int = 0
+    routing_hot_starts: int = 0
+    routing_switches: int = 0
     top_requests: int = 0
     shards: int = 0
     simulated_hours: float = 0.0
@@ -146,14 +152,16 @@ def _rules_flights(sharded: bool = True, auto: bool = False) -> RuleSet:
     """``definitions/flights.yaml`` plus the ``TOTAL`` rule, the rules of :data:`SHARDED` with
     ``write_shards`` and ``flights_by_carrier`` with ``leaderboard_partitions`` (the rule file's
     YAML, with these two fields added, is what a user would write); ``sharded=False``: as they
-    are (the comparison); ``auto=True``: as they are but ``write_shards: auto`` on every rule."""
+    are (the comparison); ``auto=True``: as they are but ``write_shards: auto`` on every rule
+that is not derived."""
     loaded = load_rules(DEFINITIONS)
     rules = []
     # sums and counts only (the other kinds' costs: python -m bench.kinds)
     for r in (*(r for r in loaded.rules if r.kind.name == "sum"), TOTAL_RULE):
         update: dict[str, Any] = {}
         if auto:
-            update["write_shards"] = "auto"
+            if not r.is_derived:  # a derived rule's input is the aggregates' few shards
+                update["write_shards"] = "auto"
         elif not sharded:
             pass
         elif r.name in SHARDED:
@@ -221,11 +229,18 @@ def _run_twin(
         arrival=arrival,
         layout=rules.layout,
     )
+    processors = []
+
+    def processor_for(p: int) -> Any:
+        processor = create_processor(
+            rules, ddb, table, mode=mode, clock=clock, max_workers=4, observer=capacity.observe
+        )
+        processors.append(processor)
+        return processor
+
     source = EventSourceTwin(
         twin,
-        lambda p: create_processor(
-            rules, ddb, table, mode=mode, clock=clock, max_workers=4, observer=capacity.observe
-        ),
+        processor_for,
         batch_size=BATCH_SIZE,
         tumbling_window_seconds=WINDOW_SECONDS,
         threads=8,
@@ -256,6 +271,11 @@ def _run_twin(
     figures.throttled_seconds = report.throttled_seconds
     figures.shards = twin.shards_opened()
     figures.simulated_hours = (clock.now - start) / 3600
+    routings = [p.routing for p in processors if p.routing is not None]
+    figures.routing_reads = sum(r.reads for r in routings)
+    figures.routing_items = sum(r.started for r in routings)
+    figures.routing_hot_starts = sum(r.started_hot for r in routings)
+    figures.routing_switches = sum(r.switches for r in routings)
     return stats
 
 
@@ -266,7 +286,7 @@ def _stream_arn(ddb: Any, table: str) -> str:
 def run_flights(partitions: int, mode: str, *, sharded: bool = True, auto: bool = False) -> Figures:
     """The flights workload on a fresh DynamoDB Local (module docstring); ``sharded=False``
     without write sharding and leaderboard partitions; ``auto=True`` with ``write_shards: auto``
-    on every rule."""
+    on every rule that is not derived."""
     from aggregator.dev.demo import write_steps
     from aggregator.dev.flights import read_flights, replay_steps
     from aggregator.dev.local import DynamoDBLocal
@@ -539,7 +559,7 @@ def _run_auto(console: Console, runs: list[Figures]) -> list[Figures]:
     console.print(
         f"flights P=64  exactly-once   write_shards: auto: {r.wcu_per_1k:,.1f} WCU/1k, "
         f"largest item {r.largest_item_bytes:,} B, {'exact' if r.exact else 'NOT EXACT'} "
-        f"({r.seconds:.0f} s)",
+        f"({r.seconds:.0f} s); {_routing(r)}",
         highlight=False,
     )
     with console.status(f"hot keys with write_shards: auto, P=64, {HOT_AUTO_SECONDS} s ..."):
@@ -549,10 +569,20 @@ def _run_auto(console: Console, runs: list[Figures]) -> list[Figures]:
         f"hot keys P=64 write_shards: auto, {HOT_AUTO_SECONDS} s: item peak {r.item_peak:,} "
         f"WCU/s, table partition peak {r.partition_peak:,} WCU/s, index partition peak "
         f"{r.index_peak:,} WCU/s, {r.throttled_seconds} s over a limit, "
-        f"{'exact' if r.exact else 'NOT EXACT'} ({r.seconds:.0f} s)",
+        f"{'exact' if r.exact else 'NOT EXACT'} ({r.seconds:.0f} s); {_routing(r)}",
         highlight=False,
     )
     return done
+
+
+def _routing(r: Figures) -> str:
+    """What the routing of ``write_shards: auto`` did in one run."""
+    per_1k = r.routing_reads * 1000 / r.source_records if r.source_records else 0.0
+    return (
+        f"routing: {r.routing_items:,} items ({r.routing_hot_starts:,} rules started hot), "
+        f"{r.routing_switches:,} switches, {r.routing_reads:,} reads "
+        f"({per_1k:,.1f} RCU per 1,000 source records)"
+    )
 
 
 def _auto_line(runs: list[Figures]) -> str | None:

@@ -402,9 +402,11 @@ class StreamProcessor:
     def _routing(
         self, shard_id: str | None, records: list[StreamRecord | MalformedRecord]
     ) -> dict[str, list[int]]:
-        """The shard's switches of the ``write_shards: auto`` rules (none without them); at the
-        shard's first batch, its routing item is created first, with the rules this batch shows
-        hot on the partials from the start (:mod:`aggregator.dynamodb.routing`).
+        """The shard's switches of the ``write_shards: auto`` rules (none without them, and none
+        needed for a batch of the framework's own items only: their records are roll-ups of
+        partials or a derived rule's input, never routed); at the shard's first batch with an
+        item of the application, its routing item is created first, with the rules this batch
+        shows hot on the partials from the start (:mod:`aggregator.dynamodb.routing`).
 
         Raises
         ------
@@ -413,6 +415,9 @@ class StreamProcessor:
         """
         if self.routing is None or shard_id is None:
             return {}
+        layout = self.engine.layout
+        if not any(isinstance(r, StreamRecord) and not layout.is_reserved(r.keys) for r in records):
+            return {}  # only the framework's own items: no auto rule routes any of them
         try:
             switches = self.routing.read(shard_id)
             if switches is None:

@@ -7,8 +7,11 @@ from datetime import date
 
 from aggregator.dev.flights import ReplayStep
 from bench.scale import (
+    AUTO,
+    HOT_AUTO,
     UNSHARDED,
     Figures,
+    _auto_line,
     _ratio,
     _rules_flights,
     flight_arrival,
@@ -46,6 +49,9 @@ def test_sharded_rules_are_the_many_writer_ones():
     assert rules["flights_by_plane"].write_shards == 1
     assert rules["flights_by_carrier"].leaderboard_partitions == 4
     assert all(r.write_shards == 1 for r in _rules_flights(sharded=False))
+    auto = _rules_flights(auto=True)
+    assert all(r.write_shards == ("auto" if r.source is None else 1) for r in auto)
+    assert any(r.source is not None for r in auto)
 
 
 def figures(workload, p, mode, wcu, largest):
@@ -68,3 +74,16 @@ def test_ratio_and_plots(tmp_path):
     assert all(p.stat().st_size > 1000 for p in paths)
     modes = [RunFigures("at-least-once", 100, "t", modelled_wcu=10, stream_records=100)]
     assert plot_write_modes(modes, tmp_path / "modes.png").stat().st_size > 1000
+
+
+def test_the_scale_auto_line_compares_auto_with_no_write_sharding():
+    auto = figures(AUTO, 64, "exactly-once", 10_100, [100])
+    base = figures(UNSHARDED, 64, "exactly-once", 10_000, [100])
+    hot = Figures(HOT_AUTO, 64, "exactly-once", throttled_seconds=2, exact=True)
+    auto.exact = base.exact = True
+    assert _auto_line([auto, hot]) is None  # without the comparison there is no line
+    assert _auto_line([auto, base, hot]) == (
+        "scale-auto: P=64 flights WCU 1.010 of unsharded; hot keys 2 s over a limit; exact yes"
+    )
+    hot.exact = False
+    assert _auto_line([auto, base, hot]).endswith("exact no")  # type: ignore[union-attr]
