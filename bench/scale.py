@@ -153,7 +153,7 @@ def _rules_flights(sharded: bool = True, auto: bool = False) -> RuleSet:
     ``write_shards`` and ``flights_by_carrier`` with ``leaderboard_partitions`` (the rule file's
     YAML, with these two fields added, is what a user would write); ``sharded=False``: as they
     are (the comparison); ``auto=True``: as they are but ``write_shards: auto`` on every rule
-that is not derived."""
+    that is not derived."""
     loaded = load_rules(DEFINITIONS)
     rules = []
     # sums and counts only (the other kinds' costs: python -m bench.kinds)
