@@ -262,8 +262,9 @@ class ShardRouting:
         self.start_hot_deltas_per_second = start_hot_deltas_per_second
         self._clock = clock
         self._memory: dict[str, dict[str, list[int]]] = {}
-        self._made: dict[tuple[str, str], int] = {}
-        """Per shard and rule, the switch count (``n#<rule>``) of the last read or write."""
+        self._read: dict[tuple[str, str], tuple[int | None, list[int]]] = {}
+        """Per shard and rule, the switch count (``n#<rule>``) and the list as last read or
+        written: a switch appends to that list, on condition of that count."""
         self.reads = 0
         """Routing items read (strongly consistent ``GetItem``, 1 RCU each)."""
         self.switches = 0
@@ -333,25 +334,23 @@ class ShardRouting:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             return self.read(shard_id) or {}
-        for name in hot:
-            self._made[(shard_id, name)] = 1
+        for name in self.rules:
+            self._read[(shard_id, name)] = (1, [0]) if name in hot else (None, [])
         self.started += 1
         self.started_hot += len(hot)
         return {name: [0] for name in hot}
 
     def _switches(self, shard_id: str, item: Mapping[str, Any]) -> dict[str, list[int]]:
-        if len(self._made) > 10_000:
-            self._made.clear()  # read again at each shard's next batch
+        if len(self._read) > 10_000:
+            self._read.clear()  # read again at each shard's next batch
         found = {}
         for name in self.rules:
             value = item.get(SWITCHES_PREFIX + name)
             made = item.get(COUNT_PREFIX + name)
-            if made is None:
-                self._made.pop((shard_id, name), None)
-            else:
-                self._made[(shard_id, name)] = int(made["N"])
+            switches = sorted(int(Decimal(v["N"])) for v in (value or {}).get("L", []))
+            self._read[(shard_id, name)] = (None if made is None else int(made["N"]), switches)
             if value is not None:
-                found[name] = sorted(int(Decimal(v["N"])) for v in value.get("L", []))
+                found[name] = switches
         return found
 
     def decide(
@@ -409,7 +408,8 @@ class ShardRouting:
         return rate > self.hot_wcu_per_second or deltas >= self.start_hot_deltas_per_second
 
     def _persist(self, shard_id: str, rule: str, switches: list[int], at: int) -> bool:
-        kept = list(switches)
+        made, read = self._read.get((shard_id, rule), (None, list(switches)))
+        kept = list(read if self.client is not None else switches)  # the list the count goes with
         horizon = at - SWITCH_HORIZON_SECONDS
         while len(kept) >= 2 and kept[1] < horizon:
             kept = kept[2:]  # a pair that no deliverable record is past: parity unchanged
@@ -417,7 +417,6 @@ class ShardRouting:
             self._memory.setdefault(shard_id, {})[rule] = [*kept, at]
             return True
         count = COUNT_PREFIX + rule
-        made = self._made.get((shard_id, rule))
         update = (
             Update()
             .set(SWITCHES_PREFIX + rule, {"L": [{"N": str(s)} for s in (*kept, at)]})
@@ -437,5 +436,5 @@ class ShardRouting:
             # a lost condition: another invocation of the shard decided first, and what it
             # stored stands; anything else: decided again after the next batch
             return False
-        self._made[(shard_id, rule)] = (made or 0) + 1
+        self._read[(shard_id, rule)] = ((made or 0) + 1, [*kept, at])
         return True

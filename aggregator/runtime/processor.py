@@ -348,7 +348,7 @@ class StreamProcessor:
         routing_wcu = 0 if self.routing is None else self.routing.modelled_wcu
         routing = self._routing(shard_id, records)
         batch = self.engine.process(
-            records, now=self.clock(), fences=self._fences(shard_id, records), routing=routing
+            records, now=self.clock(), fences=self._fences(shard_id, records), routing=routing or {}
         )
         outcome = BatchOutcome(
             response={"batchItemFailures": []},
@@ -383,7 +383,8 @@ class StreamProcessor:
             outcome.write.add(result.stats)
             outcome.errors.extend(result.errors)
             outcome.retry_from = result.retry_from
-        if self.routing is not None:
+        if self.routing is not None and routing is not None:
+            # only after a batch that read the switches: a switch appends to the list it read
             outcome.routing_switches = self.routing.decide(shard_id, routing, batch)
             outcome.write.modelled_wcu += self.routing.modelled_wcu - routing_wcu
         if outcome.retry_from is not None:
@@ -401,12 +402,13 @@ class StreamProcessor:
 
     def _routing(
         self, shard_id: str | None, records: list[StreamRecord | MalformedRecord]
-    ) -> dict[str, list[int]]:
+    ) -> dict[str, list[int]] | None:
         """The shard's switches of the ``write_shards: auto`` rules (none without them, and none
         needed for a batch of the framework's own items only: their records are roll-ups of
         partials or a derived rule's input, never routed); at the shard's first batch with an
         item of the application, its routing item is created first, with the rules this batch
-        shows hot on the partials from the start (:mod:`aggregator.dynamodb.routing`).
+        shows hot on the partials from the start (:mod:`aggregator.dynamodb.routing`). ``None``
+        when nothing was read: then nothing may be decided after the batch either.
 
         Raises
         ------
@@ -414,10 +416,10 @@ class StreamProcessor:
             When they cannot be read: no record of the batch may be evaluated without them.
         """
         if self.routing is None or shard_id is None:
-            return {}
+            return None
         layout = self.engine.layout
         if not any(isinstance(r, StreamRecord) and not layout.is_reserved(r.keys) for r in records):
-            return {}  # only the framework's own items: no auto rule routes any of them
+            return None  # only the framework's own items: no auto rule routes any of them
         try:
             switches = self.routing.read(shard_id)
             if switches is None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from aggregator.core.routing import next_switch_seconds
 from aggregator.core.rules import RuleSet, rule
 from aggregator.runtime.processor import create_processor
 from tests.factories import stream_record
@@ -102,3 +103,33 @@ def test_without_the_routing_item_nothing_is_evaluated(ddb, table):
     with pytest.raises(Exception, match="write sharding switches"):
         processor.process_event(event(range(1, 3), START))
     assert values(ddb, name) == {}
+
+
+def test_a_batch_of_the_frameworks_own_items_neither_reads_nor_switches(ddb, table):
+    name, _ = table
+    clock = Clock(START + 0.5)
+    processor = create_processor(RULES, ddb, name, clock=clock)
+    routing = processor.routing
+    assert routing is not None
+    routing.start_hot_deltas_per_second = 3
+    processor.process_event(event(range(1, 5), START))
+    assert routing.read(SHARD) == {"total": [0]}
+    reads = routing.reads
+    # any batch that decides now switches, whatever it takes the shard's state for
+    routing.cool_wcu_per_second = 10**9
+    routing.hot_wcu_per_second = -1.0
+    clock.now = START + 20
+    own = stream_record(
+        "MODIFY",
+        {"pk": "AGGREGATES", "sk": "total#TOTAL", "value": 1},
+        {"pk": "AGGREGATES", "sk": "total#TOTAL", "value": 2},
+        seq=9,
+        created=START + 19,
+    )
+    outcome = processor.process_event({**event(range(0), START), "Records": [own]})
+    assert (outcome.routing_switches, routing.reads) == (0, reads)
+    assert routing.read(SHARD) == {"total": [0]}  # the list is never written over
+    # the next batch of the application's items reads and appends to what it read (it cooled)
+    routing.start_hot_deltas_per_second = 10**9
+    processor.process_event(event(range(10, 12), START + 20))
+    assert routing.read(SHARD) == {"total": [0, next_switch_seconds(START + 20)]}
