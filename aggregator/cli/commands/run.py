@@ -109,8 +109,9 @@ def _run_until_stopped(runner: Any, stats: RunStats, *, until_caught_up: bool) -
     position was not stored), which the write modes make harmless."""
     import signal
 
-    class _Terminated(Exception):
-        pass
+    class _Terminated(BaseException):
+        """Like ``KeyboardInterrupt``, not an ``Exception``: a batch's ``except Exception``
+        (a function error, retried) must not swallow the stop."""
 
     def on_term(signum: int, frame: object) -> None:
         raise _Terminated
