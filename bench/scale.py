@@ -24,6 +24,11 @@ index partitions) and in total, both with ``write_shards: 64``; exactly-once mod
 model's peaks per item, table partition and index partition, against DynamoDB's 1,000 WCU per
 second.
 
+**``write_shards: auto``, at P=64** (unless ``--no-auto``): the flights with it on every rule that
+is not derived, against the flights without write sharding, and the hot keys with it on both
+rules; the line before the last is ``scale-auto: P=64 flights WCU <r> of unsharded; hot keys <s>
+s over a limit; exact <yes|no>``.
+
 The last line is ``scale: P=64 exactly-once/at-least-once WCU <ratio>; largest aggregate item
 <bytes> B``. Exit 1 when an aggregate differs from the ground truth, 2 on an error.
 """
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
 import time
 import zlib
@@ -166,7 +172,7 @@ def _rules_flights(sharded: bool = True, auto: bool = False) -> RuleSet:
             pass
         elif r.name in SHARDED:
             update["write_shards"] = WRITE_SHARDS
-        if sharded and r.name == "flights_by_carrier":
+        if sharded and not auto and r.name == "flights_by_carrier":
             update["leaderboard_partitions"] = LEADERBOARD_PARTITIONS
         rules.append(Rule.model_validate({**dict(r), **update}) if update else r)
     return RuleSet.of(*rules, layout=loaded.layout)
@@ -409,14 +415,15 @@ def render(console: Console, runs: list[Figures]) -> None:
         ),
     ):
         label = {"flights": "", UNSHARDED: ", no write sharding", AUTO: ", write_shards: auto"}
-        ratio = f"{_ratio(runs, r.partitions, r.workload):.3f}" if r.mode == "exactly-once" else ""
+        ratio = _ratio(runs, r.partitions, r.workload) if r.mode == "exactly-once" else math.nan
+        ratio_text = "" if math.isnan(ratio) else f"{ratio:.3f}"
         table.add_row(
             str(r.partitions),
             f"{r.mode}{label[r.workload]}",
             f"{r.shards:,}",
             f"{r.source_records:,}",
             f"{r.wcu_per_1k:,.1f}",
-            ratio,
+            ratio_text,
             f"{r.largest_item_bytes:,}",
             str(r.top_requests),
             "[green]✓[/]" if r.exact else "[bold red]FAIL[/]",

@@ -52,6 +52,7 @@ def test_sharded_rules_are_the_many_writer_ones():
     auto = _rules_flights(auto=True)
     assert all(r.write_shards == ("auto" if r.source is None else 1) for r in auto)
     assert any(r.source is not None for r in auto)
+    assert all(r.leaderboard_partitions == 1 for r in auto)  # compared with the unsharded rules
 
 
 def figures(workload, p, mode, wcu, largest):
