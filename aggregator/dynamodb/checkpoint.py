@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -162,6 +162,20 @@ def parse_checkpoint(value: str) -> tuple[str, int]:
 
 def _typed_value(value: Mapping[str, Any]) -> Any:
     return value.get("B", value.get("S"))
+
+
+def _others(item: Mapping[str, Any], shard_id: str) -> Iterator[tuple[str, Mapping[str, Any], int]]:
+    """``(name, value, write time in epoch seconds)`` of every other shard's readable checkpoint
+    on ``item`` (DynamoDB JSON; values in neither format are skipped)."""
+    own = (checkpoint_attribute(shard_id), legacy_checkpoint_attribute(shard_id))
+    for name, value in item.items():
+        if not is_checkpoint_attribute(name) or name in own:
+            continue
+        try:
+            _, written = decode_checkpoint(_typed_value(value))
+        except ValueError:
+            continue
+        yield name, value, written
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,16 +378,7 @@ class CheckpointWriter(_BaseWriter):
             routing.heat.record(shard_id, delta.ref.rule, now)
             return
         horizon = now - routing.heat.window_seconds
-        own = (checkpoint_attribute(shard_id), legacy_checkpoint_attribute(shard_id))
-        writers = 1
-        for name, value in old.items():
-            if name in own or not is_checkpoint_attribute(name):
-                continue
-            try:
-                _, written = decode_checkpoint(_typed_value(value))
-            except ValueError:
-                continue
-            writers += written >= horizon
+        writers = 1 + sum(written >= horizon for _, _, written in _others(old, shard_id))
         units = write_units(typed_item_size(old)) if old else 1
         routing.heat.record(shard_id, delta.ref.rule, now, units, writers)
 
@@ -385,16 +390,11 @@ class CheckpointWriter(_BaseWriter):
     ) -> None:
         horizon = self._clock() - self.checkpoint_retention_seconds
         own = (checkpoint_attribute(shard_id), legacy_checkpoint_attribute(shard_id))
-        stale: dict[str, dict[str, Any]] = {}
-        for name, value in old.items():
-            if not is_checkpoint_attribute(name) or name in own:
-                continue
-            try:
-                _, written = decode_checkpoint(_typed_value(value))
-            except ValueError:
-                continue
-            if written < horizon:
-                stale[name] = dict(value)
+        stale = {
+            name: dict(value)
+            for name, value, written in _others(old, shard_id)
+            if written < horizon
+        }
         if not stale:
             return
         # Removing stale checkpoints costs a write; it pays only when it brings the item under a
