@@ -7,6 +7,7 @@ tests/package/test_own_project.py (``make test-package``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -244,6 +246,7 @@ def test_build_installs_dependencies_for_the_functions_runtime(
         return subprocess.CompletedProcess(command, 0, "", "")
 
     monkeypatch.setattr(build_module.subprocess, "run", fake_run)
+    monkeypatch.setattr(build_module, "runtime_python", lambda version: None)  # pip's runs only
     out = tmp_path / "artifact"
     built = build_function([ROOT / "definitions"], out, template=TEMPLATE_PATH)
     command, constraints = calls
@@ -267,6 +270,7 @@ def test_a_failing_pip_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         )
 
     monkeypatch.setattr(build_module.subprocess, "run", fake_run)
+    monkeypatch.setattr(build_module, "runtime_python", lambda version: None)  # pip's runs only
     with pytest.raises(ConfigError) as info:
         build_function([ROOT / "definitions"], tmp_path / "a", template=TEMPLATE_PATH)
     assert str(info.value) == (
@@ -279,13 +283,26 @@ def test_artifact_ships_the_runtime_package_and_the_chosen_rules_only(tmp_path: 
     artifact = tmp_path / "artifact"
     (artifact / "aggregator").mkdir(parents=True)
     (artifact / "aggregator" / "stale.py").write_text("")  # an earlier build's leftovers go
-    build_function([ROOT / "definitions"], artifact, template=TEMPLATE_PATH, dependencies=False)
+    # the runtime of this Python, so that the build compiles with this interpreter
+    this = FunctionRuntime.of(f"python{sys.version_info.major}.{sys.version_info.minor}")
+    built = build_function(
+        [ROOT / "definitions"], artifact, template=TEMPLATE_PATH, runtime=this, dependencies=False
+    )
+    assert built.bytecode_by == sys.executable
     assert sorted(p.name for p in artifact.iterdir()) == ["aggregator", "definitions"]
     shipped = _package_files(artifact / "aggregator")
     source = _package_files(ROOT / "aggregator")
-    # everything but the dev tools, the CLI and the CDK construct, no bytecode
+    # everything but the dev tools, the CLI and the CDK construct
     assert shipped == {f for f in source if not f.startswith(("dev/", "cli/", "cdk/"))}
-    assert not list(artifact.rglob("__pycache__"))
+    # and each module's bytecode, checked against its source's hash (PEP 552), so it stays
+    # valid whatever modification times the zip gives the files
+    modules = sorted((artifact / "aggregator").rglob("*.py"))
+    assert len(modules) == sum(f.endswith(".py") for f in shipped)
+    for module in modules:
+        pyc = Path(importlib.util.cache_from_source(str(module))).read_bytes()
+        assert pyc[:4] == importlib.util.MAGIC_NUMBER
+        assert int.from_bytes(pyc[4:8], "little") == 0b11, module  # hash-based, checked
+        assert pyc[8:16] == importlib.util.source_hash(module.read_bytes()), module
     assert sorted(p.name for p in (artifact / "definitions").iterdir()) == sorted(
         p.name for p in (ROOT / "definitions").iterdir() if p.suffix in (".yaml", ".yml")
     )
@@ -374,7 +391,51 @@ def test_build_checks_the_template_against_the_shipped_rules(tmp_path: Path) -> 
     assert _invoke("template", "-d", "rules", cwd=tmp_path).exit_code == 0
     built = _invoke("build", "--output", "out", "--no-dependencies", cwd=tmp_path)
     assert built.exit_code == 0, built.output
-    assert built.output.startswith("out: ") and built.output.endswith("rule files: orders.yaml\n")
+    first, second = built.output.splitlines()
+    assert first.startswith("out: ") and first.endswith("rule files: orders.yaml")
+    assert second.startswith(("bytecode: compiled by ", "note: no bytecode shipped: "))
+
+
+def test_without_a_python_of_the_runtime_the_artifact_ships_sources_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(build_module, "runtime_python", lambda version: None)
+    shutil.copyfile(TEMPLATE_PATH, tmp_path / "template.yaml")
+    shutil.copytree(ROOT / "definitions", tmp_path / "rules")
+    built = _invoke("build", "--output", "out", "--no-dependencies", cwd=tmp_path)
+    assert built.exit_code == 0, built.output
+    version = function_runtime(TEMPLATE_PATH).python_version
+    assert built.output.splitlines()[1:] == [
+        f"note: no bytecode shipped: no Python {version} here (the function's runtime); each "
+        f"cold start compiles the modules it imports. Put python{version} on the PATH and "
+        "build again"
+    ]
+    assert not list((tmp_path / "out").rglob("*.pyc"))
+    no_bytecode = _invoke(
+        "build", "--output", "out2", "--no-dependencies", "--no-bytecode", cwd=tmp_path
+    )
+    assert len(no_bytecode.output.splitlines()) == 1, no_bytecode.output
+
+
+def test_the_runtime_python_is_this_one_or_a_working_one_on_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    this = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert build_module.runtime_python(this) == sys.executable
+    other = "3.99"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert build_module.runtime_python(other) is None  # none on the PATH
+    shim = tmp_path / f"python{other}"
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.99: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    assert build_module.runtime_python(other) is None  # one that does not run
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    assert build_module.runtime_python(other) is None  # one of another version
+    real = tmp_path / f"python{this}"
+    real.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    real.chmod(0o755)
+    monkeypatch.setattr(build_module.sys, "version_info", SimpleNamespace(major=3, minor=99))
+    assert build_module.runtime_python(this) == str(real)
 
 
 def test_the_project_makefile_runs_aggregator_build(tmp_path: Path) -> None:
@@ -429,6 +490,7 @@ def test_boto3_runtime_ships_no_aws_sdk_even_one_a_dependency_brings(
         return subprocess.CompletedProcess(command, 0, "", "")
 
     monkeypatch.setattr(build_module.subprocess, "run", fake_run)
+    monkeypatch.setattr(build_module, "runtime_python", lambda version: None)  # pip's runs only
     out = tmp_path / "artifact"
     build_function([ROOT / "definitions"], out, template=TEMPLATE_PATH, boto3="runtime")
     assert sorted(p.name for p in out.iterdir()) == ["aggregator", "definitions", "pydantic"]

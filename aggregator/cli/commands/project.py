@@ -103,18 +103,25 @@ def init_cmd(directory: Path, force: bool, show: str | None) -> None:
     is_flag=True,
     help="Ship the code and the rules only (no pip install)",
 )
+@click.option(
+    "--no-bytecode",
+    is_flag=True,
+    help="Ship sources only (each cold start then compiles what it imports)",
+)
 def build_cmd(
     definitions: tuple[Path, ...],
     output: Path,
     template: Path,
     boto3: str,
     no_dependencies: bool,
+    no_bytecode: bool,
 ) -> None:
     """Build the Lambda function's artifact (sam build runs this through the project's
     Makefile): the installed aggregator package without its CLI, the rule files, and its
     dependencies for the template's runtime and architecture, after checking that the template
-    is rendered for the rules."""
-    from aggregator.cli.project.build import build_function
+    is rendered for the rules. Bytecode ships too, compiled by a Python of the runtime's
+    version (this one or python3.N on the PATH): Lambda cannot write it at a cold start."""
+    from aggregator.cli.project.build import build_function, function_runtime
 
     built = build_function(
         list(definitions) or [Path("rules")],
@@ -122,9 +129,20 @@ def build_cmd(
         template=template,
         boto3=boto3,
         dependencies=not no_dependencies,
+        bytecode=not no_bytecode,
     )
     console.print(
         f"{output}: {built.files:,} files, {built.size_bytes:,} bytes; rule files: "
         f"{' '.join(built.rule_files)}",
         highlight=False,
     )
+    if built.bytecode_by is not None:
+        console.print(f"bytecode: compiled by {built.bytecode_by}", highlight=False)
+    elif not no_bytecode:
+        version = function_runtime(template).python_version
+        console.print(
+            f"note: no bytecode shipped: no Python {version} here (the function's runtime); "
+            f"each cold start compiles the modules it imports. Put python{version} on the PATH "
+            "and build again",
+            highlight=False,
+        )

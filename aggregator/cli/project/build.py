@@ -4,8 +4,7 @@ What ships, into ``output``:
 
 - ``aggregator/``: the *installed* aggregator package (wherever this CLI imports it from: a wheel
   in a virtualenv, or an editable checkout) without ``aggregator/cli``, ``aggregator/dev`` and
-  ``aggregator/cdk``, which the handler never imports (import-linter contracts keep it so), and
-  without bytecode;
+  ``aggregator/cdk``, which the handler never imports (import-linter contracts keep it so);
 - ``definitions/``: the rule files (top-level ``*.yaml``/``*.yml`` of each directory, or files),
   where the template's ``DefinitionsPath`` (default ``definitions``) points the function;
 - the package's runtime dependencies (its distribution metadata, less the CLI-only ``click`` and
@@ -13,7 +12,15 @@ What ships, into ``output``:
   template's ``Runtime`` and ``Architectures`` name them (``--platform manylinux2014_<arch>
   --only-binary=:all:``: a wheel built for this machine would not load there), at the versions
   installed here wherever they are installed (a constraints file): the function runs what the
-  project was tested with.
+  project was tested with;
+- bytecode for every module of the artifact, compiled by a Python of the runtime's version
+  (this one, or ``python3.N`` on the ``PATH``) in ``checked-hash`` mode (PEP 552: valid whatever
+  modification times the zip gives the files). A function's code directory is read-only (only
+  ``/tmp`` is writable: Lambda Developer Guide, "Configure ephemeral storage for Lambda
+  functions"), so without it every cold start compiles each module it imports from source and
+  cannot keep the result: about half a second more for the handler's imports and the first
+  DynamoDB client (``python -m bench.cold_start`` measures the import). With no such Python
+  here the artifact ships without bytecode, and :class:`FunctionBuild` says so.
 
 Before anything is written, the rules are validated and the template is checked to be rendered
 for them (:func:`aggregator.cli.template.check_template_regions`), so a template rendered for
@@ -22,6 +29,8 @@ other rules (other filters, other grants) is never deployed.
 
 from __future__ import annotations
 
+import compileall
+import py_compile
 import re
 import shutil
 import subprocess
@@ -47,6 +56,7 @@ __all__ = [
     "function_runtime",
     "lambda_requirements",
     "rule_files",
+    "runtime_python",
 ]
 
 DISTRIBUTION = "ddb-aggregator"
@@ -120,12 +130,14 @@ class FunctionRuntime:
 @dataclass(frozen=True, slots=True)
 class FunctionBuild:
     """What :func:`build_function` wrote: the rule files shipped, the requirements installed,
-    and the artifact's size in bytes and files."""
+    the artifact's size in bytes and files, and the Python that compiled its bytecode (``None``:
+    none shipped)."""
 
     rule_files: tuple[str, ...]
     requirements: tuple[str, ...]
     size_bytes: int
     files: int
+    bytecode_by: str | None = None
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -314,6 +326,48 @@ def _pip_install(
     shutil.rmtree(output / "bin", ignore_errors=True)
 
 
+def runtime_python(version: str) -> str | None:
+    """A Python interpreter of ``version`` (``"3.12"``) to compile the artifact's bytecode with:
+    this one when it is of that version, else ``python3.N`` on the ``PATH`` if it runs and is
+    of that version (a pyenv shim of a version not selected does not run); ``None`` when there
+    is none. Bytecode depends on the version only, not on the architecture."""
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        return sys.executable
+    found = shutil.which(f"python{version}")
+    if found is None:
+        return None
+    probe = "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"
+    try:
+        result = subprocess.run(
+            [found, "-c", probe], capture_output=True, text=True, check=False, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return found if result.returncode == 0 and result.stdout.strip() == version else None
+
+
+def _compile_bytecode(output: Path, python: str) -> None:
+    """Compile every module under ``output`` with ``python``, ``checked-hash`` (PEP 552).
+
+    A module that does not compile (a file a package ships for another Python version) is
+    left to its source, as pip leaves it.
+    """
+    if python == sys.executable:
+        compileall.compile_dir(
+            output,
+            quiet=2,
+            workers=0,
+            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+        )
+        return
+    command = ["-m", "compileall", "-q", "-q", "-j", "0", "--invalidation-mode", "checked-hash"]
+    subprocess.run(
+        [python, *command, str(output)],
+        capture_output=True,
+        check=False,
+    )
+
+
 def _size(output: Path) -> tuple[int, int]:
     files = [p for p in output.rglob("*") if p.is_file()]
     return sum(p.stat().st_size for p in files), len(files)
@@ -328,6 +382,7 @@ def build_function(
     boto3: str = "bundle",
     dependencies: bool = True,
     pin: bool = True,
+    bytecode: bool = True,
 ) -> FunctionBuild:
     """Build the function's artifact into ``output`` (see the module docstring).
 
@@ -348,6 +403,9 @@ def build_function(
         ``False`` skips pip (the code and rules only).
     pin
         Constrain the dependencies to the versions installed here.
+    bytecode
+        Ship bytecode compiled for the runtime's Python (when :func:`runtime_python` finds
+        one); ``False`` ships sources only.
 
     Raises
     ------
@@ -384,5 +442,8 @@ def build_function(
     if boto3 == "runtime":
         # a dependency (aws-xray-sdk) brings botocore back: the runtime's own copy serves
         _remove_distributions(output, RUNTIME_PROVIDED)
+    python = runtime_python(runtime.python_version) if bytecode else None
+    if python is not None:
+        _compile_bytecode(output, python)
     size, count = _size(output)
-    return FunctionBuild(tuple(f.name for f in files), tuple(requirements), size, count)
+    return FunctionBuild(tuple(f.name for f in files), tuple(requirements), size, count, python)
