@@ -27,7 +27,7 @@ CONNECT_TIMEOUT_SECONDS = 5
 """Seconds to wait for a TCP connection to the endpoint (botocore's default is 60)."""
 
 
-_META_CLIENTS = "aggregator.clients"
+META_CLIENTS = "aggregator.clients"
 """Key of the click context's ``meta`` holding each client's region and endpoint, by service."""
 
 
@@ -52,7 +52,7 @@ def _retries() -> _Retries:
     return {"mode": "standard", "total_max_attempts": int(value)}
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
     try:
@@ -69,7 +69,7 @@ def _check_local_endpoint(endpoint_url: str) -> None:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         return  # botocore reports the malformed URL
-    if parts.hostname is None or not _is_loopback(parts.hostname):
+    if parts.hostname is None or not is_loopback(parts.hostname):
         return
     try:
         with socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_SECONDS):
@@ -82,7 +82,7 @@ def _remember_client(service: str, client: Any) -> None:
     """Note the client's region and endpoint in the click context, for error messages."""
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
-        ctx.meta.setdefault(_META_CLIENTS, {})[service] = (
+        ctx.meta.setdefault(META_CLIENTS, {})[service] = (
             client.meta.region_name,
             client.meta.endpoint_url,
         )

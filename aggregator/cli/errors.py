@@ -1,8 +1,8 @@
 """The error boundary of every command: :func:`describe_error`, the exit codes and
-:class:`_Group`.
+:class:`AggregatorGroup`.
 
-Errors never show a traceback. :class:`_Group` (the boundary every command runs through) prints
-one line per problem on stderr and exits with
+Errors never show a traceback. :class:`AggregatorGroup` (the boundary every command runs
+through) prints one line per problem on stderr and exits with
 
 * 1 for expected problems: the package's own errors (:class:`AggregatorError`), AWS errors
   (``ClientError`` with the operation, the error code and a hint; no region, no credentials, an
@@ -41,8 +41,8 @@ from botocore.exceptions import (
 )
 from rich.text import Text
 
-from aggregator.cli.clients import _META_CLIENTS, _is_loopback
-from aggregator.cli.options import _META_TABLE
+from aggregator.cli.clients import META_CLIENTS, is_loopback
+from aggregator.cli.options import META_TABLE
 from aggregator.cli.output import err_console
 from aggregator.core.exceptions import AggregatorError
 from aggregator.core.text import bound, quote
@@ -93,9 +93,9 @@ def _aws_cause(exc: BaseException) -> ClientError | BotoCoreError | None:
 
 def _target(meta: Mapping[str, Any], operation: str | None) -> tuple[str, str, str]:
     """``(table, region, endpoint)`` as known to the command, for messages."""
-    table = meta.get(_META_TABLE)
+    table = meta.get(META_TABLE)
     service = "dynamodbstreams" if operation in _STREAM_OPERATIONS else "dynamodb"
-    clients = meta.get(_META_CLIENTS, {})
+    clients = meta.get(META_CLIENTS, {})
     region, endpoint = clients.get(service) or clients.get("dynamodb") or (None, None)
     return (
         f"table {quote(table)}" if table else "the table",
@@ -164,7 +164,7 @@ def _describe_botocore_error(exc: BotoCoreError) -> str:
         host = urlsplit(url).hostname or ""
         advice = (
             "is DynamoDB Local running? (aggregator local --port <port> starts it)"
-            if _is_loopback(host)
+            if is_loopback(host)
             else "check the network (DNS, proxy) and the region"
         )
         if isinstance(exc, ConnectTimeoutError):
@@ -234,7 +234,7 @@ def _quiet_broken_pipe() -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
-class _Group(click.Group):
+class AggregatorGroup(click.Group):
     """The boundary of every command: errors become one line on stderr and an exit code (see
     the module docstring); click's own exceptions pass through to click."""
 

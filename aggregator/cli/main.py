@@ -4,8 +4,8 @@ Commands: ``init``, ``build``, ``validate``, ``filter-criteria``, ``template``, 
 ``create-table``, ``check-table``, ``prepare-table``, ``run``, ``backfill``, ``reconcile``,
 ``rebuild``, ``drop-rule``, ``status``, ``explain``, ``query get|list|top|histogram|window``,
 ``dead-letters``, ``replay-dead-letters``, ``demo``.
-Every command runs through :class:`~aggregator.cli.errors._Group`, which turns any error into
-one line on stderr and an exit code.
+Every command runs through :class:`~aggregator.cli.errors.AggregatorGroup`, which turns any error
+into one line on stderr and an exit code.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from aggregator.cli.commands.rules import filter_criteria_cmd, template_cmd, val
 from aggregator.cli.commands.run import run
 from aggregator.cli.commands.status import status_cmd
 from aggregator.cli.commands.table import check_table_cmd, prepare_table_cmd
-from aggregator.cli.errors import _Group
+from aggregator.cli.errors import AggregatorGroup
 
 
-@click.group(cls=_Group)
+@click.group(cls=AggregatorGroup)
 @click.version_option(package_name="ddb-aggregator")
 def main() -> None:
     """ddb-aggregator: live aggregates inside one DynamoDB table, from its stream."""

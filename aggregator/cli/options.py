@@ -17,7 +17,7 @@ from aggregator.core.text import quote
 if TYPE_CHECKING:
     from aggregator.core.layout import TableLayout
 
-_META_TABLE = "aggregator.table"
+META_TABLE = "aggregator.table"
 """Key of the click context's ``meta`` holding the ``--table`` name, for error messages."""
 
 
@@ -34,7 +34,7 @@ def _option_label(ctx: click.Context, param: click.Parameter) -> str:
     return label
 
 
-def _check_table_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def check_table_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Validate a table name option before anything runs, and note it for error messages.
 
     Raises
@@ -50,7 +50,7 @@ def _check_table_name(ctx: click.Context, param: click.Parameter, value: str | N
         validate_table_name(value)
     except ConfigError as exc:
         raise ConfigError(f"{_option_label(ctx, param)}: {exc}") from None
-    ctx.meta[_META_TABLE] = value
+    ctx.meta[META_TABLE] = value
     return value
 
 
@@ -79,7 +79,7 @@ def _check_endpoint_url(
     return value
 
 
-def _endpoint_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def endpoint_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--endpoint-url",
         envvar="AGGREGATOR_ENDPOINT_URL",
@@ -89,13 +89,13 @@ def _endpoint_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def _table_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def table_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--table",
         "table_name",
         envvar="AGGREGATOR_TABLE_NAME",
         required=True,
-        callback=_check_table_name,
+        callback=check_table_name,
         help="Table name [env AGGREGATOR_TABLE_NAME]",
     )(f)
 
@@ -125,7 +125,7 @@ def default_rule_sources() -> RuleSources | None:
     return None
 
 
-def _rule_sources(
+def rule_sources(
     ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]
 ) -> RuleSources:
     """``-d`` values (repeatable), or the default rule directory.
@@ -147,13 +147,13 @@ def _rule_sources(
     return found
 
 
-def _definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--definitions",
         "-d",
         envvar="AGGREGATOR_DEFINITIONS",
         multiple=True,
-        callback=_rule_sources,
+        callback=rule_sources,
         type=click.Path(path_type=Path),
         help="Rule file or directory, repeatable (default: ./rules, else ./definitions) "
         "[env AGGREGATOR_DEFINITIONS, several separated by ':']",
@@ -166,7 +166,7 @@ def _optional_rule_sources(
     return RuleSources(value) if value else None
 
 
-def _layout_definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def layout_definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``-d`` for commands that need only the table layout (the rules' ``table:`` section):
     optional, the default layout without it."""
     return click.option(
@@ -201,7 +201,7 @@ def layout_of(definitions: RuleSources | None) -> TableLayout:
     return load_rules(definitions).layout
 
 
-def _mode_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def mode_option(f: Callable[..., Any]) -> Callable[..., Any]:
     from aggregator.dynamodb.modes import WRITE_MODES
 
     return click.option(
@@ -214,7 +214,7 @@ def _mode_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def _window_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def window_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--window-seconds",
         default=60,
@@ -234,7 +234,7 @@ def _rule_list(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return names
 
 
-def _rules_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def rules_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--rules a,b`` (passed as ``rule_names``: a list, or ``None`` when not given)."""
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -29,7 +29,7 @@ console = Console(soft_wrap=True, width=_width(sys.stdout))
 err_console = Console(stderr=True, soft_wrap=True, width=_width(sys.stderr))
 
 
-def _print_aggregates(title: str, aggregates: list[Any]) -> None:
+def print_aggregates(title: str, aggregates: list[Any]) -> None:
     console.print(f"[bold]{title}[/]")
     if not aggregates:
         console.print("no aggregates (nothing counted yet)")

@@ -58,8 +58,8 @@ from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
 from aggregator.dynamodb.updates import IndexAction, aggregate_update, prune_update
 from aggregator.dynamodb.writer import (
     DEFAULT_EMPTY_VALUE_RETENTION_SECONDS,
+    BaseWriter,
     WriteStats,
-    _BaseWriter,
     error_code,
     typed_attribute_size,
     typed_item_size,
@@ -197,7 +197,7 @@ class _Checkpoints:
         return max(found) if found else None
 
 
-class CheckpointWriter(_BaseWriter):
+class CheckpointWriter(BaseWriter):
     """Exactly-once ``ADD`` through per-item shard checkpoints (module docstring).
 
     Parameters

@@ -236,7 +236,7 @@ def aggregate_update(
     same on every update of the item, so repeating an update never changes them. A value item of
     a kind with one item per value (``delta.per_value``, not in a time bucket) also loses the
     TTL its count falling to zero gave it
-    (:meth:`aggregator.dynamodb.writer._BaseWriter._expire_if_empty`).
+    (:meth:`aggregator.dynamodb.writer.BaseWriter._expire_if_empty`).
 
     ``index`` is what happens to the leaderboard attribute of a leaderboard rule's item:
     ``"set"`` (the default, and always without a floor), ``"keep"`` (left alone) or

@@ -67,7 +67,7 @@ __all__ = [
 
 DEFAULT_EMPTY_VALUE_RETENTION_SECONDS = 25 * 3600
 """How long a value item whose count fell to zero stays before its TTL lets DynamoDB delete it
-(:meth:`_BaseWriter._expire_if_empty`): longer than the template's
+(:meth:`BaseWriter._expire_if_empty`): longer than the template's
 ``MaximumRecordAgeInSeconds`` (24 hours), like the checkpoint retention."""
 
 MAX_ITEM_BYTES = 400 * 1024
@@ -343,7 +343,7 @@ SEEN_ITEMS = 20_000
 300 bytes each in CPython); past it the memory is cleared and rebuilt as items are written."""
 
 
-class _BaseWriter:
+class BaseWriter:
     mode = "base"
     writes_targets = False
     """Whether it writes the deltas of target rules (:mod:`aggregator.dynamodb.targets`)."""
@@ -818,7 +818,7 @@ class _BaseWriter:
         return result
 
 
-class AtLeastOnceWriter(_BaseWriter):
+class AtLeastOnceWriter(BaseWriter):
     """``ADD`` each coalesced delta with one ``UpdateItem`` per aggregate item.
 
     Parameters

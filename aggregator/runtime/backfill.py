@@ -72,6 +72,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.batch_state import decode_batch, encode_batch
 from aggregator.core.engine import (
     NO_AMOUNTS,
     AggregateRef,
@@ -93,7 +94,6 @@ from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.manifest import FenceStore, Manifest
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
 from aggregator.dynamodb.writer import WriteStats, error_code, item_size
-from aggregator.runtime.processor import _decode_state, _encode_state
 from aggregator.runtime.runner import GET_RECORDS_LIMIT, list_shards, to_lambda_record
 
 __all__ = ["Backfill", "BackfillStats", "NothingToBackfill", "item_digest"]
@@ -740,7 +740,7 @@ class Backfill:
             or page - carry.since + 1 >= self.carry_pages
         )
         packed_digests = zlib.compress(b"".join(page_digests))
-        packed_deltas = zlib.compress(_encode_state(batch).encode("utf-8"))
+        packed_deltas = zlib.compress(encode_batch(batch).encode("utf-8"))
         record = {
             "digests": {"B": packed_digests},
             "deltas": {"B": packed_deltas},
@@ -808,7 +808,7 @@ class Backfill:
         carry and, if the carry was to be applied at it, apply it (again: the checkpoint skips
         the items already at this page). Pages of earlier releases have no ``flush``: each was
         applied on its own."""
-        carry.add(_decode_state(zlib.decompress(stored["deltas"]["B"]).decode("utf-8")))
+        carry.add(decode_batch(zlib.decompress(stored["deltas"]["B"]).decode("utf-8")))
         if stored.get("flush", {"BOOL": True})["BOOL"]:
             self._apply(self._batch(carry.amounts(), page), pseudo)
             carry.restart(page + 1)
@@ -829,7 +829,7 @@ class Backfill:
             raw = zlib.decompress(stored["digests"]["B"])
             digests.update(raw[i : i + 16] for i in range(0, len(raw), 16))
             if page >= carry.since:
-                carry.add(_decode_state(zlib.decompress(stored["deltas"]["B"]).decode("utf-8")))
+                carry.add(decode_batch(zlib.decompress(stored["deltas"]["B"]).decode("utf-8")))
 
     def _save_segment(
         self,

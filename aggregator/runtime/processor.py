@@ -19,29 +19,22 @@ Flush policies
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from typing import Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aggregator.core.engine import (
-    PARTIAL_MARK,
-    AggregateRef,
-    BatchDeltas,
-    CoalescedDelta,
-    Engine,
-)
+from aggregator.core.batch_state import decode_batch, encode_batch
+from aggregator.core.engine import BatchDeltas, Engine
 from aggregator.core.exceptions import ConfigError, EventError, WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add
 from aggregator.core.records import MalformedRecord, StreamRecord, pad_sequence_number, parse_event
-from aggregator.core.rules import Bucket, RuleSet
+from aggregator.core.rules import RuleSet
 from aggregator.core.text import bound, quote
 from aggregator.dynamodb.deadletters import DeadLetterWriter, LastResort
 from aggregator.dynamodb.manifest import RuleLifecycle
@@ -121,97 +114,7 @@ class BatchOutcome:
     routing_switches: int = 0
 
 
-# -- window state (de)serialization ------------------------------------------------------------
-
-
-def _encode_state(batch: BatchDeltas) -> str:
-    deltas = {
-        sk: [
-            d.ref.rule,
-            d.ref.key,
-            d.ref.display_key,
-            int(d.leaderboard),
-            d.first_sequence_number,
-            [[s, str(a)] for s, a in d.parts],
-            _encode_bucket(d.ref.bucket),
-            d.index_partitions,
-            d.write_shards,
-            [[s, str(c)] for s, c in d.count_parts] if d.keeps_count else None,
-            int(d.per_value),
-            # a target's key values: on a change to the target item (with its attribute) and on
-            # a change to one of a target rule's partials (whose roll-up needs them)
-            [list(d.ref.target), d.target_attribute] if d.ref.target is not None else None,
-            int(d.auto_shards),
-        ]
-        for sk, d in batch.deltas.items()
-    }
-    return json.dumps(
-        {
-            "v": 1,
-            "first": batch.first_sequence_number,
-            "last": batch.last_sequence_number,
-            "deltas": deltas,
-        },
-        separators=(",", ":"),
-    )
-
-
-def _decode_state(text: str | None) -> BatchDeltas:
-    batch = BatchDeltas()
-    if not text:
-        return batch
-    data = json.loads(text)
-    batch.first_sequence_number = data.get("first")
-    batch.last_sequence_number = data.get("last")
-    for sk, (rule, key, display, leaderboard, first, parts, *rest) in data["deltas"].items():
-        decoded = [(s, Decimal(a)) for s, a in parts]
-        amount = Decimal(0)
-        for _, a in decoded:
-            amount = add(amount, a)
-        bucket = _decode_bucket(rest[0] if rest else None)
-        index_partitions, write_shards = (rest[1], rest[2]) if len(rest) >= 3 else (1, 1)
-        # states written before kinds had neither count parts nor the per-value flag
-        counted = rest[3] if len(rest) >= 4 else None
-        count_parts = [(s, Decimal(c)) for s, c in counted or ()]
-        count = Decimal(0)
-        for _, c in count_parts:
-            count = add(count, c)
-        # states written before targets end at the per-value flag
-        target, target_attribute = rest[5] if len(rest) >= 6 and rest[5] else (None, None)
-        batch.deltas[sk] = CoalescedDelta(
-            AggregateRef(
-                rule,
-                key,
-                display,
-                bucket,
-                partial=sk.startswith(PARTIAL_MARK),
-                target=None if target is None else tuple(target),
-            ),
-            amount,
-            first,
-            decoded,
-            bool(leaderboard),
-            index_partitions,
-            write_shards,
-            count=count,
-            count_parts=count_parts,
-            keeps_count=counted is not None,
-            per_value=bool(rest[4]) if len(rest) >= 5 else False,
-            target_attribute=target_attribute,
-            # states written before write_shards: auto end at the target
-            auto_shards=bool(rest[6]) if len(rest) >= 7 else False,
-        )
-    return batch
-
-
-def _encode_bucket(bucket: Bucket | None) -> list[Any] | None:
-    if bucket is None:
-        return None
-    return [bucket.granularity, bucket.start, bucket.text, bucket.expires]
-
-
-def _decode_bucket(data: list[Any] | None) -> Bucket | None:
-    return None if data is None else Bucket(*data)
+# -- window state ------------------------------------------------------------------------------
 
 
 def _merge(into: BatchDeltas, batch: BatchDeltas) -> BatchDeltas:
@@ -451,8 +354,8 @@ class StreamProcessor:
 
     def _window(self, event: dict[str, Any], batch: BatchDeltas, outcome: BatchOutcome) -> None:
         state = dict(event.get("state") or {})
-        pending = _merge(_decode_state(state.get(STATE_KEY)), batch)
-        encoded = _encode_state(pending)
+        pending = _merge(decode_batch(state.get(STATE_KEY)), batch)
+        encoded = encode_batch(pending)
         final = bool(event.get("isFinalInvokeForWindow") or event.get("isWindowTerminatedEarly"))
         flushing = final or len(encoded.encode()) > self.state_limit_bytes
         if flushing:

@@ -10,6 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from aggregator.core.batch_state import decode_batch, encode_batch
 from aggregator.core.engine import Engine
 from aggregator.core.exceptions import RuleError
 from aggregator.core.lifecycle import rule_fingerprint
@@ -24,7 +25,6 @@ from aggregator.dynamodb.routing import (
     routing_sort_key,
 )
 from aggregator.dynamodb.table import create_table
-from aggregator.runtime.processor import _decode_state, _encode_state
 from tests.factories import stream_record
 
 AUTO = RuleSet.of(
@@ -104,7 +104,7 @@ def test_the_window_state_keeps_the_auto_flag():
     batch = Engine(AUTO).process(
         [owner_record(1, 99), owner_record(2, 100)], routing={"total": [100]}
     )
-    decoded = _decode_state(_encode_state(batch))
+    decoded = decode_batch(encode_batch(batch))
     assert {k: (d.auto_shards, d.ref.partial) for k, d in decoded.deltas.items()} == {
         "total#TOTAL": (True, False),
         "~total#TOTAL": (True, True),

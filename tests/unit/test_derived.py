@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 
+from aggregator.core.batch_state import decode_batch, encode_batch
 from aggregator.core.engine import AggregateRef, CoalescedDelta, Engine
 from aggregator.core.exceptions import ConfigError, RuleError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
@@ -16,7 +17,6 @@ from aggregator.core.records import StreamRecord
 from aggregator.core.rules import Bucket, RuleSet, load_rules, rule
 from aggregator.dynamodb.updates import resolved
 from aggregator.dynamodb.writer import add_update
-from aggregator.runtime.processor import _decode_state, _encode_state
 from tests.factories import stream_record
 
 D = Decimal
@@ -632,7 +632,7 @@ def test_window_state_round_trip_keeps_buckets():
         StreamRecord(stream_record("INSERT", None, {**EVENT, "sk": "F", "ts": T + 3600}, seq=9)),
     ]
     batch = mixed.process(records, now=T)
-    decoded = _decode_state(_encode_state(batch))
+    decoded = decode_batch(encode_batch(batch))
     assert decoded.first_sequence_number == "000000000000000000007"
     assert decoded.last_sequence_number == "000000000000000000009"
     assert list(decoded.deltas) == list(batch.deltas)
@@ -665,7 +665,7 @@ def test_window_state_without_bucket_field_decodes_unwindowed():
             "deltas": {"count#UA": ["count", "UA", "UA", 0, "5", [["5", "1"], ["6", "2"]]]},
         }
     )
-    batch = _decode_state(text)
+    batch = decode_batch(text)
     delta = batch.deltas["count#UA"]
     assert delta.ref == AggregateRef("count", "UA", "UA", None)
     assert delta.amount == D(3)

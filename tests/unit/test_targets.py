@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from aggregator.core.batch_state import decode_batch, encode_batch
 from aggregator.core.engine import Engine
 from aggregator.core.exceptions import FailureCause, RuleError
 from aggregator.core.layout import TableLayout
@@ -16,7 +17,6 @@ from aggregator.core.lifecycle import rule_fingerprint
 from aggregator.core.records import StreamRecord
 from aggregator.core.rules import RuleSet, load_rules, rule
 from aggregator.dynamodb.targets import rule_token, target_token
-from aggregator.runtime.processor import _decode_state, _encode_state
 from tests.factories import ddb_json
 
 LAYOUT = TableLayout(partition_key="PK", sort_key="SK")
@@ -195,7 +195,7 @@ def test_the_engine_keys_deltas_by_target_and_dead_letters_what_cannot_form_a_ke
     causes = sorted((f.sequence_number, f.cause) for f in batch.failures)
     assert causes == [("13", FailureCause.INVALID_VALUE), ("14", FailureCause.INVALID_VALUE)]
     # the window state keeps the target
-    (again,) = _decode_state(_encode_state(batch)).deltas.values()
+    (again,) = decode_batch(encode_batch(batch)).deltas.values()
     assert (again.ref, again.target_attribute) == (delta.ref, delta.target_attribute)
 
 

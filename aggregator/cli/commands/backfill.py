@@ -13,10 +13,10 @@ import click
 from aggregator.cli import clients
 from aggregator.cli.options import (
     RuleSources,
-    _definitions_option,
-    _endpoint_option,
-    _rules_option,
-    _table_option,
+    definitions_option,
+    endpoint_option,
+    rules_option,
+    table_option,
 )
 from aggregator.cli.output import console
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 BACKFILL_OPTION_NAMES = ("segments", "page_items", "max_rcu", "max_wcu", "stream_lag_seconds")
 
 
-def _backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options that shape a backfill (``backfill`` and ``rebuild``), handed to the command
     as one mapping, ``backfill_options``, of :class:`~aggregator.runtime.backfill.Backfill`'s
     keyword arguments."""
@@ -153,11 +153,11 @@ def print_backfill_summary(stats: BackfillStats, names: str) -> None:
 
 
 @click.command("backfill")
-@_definitions_option
-@_table_option
-@_rules_option("Comma-separated rules to backfill (default: every rule pending a backfill).")
-@_backfill_options
-@_endpoint_option
+@definitions_option
+@table_option
+@rules_option("Comma-separated rules to backfill (default: every rule pending a backfill).")
+@backfill_options
+@endpoint_option
 def backfill_cmd(
     definitions: RuleSources,
     table_name: str,

@@ -14,11 +14,11 @@ from rich.text import Text
 from aggregator.cli import clients
 from aggregator.cli.options import (
     RuleSources,
-    _definitions_option,
-    _endpoint_option,
-    _layout_definitions_option,
-    _table_option,
     default_rule_sources,
+    definitions_option,
+    endpoint_option,
+    layout_definitions_option,
+    table_option,
 )
 from aggregator.cli.output import console
 
@@ -178,9 +178,9 @@ def _print_next_steps(states: list[LetterState], counts: Counter[str]) -> None:
 
 
 @click.command("dead-letters")
-@_table_option
-@_layout_definitions_option
-@_endpoint_option
+@table_option
+@layout_definitions_option
+@endpoint_option
 @click.option("--json", "as_json", is_flag=True, help="Print the dead letters as JSON")
 @click.option(
     "--clear-healed",
@@ -224,9 +224,9 @@ def dead_letters_cmd(
 
 
 @click.command("replay-dead-letters")
-@_table_option
-@_definitions_option
-@_endpoint_option
+@table_option
+@definitions_option
+@endpoint_option
 @click.option(
     "--min-age",
     default="25h",

@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from aggregator.cli import clients
-from aggregator.cli.options import _endpoint_option, _mode_option, _window_option
-from aggregator.cli.output import _print_aggregates, console
+from aggregator.cli.options import endpoint_option, mode_option, window_option
+from aggregator.cli.output import console, print_aggregates
 
 
 @click.command()
@@ -48,9 +48,9 @@ from aggregator.cli.output import _print_aggregates, console
     help="Rule files or directories (repeatable), e.g. -d definitions/flights.yaml "
     "-d definitions/layouts/pk_only.yaml for a table with only a partition key",
 )
-@_endpoint_option
-@_mode_option
-@_window_option
+@endpoint_option
+@mode_option
+@window_option
 @click.option(
     "--keep",
     is_flag=True,
@@ -136,7 +136,7 @@ def _print_result(result: Any, began: float) -> None:
     }
     for name, aggregates in result.leaderboards.items():
         console.print()
-        _print_aggregates(titles.get(name, name), aggregates)
+        print_aggregates(titles.get(name, name), aggregates)
     for name, rows in result.histograms.items():
         console.print(f"\n[bold]{name}[/] (how many keys have each value; first rows)")
         table = Table()

@@ -16,9 +16,9 @@ from rich.tree import Tree
 
 from aggregator.cli.options import (
     RuleSources,
-    _check_table_name,
-    _definitions_option,
-    _endpoint_option,
+    check_table_name,
+    definitions_option,
+    endpoint_option,
 )
 from aggregator.cli.output import console
 from aggregator.core.exceptions import ConfigError
@@ -282,18 +282,18 @@ def _explain_item(
 
 @click.command("explain")
 @click.argument("item", required=False)
-@_definitions_option
+@definitions_option
 @click.option("--record", "record_source", help="A stream record (JSON file, or - for stdin)")
 @click.option(
     "--table",
     "table_name",
     envvar="AGGREGATOR_TABLE_NAME",
-    callback=_check_table_name,
+    callback=check_table_name,
     help="Explain the live item of this table (with --key) [env AGGREGATOR_TABLE_NAME]",
 )
 @click.option("--key", "keys", multiple=True, help="NAME=VALUE of the live item's key (repeat)")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON")
-@_endpoint_option
+@endpoint_option
 def explain_cmd(
     item: str | None,
     definitions: RuleSources,

@@ -10,19 +10,19 @@ import click
 
 from aggregator.cli import clients
 from aggregator.cli.commands.backfill import (
-    _backfill_options,
+    backfill_options,
     backfill_progress,
     print_backfill_summary,
 )
-from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.options import RuleSources, definitions_option, endpoint_option, table_option
 from aggregator.cli.output import console
 
 
 @click.command("rebuild")
 @click.argument("rule_name", metavar="RULE")
-@_definitions_option
-@_table_option
-@_backfill_options
+@definitions_option
+@table_option
+@backfill_options
 @click.option(
     "--wait",
     "wait_seconds",
@@ -32,7 +32,7 @@ from aggregator.cli.output import console
     help="Seconds to wait for a handler (or `aggregator run`) to start with the new definition "
     "before giving up; 0 requests the new generation and returns.",
 )
-@_endpoint_option
+@endpoint_option
 def rebuild_cmd(
     rule_name: str,
     definitions: RuleSources,
@@ -129,9 +129,9 @@ def rebuild_cmd(
 
 @click.command("drop-rule")
 @click.argument("rule_name", metavar="RULE")
-@_definitions_option
-@_table_option
-@_endpoint_option
+@definitions_option
+@table_option
+@endpoint_option
 @click.option("--yes", is_flag=True, help="Delete without asking")
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted, delete nothing")
 def drop_rule_cmd(

@@ -10,11 +10,11 @@ import click
 from aggregator.cli import clients
 from aggregator.cli.options import (
     RuleSources,
-    _check_table_name,
-    _endpoint_option,
-    _layout_definitions_option,
-    _table_option,
+    check_table_name,
+    endpoint_option,
+    layout_definitions_option,
     layout_of,
+    table_option,
 )
 from aggregator.cli.output import console
 
@@ -34,10 +34,10 @@ from aggregator.cli.output import console
     "--create-table",
     "table_name",
     default=None,
-    callback=_check_table_name,
+    callback=check_table_name,
     help="Also create this table (name checked before DynamoDB Local starts)",
 )
-@_layout_definitions_option
+@layout_definitions_option
 def local(
     port: int | None,
     install_dir: Path | None,
@@ -73,9 +73,9 @@ def local(
 
 
 @click.command("create-table")
-@_table_option
-@_layout_definitions_option
-@_endpoint_option
+@table_option
+@layout_definitions_option
+@endpoint_option
 def create_table_cmd(
     table_name: str, definitions: RuleSources | None, endpoint_url: str | None
 ) -> None:

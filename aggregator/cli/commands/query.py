@@ -13,8 +13,8 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option, _table_option
-from aggregator.cli.output import _print_aggregates, console, err_console
+from aggregator.cli.options import RuleSources, definitions_option, endpoint_option, table_option
+from aggregator.cli.output import console, err_console, print_aggregates
 from aggregator.core.exceptions import AggregatorError
 
 
@@ -123,7 +123,7 @@ def _print_rule_aggregates(store: Any, rule: str, title: str, aggregates: list[A
     if store.rules.get(rule).window is not None:
         _print_buckets(title, aggregates)
     else:
-        _print_aggregates(title, aggregates)
+        print_aggregates(title, aggregates)
 
 
 @click.group()
@@ -134,9 +134,9 @@ def query() -> None:
 @query.command("get")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
-@_table_option
-@_definitions_option
-@_endpoint_option
+@table_option
+@definitions_option
+@endpoint_option
 @_json_option
 def query_get(
     rule: str,
@@ -182,9 +182,9 @@ def query_get(
 
 @query.command("list")
 @click.argument("rule")
-@_table_option
-@_definitions_option
-@_endpoint_option
+@table_option
+@definitions_option
+@endpoint_option
 @_json_option
 def query_list(
     rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None, as_json: bool
@@ -223,9 +223,9 @@ def query_list(
     help="Windowed rule: the bucket holding this time (ISO 8601 with offset, or epoch s); "
     "default now",
 )
-@_table_option
-@_definitions_option
-@_endpoint_option
+@table_option
+@definitions_option
+@endpoint_option
 @_json_option
 def query_top(
     rule: str,
@@ -363,9 +363,9 @@ def _percent_list(ctx: click.Context, param: click.Parameter, value: str) -> lis
     help="Percentiles, comma-separated, from 0 to 100 (nearest rank)",
 )
 @_range_options
-@_table_option
-@_definitions_option
-@_endpoint_option
+@table_option
+@definitions_option
+@endpoint_option
 @_json_option
 def query_percentile(
     rule: str,
@@ -442,9 +442,9 @@ def query_percentile(
 @query.command("histogram")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
-@_table_option
-@_definitions_option
-@_endpoint_option
+@table_option
+@definitions_option
+@endpoint_option
 @_json_option
 def query_histogram(
     rule: str,
@@ -486,9 +486,9 @@ def query_histogram(
 @click.argument("rule")
 @click.argument("values", nargs=-1)
 @_range_options
-@_table_option
-@_definitions_option
-@_endpoint_option
+@table_option
+@definitions_option
+@endpoint_option
 @_json_option
 def query_window(
     rule: str,

@@ -7,18 +7,18 @@ import click
 
 from aggregator.cli.options import (
     RuleSources,
-    _definitions_option,
-    _endpoint_option,
-    _rules_option,
-    _table_option,
+    definitions_option,
+    endpoint_option,
+    rules_option,
+    table_option,
 )
 from aggregator.cli.output import console
 
 
 @click.command("reconcile")
-@_definitions_option
-@_table_option
-@_rules_option(
+@definitions_option
+@table_option
+@rules_option(
     "Comma-separated base rules to check (default: every base rule; all must be active in the "
     "manifest, or there is no manifest)."
 )
@@ -33,7 +33,7 @@ from aggregator.cli.output import console
     "apply a change (the template's tumbling window is 60 s); doubled when a checked rule has "
     "write_shards.",
 )
-@_endpoint_option
+@endpoint_option
 def reconcile_cmd(
     definitions: RuleSources,
     table_name: str,

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from aggregator.cli.options import RuleSources, _definitions_option
+from aggregator.cli.options import RuleSources, definitions_option
 from aggregator.cli.output import console, err_console
 
 
@@ -86,11 +86,11 @@ def validate(paths: tuple[Path, ...], more: tuple[Path, ...], as_json: bool) -> 
     command); print a summary of the rules or every error (file, rule, field)."""
     import json
 
-    from aggregator.cli.options import _rule_sources
+    from aggregator.cli.options import rule_sources
     from aggregator.core.rules import load_rules
 
     ctx = click.get_current_context()
-    paths = tuple(_rule_sources(ctx, ctx.command.params[0], paths + more))
+    paths = tuple(rule_sources(ctx, ctx.command.params[0], paths + more))
 
     rules = load_rules(paths)  # every check, the derived rules' attributes included
     notes = [
@@ -120,7 +120,7 @@ def validate(paths: tuple[Path, ...], more: tuple[Path, ...], as_json: bool) -> 
 
 
 @click.command("filter-criteria")
-@_definitions_option
+@definitions_option
 @click.option(
     "--check",
     "template",
@@ -149,7 +149,7 @@ def filter_criteria_cmd(definitions: RuleSources, template: Path | None) -> None
 
 
 @click.command("template")
-@_definitions_option
+@definitions_option
 @click.argument(
     "template",
     default=Path("template.yaml"),

@@ -10,11 +10,11 @@ import click
 from aggregator.cli import clients
 from aggregator.cli.options import (
     RuleSources,
-    _definitions_option,
-    _endpoint_option,
-    _mode_option,
-    _table_option,
-    _window_option,
+    definitions_option,
+    endpoint_option,
+    mode_option,
+    table_option,
+    window_option,
 )
 from aggregator.cli.output import console
 
@@ -23,11 +23,11 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@_table_option
-@_definitions_option
-@_endpoint_option
-@_mode_option
-@_window_option
+@table_option
+@definitions_option
+@endpoint_option
+@mode_option
+@window_option
 @click.option("--batch-size", default=100, show_default=True, type=click.IntRange(1, 1000))
 @click.option(
     "--follow/--until-caught-up",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.options import RuleSources, definitions_option, endpoint_option, table_option
 from aggregator.cli.output import console
 
 if TYPE_CHECKING:
@@ -31,10 +31,10 @@ def _state_cell(report: RuleReport) -> str:
 
 
 @click.command("status")
-@_definitions_option
-@_table_option
+@definitions_option
+@table_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON")
-@_endpoint_option
+@endpoint_option
 def status_cmd(
     definitions: RuleSources, table_name: str, as_json: bool, endpoint_url: str | None
 ) -> None:

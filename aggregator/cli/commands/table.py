@@ -6,14 +6,14 @@ from __future__ import annotations
 import click
 
 from aggregator.cli import clients
-from aggregator.cli.options import RuleSources, _definitions_option, _endpoint_option, _table_option
+from aggregator.cli.options import RuleSources, definitions_option, endpoint_option, table_option
 from aggregator.cli.output import console, err_console
 
 
 @click.command("check-table")
-@_table_option
-@_definitions_option
-@_endpoint_option
+@table_option
+@definitions_option
+@endpoint_option
 def check_table_cmd(table_name: str, definitions: RuleSources, endpoint_url: str | None) -> None:
     """Report every way the table differs from what the rules need (key names and types,
     stream view type, leaderboard index, TTL attribute), one line each with its fix; exit 1 if
@@ -59,9 +59,9 @@ def check_table_cmd(table_name: str, definitions: RuleSources, endpoint_url: str
 
 
 @click.command("prepare-table")
-@_table_option
-@_definitions_option
-@_endpoint_option
+@table_option
+@definitions_option
+@endpoint_option
 @click.option(
     "--wait/--no-wait",
     default=True,

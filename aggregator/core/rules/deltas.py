@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from aggregator.core.conditions import MISSING, dynamodb_number_problem
 from aggregator.core.exceptions import EvaluationError, FailureCause
-from aggregator.core.rules.messages import _plain
+from aggregator.core.rules.messages import plain_number
 from aggregator.core.text import quote
 
 
@@ -65,8 +65,8 @@ class DeltaSpec(BaseModel):
             raise ValueError("attribute name must not be empty")
         if self.constant is not None and self.constant == 0:
             raise ValueError(
-                f"a delta of {_plain(self.constant)} counts nothing; give a nonzero number such "
-                "as 1, or {attribute: NAME}"
+                f"a delta of {plain_number(self.constant)} counts nothing; give a nonzero "
+                "number such as 1, or {attribute: NAME}"
             )
         return self
 

@@ -12,18 +12,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from aggregator.core.conditions import ConditionSyntaxError
-from aggregator.core.rules.messages import _name, _one_line
-from aggregator.core.rules.model import Rule, _FieldError
+from aggregator.core.rules.messages import one_line, rule_name
+from aggregator.core.rules.model import FieldError, Rule
 from aggregator.core.text import MAX_QUOTED_CHARS, quote
 
 
-class _RuleSetProblems(ValueError):
+class RuleSetProblems(ValueError):
     """Problems across the rules of a set, all of them: duplicate names and the derived-rule
     graph's unknown sources and cycles, as ``(index, field, message)``."""
 
     def __init__(self, rules: Sequence[Rule], problems: list[tuple[int, str, str]]) -> None:
         self.problems = problems
-        super().__init__("; ".join(f"rule {_name(rules[i].name)}: {m}" for i, _, m in problems))
+        super().__init__("; ".join(f"rule {rule_name(rules[i].name)}: {m}" for i, _, m in problems))
 
 
 MAX_PROBLEMS_PER_FILE = 200
@@ -128,9 +128,9 @@ def _error_locations(
     for err in exc.errors(include_url=False):
         loc = prefix + tuple(err["loc"])
         cause = (err.get("ctx") or {}).get("error")
-        if isinstance(cause, ConditionSyntaxError | _FieldError):
+        if isinstance(cause, ConditionSyntaxError | FieldError):
             yield loc + cause.parts, cause.message
-        elif isinstance(cause, _RuleSetProblems):
+        elif isinstance(cause, RuleSetProblems):
             where = "in this rule set" if source == "<python>" else "in this file"
             for index, field, message in cause.problems:
                 yield (*loc, index, *field.split(".")), message.format(where=where)
@@ -138,7 +138,7 @@ def _error_locations(
             yield loc, _message(err)
 
 
-def _format_errors(
+def format_errors(
     exc: ValidationError,
     source: str,
     data: Any,
@@ -157,12 +157,12 @@ def _format_errors(
                 raw = rules_data[index]
                 if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
                     name = raw["name"]
-            who = f"rule {_name(name)}" if name else f"rule #{index + 1}"
+            who = f"rule {rule_name(name)}" if name else f"rule #{index + 1}"
             field = _field_path(loc[2:]) or "(rule)"
-            lines.append(_one_line(f"{source}: {who}, field '{field}': {msg}"))
+            lines.append(one_line(f"{source}: {who}, field '{field}': {msg}"))
         else:
             field = _field_path(loc) or "(top level)"
-            lines.append(_one_line(f"{source}: field '{field}': {msg}"))
+            lines.append(one_line(f"{source}: field '{field}': {msg}"))
     if len(lines) > MAX_PROBLEMS_PER_FILE:
         rest = len(lines) - MAX_PROBLEMS_PER_FILE
         lines[MAX_PROBLEMS_PER_FILE:] = [f"{source}: … and {rest} more problem(s)"]

@@ -12,7 +12,7 @@ from typing import Any
 from aggregator.core.conditions import MISSING, dynamodb_number_problem
 from aggregator.core.exceptions import EvaluationError, FailureCause
 from aggregator.core.numbers import CONTEXT
-from aggregator.core.rules.messages import _plain, _unencodable
+from aggregator.core.rules.messages import plain_number, unencodable
 from aggregator.core.text import MAX_QUOTED_CHARS, quote
 
 
@@ -52,7 +52,7 @@ def format_key_value(value: Any) -> str:
                 return format(value.normalize(CONTEXT), "f")
             except DecimalException as exc:
                 problem = f"{type(exc).__name__} in DynamoDB's 38-digit context"
-        raise EvaluationError(f"key number {_plain(value)}: {problem}")
+        raise EvaluationError(f"key number {plain_number(value)}: {problem}")
     raise EvaluationError(
         f"{_DYNAMODB_KINDS.get(type(value), type(value).__name__)}, not a string, number or "
         "boolean",
@@ -109,7 +109,7 @@ class KeyTemplate:
         if not isinstance(template, str) or not template.strip():
             raise ValueError("key must be a non-empty string such as '{carrier}' or 'TOTAL'")
         shown = quote(template)
-        problem = _unencodable(template)
+        problem = unencodable(template)
         if problem:
             raise ValueError(f"key {shown} {problem}")
         literals: list[str] = []

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from aggregator.core.rules.messages import _unencodable
+from aggregator.core.rules.messages import unencodable
 from aggregator.core.text import quote
 
 MAX_YAML_NODES = 100_000
@@ -254,7 +254,7 @@ class RuleLoader(yaml.SafeLoader):
                     node.start_mark,
                 )
             if isinstance(node, yaml.ScalarNode):
-                problem = _unencodable(node.value) if isinstance(node.value, str) else None
+                problem = unencodable(node.value) if isinstance(node.value, str) else None
                 if problem:
                     raise RuleFileLimitError(f"the text {problem}", node.start_mark)
                 size[key], height[key] = 1, 1

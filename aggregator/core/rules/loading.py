@@ -27,9 +27,9 @@ from pydantic import ValidationError
 
 from aggregator.core.exceptions import RuleError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
-from aggregator.core.rules.errors import _format_errors
+from aggregator.core.rules.errors import format_errors
 from aggregator.core.rules.loader import RuleFileLimitError, RuleLoader
-from aggregator.core.rules.messages import _name, _one_line
+from aggregator.core.rules.messages import one_line, rule_name
 from aggregator.core.rules.model import Rule
 from aggregator.core.rules.ruleset import (
     RuleSet,
@@ -46,7 +46,7 @@ MAX_RULE_FILE_BYTES = 1024 * 1024
 
 def _source_name(path: Path | str) -> str:
     """A file name for messages, on one line."""
-    return _one_line(str(path), limit=10 * MAX_REASON_CHARS)
+    return one_line(str(path), limit=10 * MAX_REASON_CHARS)
 
 
 def _position(text: str | bytes, offset: int) -> tuple[int, int]:
@@ -81,7 +81,7 @@ def _read_rule_file(path: Path, source: str) -> str:
                 )
     except OSError as exc:
         raise RuleError(
-            f"{source}: cannot read rule file: {_one_line(exc.strerror or str(exc))}"
+            f"{source}: cannot read rule file: {one_line(exc.strerror or str(exc))}"
         ) from None
     try:
         return raw.decode("utf-8")
@@ -125,7 +125,7 @@ def _parse_yaml(text: str, source: str) -> Any:
         if isinstance(exc, yaml.composer.ComposerError) and exc.context and context_mark:
             # "second occurrence" / "but found another document" need their first half
             problem = f"{exc.context} on line {context_mark.line + 1}, {problem}"
-        problem = _one_line(problem, limit=300)
+        problem = one_line(problem, limit=300)
         kind = "" if isinstance(exc, RuleFileLimitError) else "invalid YAML: "
         raise RuleError(f"{source}: {where}{kind}{problem}") from None
     except RecursionError:  # only when called near the recursion limit: the depth limit is far
@@ -163,7 +163,7 @@ def _load_file(path: Path) -> tuple[list[Rule], TableLayout | None]:
     try:
         ruleset = RuleSet.model_validate(data, context={"partial": True})
     except ValidationError as exc:
-        problems.append(_format_errors(exc, source, data))
+        problems.append(format_errors(exc, source, data))
     except RecursionError:  # as above; validation recurses less deeply than composing
         problems.append(f"{source}: the rules nest too deeply to validate")
     if problems:
@@ -240,7 +240,7 @@ def load_rules(
         for index, message in problems:
             name = reading_field(rules[index], message)
             errors.append(
-                f"{read.origin[rules[index].name]}: rule {_name(rules[index].name)}, "
+                f"{read.origin[rules[index].name]}: rule {rule_name(rules[index].name)}, "
                 f"field {name!r}: {message}"
             )
     else:
@@ -249,13 +249,13 @@ def load_rules(
         errors += _problems_of_named(read.named, errors)
     if not errors:
         errors += [
-            f"{read.origin[rules[index].name]}: rule {_name(rules[index].name)}, "
+            f"{read.origin[rules[index].name]}: rule {rule_name(rules[index].name)}, "
             f"field {name!r}: {message}"
             for index, name, message in target_problems(rules, layout)
         ]
     if not errors and not layout.has_sort_key:
         errors += [
-            f"{read.origin[r.name]}: rule {_name(r.name)}, field 'write_shards': needs a table "
+            f"{read.origin[r.name]}: rule {rule_name(r.name)}, field 'write_shards': needs a table "
             "with a sort key (this table: section has sort_key: null): the partials of an "
             "aggregate share an item collection"
             for r in rules
@@ -335,7 +335,7 @@ def _read_files(paths: list[Path], layout: TableLayout) -> _Read:
         for r in file_rules:
             if r.name in read.origin:
                 read.errors.append(
-                    f"{where}: rule {_name(r.name)}, field 'name': duplicate rule "
+                    f"{where}: rule {rule_name(r.name)}, field 'name': duplicate rule "
                     f"name (also defined in {read.origin[r.name]})"
                 )
                 continue
@@ -351,16 +351,17 @@ def _problems_of_named(named: list[tuple[Any, str]], errors: list[str]) -> list[
     unique: dict[str, tuple[Any, str]] = {}
     for r, where in named:
         first = unique.setdefault(r.name, (r, where))
-        said = f"{where}: rule {_name(r.name)}, field 'name': duplicate rule name"
+        said = f"{where}: rule {rule_name(r.name)}, field 'name': duplicate rule name"
         stub = isinstance(r, _Stub) or isinstance(first[0], _Stub)
         reported = any(line.startswith(said) for e in (*errors, *found) for line in e.splitlines())
         if first[0] is not r and stub and not reported:
             also = "in this file" if first[1] == where else f"defined in {first[1]}"
             found.append(
-                f"{where}: rule {_name(r.name)}, field 'name': duplicate rule name (also {also})"
+                f"{where}: rule {rule_name(r.name)}, field 'name': duplicate rule name "
+                f"(also {also})"
             )
     everything = list(unique.values())
     for index, message in graph_problems([r for r, _ in everything]):
         r, where = everything[index]
-        found.append(f"{where}: rule {_name(r.name)}, field 'source': {message}")
+        found.append(f"{where}: rule {rule_name(r.name)}, field 'source': {message}")
     return found

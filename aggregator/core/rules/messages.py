@@ -10,18 +10,18 @@ from typing import Any
 from aggregator.core.text import MAX_QUOTED_CHARS, MAX_REASON_CHARS, quote
 
 
-def _plain(value: Any) -> str:
+def plain_number(value: Any) -> str:
     """A number for a message: as it is (``1E+20``) when short, else a bounded quote."""
     text = str(value)
     return text if len(text) <= MAX_QUOTED_CHARS else quote(text)
 
 
-def _name(name: Any) -> str:
+def rule_name(name: Any) -> str:
     """A rule name for a message: valid names (at most 100 characters) are quoted whole."""
     return quote(name, limit=100)
 
 
-def _names(names: Iterable[str], most: int = 20) -> str:
+def rule_names(names: Iterable[str], most: int = 20) -> str:
     """Comma-separated rule names, at most ``most`` of them (then how many there are)."""
     listed = list(names)
     shown = ", ".join(listed[:most]) or "none"
@@ -32,13 +32,13 @@ _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 """Every character :meth:`str.splitlines` splits at."""
 
 
-def _one_line(text: str, limit: int = MAX_REASON_CHARS) -> str:
+def one_line(text: str, limit: int = MAX_REASON_CHARS) -> str:
     """``text`` on one line (each line break escaped, ``\\n``), cut at ``limit`` characters."""
     text = _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _unencodable(text: str) -> str | None:
+def unencodable(text: str) -> str | None:
     """Why UTF-8 (so DynamoDB) cannot hold ``text``: a lone surrogate, or ``None``."""
     try:
         text.encode("utf-8")

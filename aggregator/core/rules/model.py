@@ -79,7 +79,7 @@ WriteShardsField = Annotated[int | Literal["auto"], PlainValidator(_write_shards
 """``write_shards``: a count from 1 to 100, or ``"auto"``."""
 
 
-class _FieldError(ValueError):
+class FieldError(ValueError):
     """A problem found by a whole-rule check that belongs to one field: ``path`` names it
     (``key``), so messages say ``field 'key'`` rather than ``field '(rule)'``."""
 
@@ -194,7 +194,7 @@ class Rule(BaseModel):
         if not isinstance(data, Mapping) or data.get("target") is None:
             return data
         if data.get("key") is not None:
-            raise _FieldError(
+            raise FieldError(
                 "key", "a rule with a target is keyed by its target item: leave key out"
             )
         target = data["target"]
@@ -223,32 +223,32 @@ class Rule(BaseModel):
             ("source", self.source is not None, "a derived rule keeps its own aggregate items"),
         ):
             if refused:
-                raise _FieldError(field, f"a rule with a target cannot have {field}: {message}")
+                raise FieldError(field, f"a rule with a target cannot have {field}: {message}")
         return self
 
     @model_validator(mode="after")
     def _fields_combine(self) -> Rule:
         problem = self._sort_key_problem()
         if problem:
-            raise _FieldError("key", problem)
+            raise FieldError("key", problem)
         if self.kind.needs_attribute and self.delta.attribute is None:
-            raise _FieldError(
+            raise FieldError(
                 "delta",
                 f"kind {self.kind.name!r} needs the number to aggregate from an attribute: "
                 "delta: {attribute: NAME}",
             )
         if self.leaderboard and not self.kind.ranks:
-            raise _FieldError(
+            raise FieldError(
                 "leaderboard",
                 f"a rule of kind {self.kind.name!r} has no total to rank: leaderboard needs "
                 "kind sum",
             )
         if self.leaderboard_partitions > 1 and not self.leaderboard:
-            raise _FieldError(
+            raise FieldError(
                 "leaderboard_partitions", "leaderboard_partitions needs leaderboard: true"
             )
         if self.sharded and self.source is not None:
-            raise _FieldError(
+            raise FieldError(
                 "write_shards",
                 "write_shards cannot be combined with source: a derived rule's aggregates are "
                 "written from the few shards of the aggregates' own item collection",

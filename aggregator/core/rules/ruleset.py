@@ -21,8 +21,8 @@ from pydantic import (
 from aggregator.core.exceptions import RuleError
 from aggregator.core.kinds import Sum
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
-from aggregator.core.rules.errors import _format_errors, _RuleSetProblems
-from aggregator.core.rules.messages import _name, _names
+from aggregator.core.rules.errors import RuleSetProblems, format_errors
+from aggregator.core.rules.messages import rule_name, rule_names
 from aggregator.core.rules.model import Rule
 from aggregator.core.text import quote
 
@@ -74,7 +74,7 @@ class RuleSet(BaseModel):
                 for i, f, m in target_problems(rules, layout)
             ]
         if problems:
-            raise _RuleSetProblems(rules, sorted(problems))
+            raise RuleSetProblems(rules, sorted(problems))
         return rules
 
     @classmethod
@@ -90,7 +90,7 @@ class RuleSet(BaseModel):
             return cls(rules=rules, layout=layout)
         except ValidationError as exc:
             raise RuleError(
-                _format_errors(exc, "<python>", {"rules": [r.model_dump() for r in rules]})
+                format_errors(exc, "<python>", {"rules": [r.model_dump() for r in rules]})
             ) from None
 
     # iterates its rules, not BaseModel's (field, value) pairs: a deliberate incompatible override
@@ -111,7 +111,7 @@ class RuleSet(BaseModel):
         for r in self.rules:
             if r.name == name:
                 return r
-        known = _names(r.name for r in self.rules)
+        known = rule_names(r.name for r in self.rules)
         raise RuleError(f"no rule named {quote(name, limit=100)}; known rules: {known}")
 
     def attributes(self) -> frozenset[str]:
@@ -162,15 +162,15 @@ def graph_problems(rules: Sequence[Rule]) -> list[tuple[int, str]]:
     problems: list[tuple[int, str]] = []
     for i, r in enumerate(rules):
         if r.source is not None and r.source not in index:
-            known = _names(sorted(index))
-            problems.append((i, f"unknown source rule {_name(r.source)}; known rules: {known}"))
+            known = rule_names(sorted(index))
+            problems.append((i, f"unknown source rule {rule_name(r.source)}; known rules: {known}"))
         elif r.source is not None and not getattr(rules[index[r.source]], "kind", Sum()).ranks:
             # (a rule of a file that failed to validate is a stub without a kind: not judged)
             kind = rules[index[r.source]].kind.name
             problems.append(
                 (
                     i,
-                    f"source rule {_name(r.source)} is of kind {kind!r}: a derived rule reads "
+                    f"source rule {rule_name(r.source)} is of kind {kind!r}: a derived rule reads "
                     "the totals of a rule of kind sum",
                 )
             )
@@ -226,7 +226,7 @@ def target_problems(
                 (
                     i,
                     "target.attribute",
-                    f"rule {_name(first)} already writes {target.attribute!r}: each target "
+                    f"rule {rule_name(first)} already writes {target.attribute!r}: each target "
                     "attribute belongs to one rule (its reconcile and drop-rule act on it)",
                 )
             )
@@ -337,9 +337,9 @@ def _feedback_cycles(
                     if not members & reported:
                         reported |= members
                         said = "; ".join(
-                            f"{_name(rules[n].name)} writes {a!r}, which "
-                            f"{_name(rules[(step[k + 1][0] if k + 1 < len(step) else start)].name)}"
-                            " reads"
+                            f"{rule_name(rules[n].name)} writes {a!r}, which "
+                            + rule_name(rules[step[k + 1][0] if k + 1 < len(step) else start].name)
+                            + " reads"
                             for k, (n, a) in enumerate(step)
                         )
                         problems.append(
@@ -392,7 +392,7 @@ def derived_attribute_indexes(
             problems.append(
                 (
                     i,
-                    f"reads {reads}, which the aggregates of {_name(r.source)} do not have; "
+                    f"reads {reads}, which the aggregates of {rule_name(r.source)} do not have; "
                     f"they have {', '.join(sorted(known))}",
                 )
             )
@@ -411,7 +411,7 @@ def derived_attribute_problems(
     """
     listed = tuple(rules)
     return [
-        f"rule {_name(listed[i].name)}, field {reading_field(listed[i], message)!r}: {message}"
+        f"rule {rule_name(listed[i].name)}, field {reading_field(listed[i], message)!r}: {message}"
         for i, message in derived_attribute_indexes(listed, layout)
     ]
 
@@ -496,5 +496,5 @@ def rule(
         return Rule.model_validate(data)
     except ValidationError as exc:
         raise RuleError(
-            _format_errors(exc, "<python>", {"rules": [data]}, prefix=("rules", 0))
+            format_errors(exc, "<python>", {"rules": [data]}, prefix=("rules", 0))
         ) from None
