@@ -36,10 +36,10 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time, __getattr
     from aggregator.core.records import StreamRecord
     from aggregator.core.rules import Bucket, Rule, RuleSet, Window, load_rules, rule
     from aggregator.core.windows import Granularity, parse_duration
+    from aggregator.deploy.filters import check_template, filter_criteria
     from aggregator.dynamodb.modes import make_writer
     from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
     from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteResult, WriteStats
-    from aggregator.runtime.filters import check_template, filter_criteria
     from aggregator.runtime.processor import BatchOutcome, StreamProcessor
 
 _EXPORTS: dict[str, str] = {
@@ -74,8 +74,8 @@ _EXPORTS: dict[str, str] = {
     "WriteError": "aggregator.core.exceptions",
     "WriteResult": "aggregator.dynamodb.writer",
     "WriteStats": "aggregator.dynamodb.writer",
-    "check_template": "aggregator.runtime.filters",
-    "filter_criteria": "aggregator.runtime.filters",
+    "check_template": "aggregator.deploy.filters",
+    "filter_criteria": "aggregator.deploy.filters",
     "load_rules": "aggregator.core.rules",
     "make_writer": "aggregator.dynamodb.modes",
     "parse_duration": "aggregator.core.windows",

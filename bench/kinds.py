@@ -33,11 +33,11 @@ from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.demo import replay_flights, write_steps
 from aggregator.dev.flights import ReplayStep, read_flights
 from aggregator.dev.local import DynamoDBLocal
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.checkpoint import CheckpointWriter
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import create_processor
-from aggregator.runtime.runner import StreamRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = date(2013, 1, 1)

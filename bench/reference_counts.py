@@ -32,8 +32,8 @@ from typing import Any
 
 from aggregator.core.rules import RuleSet, load_rules
 from aggregator.dev.local import DynamoDBLocal
+from aggregator.dev.runner import StreamRunner
 from aggregator.runtime.processor import create_processor
-from aggregator.runtime.runner import StreamRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSACTION_WCU_PER_LIKE = Decimal(4)

@@ -325,9 +325,9 @@ def run_one(
     The caller provides the clients; :func:`main` starts a fresh DynamoDB Local for each run.
     """
     from aggregator.dev.demo import replay_flights
+    from aggregator.dev.runner import StreamRunner
     from aggregator.dynamodb.query import AggregateStore
     from aggregator.dynamodb.table import create_table
-    from aggregator.runtime.runner import StreamRunner
 
     table = f"bench-{run_id}-{strategy}-{batch_size}"
     figures = RunFigures(strategy, batch_size, table)

@@ -3,7 +3,7 @@ log group and alarms as one CDK construct.
 
 Everything that follows from the rules comes from the functions that render the SAM template's
 regions (:func:`aggregator.cli.template.render_regions`): the stream's ``FilterCriteria``
-(:func:`aggregator.runtime.filters.filter_criteria`), the ``dynamodb:LeadingKeys`` conditions
+(:func:`aggregator.deploy.filters.filter_criteria`), the ``dynamodb:LeadingKeys`` conditions
 of the role's item grants, and the created table's keys and indexes
 (:func:`aggregator.dynamodb.table.table_definition`). The function's code is the artifact of
 ``aggregator build`` (:func:`aggregator.cli.project.build.build_function`), built on this machine
@@ -61,10 +61,10 @@ from aggregator.cli.template import render_regions
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet, load_rules
+from aggregator.deploy.filters import parse_template
 from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.dynamodb.table import table_definition
 from aggregator.dynamodb.tablecheck import VIEW_TYPE, key_schema_problems
-from aggregator.runtime.filters import parse_template
 
 __all__ = ["AggregatorFunction", "RulePaths"]
 

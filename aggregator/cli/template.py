@@ -23,7 +23,7 @@ Regions
     ``write_shards``, the aggregates' grant also allows ``"<aggregates_pk>#*"`` (the partials'
     item collections).
 ``filters``
-    The stream event's ``FilterCriteria`` (:func:`aggregator.runtime.filters.filter_criteria`).
+    The stream event's ``FilterCriteria`` (:func:`aggregator.deploy.filters.filter_criteria`).
 ``target-policy``
     The role's policies that depend on the rules (the region keeps its first name). With a
     leaderboard rule, ``ddb-aggregator-leaderboard``: ``Query`` on the leaderboard index only
@@ -107,10 +107,10 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
     ------
     ConfigError
         When a reserved partition key value holds ``*`` or ``?`` (IAM wildcards), or a filter
-        pattern is too long (:func:`aggregator.runtime.filters.filter_patterns`).
+        pattern is too long (:func:`aggregator.deploy.filters.filter_patterns`).
     """
+    from aggregator.deploy.filters import filter_criteria
     from aggregator.dynamodb.table import table_definition
-    from aggregator.runtime.filters import filter_criteria
 
     layout = rules.layout
     for value in layout.reserved_partition_keys:

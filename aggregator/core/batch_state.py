@@ -1,6 +1,6 @@
 """The text form of a batch's coalesced deltas: what the ``window`` mode keeps in the tumbling
 window's ``state`` between invocations (:mod:`aggregator.runtime.processor`) and what a backfill
-page record carries (:mod:`aggregator.runtime.backfill`), both read back by later releases."""
+page record carries (:mod:`aggregator.operations.backfill`), both read back by later releases."""
 
 from __future__ import annotations
 

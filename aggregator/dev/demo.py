@@ -20,10 +20,10 @@ from boto3.dynamodb.types import TypeSerializer
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.rules import Rule, RuleSet, load_rules
 from aggregator.dev.flights import Flight, ReplayStep, read_flights, replay_steps
+from aggregator.dev.runner import RunStats, StreamRunner
 from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import BatchOutcome, create_processor
-from aggregator.runtime.runner import RunStats, StreamRunner
 
 __all__ = ["DemoResult", "replay_flights", "run_demo"]
 

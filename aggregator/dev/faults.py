@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 
 # the runner's fault plan and crash signal live with the runner (what ships never imports dev)
-from aggregator.runtime.runner import RunnerFaults, SimulatedCrash
+from aggregator.dev.runner import RunnerFaults, SimulatedCrash
 
 __all__ = ["FaultInjectingClient", "RunnerFaults", "SimulatedCrash"]
 

@@ -15,13 +15,13 @@ What it models, from AWS's documentation:
   "Change data capture for DynamoDB Streams": shards are ephemeral, created and deleted
   automatically; a shard has a parent). ``DescribeStream``, ``GetShardIterator`` and
   ``GetRecords`` answer as the Streams API does, so the local runner
-  (:class:`~aggregator.runtime.runner.StreamRunner`) reads the twin unchanged.
+  (:class:`~aggregator.dev.runner.StreamRunner`) reads the twin unchanged.
 - **Sequence numbers.** Every record gets a new one when it becomes visible, increasing in
   arrival order (so per shard and along a lineage), 21 digits like DynamoDB's.
 - **Time.** A record arrives at the simulated time the workload gives it (``arrival``), or at the
   clock's time when it is read (the framework's own writes, or a workload without a schedule);
   ``ApproximateCreationDateTime`` says so. Arrivals of one item never go backwards.
-- **The event source mapping.** One :class:`~aggregator.runtime.runner.StreamRunner` per
+- **The event source mapping.** One :class:`~aggregator.dev.runner.StreamRunner` per
   partition (a Lambda "container" per shard), each with its own processor and fault plan. Every
   ``poll_seconds`` of simulated time (Lambda polls each shard 4 times a second; Lambda Developer
   Guide, "Using AWS Lambda with Amazon DynamoDB") each partition's current shard gets at most one
@@ -47,14 +47,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
+from aggregator.dev.runner import RunnerFaults, RunStats, StreamRunner
+from aggregator.dynamodb.streams import list_shards, to_lambda_record
 from aggregator.runtime.processor import StreamProcessor
-from aggregator.runtime.runner import (
-    RunnerFaults,
-    RunStats,
-    StreamRunner,
-    list_shards,
-    to_lambda_record,
-)
 
 __all__ = [
     "EventSourceTwin",
@@ -474,7 +469,7 @@ class EventSourceTwin:
         Raises
         ------
         RunnerError, SimulatedCrash
-            As the runner's :meth:`~aggregator.runtime.runner.StreamRunner.poll`.
+            As the runner's :meth:`~aggregator.dev.runner.StreamRunner.poll`.
         """
         clock = self.twin.clock
         while until_seconds is None or clock.now < until_seconds:

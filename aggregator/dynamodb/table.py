@@ -77,7 +77,7 @@ def table_definition(layout: TableLayout) -> dict[str, Any]:
     (strings), the sparse leaderboard index and, without a sort key, the collection index (both
     keys only), on-demand capacity and a ``NEW_AND_OLD_IMAGES`` stream.
 
-    The same definition renders the template's table (:mod:`aggregator.runtime.template`)."""
+    The same definition renders the template's table (:mod:`aggregator.cli.template`)."""
     attributes = [{"AttributeName": layout.partition_key, "AttributeType": "S"}]
     keys = [{"AttributeName": layout.partition_key, "KeyType": "HASH"}]
     if layout.sort_key is not None:

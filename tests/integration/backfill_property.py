@@ -36,7 +36,7 @@ from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.table import create_table
-from aggregator.runtime.backfill import LEASE_SECONDS, Backfill
+from aggregator.operations.backfill import LEASE_SECONDS, Backfill
 from tests.integration.harness import (
     RULES,
     delete,

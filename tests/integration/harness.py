@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import Rule, RuleSet, rule
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dev.runner import PositionStore, StreamRunner
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.runtime.processor import create_processor
-from aggregator.runtime.runner import PositionStore, StreamRunner
 from tests.factories import ddb_json
 
 RULES = RuleSet.of(

@@ -12,7 +12,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.manifest import Manifest
-from aggregator.runtime.backfill import LEASE_SECONDS, Backfill
+from aggregator.operations.backfill import LEASE_SECONDS, Backfill
 from tests.integration.harness import deploy, pipeline, put
 
 pytestmark = pytest.mark.integration
@@ -121,7 +121,7 @@ def test_rules_counted_without_fences_cannot_be_backfilled(ddb, streams, table):
 def test_a_page_too_large_to_store_names_the_option_that_shrinks_it(
     ddb, streams, table, monkeypatch
 ):
-    from aggregator.runtime import backfill as backfill_module
+    from aggregator.operations import backfill as backfill_module
 
     name, arn = table
     rules = RuleSet.of(R2)

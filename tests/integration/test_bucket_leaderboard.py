@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from aggregator.cli import main
 from aggregator.core.rules import load_rules
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
+from aggregator.operations.rebuild import reindex_leaderboard
 from aggregator.runtime.processor import create_processor
-from aggregator.runtime.rebuild import reindex_leaderboard
-from aggregator.runtime.runner import StreamRunner
 from tests.factories import ddb_json
 from tests.integration.harness import table_items
 

@@ -21,10 +21,10 @@ from aggregator.core.rules import load_rules
 from aggregator.dev.demo import replay_flights
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.flights import read_flights
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import create_processor
-from aggregator.runtime.runner import StreamRunner
 from tests.integration.harness import stored
 
 pytestmark = pytest.mark.integration

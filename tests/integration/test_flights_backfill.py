@@ -16,13 +16,13 @@ from aggregator.core.rules import load_rules
 from aggregator.dev.demo import write_steps
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.flights import read_flights, replay_steps
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import table_definition, table_stream_arn
 from aggregator.dynamodb.tablecheck import prepare_table
-from aggregator.runtime.backfill import Backfill
+from aggregator.operations.backfill import Backfill
 from aggregator.runtime.processor import create_processor
-from aggregator.runtime.runner import StreamRunner
 from tests.integration.harness import stored
 from tests.integration.test_flights import FIRST_DAY, LAYOUTS, ROOT, ground_truth
 from tests.integration.test_kinds_flights import check_kinds, csv_departures

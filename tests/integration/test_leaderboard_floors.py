@@ -28,12 +28,12 @@ from hypothesis import strategies as st
 from aggregator.core.layout import leaderboard_partition
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.floors import FLOOR_PREFIX, IndexFloors, floor_sort_key
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
-from aggregator.runtime.drop import DropRule
+from aggregator.operations.drop import DropRule
 from aggregator.runtime.processor import create_processor
-from aggregator.runtime.runner import StreamRunner
 from tests.factories import ddb_json
 from tests.integration.harness import run_property, table_items
 

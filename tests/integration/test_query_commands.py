@@ -16,10 +16,10 @@ from click.testing import CliRunner, Result
 from aggregator.cli import main
 from aggregator.core.engine import Engine
 from aggregator.core.rules import load_rules
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.modes import make_writer
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import StreamProcessor
-from aggregator.runtime.runner import StreamRunner
 from tests.factories import ddb_json
 
 pytestmark = pytest.mark.integration

@@ -18,9 +18,9 @@ from aggregator.core.rules import RuleSet, load_rules, rule
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
-from aggregator.runtime.backfill import Backfill
-from aggregator.runtime.drop import DropRule
-from aggregator.runtime.rebuild import Rebuild
+from aggregator.operations.backfill import Backfill
+from aggregator.operations.drop import DropRule
+from aggregator.operations.rebuild import Rebuild
 from tests.factories import ddb_json
 from tests.integration.harness import delete, deploy, final_items, put
 

@@ -14,8 +14,8 @@ from aggregator.cli import main
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
-from aggregator.runtime import reconcile as reconcile_module
-from aggregator.runtime.reconcile import reconcile
+from aggregator.operations import reconcile as reconcile_module
+from aggregator.operations.reconcile import reconcile
 from tests.conftest import ROOT
 from tests.factories import ddb_json
 

@@ -12,10 +12,10 @@ from aggregator.cli import main
 from aggregator.core.engine import Engine
 from aggregator.core.exceptions import RunnerError
 from aggregator.core.rules import RuleSet, load_rules, rule
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.modes import make_writer
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.runtime.processor import BatchOutcome, StreamProcessor
-from aggregator.runtime.runner import StreamRunner
 from tests.factories import ddb_json
 
 pytestmark = pytest.mark.integration

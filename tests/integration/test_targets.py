@@ -22,11 +22,11 @@ from aggregator.cli.template import target_condition
 from aggregator.core.exceptions import QueryError
 from aggregator.core.rules import load_rules
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.targets import rule_token
+from aggregator.operations.reconcile import reconcile
 from aggregator.runtime.processor import create_processor
-from aggregator.runtime.reconcile import reconcile
-from aggregator.runtime.runner import StreamRunner
 from tests.conftest import ROOT
 from tests.integration.harness import table_items
 

@@ -20,13 +20,13 @@ from aggregator.cli import main
 from aggregator.core.exceptions import QueryError
 from aggregator.core.rules import load_rules
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import table_definition, table_stream_arn
 from aggregator.dynamodb.tablecheck import prepare_table
-from aggregator.runtime.backfill import Backfill
+from aggregator.operations.backfill import Backfill
+from aggregator.operations.reconcile import reconcile
 from aggregator.runtime.processor import create_processor
-from aggregator.runtime.reconcile import reconcile
-from aggregator.runtime.runner import StreamRunner
 from tests.factories import ddb_json
 from tests.integration.harness import table_items
 

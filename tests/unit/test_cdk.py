@@ -38,7 +38,7 @@ from aggregator.cli.project.build import FunctionRuntime, build_function
 from aggregator.cli.template import render_regions
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
-from aggregator.runtime.filters import filter_criteria
+from aggregator.deploy.filters import filter_criteria
 from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.role_policy import (
     PK_ONLY_ITEM_GRANTS,

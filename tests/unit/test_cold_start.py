@@ -47,9 +47,8 @@ def test_the_handler_loads_neither_xray_nor_the_query_and_operator_modules_when_
     unused = {
         "aws_xray_sdk",
         "aggregator.dynamodb.query",
-        "aggregator.runtime.backfill",
-        "aggregator.runtime.reconcile",
-        "aggregator.runtime.filters",
+        "aggregator.operations",
+        "aggregator.deploy",
         "aggregator.cli",
         "aggregator.dev",
     }

@@ -14,7 +14,7 @@ from aggregator.core.exceptions import RuleError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import parse_record
 from aggregator.core.rules import RuleSet, load_rules, rule
-from aggregator.runtime.filters import filter_criteria
+from aggregator.deploy.filters import filter_criteria
 from tests.factories import stream_record
 
 RULES = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
+from aggregator.dev.runner import StreamRunner
 from aggregator.runtime.processor import BatchOutcome
-from aggregator.runtime.runner import StreamRunner
 from tests.factories import stream_record
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/x"

@@ -23,8 +23,8 @@ from cfnlint.decode.cfn_yaml import loads as cfn_yaml_loads
 from aggregator.cli.template import render_template
 from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import load_rules
+from aggregator.deploy.filters import check_template, filter_criteria
 from aggregator.dynamodb.modes import WRITE_MODES
-from aggregator.runtime.filters import check_template, filter_criteria
 from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.role_policy import (
     ITEM_WRITES,

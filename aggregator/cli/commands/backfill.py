@@ -1,5 +1,5 @@
 """``backfill``: count the items already in the table for the rules pending a backfill
-(:mod:`aggregator.runtime.backfill`)."""
+(:mod:`aggregator.operations.backfill`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from aggregator.cli.options import (
 from aggregator.cli.output import console
 
 if TYPE_CHECKING:
-    from aggregator.runtime.backfill import BackfillStats
+    from aggregator.operations.backfill import BackfillStats
 
 
 BACKFILL_OPTION_NAMES = ("segments", "page_items", "max_rcu", "max_wcu", "stream_lag_seconds")
@@ -29,7 +29,7 @@ BACKFILL_OPTION_NAMES = ("segments", "page_items", "max_rcu", "max_wcu", "stream
 
 def backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options that shape a backfill (``backfill`` and ``rebuild``), handed to the command
-    as one mapping, ``backfill_options``, of :class:`~aggregator.runtime.backfill.Backfill`'s
+    as one mapping, ``backfill_options``, of :class:`~aggregator.operations.backfill.Backfill`'s
     keyword arguments."""
 
     @functools.wraps(command)
@@ -173,7 +173,7 @@ def backfill_cmd(
     """
     from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.table import table_stream_arn
-    from aggregator.runtime.backfill import Backfill, NothingToBackfill
+    from aggregator.operations.backfill import Backfill, NothingToBackfill
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     stream_arn = table_stream_arn(client, table_name)

@@ -1,6 +1,6 @@
 """``rebuild`` and ``drop-rule``: change a rule's definition on a live table, and delete the
 aggregates of a removed rule or of the generations a rebuild retired
-(:mod:`aggregator.runtime.rebuild`, :mod:`aggregator.runtime.drop`)."""
+(:mod:`aggregator.operations.rebuild`, :mod:`aggregator.operations.drop`)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def rebuild_cmd(
     """
     from aggregator.cli.tables import rules_for_table
     from aggregator.dynamodb.table import table_stream_arn
-    from aggregator.runtime.rebuild import Rebuild, generation_label
+    from aggregator.operations.rebuild import Rebuild, generation_label
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     stream_arn = table_stream_arn(client, table_name)
@@ -155,7 +155,7 @@ def drop_rule_cmd(
 
     from aggregator.cli.tables import rules_for_table
     from aggregator.core.exceptions import ConfigError
-    from aggregator.runtime.drop import DropRule
+    from aggregator.operations.drop import DropRule
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     if dry_run or not yes:

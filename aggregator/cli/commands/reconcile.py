@@ -1,5 +1,5 @@
 """``reconcile``: compare the rules' aggregates with the rules over the table's items, report
-the drift and optionally repair it (:mod:`aggregator.runtime.reconcile`)."""
+the drift and optionally repair it (:mod:`aggregator.operations.reconcile`)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def reconcile_cmd(
     from rich.table import Table
 
     from aggregator.cli.tables import rules_for_table
-    from aggregator.runtime.reconcile import reconcile
+    from aggregator.operations.reconcile import reconcile
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     report = reconcile(

@@ -134,7 +134,7 @@ def filter_criteria_cmd(definitions: RuleSources, template: Path | None) -> None
     import json
 
     from aggregator.core.rules import load_rules
-    from aggregator.runtime.filters import check_template, filter_criteria
+    from aggregator.deploy.filters import check_template, filter_criteria
 
     rules = load_rules(definitions)
     if template is None:

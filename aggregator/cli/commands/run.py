@@ -19,7 +19,7 @@ from aggregator.cli.options import (
 from aggregator.cli.output import console
 
 if TYPE_CHECKING:
-    from aggregator.runtime.runner import RunStats
+    from aggregator.dev.runner import RunStats
 
 
 @click.command()
@@ -53,9 +53,9 @@ def run(
 ) -> None:
     """Process the table's stream locally with the same code as the Lambda handler."""
     from aggregator.cli.tables import rules_for_table
+    from aggregator.dev.runner import PositionStore, RunStats, StreamRunner
     from aggregator.dynamodb.table import table_stream_arn
     from aggregator.runtime.processor import create_processor
-    from aggregator.runtime.runner import PositionStore, RunStats, StreamRunner
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     stream_arn = table_stream_arn(client, table_name)

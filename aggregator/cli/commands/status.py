@@ -1,5 +1,5 @@
 """``status``: every rule's generations and states, which generation readers use, fences,
-backfill progress, dead letters, and the next command (:mod:`aggregator.runtime.status`)."""
+backfill progress, dead letters, and the next command (:mod:`aggregator.operations.status`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from aggregator.cli.options import RuleSources, definitions_option, endpoint_opt
 from aggregator.cli.output import console
 
 if TYPE_CHECKING:
-    from aggregator.runtime.status import RuleReport
+    from aggregator.operations.status import RuleReport
 
 
 def _state_cell(report: RuleReport) -> str:
@@ -46,7 +46,7 @@ def status_cmd(
     from rich.text import Text
 
     from aggregator.cli.tables import rules_for_table
-    from aggregator.runtime.status import table_status
+    from aggregator.operations.status import table_status
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     status = table_status(rules, client, table_name)

@@ -3,8 +3,9 @@
 What ships, into ``output``:
 
 - ``aggregator/``: the *installed* aggregator package (wherever this CLI imports it from: a wheel
-  in a virtualenv, or an editable checkout) without ``aggregator/cli``, ``aggregator/dev`` and
-  ``aggregator/cdk``, which the handler never imports (import-linter contracts keep it so);
+  in a virtualenv, or an editable checkout) without ``aggregator/cli``, ``aggregator/dev``,
+  ``aggregator/cdk``, ``aggregator/operations`` and ``aggregator/deploy``, which the handler
+  never imports (import-linter contracts keep it so);
 - ``definitions/``: the rule files (top-level ``*.yaml``/``*.yml`` of each directory, or files),
   where the template's ``DefinitionsPath`` (default ``definitions``) points the function;
 - the package's runtime dependencies (its distribution metadata, less the CLI-only ``click`` and
@@ -69,9 +70,10 @@ DEFINITIONS_DIR = "definitions"
 """Where the rule files land in the artifact: the function's ``AGGREGATOR_DEFINITIONS`` (the
 template's ``DefinitionsPath`` default, the handler's own default)."""
 
-_NOT_SHIPPED = frozenset({"cli", "dev", "cdk"})
-"""Subpackages of ``aggregator`` the handler never imports: the CLI, the dev tools and the CDK
-construct (which deploys the artifact)."""
+_NOT_SHIPPED = frozenset({"cli", "dev", "cdk", "operations", "deploy"})
+"""Subpackages of ``aggregator`` the handler never imports (import-linter contracts in
+``pyproject.toml``): the CLI, the dev tools, the CDK construct (which deploys the artifact), the
+operator jobs and the deploy-time tools."""
 
 _RUNTIME_BOTO3 = frozenset({"boto3"})
 

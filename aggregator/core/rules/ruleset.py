@@ -150,7 +150,7 @@ class RuleSet(BaseModel):
     @property
     def sources(self) -> tuple[str, ...]:
         """Names of rules that some derived rule reads, sorted: their aggregate items' stream
-        records must reach the handler (see :func:`aggregator.runtime.filters.filter_criteria`)."""
+        records must reach the handler (see :func:`aggregator.deploy.filters.filter_criteria`)."""
         return tuple(sorted({r.source for r in self.rules if r.source is not None}))
 
 

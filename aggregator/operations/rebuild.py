@@ -11,14 +11,14 @@ Steps (:class:`Rebuild`; every step can be repeated, so a killed rebuild is run 
    into it. The old generation is no longer counted by handlers running the new definition: from
    the deployment to the switch, readers see its values as of the deployment (complete, not
    current). A handler still running the old definition keeps counting it.
-3. **Backfill** the new generation (:mod:`aggregator.runtime.backfill`), exactly, while the
+3. **Backfill** the new generation (:mod:`aggregator.operations.backfill`), exactly, while the
    application writes.
 4. **Switch** readers: one conditional ``UpdateItem`` of the manifest sets the rule's serving
    generation and retires the old one, only if the new one is active and the old one still
    serves. :class:`~aggregator.dynamodb.query.AggregateStore` reads the pointer (one ``GetItem``
    per ``generation_cache_seconds``), so a query reads one generation, never a mix; the old
    generation stays intact until ``aggregator drop-rule`` deletes it
-   (:mod:`aggregator.runtime.drop`).
+   (:mod:`aggregator.operations.drop`).
 
 Not supported: rebuilding a derived rule or the source of one (refused).
 
@@ -56,7 +56,7 @@ from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.writer import error_code
-from aggregator.runtime.backfill import Backfill, BackfillStats
+from aggregator.operations.backfill import Backfill, BackfillStats
 
 __all__ = ["Rebuild", "RebuildResult", "reindex_leaderboard"]
 
@@ -114,7 +114,7 @@ class Rebuild:
         Called with the requested generation's storage name and the seconds waited so far,
         before each wait.
     backfill_options
-        Passed to :class:`~aggregator.runtime.backfill.Backfill` (``segments``, ``max_rcu``,
+        Passed to :class:`~aggregator.operations.backfill.Backfill` (``segments``, ``max_rcu``,
         ``page_items``, ``on_page``, ...).
 
     Raises

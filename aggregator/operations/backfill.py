@@ -92,9 +92,9 @@ from aggregator.core.lifecycle import (
 from aggregator.core.records import Image, StreamRecord, pad_sequence_number
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.manifest import FenceStore, Manifest
+from aggregator.dynamodb.streams import GET_RECORDS_LIMIT, list_shards, to_lambda_record
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
 from aggregator.dynamodb.writer import WriteStats, error_code, item_size
-from aggregator.runtime.runner import GET_RECORDS_LIMIT, list_shards, to_lambda_record
 
 __all__ = ["Backfill", "BackfillStats", "NothingToBackfill", "item_digest"]
 

@@ -33,6 +33,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.exceptions import ConfigError, RunnerError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import pad_sequence_number
+from aggregator.dynamodb.streams import GET_RECORDS_LIMIT, list_shards, to_lambda_record
 from aggregator.dynamodb.writer import WriteStats
 from aggregator.runtime.processor import BatchOutcome, StreamProcessor
 
@@ -42,8 +43,6 @@ __all__ = [
     "RunnerFaults",
     "SimulatedCrash",
     "StreamRunner",
-    "list_shards",
-    "to_lambda_record",
 ]
 
 
@@ -94,52 +93,8 @@ class RunnerFaults:
         return lambda n: n in chosen
 
 
-GET_RECORDS_LIMIT = 1000
-"""``GetRecords`` returns at most 1,000 records per call (DynamoDB Streams API reference)."""
-
 EMPTY_PAGES_FOLLOWED = 50
 """Empty ``GetRecords`` pages followed in one read of a closed shard before yielding."""
-
-
-def _epoch_seconds(value: Any) -> Any:
-    if isinstance(value, datetime):
-        seconds = value.timestamp()
-        return int(seconds) if seconds == int(seconds) else Decimal(str(seconds))
-    return value
-
-
-def to_lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    """Turn a Streams API record into the shape Lambda delivers.
-
-    ``ApproximateCreationDateTime`` (a ``datetime`` from boto3) becomes epoch seconds and
-    ``eventSourceARN`` is added; everything else is kept as is.
-    """
-    out = dict(record)
-    dynamodb = dict(record["dynamodb"])
-    if "ApproximateCreationDateTime" in dynamodb:
-        dynamodb["ApproximateCreationDateTime"] = _epoch_seconds(
-            dynamodb["ApproximateCreationDateTime"]
-        )
-    out["dynamodb"] = dynamodb
-    out["eventSourceARN"] = stream_arn
-    return out
-
-
-def list_shards(streams_client: Any, stream_arn: str) -> list[dict[str, Any]]:
-    """Every shard ``DescribeStream`` lists for the stream (following
-    ``LastEvaluatedShardId``), as the API returns them (``ShardId``, ``ParentShardId``,
-    ``SequenceNumberRange``)."""
-    shards: list[dict[str, Any]] = []
-    start: str | None = None
-    while True:
-        kwargs: dict[str, Any] = {"StreamArn": stream_arn}
-        if start:
-            kwargs["ExclusiveStartShardId"] = start
-        description = streams_client.describe_stream(**kwargs)["StreamDescription"]
-        shards += description.get("Shards", [])
-        start = description.get("LastEvaluatedShardId")
-        if not start:
-            return shards
 
 
 def _seq(record: dict[str, Any]) -> str:

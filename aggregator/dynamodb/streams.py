@@ -1,0 +1,56 @@
+"""Reading a table's stream through the DynamoDB Streams API: its shards, and its records in the
+shape Lambda delivers them. Shared by the local stream runner (:mod:`aggregator.dev.runner`) and
+the backfill (:mod:`aggregator.operations.backfill`), which follows the stream for the items
+that change while it runs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+__all__ = ["GET_RECORDS_LIMIT", "list_shards", "to_lambda_record"]
+
+GET_RECORDS_LIMIT = 1000
+"""``GetRecords`` returns at most 1,000 records per call (DynamoDB Streams API reference)."""
+
+
+def _epoch_seconds(value: Any) -> Any:
+    if isinstance(value, datetime):
+        seconds = value.timestamp()
+        return int(seconds) if seconds == int(seconds) else Decimal(str(seconds))
+    return value
+
+
+def to_lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
+    """Turn a Streams API record into the shape Lambda delivers.
+
+    ``ApproximateCreationDateTime`` (a ``datetime`` from boto3) becomes epoch seconds and
+    ``eventSourceARN`` is added; everything else is kept as is.
+    """
+    out = dict(record)
+    dynamodb = dict(record["dynamodb"])
+    if "ApproximateCreationDateTime" in dynamodb:
+        dynamodb["ApproximateCreationDateTime"] = _epoch_seconds(
+            dynamodb["ApproximateCreationDateTime"]
+        )
+    out["dynamodb"] = dynamodb
+    out["eventSourceARN"] = stream_arn
+    return out
+
+
+def list_shards(streams_client: Any, stream_arn: str) -> list[dict[str, Any]]:
+    """Every shard ``DescribeStream`` lists for the stream (following
+    ``LastEvaluatedShardId``), as the API returns them (``ShardId``, ``ParentShardId``,
+    ``SequenceNumberRange``)."""
+    shards: list[dict[str, Any]] = []
+    start: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"StreamArn": stream_arn}
+        if start:
+            kwargs["ExclusiveStartShardId"] = start
+        description = streams_client.describe_stream(**kwargs)["StreamDescription"]
+        shards += description.get("Shards", [])
+        start = description.get("LastEvaluatedShardId")
+        if not start:
+            return shards
