@@ -41,7 +41,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 
@@ -51,6 +51,11 @@ from aggregator.dynamodb.deadletters import SqsLastResort
 from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.dynamodb.tablecheck import check_key_schema
 from aggregator.runtime.processor import StreamProcessor, create_processor
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
 
 __all__ = ["HandlerSettings", "build_processor", "handler", "reset"]
 
@@ -150,8 +155,8 @@ class HandlerSettings:
 def build_processor(
     settings: HandlerSettings,
     *,
-    client: Any | None = None,
-    sqs_client: Any | None = None,
+    client: DynamoDBClient | None = None,
+    sqs_client: SQSClient | None = None,
     metrics: Any | None = None,
     logger: Any | None = None,
     check_table: bool = True,

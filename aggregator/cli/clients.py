@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 from urllib.parse import urlsplit
 
 import click
@@ -19,6 +19,10 @@ from botocore.exceptions import EndpointConnectionError
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.text import quote
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 DEFAULT_MAX_ATTEMPTS = 10
 """Retries of a throttled or failed request (botocore "standard" mode) after the first attempt;
@@ -86,6 +90,22 @@ def _remember_client(service: str, client: Any) -> None:
             client.meta.region_name,
             client.meta.endpoint_url,
         )
+
+
+@overload
+def make_client(
+    service: Literal["dynamodb"], endpoint_url: str | None, region: str | None = None
+) -> DynamoDBClient: ...
+
+
+@overload
+def make_client(
+    service: Literal["dynamodbstreams"], endpoint_url: str | None, region: str | None = None
+) -> DynamoDBStreamsClient: ...
+
+
+@overload
+def make_client(service: str, endpoint_url: str | None, region: str | None = None) -> Any: ...
 
 
 def make_client(service: str, endpoint_url: str | None, region: str | None = None) -> Any:

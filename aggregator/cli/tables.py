@@ -4,17 +4,20 @@ mismatch named, not with a DynamoDB validation error or an empty answer."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aggregator.cli import clients
 from aggregator.cli.options import RuleSources
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import RuleSet, load_rules
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 def rules_for_table(
     table_name: str, definitions: RuleSources, endpoint_url: str | None
-) -> tuple[Any, RuleSet]:
+) -> tuple[DynamoDBClient, RuleSet]:
     """Load the rules, then (a bad rule file is reported before any AWS call) make the DynamoDB
     client and check the table's key schema against the rules' layout; returns
     ``(client, rules)``.

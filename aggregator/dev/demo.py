@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.types import TypeSerializer
 
@@ -24,6 +24,10 @@ from aggregator.dev.runner import RunStats, StreamRunner
 from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import BatchOutcome, create_processor
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 __all__ = ["DemoResult", "replay_flights", "run_demo"]
 
@@ -57,7 +61,7 @@ def _serialize(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def replay_flights(
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     flights: list[Flight],
     *,
@@ -74,7 +78,7 @@ def replay_flights(
 
 
 def write_steps(
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     steps: Iterable[ReplayStep],
     *,
@@ -188,7 +192,7 @@ def run_demo(
 
 
 def _write_flights(
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     flights: list[Flight],
     rules: RuleSet,
@@ -212,8 +216,8 @@ def _write_flights(
 
 def _aggregate_stream(
     rules: RuleSet,
-    client: Any,
-    streams: Any,
+    client: DynamoDBClient,
+    streams: DynamoDBStreamsClient,
     table_name: str,
     stream_arn: str,
     *,
@@ -245,7 +249,12 @@ def _aggregate_stream(
 
 
 def _collect(
-    client: Any, table_name: str, rules: RuleSet, start: date, top: int, result: DemoResult
+    client: DynamoDBClient,
+    table_name: str,
+    rules: RuleSet,
+    start: date,
+    top: int,
+    result: DemoResult,
 ) -> None:
     """Read each rule's results into ``result`` (leaderboards, histograms, other kinds, windows,
     totals)."""

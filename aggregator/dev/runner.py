@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -36,6 +36,9 @@ from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.streams import GET_RECORDS_LIMIT, list_shards, to_lambda_record
 from aggregator.dynamodb.writer import WriteStats
 from aggregator.runtime.processor import BatchOutcome, StreamProcessor
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = [
     "PositionStore",
@@ -150,7 +153,9 @@ class PositionStore:
     (the window state as JSON).
     """
 
-    def __init__(self, client: Any, table_name: str, layout: TableLayout = DEFAULT_LAYOUT) -> None:
+    def __init__(
+        self, client: DynamoDBClient, table_name: str, layout: TableLayout = DEFAULT_LAYOUT
+    ) -> None:
         self.client = client
         self.table_name = table_name
         self.layout = layout

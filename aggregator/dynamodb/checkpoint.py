@@ -47,7 +47,7 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -65,6 +65,9 @@ from aggregator.dynamodb.writer import (
     typed_item_size,
     write_units,
 )
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -213,7 +216,7 @@ class CheckpointWriter(BaseWriter):
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         table_name: str,
         *,
         checkpoint_retention_seconds: int = DEFAULT_CHECKPOINT_RETENTION_SECONDS,

@@ -22,9 +22,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aggregator.core.layout import TableLayout
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 __all__ = [
     "BATCH_GET_KEYS",
@@ -43,7 +47,7 @@ CollectionPage = list[dict[str, Any]]
 """One page of items (DynamoDB JSON), in key order."""
 
 
-def client_call(client: Any) -> Callable[..., dict[str, Any]]:
+def client_call(client: DynamoDBClient) -> Callable[..., dict[str, Any]]:
     """``call(operation, **request)`` for :func:`query_collection` on a plain boto3 client: the
     client's method by name, nothing counted or translated."""
 

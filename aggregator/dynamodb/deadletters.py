@@ -65,7 +65,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -90,6 +90,12 @@ from aggregator.dynamodb.writer import (
     error_code,
     item_size,
 )
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+    from mypy_boto3_sqs import SQSClient
+
 
 __all__ = [
     "DeadLetter",
@@ -140,7 +146,7 @@ class SqsLastResort:
     "keys"}`` (``keys`` only when small), far below SQS's message size limit.
     """
 
-    def __init__(self, client: Any, queue_url: str) -> None:
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
         self.client = client
         self.queue_url = queue_url
 
@@ -244,7 +250,7 @@ class DeadLetterWriter:
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         table_name: str,
         *,
         layout: TableLayout = DEFAULT_LAYOUT,
@@ -437,7 +443,7 @@ def _stored_record(item: dict[str, Any]) -> Any:
 
 
 def list_dead_letters(
-    client: Any, table_name: str, *, layout: TableLayout = DEFAULT_LAYOUT
+    client: DynamoDBClient, table_name: str, *, layout: TableLayout = DEFAULT_LAYOUT
 ) -> Iterator[DeadLetter]:
     """Every dead letter, in shard and sequence order (paginated ``Query``; on a table without a
     sort key through the collection index, :mod:`aggregator.dynamodb.collections`)."""
@@ -488,7 +494,7 @@ class LetterState:
 
 
 def letter_states(
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     letters: list[DeadLetter],
     rules: RuleSet | None,
@@ -542,7 +548,7 @@ def letter_states(
 
 
 def clear_healed_dead_letters(
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     rules: RuleSet,
     *,
@@ -574,7 +580,7 @@ def clear_healed_dead_letters(
 
 
 def replay_dead_letters(
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     rules: RuleSet,
     *,
@@ -697,7 +703,7 @@ def _replay_actions(
 
 
 def _apply_replay(
-    client: Any, actions: list[dict[str, Any]], result: ReplayResult, where: str
+    client: DynamoDBClient, actions: list[dict[str, Any]], result: ReplayResult, where: str
 ) -> None:
     """Run one replay's transaction and count it in ``result`` (replayed, no change, or already
     replayed when the dead letter was gone).
@@ -708,7 +714,7 @@ def _apply_replay(
         When the transaction fails for another reason than the dead letter being gone.
     """
     try:
-        client.transact_write_items(TransactItems=actions)
+        client.transact_write_items(TransactItems=cast("list[TransactWriteItemTypeDef]", actions))
     except ClientError as exc:
         reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
         if reasons and reasons[-1] == "ConditionalCheckFailed":

@@ -59,13 +59,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.layout import TableLayout
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 __all__ = ["CHECK_EVERY", "FLOOR_PREFIX", "KEEP", "IndexFloors", "floor_sort_key"]
 
@@ -114,7 +118,7 @@ class IndexFloors:
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         table_name: str,
         layout: TableLayout,
         *,

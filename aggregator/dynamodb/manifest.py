@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -49,6 +49,9 @@ from aggregator.core.lifecycle import (
 from aggregator.core.records import pad_sequence_number
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.writer import error_code
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = ["FenceStore", "Manifest", "RuleLifecycle"]
 
@@ -115,7 +118,7 @@ class Manifest:
         Where the control items live (``layout.control_pk``).
     """
 
-    def __init__(self, client: Any, table_name: str, layout: TableLayout) -> None:
+    def __init__(self, client: DynamoDBClient, table_name: str, layout: TableLayout) -> None:
         self.client = client
         self.table_name = table_name
         self.layout = layout
@@ -480,7 +483,7 @@ class FenceStore:
     """Fences per shard under ``layout.control_pk``: one item ``fence#<shardId>`` whose map
     attributes ``after`` and ``set_by`` are keyed by rule name (module docstring)."""
 
-    def __init__(self, client: Any, table_name: str, layout: TableLayout) -> None:
+    def __init__(self, client: DynamoDBClient, table_name: str, layout: TableLayout) -> None:
         self.client = client
         self.table_name = table_name
         self.layout = layout
@@ -573,7 +576,7 @@ class RuleLifecycle:
     """
 
     def __init__(
-        self, rules: RuleSet, client: Any, table_name: str, *, clock: Any = time.time
+        self, rules: RuleSet, client: DynamoDBClient, table_name: str, *, clock: Any = time.time
     ) -> None:
         self.manifest = Manifest(client, table_name, rules.layout)
         self.fences = FenceStore(client, table_name, rules.layout)

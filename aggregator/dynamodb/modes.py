@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.dynamodb.targets import TargetAtLeastOnceWriter, TargetCheckpointWriter
 from aggregator.dynamodb.writer import Writer
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 __all__ = ["WRITE_MODES", "make_writer"]
 
@@ -18,7 +22,7 @@ and applies once per tumbling window (see :class:`aggregator.runtime.processor.S
 
 def make_writer(
     mode: str,
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     *,
     layout: TableLayout = DEFAULT_LAYOUT,

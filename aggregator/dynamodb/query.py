@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Context, Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -61,6 +61,10 @@ from aggregator.core.sortable import number_from_sortable
 from aggregator.core.windows import Granularity, RangePart, bucket_text, plan_range
 from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import MANIFEST_SORT_KEY
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 __all__ = ["Aggregate", "AggregateStore", "HistogramBucket", "Percentiles", "WindowResult"]
 
@@ -295,7 +299,7 @@ class AggregateStore:
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         table_name: str,
         rules: RuleSet,
         *,

@@ -59,7 +59,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -68,6 +68,9 @@ from aggregator.core.layout import TableLayout
 from aggregator.core.routing import moved_at, next_switch_seconds
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = [
     "COOL_WCU_PER_SECOND",
@@ -242,7 +245,7 @@ class ShardRouting:
 
     def __init__(
         self,
-        client: Any | None,
+        client: DynamoDBClient | None,
         table_name: str,
         layout: TableLayout,
         rules: Iterable[str],

@@ -5,9 +5,14 @@ that change while it runs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+
 
 __all__ = ["GET_RECORDS_LIMIT", "list_shards", "to_lambda_record"]
 
@@ -22,7 +27,7 @@ def _epoch_seconds(value: Any) -> Any:
     return value
 
 
-def to_lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
+def to_lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
     """Turn a Streams API record into the shape Lambda delivers.
 
     ``ApproximateCreationDateTime`` (a ``datetime`` from boto3) becomes epoch seconds and
@@ -39,7 +44,7 @@ def to_lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
     return out
 
 
-def list_shards(streams_client: Any, stream_arn: str) -> list[dict[str, Any]]:
+def list_shards(streams_client: DynamoDBStreamsClient, stream_arn: str) -> list[dict[str, Any]]:
     """Every shard ``DescribeStream`` lists for the stream (following
     ``LastEvaluatedShardId``), as the API returns them (``ShardId``, ``ParentShardId``,
     ``SequenceNumberRange``)."""
@@ -50,7 +55,7 @@ def list_shards(streams_client: Any, stream_arn: str) -> list[dict[str, Any]]:
         if start:
             kwargs["ExclusiveStartShardId"] = start
         description = streams_client.describe_stream(**kwargs)["StreamDescription"]
-        shards += description.get("Shards", [])
+        shards += [dict(shard) for shard in description.get("Shards", [])]
         start = description.get("LastEvaluatedShardId")
         if not start:
             return shards

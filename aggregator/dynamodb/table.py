@@ -10,13 +10,17 @@ without a sort key adds the collection GSI (:mod:`aggregator.core.layout`). TTL 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.text import quote
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 __all__ = [
     "TABLE_NAME_RULE",
@@ -128,7 +132,7 @@ def collection_index(layout: TableLayout) -> dict[str, Any]:
 
 
 def create_table(
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     *,
     layout: TableLayout = DEFAULT_LAYOUT,
@@ -181,7 +185,7 @@ def create_table(
     return table_stream_arn(client, table_name)
 
 
-def table_stream_arn(client: Any, table_name: str) -> str:
+def table_stream_arn(client: DynamoDBClient, table_name: str) -> str:
     """The table's ``LatestStreamArn``.
 
     Raises

@@ -28,13 +28,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.table import collection_index, leaderboard_index
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.literals import ScalarAttributeTypeType
+    from mypy_boto3_dynamodb.type_defs import CreateGlobalSecondaryIndexActionTypeDef
+
 
 __all__ = [
     "TableProblem",
@@ -44,7 +50,7 @@ __all__ = [
     "prepare_table",
 ]
 
-VIEW_TYPE = "NEW_AND_OLD_IMAGES"
+VIEW_TYPE: Final = "NEW_AND_OLD_IMAGES"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +81,7 @@ class TableProblem:
 
 
 def key_schema_problems(
-    table_name: str, description: dict[str, Any], layout: TableLayout
+    table_name: str, description: Mapping[str, Any], layout: TableLayout
 ) -> list[TableProblem]:
     """The mismatches between a table's keys and ``layout``'s (module docstring), read from
     ``description``: ``DescribeTable``'s ``Table``, or any mapping with its
@@ -130,14 +136,16 @@ def key_schema_problems(
     return problems
 
 
-def check_key_schema(client: Any, table_name: str, layout: TableLayout) -> list[TableProblem]:
+def check_key_schema(
+    client: DynamoDBClient, table_name: str, layout: TableLayout
+) -> list[TableProblem]:
     """The key-schema part of :func:`check_table` (one ``DescribeTable``): what the handler
     checks at cold start, so a table it cannot write correctly is refused before any batch."""
     description = client.describe_table(TableName=table_name)["Table"]
     return key_schema_problems(table_name, description, layout)
 
 
-def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProblem]:
+def check_table(client: DynamoDBClient, table_name: str, rules: RuleSet) -> list[TableProblem]:
     """Every mismatch between the table and what ``rules`` need (module docstring).
 
     Raises
@@ -149,7 +157,7 @@ def check_table(client: Any, table_name: str, rules: RuleSet) -> list[TableProbl
     description = client.describe_table(TableName=table_name)["Table"]
     problems = key_schema_problems(table_name, description, layout)
 
-    stream = description.get("StreamSpecification") or {}
+    stream: Mapping[str, Any] = description.get("StreamSpecification") or {}
     if not stream.get("StreamEnabled"):
         problems.append(
             TableProblem(
@@ -213,7 +221,7 @@ class _IndexSpec:
     part: str  # "leaderboard index" / "collection index"
     purpose: str
     create: dict[str, Any]  # the Create body (tablecheck adds throughput where needed)
-    types: dict[str, str]  # attribute name -> type, in key order (HASH, RANGE)
+    types: dict[str, ScalarAttributeTypeType]  # attribute name -> type, in key order (HASH, RANGE)
     renamable: str  # the table: fields naming it
 
 
@@ -237,7 +245,9 @@ def _collection_spec(layout: TableLayout) -> _IndexSpec:
     )
 
 
-def _index_create(description: dict[str, Any], spec: _IndexSpec) -> dict[str, Any]:
+def _index_create(
+    description: Mapping[str, Any], spec: _IndexSpec
+) -> CreateGlobalSecondaryIndexActionTypeDef:
     create = dict(spec.create)
     billing = (description.get("BillingModeSummary") or {}).get("BillingMode")
     throughput = description.get("ProvisionedThroughput") or {}
@@ -246,11 +256,11 @@ def _index_create(description: dict[str, Any], spec: _IndexSpec) -> dict[str, An
             "ReadCapacityUnits": throughput["ReadCapacityUnits"],
             "WriteCapacityUnits": throughput["WriteCapacityUnits"],
         }
-    return create
+    return cast("CreateGlobalSecondaryIndexActionTypeDef", create)
 
 
 def _index_problems(
-    table_name: str, description: dict[str, Any], spec: _IndexSpec
+    table_name: str, description: Mapping[str, Any], spec: _IndexSpec
 ) -> list[TableProblem]:
     name = spec.create["IndexName"]
     indexes = {i["IndexName"]: i for i in description.get("GlobalSecondaryIndexes", [])}
@@ -311,7 +321,7 @@ def _index_problems(
 
 
 def prepare_table(
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     rules: RuleSet,
     *,
@@ -361,11 +371,13 @@ def prepare_table(
     return changes, [p for p in check_table(client, table_name, rules)]
 
 
-def _status(client: Any, table_name: str) -> str:
+def _status(client: DynamoDBClient, table_name: str) -> str:
     return str(client.describe_table(TableName=table_name)["Table"].get("TableStatus"))
 
 
-def _apply(client: Any, table_name: str, layout: TableLayout, problem: TableProblem) -> str:
+def _apply(
+    client: DynamoDBClient, table_name: str, layout: TableLayout, problem: TableProblem
+) -> str:
     if problem.part == "stream":
         client.update_table(
             TableName=table_name,
@@ -397,7 +409,9 @@ def _apply(client: Any, table_name: str, layout: TableLayout, problem: TableProb
     return f"enabled TTL on {layout.ttl_attribute!r}"
 
 
-def _wait_active(client: Any, table_name: str, layout: TableLayout, poll_seconds: float) -> None:
+def _wait_active(
+    client: DynamoDBClient, table_name: str, layout: TableLayout, poll_seconds: float
+) -> None:
     deadline = time.monotonic() + 3600
     while time.monotonic() < deadline:
         table = client.describe_table(TableName=table_name)["Table"]

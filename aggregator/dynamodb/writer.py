@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -52,6 +52,10 @@ from aggregator.dynamodb.errors import THROTTLING_ERRORS, error_code
 from aggregator.dynamodb.floors import IndexFloors
 from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.updates import IndexAction, Update, aggregate_update, index_partition
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 __all__ = [
     "AtLeastOnceWriter",
@@ -350,7 +354,7 @@ class BaseWriter:
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         table_name: str,
         *,
         layout: TableLayout = DEFAULT_LAYOUT,

@@ -68,7 +68,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -95,6 +95,10 @@ from aggregator.dynamodb.manifest import FenceStore, Manifest
 from aggregator.dynamodb.streams import GET_RECORDS_LIMIT, list_shards, to_lambda_record
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
 from aggregator.dynamodb.writer import WriteStats, error_code, item_size
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 __all__ = ["Backfill", "BackfillStats", "NothingToBackfill", "item_digest"]
 
@@ -313,8 +317,8 @@ class Backfill:
     def __init__(
         self,
         rules: RuleSet,
-        client: Any,
-        streams_client: Any,
+        client: DynamoDBClient,
+        streams_client: DynamoDBStreamsClient,
         table_name: str,
         stream_arn: str,
         *,

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.table import BatchWriter
 from botocore.exceptions import ClientError
@@ -52,6 +52,9 @@ from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.targets import rule_token
 from aggregator.dynamodb.writer import error_code
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = ["DropResult", "DropRule"]
 
@@ -101,7 +104,7 @@ class DropRule:
     def __init__(
         self,
         rules: RuleSet,
-        client: Any,
+        client: DynamoDBClient,
         table_name: str,
         rule_name: str,
         *,

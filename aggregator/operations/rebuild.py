@@ -39,7 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
@@ -57,6 +57,10 @@ from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.writer import error_code
 from aggregator.operations.backfill import Backfill, BackfillStats
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 __all__ = ["Rebuild", "RebuildResult", "reindex_leaderboard"]
 
@@ -127,8 +131,8 @@ class Rebuild:
     def __init__(
         self,
         rules: RuleSet,
-        client: Any,
-        streams_client: Any,
+        client: DynamoDBClient,
+        streams_client: DynamoDBStreamsClient,
         table_name: str,
         stream_arn: str,
         rule_name: str,
@@ -243,7 +247,7 @@ def generation_label(storage_name: str) -> str:
 
 
 def reindex_leaderboard(
-    client: Any, table_name: str, rules: RuleSet, rule: Rule, storage_name: str
+    client: DynamoDBClient, table_name: str, rules: RuleSet, rule: Rule, storage_name: str
 ) -> int:
     """Give every existing aggregate of generation ``storage_name`` of ``rule`` the leaderboard
     index attribute the handler writes for ``rule`` (``rule.leaderboard``), or remove it (the

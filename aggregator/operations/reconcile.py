@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -70,6 +70,9 @@ from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import aggregate_update
 from aggregator.dynamodb.writer import error_code
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = ["Drift", "ReconcileReport", "reconcile"]
 
@@ -132,7 +135,9 @@ def _version(item: dict[str, Any], value_attribute: str) -> tuple[tuple[str, str
 
 
 class _Checker:
-    def __init__(self, rules: RuleSet, client: Any, table_name: str, names: list[str]) -> None:
+    def __init__(
+        self, rules: RuleSet, client: DynamoDBClient, table_name: str, names: list[str]
+    ) -> None:
         self.rules = rules
         self.layout = rules.layout
         self.client = client
@@ -259,7 +264,7 @@ class _Checker:
 
 def reconcile(
     rules: RuleSet,
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     *,
     rule_names: Iterable[str] | None = None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aggregator.core.lifecycle import (
     RuleState,
@@ -26,6 +26,10 @@ from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.deadletters import list_dead_letters
 from aggregator.dynamodb.manifest import Manifest
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 __all__ = ["BackfillProgress", "GenerationStatus", "RuleReport", "TableStatus", "table_status"]
 
@@ -106,7 +110,7 @@ class TableStatus:
         }
 
 
-def _fenced_shards(client: Any, table_name: str, rules: RuleSet) -> Counter[str]:
+def _fenced_shards(client: DynamoDBClient, table_name: str, rules: RuleSet) -> Counter[str]:
     """Shards fenced per storage name."""
     layout = rules.layout
     counts: Counter[str] = Counter()
@@ -118,7 +122,9 @@ def _fenced_shards(client: Any, table_name: str, rules: RuleSet) -> Counter[str]
     return counts
 
 
-def _backfill(client: Any, table_name: str, rules: RuleSet, backfill_id: str) -> BackfillProgress:
+def _backfill(
+    client: DynamoDBClient, table_name: str, rules: RuleSet, backfill_id: str
+) -> BackfillProgress:
     layout = rules.layout
     segments = 0
     done = 0
@@ -229,7 +235,7 @@ class _TableRead:
 
 
 def _dead_letter_counts(
-    client: Any, table_name: str, rules: RuleSet, dead_letters: bool
+    client: DynamoDBClient, table_name: str, rules: RuleSet, dead_letters: bool
 ) -> Counter[str]:
     """Dead letters per storage name (none counted unless ``dead_letters``)."""
     letters: Counter[str] = Counter()
@@ -239,7 +245,7 @@ def _dead_letter_counts(
 
 
 def _backfills(
-    client: Any, table_name: str, rules: RuleSet, states: dict[str, RuleState]
+    client: DynamoDBClient, table_name: str, rules: RuleSet, states: dict[str, RuleState]
 ) -> dict[str, BackfillProgress]:
     """The progress of each backfill a ``backfilling`` generation runs, by backfill id."""
     progress: dict[str, BackfillProgress] = {}
@@ -249,7 +255,9 @@ def _backfills(
     return progress
 
 
-def _read_table(rules: RuleSet, client: Any, table_name: str, dead_letters: bool) -> _TableRead:
+def _read_table(
+    rules: RuleSet, client: DynamoDBClient, table_name: str, dead_letters: bool
+) -> _TableRead:
     """The manifest, fences, dead letters and backfill progress of ``table_name``, read in
     that order."""
     states, serving = Manifest(client, table_name, rules.layout).load_all()
@@ -340,7 +348,7 @@ def _removed_reports(read: _TableRead, families: Counter[str], table_name: str) 
 
 
 def table_status(
-    rules: RuleSet, client: Any, table_name: str, *, dead_letters: bool = True
+    rules: RuleSet, client: DynamoDBClient, table_name: str, *, dead_letters: bool = True
 ) -> TableStatus:
     """Every rule's state on ``table_name`` (module docstring).
 

@@ -23,7 +23,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.exceptions import BotoCoreError, ClientError
@@ -41,6 +41,10 @@ from aggregator.dynamodb.manifest import RuleLifecycle
 from aggregator.dynamodb.modes import make_writer
 from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.writer import Writer, WriteStats
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 __all__ = ["BatchOutcome", "StreamProcessor", "create_processor"]
 
@@ -450,7 +454,7 @@ class StreamProcessor:
 
 def create_processor(
     rules: RuleSet,
-    client: Any,
+    client: DynamoDBClient,
     table_name: str,
     *,
     mode: str = "exactly-once",

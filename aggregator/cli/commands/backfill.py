@@ -21,6 +21,10 @@ from aggregator.cli.options import (
 from aggregator.cli.output import console
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+
+if TYPE_CHECKING:
     from aggregator.operations.backfill import BackfillStats
 
 
@@ -80,7 +84,9 @@ def backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextmanager
-def backfill_progress(client: Any, table_name: str) -> Iterator[Callable[[int, Any], None]]:
+def backfill_progress(
+    client: DynamoDBClient, table_name: str
+) -> Iterator[Callable[[int, Any], None]]:
     """A rich progress bar over the table's items (items, rate, ETA); yields the backfill's
     ``on_page`` callback."""
     from rich.progress import (

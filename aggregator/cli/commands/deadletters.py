@@ -23,6 +23,8 @@ from aggregator.cli.options import (
 from aggregator.cli.output import console
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
     from aggregator.core.layout import TableLayout
     from aggregator.core.rules import RuleSet
     from aggregator.dynamodb.deadletters import DeadLetter, LetterState
@@ -47,7 +49,7 @@ def _key_text(key: dict[str, str] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in key.items()) if key else "(unknown)"
 
 
-def _stored_rules(client: object, table_name: str, rules: RuleSet) -> RuleSet:
+def _stored_rules(client: DynamoDBClient, table_name: str, rules: RuleSet) -> RuleSet:
     """``rules`` named as their letters name them: a rebuilt rule's by its generation
     (``"<rule>@<n>"``, from the table's manifest).
 
@@ -87,7 +89,7 @@ def _given_rules(definitions: RuleSources | None, clear_healed: bool) -> RuleSet
 
 
 def _clear_healed(
-    client: object,
+    client: DynamoDBClient,
     table_name: str,
     rules: RuleSet | None,
     layout: TableLayout,
