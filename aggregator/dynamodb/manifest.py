@@ -48,6 +48,7 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.records import pad_sequence_number
 from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.updates import Update
 from aggregator.dynamodb.writer import error_code
 
 if TYPE_CHECKING:
@@ -238,18 +239,12 @@ class Manifest:
         entries (:attr:`~aggregator.core.lifecycle.RuleState.leaderboard`), or with
         ``attribute="handler_leaderboard"`` the flag the handler runs; with
         ``only_if_unrecorded``, only when nothing is recorded yet. Returns whether it wrote."""
-        condition = "attribute_exists(#rules.#name)"
+        update = Update().set(("rules", name, attribute), {"BOOL": flag})
+        update = update.where_exists(("rules", name))
         if only_if_unrecorded:
-            condition += " AND attribute_not_exists(#rules.#name.#lb)"
+            update = update.where_missing(("rules", name, attribute))
         try:
-            self.client.update_item(
-                TableName=self.table_name,
-                Key=self.key,
-                UpdateExpression="SET #rules.#name.#lb = :flag",
-                ConditionExpression=condition,
-                ExpressionAttributeNames={"#rules": "rules", "#name": name, "#lb": attribute},
-                ExpressionAttributeValues={":flag": {"BOOL": flag}},
-            )
+            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
@@ -319,33 +314,22 @@ class Manifest:
         number = generation_of(new)[1]
         old_number = generation_of(old)[1]
         self._ensure_maps()
-        serving = "(attribute_not_exists(#g.#rule) OR #g.#rule = :old)"
-        if old_number != 1:
-            serving = "#g.#rule = :old"
+        pointer = ("generations", rule_name)
+        update = (
+            Update()
+            .set(pointer, {"N": str(number)})
+            .set(("rules", old, "status"), {"S": "retired"})
+            .set(("rules", old, "retired_at"), {"N": str(clock)})
+            .where_equals(("rules", new, "status"), {"S": "active"})
+        )
+        # generation 1 serves where no pointer was ever written
+        serving = Update().where_equals(pointer, {"N": str(old_number)})
+        if old_number == 1:
+            update = update.where_any(Update().where_missing(pointer), serving)
+        else:
+            update = update.where_equals(pointer, {"N": str(old_number)})
         try:
-            self.client.update_item(
-                TableName=self.table_name,
-                Key=self.key,
-                UpdateExpression="SET #g.#rule = :new, #rules.#o.#status = :retired, "
-                "#rules.#o.#at = :now",
-                ConditionExpression=f"#rules.#n.#status = :active AND {serving}",
-                ExpressionAttributeNames={
-                    "#g": "generations",
-                    "#rule": rule_name,
-                    "#rules": "rules",
-                    "#o": old,
-                    "#n": new,
-                    "#status": "status",
-                    "#at": "retired_at",
-                },
-                ExpressionAttributeValues={
-                    ":new": {"N": str(number)},
-                    ":old": {"N": str(old_number)},
-                    ":retired": {"S": "retired"},
-                    ":active": {"S": "active"},
-                    ":now": {"N": str(clock)},
-                },
-            )
+            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return False
@@ -359,19 +343,13 @@ class Manifest:
         self.client.update_item(
             TableName=self.table_name,
             Key=self.key,
-            UpdateExpression="REMOVE #rules.#s",
-            ExpressionAttributeNames={"#rules": "rules", "#s": storage_name},
+            **Update().remove(("rules", storage_name)).render(),
         )
         states, _ = self.load_all()
         if not any(generation_of(s)[0] == rule_name for s in states):
             try:
-                self.client.update_item(
-                    TableName=self.table_name,
-                    Key=self.key,
-                    UpdateExpression="REMOVE #g.#rule",
-                    ConditionExpression="attribute_exists(#g)",
-                    ExpressionAttributeNames={"#g": "generations", "#rule": rule_name},
-                )
+                update = Update().remove(("generations", rule_name)).where_exists("generations")
+                self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
@@ -380,43 +358,24 @@ class Manifest:
         """Create the manifest item's maps (``rules``, ``generations``) where missing, and on a
         table without a sort key its collection attribute."""
         fields = self.layout.item_fields(self.layout.control_pk, MANIFEST_SORT_KEY)
-        extra = {k: v for k, v in fields.items() if k not in self.key}
-        sets = "".join(f", #e{i} = :e{i}" for i in range(len(extra)))
-        self.client.update_item(
-            TableName=self.table_name,
-            Key=self.key,
-            UpdateExpression="SET #rules = if_not_exists(#rules, :empty), "
-            "#g = if_not_exists(#g, :empty)" + sets,
-            ExpressionAttributeNames={
-                "#rules": "rules",
-                "#g": "generations",
-                **{f"#e{i}": name for i, name in enumerate(extra)},
-            },
-            ExpressionAttributeValues={
-                ":empty": {"M": {}},
-                **{f":e{i}": {"S": value} for i, value in enumerate(extra.values())},
-            },
+        update = (
+            Update().set_if_missing("rules", {"M": {}}).set_if_missing("generations", {"M": {}})
         )
+        for name, value in fields.items():
+            if name not in self.key:
+                update = update.set(name, {"S": value})
+        self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
 
     def _add(self, new: list[RuleState]) -> dict[str, RuleState]:
         """Add the rules' states unless present (one request for all of them when no other
         writer raced us); returns the states in force."""
         self._ensure_maps()
-        names = {f"#r{i}": s.name for i, s in enumerate(new)}
+        update = Update()
+        for state in new:
+            update = update.set(("rules", state.name), _state_value(state))
+            update = update.where_missing(("rules", state.name))
         try:
-            self.client.update_item(
-                TableName=self.table_name,
-                Key=self.key,
-                UpdateExpression="SET "
-                + ", ".join(f"#rules.#r{i} = :r{i}" for i in range(len(new))),
-                ConditionExpression=" AND ".join(
-                    f"attribute_not_exists(#rules.#r{i})" for i in range(len(new))
-                ),
-                ExpressionAttributeNames={"#rules": "rules", **names},
-                ExpressionAttributeValues={
-                    f":r{i}": _state_value(state) for i, state in enumerate(new)
-                },
-            )
+            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
@@ -434,14 +393,9 @@ class Manifest:
         a backfill of them could not be exact, and refuses to start."""
         for name in names:
             try:
-                self.client.update_item(
-                    TableName=self.table_name,
-                    Key=self.key,
-                    UpdateExpression="SET #rules.#name.#u = :true",
-                    ConditionExpression="attribute_exists(#rules.#name)",
-                    ExpressionAttributeNames={"#rules": "rules", "#name": name, "#u": "unfenced"},
-                    ExpressionAttributeValues={":true": {"BOOL": True}},
-                )
+                update = Update().set(("rules", name, "unfenced"), {"BOOL": True})
+                update = update.where_exists(("rules", name))
+                self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
@@ -451,27 +405,11 @@ class Manifest:
 
         Returns whether the state was written.
         """
-        condition: dict[str, Any] = {}
+        update = Update().set(("rules", state.name), _state_value(state))
         if expected_status is not None:
-            condition = {
-                "ConditionExpression": "#rules.#name.#status = :expected",
-                "ExpressionAttributeValues": {
-                    ":state": _state_value(state),
-                    ":expected": {"S": expected_status},
-                },
-            }
+            update = update.where_equals(("rules", state.name, "status"), {"S": expected_status})
         try:
-            self.client.update_item(
-                TableName=self.table_name,
-                Key=self.key,
-                UpdateExpression="SET #rules.#name = :state",
-                ExpressionAttributeNames={
-                    "#rules": "rules",
-                    "#name": state.name,
-                    **({"#status": "status"} if expected_status is not None else {}),
-                },
-                **(condition or {"ExpressionAttributeValues": {":state": _state_value(state)}}),
-            )
+            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return False
@@ -518,36 +456,21 @@ class FenceStore:
         shard_id = fences[0].shard_id
         key = self._key(shard_id)
         fields = self.layout.item_fields(self.layout.control_pk, f"fence#{shard_id}")
-        extra = {k: v for k, v in fields.items() if k not in key}
-        self.client.update_item(
-            TableName=self.table_name,
-            Key=key,
-            UpdateExpression="SET #a = if_not_exists(#a, :empty), #b = if_not_exists(#b, :empty)"
-            + "".join(f", #e{i} = :e{i}" for i in range(len(extra))),
-            ExpressionAttributeNames={
-                "#a": "after",
-                "#b": "set_by",
-                **{f"#e{i}": name for i, name in enumerate(extra)},
-            },
-            ExpressionAttributeValues={
-                ":empty": {"M": {}},
-                **{f":e{i}": {"S": value} for i, value in enumerate(extra.values())},
-            },
-        )
-        sets, names, values = [], {"#a": "after", "#b": "set_by"}, {}
-        for i, fence in enumerate(fences):
-            names[f"#r{i}"] = fence.rule
-            values[f":v{i}"] = {"S": pad_sequence_number(fence.after)}
-            values[f":s{i}"] = {"S": fence.set_by}
-            sets.append(f"#a.#r{i} = if_not_exists(#a.#r{i}, :v{i})")
-            sets.append(f"#b.#r{i} = if_not_exists(#b.#r{i}, :s{i})")
+        maps = Update().set_if_missing("after", {"M": {}}).set_if_missing("set_by", {"M": {}})
+        for name, value in fields.items():
+            if name not in key:
+                maps = maps.set(name, {"S": value})
+        self.client.update_item(TableName=self.table_name, Key=key, **maps.render())
+        update = Update()
+        for fence in fences:
+            after = {"S": pad_sequence_number(fence.after)}
+            update = update.set_if_missing(("after", fence.rule), after)
+            update = update.set_if_missing(("set_by", fence.rule), {"S": fence.set_by})
         response = self.client.update_item(
             TableName=self.table_name,
             Key=key,
-            UpdateExpression="SET " + ", ".join(sets),
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
+            **update.render(),
         )
         return self._fences(shard_id, response.get("Attributes"))
 

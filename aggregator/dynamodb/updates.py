@@ -30,6 +30,7 @@ from aggregator.core.layout import TableLayout, leaderboard_partition
 
 __all__ = [
     "IndexAction",
+    "Path",
     "Update",
     "added_amounts",
     "aggregate_update",
@@ -40,8 +41,16 @@ __all__ = [
 
 AttributeValue = dict[str, Any]
 """A value in DynamoDB JSON, e.g. ``{"N": "1"}``."""
+Path = str | tuple[str, ...]
+"""An attribute (``"value"``) or a path into nested maps (``("rules", "orders", "status")``,
+rendered ``#n0.#n1.#n2``: each name through ``ExpressionAttributeNames``)."""
 IndexAction = Literal["set", "keep", "remove"]
 """What an aggregate update does to the leaderboard attribute (:func:`aggregate_update`)."""
+
+_Condition = tuple[str, Path, Any]
+"""(kind, path, operand): kinds ``missing_or_below``, ``equals``, ``missing``, ``exists``,
+``below``, ``at_least`` (operand an :data:`AttributeValue`) and ``any`` (operand a tuple of
+alternatives, each a tuple of conditions ANDed)."""
 
 
 @dataclass(frozen=True)
@@ -49,116 +58,143 @@ class Update:
     """An immutable set of update actions plus an optional condition.
 
     Every method returns a new :class:`Update`; :meth:`render` assigns placeholders in the order
-    the actions were added, so equal updates render identically.
+    the actions were added, so equal updates render identically. Attributes are names or
+    :data:`Path` tuples into nested maps.
     """
 
-    adds: tuple[tuple[str, Decimal], ...] = ()
-    sets: tuple[tuple[str, AttributeValue], ...] = ()
-    removes: tuple[str, ...] = ()
-    # ("missing_or_below" | "equals" | "missing" | "exists" | "below" | "at_least", attribute,
-    # value)
-    conditions: tuple[tuple[str, str, AttributeValue], ...] = ()
+    adds: tuple[tuple[Path, Decimal], ...] = ()
+    # (path, value, only if missing: SET path = if_not_exists(path, :value))
+    sets: tuple[tuple[Path, AttributeValue, bool], ...] = ()
+    removes: tuple[Path, ...] = ()
+    conditions: tuple[_Condition, ...] = ()
 
-    def add(self, attribute: str, amount: Decimal) -> Update:
+    def add(self, attribute: Path, amount: Decimal) -> Update:
         """``ADD attribute :amount`` (starts from 0 when the attribute or item is missing)."""
         return replace(self, adds=(*self.adds, (attribute, amount)))
 
-    def set(self, attribute: str, value: AttributeValue) -> Update:
+    def set(self, attribute: Path, value: AttributeValue) -> Update:
         """``SET attribute = :value``."""
-        return replace(self, sets=(*self.sets, (attribute, value)))
+        return replace(self, sets=(*self.sets, (attribute, value, False)))
 
-    def remove(self, attribute: str) -> Update:
+    def set_if_missing(self, attribute: Path, value: AttributeValue) -> Update:
+        """``SET attribute = if_not_exists(attribute, :value)``: an existing value stays."""
+        return replace(self, sets=(*self.sets, (attribute, value, True)))
+
+    def remove(self, attribute: Path) -> Update:
         """``REMOVE attribute``."""
         return replace(self, removes=(*self.removes, attribute))
 
-    def where_missing_or_below(self, attribute: str, bound: AttributeValue) -> Update:
+    def _where(self, kind: str, attribute: Path, operand: Any) -> Update:
+        return replace(self, conditions=(*self.conditions, (kind, attribute, operand)))
+
+    def where_missing_or_below(self, attribute: Path, bound: AttributeValue) -> Update:
         """Condition ``attribute_not_exists(attribute) OR attribute < :bound`` (ANDed with the
         others)."""
-        return replace(self, conditions=(*self.conditions, ("missing_or_below", attribute, bound)))
+        return self._where("missing_or_below", attribute, bound)
 
-    def where_equals(self, attribute: str, value: AttributeValue) -> Update:
+    def where_equals(self, attribute: Path, value: AttributeValue) -> Update:
         """Condition ``attribute = :value`` (ANDed with the others)."""
-        return replace(self, conditions=(*self.conditions, ("equals", attribute, value)))
+        return self._where("equals", attribute, value)
 
-    def where_missing(self, attribute: str) -> Update:
+    def where_missing(self, attribute: Path) -> Update:
         """Condition ``attribute_not_exists(attribute)`` (ANDed with the others)."""
-        return replace(self, conditions=(*self.conditions, ("missing", attribute, {})))
+        return self._where("missing", attribute, {})
 
-    def where_exists(self, attribute: str) -> Update:
+    def where_exists(self, attribute: Path) -> Update:
         """Condition ``attribute_exists(attribute)`` (ANDed with the others)."""
-        return replace(self, conditions=(*self.conditions, ("exists", attribute, {})))
+        return self._where("exists", attribute, {})
 
-    def where_below(self, attribute: str, bound: AttributeValue) -> Update:
+    def where_below(self, attribute: Path, bound: AttributeValue) -> Update:
         """Condition ``attribute < :bound`` (false when the attribute is missing; ANDed with the
         others)."""
-        return replace(self, conditions=(*self.conditions, ("below", attribute, bound)))
+        return self._where("below", attribute, bound)
 
-    def where_at_least(self, attribute: str, bound: AttributeValue) -> Update:
+    def where_at_least(self, attribute: Path, bound: AttributeValue) -> Update:
         """Condition ``attribute >= :bound`` (false when the attribute is missing; ANDed with the
         others)."""
-        return replace(self, conditions=(*self.conditions, ("at_least", attribute, bound)))
+        return self._where("at_least", attribute, bound)
+
+    def where_any(self, *alternatives: Update) -> Update:
+        """Condition: the conditions of one of ``alternatives`` hold (each alternative's ANDed,
+        the alternatives ORed; the whole ANDed with the others). Only the alternatives'
+        conditions count, not their actions."""
+        return self._where("any", "", tuple(a.conditions for a in alternatives))
 
     def render(self) -> dict[str, Any]:
         """``UpdateExpression``, ``ExpressionAttributeNames``, ``ExpressionAttributeValues`` and,
         when there is a condition, ``ConditionExpression`` (``UpdateItem`` keyword arguments, or
         the body of a ``TransactWriteItems`` ``Update``)."""
-        names: dict[str, str] = {}
-        values: dict[str, AttributeValue] = {}
-
-        def name(attribute: str) -> str:
-            for placeholder, known in names.items():
-                if known == attribute:
-                    return placeholder
-            placeholder = f"#n{len(names)}"
-            names[placeholder] = attribute
-            return placeholder
-
-        def value(v: AttributeValue) -> str:
-            placeholder = f":v{len(values)}"
-            values[placeholder] = v
-            return placeholder
-
+        out = _Placeholders()
         clauses = []
         if self.adds:
-            clauses.append(
-                "ADD "
-                + ", ".join(f"{name(a)} {value({'N': str(amount)})}" for a, amount in self.adds)
-            )
+            adds = (f"{out.name(a)} {out.value({'N': str(n)})}" for a, n in self.adds)
+            clauses.append("ADD " + ", ".join(adds))
         if self.sets:
-            clauses.append("SET " + ", ".join(f"{name(a)} = {value(v)}" for a, v in self.sets))
+            clauses.append("SET " + ", ".join(out.assignment(*s) for s in self.sets))
         if self.removes:
-            clauses.append("REMOVE " + ", ".join(name(a) for a in self.removes))
-        conditions = []
-        for kind, attribute, bound in self.conditions:
-            placeholder = name(attribute)
-            if kind == "missing":
-                conditions.append(f"attribute_not_exists({placeholder})")
-            elif kind == "exists":
-                conditions.append(f"attribute_exists({placeholder})")
-            elif kind == "missing_or_below":
-                conditions.append(
-                    f"attribute_not_exists({placeholder}) OR {placeholder} < {value(bound)}"
-                )
-            elif kind == "below":
-                conditions.append(f"{placeholder} < {value(bound)}")
-            elif kind == "at_least":
-                conditions.append(f"{placeholder} >= {value(bound)}")
-            else:
-                conditions.append(f"{placeholder} = {value(bound)}")
+            clauses.append("REMOVE " + ", ".join(out.name(a) for a in self.removes))
+        conditions = tuple(out.condition(*c) for c in self.conditions)
         rendered: dict[str, Any] = {
             "UpdateExpression": " ".join(clauses),
-            "ExpressionAttributeNames": names,
+            "ExpressionAttributeNames": out.names,
         }
-        if values:
-            rendered["ExpressionAttributeValues"] = values
+        if out.values:
+            rendered["ExpressionAttributeValues"] = out.values
         if conditions:
-            joined = (
-                conditions[0]
-                if len(conditions) == 1
-                else " AND ".join(f"({c})" if " OR " in c else c for c in conditions)
-            )
-            rendered["ConditionExpression"] = joined
+            text = _all_of(conditions)
+            rendered["ConditionExpression"] = text[1:-1] if len(conditions) > 1 else text
         return rendered
+
+
+class _Placeholders:
+    """The placeholders of one rendering: names reused per attribute name, values one each."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.values: dict[str, AttributeValue] = {}
+
+    def name(self, path: Path) -> str:
+        if isinstance(path, tuple):
+            return ".".join(self.name(part) for part in path)
+        for placeholder, known in self.names.items():
+            if known == path:
+                return placeholder
+        placeholder = f"#n{len(self.names)}"
+        self.names[placeholder] = path
+        return placeholder
+
+    def value(self, value: AttributeValue) -> str:
+        placeholder = f":v{len(self.values)}"
+        self.values[placeholder] = value
+        return placeholder
+
+    def assignment(self, path: Path, value: AttributeValue, only_if_missing: bool) -> str:
+        target = self.name(path)
+        if only_if_missing:
+            return f"{target} = if_not_exists({target}, {self.value(value)})"
+        return f"{target} = {self.value(value)}"
+
+    def condition(self, kind: str, path: Path, operand: Any) -> str:
+        if kind == "any":
+            return " OR ".join(
+                _all_of(tuple(self.condition(*c) for c in alternative)) for alternative in operand
+            )
+        placeholder = self.name(path)
+        if kind == "missing":
+            return f"attribute_not_exists({placeholder})"
+        if kind == "exists":
+            return f"attribute_exists({placeholder})"
+        if kind == "missing_or_below":
+            return f"attribute_not_exists({placeholder}) OR {placeholder} < {self.value(operand)}"
+        operator = {"below": "<", "at_least": ">=", "equals": "="}[kind]
+        return f"{placeholder} {operator} {self.value(operand)}"
+
+
+def _all_of(conditions: tuple[str, ...]) -> str:
+    """``conditions`` ANDed (in parentheses when more than one, each OR parenthesized)."""
+    if len(conditions) == 1:
+        return conditions[0]
+    return "(" + " AND ".join(f"({c})" if " OR " in c else c for c in conditions) + ")"
 
 
 def added_amounts(request: Mapping[str, Any]) -> dict[str, Decimal]:
@@ -182,21 +218,32 @@ def resolved(request: Mapping[str, Any]) -> dict[str, Any]:
 
     {"ADD": {"value": {"N": "1"}}, "SET": {"rule": {"S": "r"}}, "REMOVE": [],
      "CONDITION": "attribute_not_exists(ck#s) OR ck#s < {'S': '…'}"}
+
+    Paths read ``rules.orders.status``; ``SET_IF_MISSING`` holds the ``if_not_exists``
+    assignments, when there are any.
     """
     names = request.get("ExpressionAttributeNames") or {}
     values = request.get("ExpressionAttributeValues") or {}
+
+    def path(text: str) -> str:
+        return ".".join(names[part] for part in text.split("."))
+
     out: dict[str, Any] = {"ADD": {}, "SET": {}, "REMOVE": []}
     for clause in re.split(r" (?=(?:ADD|SET|REMOVE) )", str(request.get("UpdateExpression", ""))):
         verb, _, body = clause.partition(" ")
-        for action in body.split(", ") if body else []:
+        for action in re.split(r", (?![^()]*\))", body) if body else []:
             if verb == "REMOVE":
-                out["REMOVE"].append(names[action])
+                out["REMOVE"].append(path(action))
             elif verb == "ADD":
                 placeholder, value = action.split()
-                out["ADD"][names[placeholder]] = values[value]
+                out["ADD"][path(placeholder)] = values[value]
             else:
                 placeholder, value = action.split(" = ")
-                out["SET"][names[placeholder]] = values[value]
+                kept = re.fullmatch(r"if_not_exists\(\S+, (:v\d+)\)", value)
+                if kept:  # SET path = if_not_exists(path, :v)
+                    out.setdefault("SET_IF_MISSING", {})[path(placeholder)] = values[kept[1]]
+                else:
+                    out["SET"][path(placeholder)] = values[value]
     condition = request.get("ConditionExpression")
     if condition is not None:
         condition = re.sub(r"#n\d+", lambda m: names[m.group()], condition)

@@ -55,3 +55,56 @@ def test_added_amounts_reads_the_add_clause_only():
     assert added_amounts(rendered) == {"value": Decimal(0)}
     assert added_amounts(Update().remove("x").render()) == {}
     assert added_amounts({}) == {}
+
+
+def test_paths_into_maps_reuse_each_names_placeholder():
+    rendered = (
+        Update()
+        .set(("rules", "orders", "status"), {"S": "active"})
+        .set(("rules", "orders", "at"), {"N": "5"})
+        .remove(("generations", "orders"))
+        .where_exists(("rules", "orders"))
+        .render()
+    )
+    assert rendered["UpdateExpression"] == (
+        "SET #n0.#n1.#n2 = :v0, #n0.#n1.#n3 = :v1 REMOVE #n4.#n1"
+    )
+    assert rendered["ConditionExpression"] == "attribute_exists(#n0.#n1)"
+    assert resolved(rendered) == {
+        "ADD": {},
+        "SET": {"rules.orders.status": {"S": "active"}, "rules.orders.at": {"N": "5"}},
+        "REMOVE": ["generations.orders"],
+        "CONDITION": "attribute_exists(rules.orders)",
+    }
+
+
+def test_set_if_missing_keeps_an_existing_value():
+    rendered = Update().set_if_missing("after", {"M": {}}).set("x", {"S": "1"}).render()
+    assert rendered["UpdateExpression"] == "SET #n0 = if_not_exists(#n0, :v0), #n1 = :v1"
+    assert resolved(rendered) == {
+        "ADD": {},
+        "SET": {"x": {"S": "1"}},
+        "SET_IF_MISSING": {"after": {"M": {}}},
+        "REMOVE": [],
+        "CONDITION": None,
+    }
+
+
+def test_any_of_alternatives_is_ored_and_grouped_with_the_others():
+    rendered = (
+        Update()
+        .set("owner", {"S": "me"})
+        .where_exists("rules")
+        .where_any(
+            Update().where_missing("until"),
+            Update().where_below("until", {"N": "9"}),
+            Update().where_equals("owner", {"S": "me"}).where_exists("x"),
+        )
+        .render()
+    )
+    assert rendered["ConditionExpression"] == (
+        "attribute_exists(#n1) AND (attribute_not_exists(#n2) OR #n2 < :v1 OR "
+        "(#n0 = :v2 AND attribute_exists(#n3)))"
+    )
+    alone = Update().where_any(Update().where_missing("a"), Update().where_exists("b")).render()
+    assert alone["ConditionExpression"] == "attribute_not_exists(#n0) OR attribute_exists(#n1)"
