@@ -75,6 +75,7 @@ from aggregator.dynamodb.checkpoint import (
     decode_checkpoint,
     sequence_bytes,
 )
+from aggregator.dynamodb.updates import Update
 from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteStats, error_code, write_units
 
 __all__ = [
@@ -123,13 +124,6 @@ class _TargetWrites:
     def _target_key(self, delta: CoalescedDelta) -> dict[str, Any]:
         assert delta.ref.target is not None
         return dict(self.layout.target_key(delta.ref.target))
-
-    def _names(self, delta: CoalescedDelta) -> dict[str, str]:
-        return {
-            "#pk": self.layout.partition_key,
-            "#a": str(delta.target_attribute),
-            "#m": self.layout.target_checkpoints_attribute,
-        }
 
     def _read_map(
         self, delta: CoalescedDelta, stats: WriteStats
@@ -241,16 +235,12 @@ class TargetAtLeastOnceWriter(AtLeastOnceWriter, _TargetWrites):
         if delta.target_attribute is None:
             return super()._apply_item(delta, shard_id, last)
         stats = WriteStats()
-        names = self._names(delta)
-        del names["#m"]
+        update = Update().add(str(delta.target_attribute), delta.amount)
         request = {
             "TableName": self.table_name,
             "Key": self._target_key(delta),
-            "UpdateExpression": "ADD #a :d",
-            "ConditionExpression": "attribute_exists(#pk)",
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": {":d": {"N": str(delta.amount)}},
             "ReturnConsumedCapacity": "TOTAL",
+            **update.where_exists(self.layout.partition_key).render(),
         }
         try:
             response = self._call("update_item", request, stats)
@@ -279,36 +269,29 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
         assert shard_id is not None
         stats = WriteStats()
         token = target_token(delta.ref.rule, shard_id)
-        names = {**self._names(delta), "#t": token}
+        entry = (self.layout.target_checkpoints_attribute, token)
         checkpoint = {"B": self._checkpoint_value(last)}
         amount = delta.amount
         expected: dict[str, Any] | None = None  # the shard's entry as read, in recovery
         for _ in range(MAX_RECOVERY_ROUNDS + 2):
+            update = Update().add(str(delta.target_attribute), amount).set(entry, checkpoint)
+            update = update.where_exists(self.layout.partition_key)
             if expected is None:
-                condition = (
-                    "attribute_exists(#pk) AND ((attribute_exists(#m.#t) AND #m.#t < :first) OR "
-                    "(attribute_not_exists(#m.#t) AND size(#m) < :max))"
+                first = {"B": sequence_bytes(delta.first_sequence_number)}
+                update = update.where_any(
+                    Update().where_exists(entry).where_below(entry, first),
+                    Update()
+                    .where_missing(entry)
+                    .where_size_below(entry[0], MAX_TARGET_CHECKPOINTS),
                 )
-                values = {
-                    ":first": {"B": sequence_bytes(delta.first_sequence_number)},
-                    ":max": {"N": str(MAX_TARGET_CHECKPOINTS)},
-                }
             else:
-                condition = "attribute_exists(#pk) AND #m.#t = :seen"
-                values = {":seen": expected}
+                update = update.where_equals(entry, expected)
             request = {
                 "TableName": self.table_name,
                 "Key": self._target_key(delta),
-                "UpdateExpression": "ADD #a :d SET #m.#t = :ck",
-                "ConditionExpression": condition,
-                "ExpressionAttributeNames": names,
-                "ExpressionAttributeValues": {
-                    ":d": {"N": str(amount)},
-                    ":ck": checkpoint,
-                    **values,
-                },
                 "ReturnConsumedCapacity": "TOTAL",
                 "ReturnValues": "UPDATED_OLD",
+                **update.render(),
             }
             try:
                 response = self._call("update_item", request, stats)
@@ -369,17 +352,19 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
     ) -> bool:
         """The item's first write: the map with this shard's entry, and the ``ADD``. ``False``
         when the condition failed (the map appeared meanwhile, or the item went): try again."""
+        checkpoints = self.layout.target_checkpoints_attribute
+        update = (
+            Update()
+            .add(str(delta.target_attribute), amount)
+            .set(checkpoints, {"M": {token: dict(checkpoint)}})
+            .where_exists(self.layout.partition_key)
+            .where_missing(checkpoints)
+        )
         request = {
             "TableName": self.table_name,
             "Key": self._target_key(delta),
-            "UpdateExpression": "ADD #a :d SET #m = :map",
-            "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#m)",
-            "ExpressionAttributeNames": self._names(delta),
-            "ExpressionAttributeValues": {
-                ":d": {"N": str(amount)},
-                ":map": {"M": {token: dict(checkpoint)}},
-            },
             "ReturnConsumedCapacity": "TOTAL",
+            **update.render(),
         }
         try:
             response = self._call("update_item", request, stats)
@@ -409,22 +394,16 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
         evicted = not stale
         if evicted:
             stale = [min(written, key=written.__getitem__)]
-        names = {"#m": self.layout.target_checkpoints_attribute}
-        values: dict[str, Any] = {}
-        removes, conditions = [], []
-        for i, name in enumerate(stale):
-            names[f"#s{i}"] = name
-            values[f":s{i}"] = dict(entries[name])
-            removes.append(f"#m.#s{i}")
-            conditions.append(f"#m.#s{i} = :s{i}")
+        checkpoints = self.layout.target_checkpoints_attribute
+        update = Update()
+        for name in stale:
+            entry = (checkpoints, name)
+            update = update.remove(entry).where_equals(entry, dict(entries[name]))
         request = {
             "TableName": self.table_name,
             "Key": self._target_key(delta),
-            "UpdateExpression": "REMOVE " + ", ".join(removes),
-            "ConditionExpression": " AND ".join(conditions),
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
             "ReturnConsumedCapacity": "TOTAL",
+            **update.render(),
         }
         try:
             response = self._call("update_item", request, stats)

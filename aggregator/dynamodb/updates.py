@@ -49,8 +49,8 @@ IndexAction = Literal["set", "keep", "remove"]
 
 _Condition = tuple[str, Path, Any]
 """(kind, path, operand): kinds ``missing_or_below``, ``equals``, ``missing``, ``exists``,
-``below``, ``at_least`` (operand an :data:`AttributeValue`) and ``any`` (operand a tuple of
-alternatives, each a tuple of conditions ANDed)."""
+``below``, ``at_least``, ``size_below`` (operand an :data:`AttributeValue`) and ``any``
+(operand a tuple of alternatives, each a tuple of conditions ANDed)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,11 @@ class Update:
         """Condition ``attribute >= :bound`` (false when the attribute is missing; ANDed with the
         others)."""
         return self._where("at_least", attribute, bound)
+
+    def where_size_below(self, attribute: Path, bound: int) -> Update:
+        """Condition ``size(attribute) < :bound`` (for a map, its number of entries; ANDed with
+        the others)."""
+        return self._where("size_below", attribute, {"N": str(bound)})
 
     def where_any(self, *alternatives: Update) -> Update:
         """Condition: the conditions of one of ``alternatives`` hold (each alternative's ANDed,
@@ -186,6 +191,8 @@ class _Placeholders:
             return f"attribute_exists({placeholder})"
         if kind == "missing_or_below":
             return f"attribute_not_exists({placeholder}) OR {placeholder} < {self.value(operand)}"
+        if kind == "size_below":
+            return f"size({placeholder}) < {self.value(operand)}"
         operator = {"below": "<", "at_least": ">=", "equals": "="}[kind]
         return f"{placeholder} {operator} {self.value(operand)}"
 
