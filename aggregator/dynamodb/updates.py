@@ -3,7 +3,9 @@
 An :class:`Update` collects actions (``ADD``, ``SET``, ``REMOVE``) and a condition, assigns the
 expression placeholders itself (``#n0``, ``:v0``, ...) and renders the ``UpdateItem`` arguments,
 the same way for every caller: the writers (:mod:`aggregator.dynamodb.writer`,
-:mod:`aggregator.dynamodb.checkpoint`) and dead-letter replay. Attribute names always go through
+:mod:`aggregator.dynamodb.checkpoint`, :mod:`aggregator.dynamodb.targets`), dead-letter replay,
+the manifest and its fences (:mod:`aggregator.dynamodb.manifest`), and the operator jobs
+(:mod:`aggregator.operations`). No ``UpdateExpression`` is written anywhere else. Attribute names always go through
 ``ExpressionAttributeNames`` (``value`` is a DynamoDB reserved word; Developer Guide, "Reserved
 words in DynamoDB").
 

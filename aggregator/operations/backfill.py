@@ -94,6 +94,7 @@ from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.manifest import FenceStore, Manifest
 from aggregator.dynamodb.streams import GET_RECORDS_LIMIT, list_shards, to_lambda_record
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
+from aggregator.dynamodb.updates import Update
 from aggregator.dynamodb.writer import WriteStats, error_code, item_size
 
 if TYPE_CHECKING:
@@ -915,22 +916,22 @@ class Backfill:
         """
         now = int(self.clock())
         try:
+            me = {"S": self._owner}
+            update = (
+                Update()
+                .set("owner", me)
+                .set("lease_until", {"N": str(now + LEASE_SECONDS)})
+                .where_exists("rules")
+                .where_any(
+                    Update().where_missing("lease_until"),
+                    Update().where_below("lease_until", {"N": str(now)}),
+                    Update().where_equals("owner", me),
+                )
+            )
             self.client.update_item(
                 TableName=self.table_name,
                 Key=self._control_key(f"backfill#{self.stats.backfill_id}#meta"),
-                UpdateExpression="SET #owner = :me, #until = :until",
-                ConditionExpression="attribute_exists(#rules) AND "
-                "(attribute_not_exists(#until) OR #until < :now OR #owner = :me)",
-                ExpressionAttributeNames={
-                    "#owner": "owner",
-                    "#until": "lease_until",
-                    "#rules": "rules",
-                },
-                ExpressionAttributeValues={
-                    ":me": {"S": self._owner},
-                    ":until": {"N": str(now + LEASE_SECONDS)},
-                    ":now": {"N": str(now)},
-                },
+                **update.render(),
             )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":

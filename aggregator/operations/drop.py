@@ -51,6 +51,7 @@ from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.targets import rule_token
+from aggregator.dynamodb.updates import Update
 from aggregator.dynamodb.writer import error_code
 
 if TYPE_CHECKING:
@@ -232,39 +233,23 @@ class DropRule:
         """One item's ``REMOVE`` of the attribute and the rule's checkpoint map entries (the
         whole map when they are all it holds, so no empty map is left behind), on condition
         that the item exists and its attribute is as read."""
-        names = {"#pk": self.layout.partition_key, "#a": attribute}
-        removes = ["#a"]
-        values: dict[str, Any] = {}
-        condition = "attribute_exists(#pk) AND "
+        update = Update().remove(attribute).where_exists(self.layout.partition_key)
         if attribute in item:
-            condition += "#a = :a"
-            values[":a"] = item[attribute]
+            update = update.where_equals(attribute, item[attribute])
         else:
-            condition += "attribute_not_exists(#a)"
+            update = update.where_missing(attribute)
         checkpoints = self.layout.target_checkpoints_attribute
         if entries and set(entries) == set(item[checkpoints].get("M", {})):
             # the rule's entries are the whole map: the map goes, on condition it is as read
             # (another rule's first entry meanwhile leaves it to the next run)
-            names["#m"] = checkpoints
-            removes.append("#m")
-            condition += " AND #m = :m"
-            values[":m"] = item[checkpoints]
-        elif entries:
-            names["#m"] = checkpoints
-            for i, entry in enumerate(entries):
-                names[f"#e{i}"] = entry
-                removes.append(f"#m.#e{i}")
-        request: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Key": {k: item[k] for k in keys},
-            "UpdateExpression": "REMOVE " + ", ".join(removes),
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-        }
-        if values:
-            request["ExpressionAttributeValues"] = values
+            update = update.remove(checkpoints).where_equals(checkpoints, item[checkpoints])
+        else:
+            for entry in entries:
+                update = update.remove((checkpoints, entry))
         try:
-            self.client.update_item(**request)
+            self.client.update_item(
+                TableName=self.table_name, Key={k: item[k] for k in keys}, **update.render()
+            )
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return False  # written meanwhile, or deleted: the next run looks again
@@ -331,11 +316,7 @@ class DropRule:
                 key = self.layout.item_key(
                     self.layout.control_pk, self.layout.sort_key_of(item) or ""
                 )
-                self.client.update_item(
-                    TableName=self.table_name,
-                    Key=key,
-                    UpdateExpression="REMOVE #a.#r, #b.#r",
-                    ExpressionAttributeNames={"#a": "after", "#b": "set_by", "#r": storage_name},
-                )
+                update = Update().remove(("after", storage_name)).remove(("set_by", storage_name))
+                self.client.update_item(TableName=self.table_name, Key=key, **update.render())
                 removed += 1
         return removed

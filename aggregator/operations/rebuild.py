@@ -55,6 +55,7 @@ from aggregator.core.lifecycle import (
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.manifest import Manifest
+from aggregator.dynamodb.updates import Update
 from aggregator.dynamodb.writer import error_code
 from aggregator.operations.backfill import Backfill, BackfillStats
 
@@ -275,13 +276,7 @@ def reindex_leaderboard(
     ):
         for item in page:
             sort_key = layout.sort_key_of(item) or ""
-            names = {"#lb": layout.leaderboard_attribute, "#pk": layout.partition_key}
-            request: dict[str, Any] = {
-                "TableName": table_name,
-                "Key": layout.aggregate_key(sort_key),
-                "ConditionExpression": "attribute_exists(#pk)",
-                "ExpressionAttributeNames": names,
-            }
+            update = Update()
             if rule.leaderboard:
                 bucket = (
                     None
@@ -291,12 +286,14 @@ def reindex_leaderboard(
                 partition = leaderboard_partition(
                     storage_name, sort_key, rule.leaderboard_partitions, bucket
                 )
-                request["UpdateExpression"] = "SET #lb = :partition"
-                request["ExpressionAttributeValues"] = {":partition": {"S": partition}}
+                update = update.set(layout.leaderboard_attribute, {"S": partition})
             else:
-                request["UpdateExpression"] = "REMOVE #lb"
+                update = update.remove(layout.leaderboard_attribute)
+            update = update.where_exists(layout.partition_key)
             try:
-                client.update_item(**request)
+                client.update_item(
+                    TableName=table_name, Key=layout.aggregate_key(sort_key), **update.render()
+                )
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise

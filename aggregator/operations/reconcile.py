@@ -68,7 +68,7 @@ from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.checkpoint import is_checkpoint_attribute
 from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import Manifest
-from aggregator.dynamodb.updates import aggregate_update
+from aggregator.dynamodb.updates import Update, aggregate_update
 from aggregator.dynamodb.writer import error_code
 
 if TYPE_CHECKING:
@@ -539,32 +539,16 @@ def _repair_target(
         key = layout.target_key(ref.target)
     else:
         return "moving"
-    names = {
-        "#pk": layout.partition_key,
-        "#a": target.attribute,
-        "#m": layout.target_checkpoints_attribute,
-    }
-    values: dict[str, Any] = {":d": {"N": str(subtract(expected[0], stored[0]))}}
-    conditions = ["attribute_exists(#pk)"]
+    update = Update().add(target.attribute, subtract(expected[0], stored[0]))
+    update = update.where_exists(layout.partition_key)
     item = row[2] if row is not None else {}
-    for placeholder, attribute in (
-        ("#a", target.attribute),
-        ("#m", layout.target_checkpoints_attribute),
-    ):
+    for attribute in (target.attribute, layout.target_checkpoints_attribute):
         if attribute in item:
-            values[f":{placeholder[1:]}"] = item[attribute]
-            conditions.append(f"{placeholder} = :{placeholder[1:]}")
+            update = update.where_equals(attribute, item[attribute])
         else:
-            conditions.append(f"attribute_not_exists({placeholder})")
+            update = update.where_missing(attribute)
     try:
-        checker.client.update_item(
-            TableName=checker.table_name,
-            Key=key,
-            UpdateExpression="ADD #a :d",
-            ConditionExpression=" AND ".join(conditions),
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-        )
+        checker.client.update_item(TableName=checker.table_name, Key=key, **update.render())
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
             return "moving"
