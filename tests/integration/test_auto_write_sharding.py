@@ -13,6 +13,7 @@ from aggregator.core.routing import next_switch_seconds
 from aggregator.core.rules import RuleSet, rule
 from aggregator.runtime.processor import create_processor
 from tests.factories import stream_record
+from tests.fakes import Clock
 
 pytestmark = pytest.mark.integration
 
@@ -21,14 +22,6 @@ RULES = RuleSet.of(
 )
 SHARD = "shardId-00000001700000000000-00000001"
 START = 1_700_000_000
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def event(numbers: range, created: int) -> dict[str, Any]:

@@ -15,17 +15,10 @@ from aggregator.dynamodb.checkpoint import (
 )
 from aggregator.runtime.processor import StreamProcessor, create_processor
 from tests.factories import stream_record
+from tests.fakes import Clock
 from tests.integration.harness import RULES, stored
 
 pytestmark = pytest.mark.integration
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def checkpoints(ddb, table: str) -> dict[str, str]:

@@ -27,6 +27,7 @@ from aggregator.cli import main
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.query import AggregateStore
 from tests.factories import ddb_json
+from tests.fakes import Clock
 from tests.integration.harness import delete, pipeline, put, utc_text
 
 pytestmark = pytest.mark.integration
@@ -48,16 +49,6 @@ class Event:
     @property
     def seconds(self) -> int:
         return self.millis // 1000
-
-
-class Clock:
-    """The simulated processing time (epoch seconds)."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def brute_force(events: list[Event], provider: str, start: int, end: int) -> Decimal:

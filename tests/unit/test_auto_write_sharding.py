@@ -26,6 +26,7 @@ from aggregator.dynamodb.routing import (
 )
 from aggregator.dynamodb.table import create_table
 from tests.factories import stream_record
+from tests.fakes import Clock
 
 AUTO = RuleSet.of(
     rule("total", match={"sk": {"prefix": "PATH#"}}, key="TOTAL", write_shards="auto"),
@@ -127,14 +128,6 @@ def test_the_heat_estimate_is_writes_a_second_times_units_times_writers():
     # writes leave the window; other shards and rules are apart
     assert meter.estimate(SHARD, "total", 200.0) == 0.0
     assert meter.estimate("shardId-other", "total", 110.0) == 0.0
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @mock_aws

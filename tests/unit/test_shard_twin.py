@@ -9,6 +9,7 @@ import pytest
 from aggregator.dev.capacity import CapacityModel
 from aggregator.dev.shards import PartitionStream, ShardPlan, ShardTwin, SimulatedClock
 from aggregator.dynamodb.writer import WriteObservation, typed_item_size
+from tests.fakes import FakeStreams
 
 HOUR = 3600
 
@@ -34,24 +35,6 @@ def test_plan_rejects_nonsense():
         ShardPlan(1, 0, 0)
 
 
-class FakeStreams:
-    """A real stream of one shard holding the given records."""
-
-    def __init__(self, records):
-        self.records = records
-
-    def describe_stream(self, **_):
-        return {"StreamDescription": {"Shards": [{"ShardId": "real", "SequenceNumberRange": {}}]}}
-
-    def get_shard_iterator(self, **_):
-        return {"ShardIterator": "0"}
-
-    def get_records(self, ShardIterator, Limit):
-        start = int(ShardIterator)
-        page = self.records[start : start + Limit]
-        return {"Records": page, "NextShardIterator": str(start + len(page))}
-
-
 def record(pk: str, seq: int, name: str = "INSERT"):
     return {
         "eventName": name,
@@ -64,7 +47,7 @@ def test_twin_delivers_each_item_in_order_along_its_lineage():
     arrivals = {1: 10, 2: 5000, 3: 100, 4: 7000}  # record 3 is scheduled before record 2
     real = [record("A", 1), record("A", 2, "MODIFY"), record("A", 3, "MODIFY"), record("B", 4)]
     twin = ShardTwin(
-        FakeStreams(real),
+        FakeStreams({"real": (None, False, real)}, page=1000),
         "arn",
         ShardPlan(2, HOUR, 0),
         clock,
