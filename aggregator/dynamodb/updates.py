@@ -5,9 +5,9 @@ expression placeholders itself (``#n0``, ``:v0``, ...) and renders the ``UpdateI
 the same way for every caller: the writers (:mod:`aggregator.dynamodb.writer`,
 :mod:`aggregator.dynamodb.checkpoint`, :mod:`aggregator.dynamodb.targets`), dead-letter replay,
 the manifest and its fences (:mod:`aggregator.dynamodb.manifest`), and the operator jobs
-(:mod:`aggregator.operations`). No ``UpdateExpression`` is written anywhere else. Attribute names always go through
-``ExpressionAttributeNames`` (``value`` is a DynamoDB reserved word; Developer Guide, "Reserved
-words in DynamoDB").
+(:mod:`aggregator.operations`). No ``UpdateExpression`` is written anywhere else. Attribute
+names always go through ``ExpressionAttributeNames`` (``value`` is a DynamoDB reserved word;
+Developer Guide, "Reserved words in DynamoDB").
 
 Examples
 --------

@@ -258,17 +258,20 @@ def _print_queries(
 
 
 def _wait_for_a_stop_signal() -> None:
-    """Wait until Ctrl-C (SIGINT) or SIGTERM."""
+    """Wait until Ctrl-C (SIGINT) or SIGTERM. Both handlers are set here (and the previous ones
+    put back), so a handler some library left for SIGINT, or SIGINT ignored by the parent
+    process, cannot make the wait endless."""
     import signal
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
