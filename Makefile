@@ -84,7 +84,7 @@ test-yaml: install
 	    $(BIN)/pip install --quiet --no-deps --target .cache/pyyaml-$$v "PyYAML==$$v"; \
 	  echo "PyYAML $$v:"; \
 	  PYTHONPATH=.cache/pyyaml-$$v AGGREGATOR_EXPECT_PYYAML=$$v $(BIN)/pytest -q -p no:cacheprovider \
-	    tests/unit/test_yaml_merge_keys.py; \
+	    tests/unit/core/test_yaml_merge_keys.py; \
 	done
 
 demo: install

@@ -16,7 +16,7 @@ from aggregator.core.conditions import dynamodb_number_problem, parse_match
 from aggregator.core.exceptions import RuleError
 from aggregator.core.rules import KeyTemplate, RuleSet, load_rules, rule
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def write(tmp_path: Path, text: str, name: str = "rules.yaml") -> Path:

@@ -9,7 +9,7 @@ from aggregator.core.engine import Engine
 from aggregator.dynamodb.writer import WriteResult, WriteStats
 from aggregator.runtime.processor import StreamProcessor
 from tests.factories import stream_record
-from tests.unit.test_limits import WINDOWED, T
+from tests.unit.dynamodb.test_limits import WINDOWED, T
 
 
 class RecordingWriter:

@@ -40,13 +40,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
 from aggregator.deploy.filters import filter_criteria
 from tests.conftest import PK_ONLY_DEFINITIONS
-from tests.unit.role_policy import (
-    PK_ONLY_ITEM_GRANTS,
-    as_list,
-    assert_role_policy,
-    pk_only_item_grants,
-)
-from tests.unit.test_template import (
+from tests.unit.cli.test_template import (
     DEPLOYMENTS,
     EXISTING_STREAM_ARN,
     EXISTING_TABLE_ARN,
@@ -54,8 +48,14 @@ from tests.unit.test_template import (
     _deploy,
     _statements,
 )
+from tests.unit.role_policy import (
+    PK_ONLY_ITEM_GRANTS,
+    as_list,
+    assert_role_policy,
+    pk_only_item_grants,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEFINITIONS = ROOT / "definitions"
 PK_ONLY = PK_ONLY_DEFINITIONS
 STARTER_RULES = ROOT / "aggregator" / "cli" / "project" / "rules"

@@ -38,7 +38,7 @@ from aggregator.cli.template import check_template_regions
 from aggregator.core.exceptions import ConfigError, RuleError
 from aggregator.core.rules import load_rules
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROJECT_DATA = ROOT / "aggregator" / "cli" / "project"
 TEMPLATE_PATH = PROJECT_DATA / "template.yaml"
 

@@ -13,8 +13,8 @@ from aggregator.core.windows import Granularity
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.writer import AtLeastOnceWriter
 from tests.factories import AggregatesStub, stream_record
-from tests.unit.test_query_window import bucket
-from tests.unit.test_writer import FakeClient
+from tests.unit.dynamodb.test_query_window import bucket
+from tests.unit.dynamodb.test_writer import FakeClient
 
 T = 1_357_016_400  # 2013-01-01T05:00:00Z
 WINDOWED = RuleSet.of(

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from aggregator.cli import main
 from aggregator.cli.options import RuleSources, layout_of
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _invoke(cwd: Path, *args: str, env: dict[str, str] | None = None):

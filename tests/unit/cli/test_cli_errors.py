@@ -35,7 +35,7 @@ from aggregator.core.exceptions import ConfigError, QueryError, RunnerError, Wri
 from aggregator.dev.local import find_free_port
 from aggregator.dynamodb.table import create_table, validate_table_name
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEFS = str(ROOT / "definitions" / "cloud_adventure.yaml")
 NO_REGION = "error: no AWS region: set AWS_REGION or pass --endpoint-url for DynamoDB Local"
 NOT_FOUND_HINT = "does the table exist, and are the region (AWS_REGION) and --endpoint-url right?"

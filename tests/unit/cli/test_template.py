@@ -41,7 +41,7 @@ from tests.unit.role_policy import (
     target_attributes,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # the template `aggregator init` writes (package data), rendered for the demo rules
 TEMPLATE_PATH = ROOT / "aggregator" / "cli" / "project" / "template.yaml"
 

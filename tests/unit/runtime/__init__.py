@@ -1,0 +1,1 @@
+"""Unit tests of what runs in Lambda: aggregator.runtime and aggregator.handler."""
