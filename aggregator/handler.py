@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
+from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
@@ -174,7 +175,11 @@ def build_processor(
     RuleError
         When the definitions are invalid (fails the cold start, never a batch).
     ConfigError
-        For an unknown mode, or a table whose key schema does not fit the layout.
+        For an unknown mode, a table whose key schema does not fit the layout, or one that
+        cannot be described (the AWS error is the ``__cause__``).
+    WriteError
+        When the rules cannot be registered in the table's manifest (as
+        :func:`~aggregator.runtime.processor.create_processor`).
     """
     rules = load_rules(settings.definitions)
     if client is None:
@@ -197,7 +202,10 @@ def build_processor(
             sqs_client = boto3.client("sqs")
         last_resort = SqsLastResort(sqs_client, settings.on_failure_queue_url)
     if check_table:
-        problems = check_key_schema(client, settings.table_name, rules.layout)
+        try:
+            problems = check_key_schema(client, settings.table_name, rules.layout)
+        except (ClientError, BotoCoreError) as exc:
+            raise ConfigError(f"cannot describe table {settings.table_name!r}: {exc}") from exc
         if problems:
             raise ConfigError(
                 f"table {settings.table_name!r} does not fit the rules' layout: "

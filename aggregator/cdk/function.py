@@ -71,8 +71,8 @@ __all__ = ["AggregatorFunction", "RulePaths"]
 RulePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 """Rule files or directories (each directory's top-level ``*.yaml``/``*.yml``), as ``-d``."""
 
-# The function and its stream subscription as template.yaml declares them (tests/unit/cdk/test_cdk.py
-# compares the two).
+# The function and its stream subscription as template.yaml declares them
+# (tests/unit/cdk/test_cdk.py compares the two).
 HANDLER = "aggregator.handler.handler"
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64

@@ -354,7 +354,12 @@ class StreamProcessor:
         if not sequence_numbers:
             return None
         first = min(sequence_numbers, key=pad_sequence_number)
-        return self.lifecycle.fences_for(shard_id, first, fenced)
+        try:
+            return self.lifecycle.fences_for(shard_id, first, fenced)
+        except (ClientError, BotoCoreError) as exc:
+            raise WriteError(
+                f"cannot read the fences of the rules pending a backfill: {exc}"
+            ) from exc
 
     def _window(self, event: dict[str, Any], batch: BatchDeltas, outcome: BatchOutcome) -> None:
         state = dict(event.get("state") or {})
@@ -485,10 +490,17 @@ def create_processor(
     Raises
     ------
     ConfigError
-        For an unknown mode.
+        For an unknown mode, or a manifest that refuses the rules.
+    WriteError
+        When the manifest cannot be read or written (the AWS error is its ``__cause__``).
     """
     layout = rules.layout if layout is None else layout
-    rule_lifecycle = RuleLifecycle(rules, client, table_name, clock=clock) if lifecycle else None
+    rule_lifecycle = None
+    if lifecycle:
+        try:
+            rule_lifecycle = RuleLifecycle(rules, client, table_name, clock=clock)
+        except (ClientError, BotoCoreError) as exc:
+            raise WriteError(f"cannot register the rules in the table's manifest: {exc}") from exc
     writer = make_writer(
         mode,
         client,
