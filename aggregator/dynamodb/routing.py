@@ -79,6 +79,7 @@ __all__ = [
     "ROUTING_PREFIX",
     "HeatMeter",
     "ShardRouting",
+    "item_switches",
     "routing_sort_key",
 ]
 
@@ -117,6 +118,16 @@ shard: an item gone while its shard still delivers records would be created agai
 choice that need not match what the records' earlier deliveries chose. DynamoDB Streams closes a
 shard after hours (commonly observed around four) and hands over to a child shard, which gets an
 item of its own."""
+
+
+def item_switches(item: Mapping[str, Any]) -> dict[str, list[int]]:
+    """``{rule: switches}`` (epoch seconds, ascending) of a routing item in DynamoDB JSON: every
+    rule it names, whether or not this process runs it."""
+    return {
+        name[len(SWITCHES_PREFIX) :]: sorted(int(Decimal(v["N"])) for v in value.get("L", []))
+        for name, value in item.items()
+        if name.startswith(SWITCHES_PREFIX)
+    }
 
 
 def routing_sort_key(shard_id: str) -> str:

@@ -10,28 +10,39 @@ page; :mod:`aggregator.dynamodb.collections` on a table without a sort key).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from aggregator.core.lifecycle import (
     RuleState,
+    generation_name,
     generation_of,
     generations_of,
     index_stale,
     live_generation,
     rule_fingerprint,
 )
+from aggregator.core.routing import moved_at
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.deadletters import list_dead_letters
 from aggregator.dynamodb.manifest import Manifest
+from aggregator.dynamodb.routing import ROUTING_PREFIX, item_switches
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 
-__all__ = ["BackfillProgress", "GenerationStatus", "RuleReport", "TableStatus", "table_status"]
+__all__ = [
+    "AutoRouting",
+    "BackfillProgress",
+    "GenerationStatus",
+    "RuleReport",
+    "TableStatus",
+    "table_status",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +97,22 @@ class RuleReport:
     generations: list[GenerationStatus] = field(default_factory=list)
     dead_letters: int = 0
     next: str = ""
+    auto_routing: AutoRouting | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON data (the ``--json`` shape)."""
         return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class AutoRouting:
+    """Where ``write_shards: auto`` sends a rule's writes now
+    (:mod:`aggregator.dynamodb.routing`): of the ``shards`` whose routing items name the rule's
+    serving generation (the stream's shards of the last 30 days: a closed shard keeps its item
+    until its TTL), how many write its partials (``on_partials``)."""
+
+    shards: int
+    on_partials: int
 
 
 @dataclass(slots=True)
@@ -232,6 +255,7 @@ class _TableRead:
     fenced: Counter[str]
     letters: Counter[str]
     progress: dict[str, BackfillProgress]
+    routing: dict[str, AutoRouting]
 
 
 def _dead_letter_counts(
@@ -264,7 +288,27 @@ def _read_table(
     fenced = _fenced_shards(client, table_name, rules) if states else Counter()
     letters = _dead_letter_counts(client, table_name, rules, dead_letters)
     progress = _backfills(client, table_name, rules, states)
-    return _TableRead(rules, states, serving, fenced, letters, progress)
+    routing = _auto_routing(client, table_name, rules) if any(r.auto_shards for r in rules) else {}
+    return _TableRead(rules, states, serving, fenced, letters, progress, routing)
+
+
+def _auto_routing(
+    client: DynamoDBClient, table_name: str, rules: RuleSet, now: float | None = None
+) -> dict[str, AutoRouting]:
+    """Per storage name, the shards whose routing items name it and how many of them write its
+    partials at ``now`` (default: the time of the call)."""
+    at = time.time() if now is None else now
+    shards: Counter[str] = Counter()
+    on_partials: Counter[str] = Counter()
+    layout = rules.layout
+    for page in query_collection(
+        client_call(client), table_name, layout, layout.control_pk, begins_with=ROUTING_PREFIX
+    ):
+        for item in page:
+            for name, switches in item_switches(item).items():
+                shards[name] += 1
+                on_partials[name] += moved_at(switches, at)
+    return {name: AutoRouting(count, on_partials[name]) for name, count in shards.items()}
 
 
 def _generations(read: _TableRead, name: str) -> list[GenerationStatus]:
@@ -315,6 +359,9 @@ def _rule_report(
         generations=_generations(read, rule.name),
         dead_letters=families.get(rule.name, 0),
     )
+    if rule.auto_shards:
+        serving = generation_name(rule.name, report.serving)
+        report.auto_routing = read.routing.get(serving, AutoRouting(0, 0))
     report.next = _next_command(report, table_name)
     if _derived_blocked(rule, live, read.states):
         # backfill refuses it: its input is the source's changes, and those that made the

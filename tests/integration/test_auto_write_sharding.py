@@ -4,6 +4,7 @@ aggregate; the routing item is read before anything is evaluated."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from aggregator.core.routing import next_switch_seconds
 from aggregator.core.rules import RuleSet, rule
+from aggregator.operations.status import AutoRouting, _auto_routing, table_status
 from aggregator.runtime.processor import create_processor
 from tests.factories import stream_record
 from tests.fakes import Clock
@@ -76,6 +78,14 @@ def test_a_batch_delivered_after_a_switch_makes_its_first_choice_again(ddb, tabl
     assert found.pop("AGGREGATES/total#TOTAL") == 3
     assert list(found.values()) == [Decimal(2)] and all("PARTIAL#" in k for k in found)
 
+    # status reads the routing items: the shard wrote the partials from its first switch to its
+    # second (the last batch found it cool again)
+    assert routing.read(SHARD) == {"total": [START + 2, START + 12]}
+    assert _auto_routing(ddb, name, RULES, now=START + 1) == {"total": AutoRouting(1, 0)}
+    assert _auto_routing(ddb, name, RULES, now=START + 5) == {"total": AutoRouting(1, 1)}
+    (report,) = table_status(RULES, ddb, name).rules  # now: after both switches
+    assert report.auto_routing == AutoRouting(shards=1, on_partials=0)
+
 
 def test_a_first_batch_that_shows_the_rule_hot_never_writes_the_aggregate(ddb, table):
     name, _ = table
@@ -84,6 +94,8 @@ def test_a_first_batch_that_shows_the_rule_hot_never_writes_the_aggregate(ddb, t
     processor.routing.start_hot_deltas_per_second = 3
     outcome = processor.process_event(event(range(1, 5), START))  # 4 deltas in one second
     assert processor.routing.read(SHARD) == {"total": [0]}
+    (report,) = table_status(RULES, ddb, name).rules
+    assert report.auto_routing == AutoRouting(shards=1, on_partials=1)
     found = values(ddb, name)
     assert "AGGREGATES/total#TOTAL" not in found  # its records roll up from the partial later
     assert list(found.values()) == [Decimal(4)]
@@ -126,3 +138,32 @@ def test_a_batch_of_the_frameworks_own_items_neither_reads_nor_switches(ddb, tab
     routing.start_hot_deltas_per_second = 10**9
     processor.process_event(event(range(10, 12), START + 20))
     assert routing.read(SHARD) == {"total": [0, next_switch_seconds(START + 20)]}
+
+
+def test_status_and_explain_say_where_an_auto_rule_writes(ddb, table, dynamodb_local, tmp_path):
+    from click.testing import CliRunner
+
+    from aggregator.cli import main
+
+    name, _ = table
+    processor = create_processor(RULES, ddb, name, clock=Clock(START + 0.5))
+    assert processor.routing is not None
+    processor.routing.start_hot_deltas_per_second = 3
+    processor.process_event(event(range(1, 5), START))  # starts on the partials
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules:\n  - name: total\n    match: {sk: {prefix: 'PATH#'}}\n    key: TOTAL\n"
+        "    write_shards: auto\n"
+    )
+    common = ["--table", name, "--endpoint-url", dynamodb_local.endpoint_url, "-d", str(rules)]
+    shown = CliRunner().invoke(main, ["status", *common])
+    assert shown.exit_code == 0, shown.output
+    assert "write_shards auto: total: 1 of 1 shard(s) write its partials now" in shown.output
+
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps(event(range(9, 10), START)["Records"][0]))
+    explained = CliRunner().invoke(main, ["explain", "--record", str(record), "-d", str(rules)])
+    assert explained.exit_code == 0, explained.output
+    assert "write_shards: auto: to one of its partials if the record's shard" in " ".join(
+        explained.output.split()
+    )

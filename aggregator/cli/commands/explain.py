@@ -335,6 +335,7 @@ def _record_json(explained: Any, layout: Any) -> dict[str, Any]:
                 "sort_key": c.ref.sort_key,
                 "amount": str(c.amount),
                 "partial": c.ref.partial,
+                "auto_shards": c.auto_shards,
                 "update": _update_text(layout, c),
             }
             for c in explained.changes
@@ -359,6 +360,12 @@ def _print_record(explained: Any, layout: Any) -> None:
     )
     for c in explained.changes:
         partial = " (to one of its partials)" if c.ref.partial else ""
+        if c.auto_shards:
+            partial = (
+                " (write_shards: auto: to one of its partials if the record's shard had switched "
+                "to them when the record was written, else to the aggregate; aggregator status "
+                "shows the shards on partials now)"
+            )
         node = changes.add(Text(f"{c.ref.rule} {c.ref.display_key}{partial}: {c.amount:+}"))
         where = (
             _target_text(layout, c.ref.target) if c.target_attribute is not None else c.ref.sort_key

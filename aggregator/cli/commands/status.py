@@ -74,6 +74,16 @@ def status_cmd(
             Text(r.next or "-"),
         )
     console.print(table)
+    for r in status.rules:
+        if r.auto_routing is not None:
+            a = r.auto_routing
+            console.print(
+                Text(
+                    f"write_shards auto: {r.rule}: {a.on_partials} of {a.shards} shard(s) "
+                    "write its partials now"
+                    + ("" if a.shards else " (no shard has processed a record of it yet)")
+                )
+            )
     for rule, count in status.other_dead_letters.items():
         console.print(
             Text(
