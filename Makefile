@@ -146,7 +146,7 @@ $(SAM_VENV)/bin/sam: requirements/sam.txt
 	touch $@
 
 test-package: install $(SAM_VENV)/bin/sam
-	rm -rf dist .cache/constraints.txt
+	rm -rf dist build .cache/constraints.txt
 	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
 	$(BIN)/pip freeze --exclude-editable > .cache/constraints.txt
 	AGGREGATOR_WHEEL="$$(ls dist/ddb_aggregator-*.whl)" AGGREGATOR_SAM="$(abspath $(SAM_VENV))/bin/sam" \

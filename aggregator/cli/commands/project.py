@@ -117,9 +117,10 @@ def build_cmd(
     no_bytecode: bool,
 ) -> None:
     """Build the Lambda function's artifact (sam build runs this through the project's
-    Makefile): the installed aggregator package without its CLI, the rule files, and its
-    dependencies for the template's runtime and architecture, after checking that the template
-    is rendered for the rules. Bytecode ships too, compiled by a Python of the runtime's
+    Makefile): the installed aggregator package without what the handler never imports (the
+    CLI, the dev tools, the CDK construct, the operator jobs, the deploy tools), the rule files,
+    and its dependencies for the template's runtime and architecture, after checking that the
+    template is rendered for the rules. Bytecode ships too, compiled by a Python of the runtime's
     version (this one or python3.N on the PATH): Lambda cannot write it at a cold start."""
     from aggregator.cli.project.build import build_function, function_runtime
 
@@ -141,8 +142,8 @@ def build_cmd(
     elif not no_bytecode:
         version = function_runtime(template).python_version
         console.print(
-            f"note: no bytecode shipped: no Python {version} here (the function's runtime); "
-            f"each cold start compiles the modules it imports. Put python{version} on the PATH "
-            "and build again",
+            f"note: no bytecode shipped: no working Python {version} here (the function's "
+            f"runtime) compiled it; each cold start compiles the modules it imports. Put a "
+            f"python{version} that runs on the PATH and build again",
             highlight=False,
         )

@@ -118,6 +118,11 @@ class FunctionRuntime:
             When ``runtime`` is not a literal Python runtime or ``architecture`` is unknown
             (the message starts with ``where`` and names what was found).
         """
+        if runtime is None:
+            raise ConfigError(
+                f"{where} has no literal Runtime (a !Ref, or one under Globals, cannot be read "
+                "here); set Runtime: python3.N on the function itself"
+            )
         if not isinstance(runtime, str) or not runtime.startswith("python3."):
             raise ConfigError(
                 f"{where}'s Runtime is {runtime!r}; the aggregator needs a literal python3.N "
@@ -348,26 +353,65 @@ def runtime_python(version: str) -> str | None:
     return found if result.returncode == 0 and result.stdout.strip() == version else None
 
 
-def _compile_bytecode(output: Path, python: str) -> None:
-    """Compile every module under ``output`` with ``python``, ``checked-hash`` (PEP 552).
+TASK_ROOT = "/var/task"
+"""Where Lambda unpacks the function's code (``LAMBDA_TASK_ROOT``; Lambda Developer Guide,
+"Defined runtime environment variables"): the path the bytecode records for its sources, so
+that an artifact's bytes do not depend on where it was built (an unchanged build hashes the
+same, and CDK deploys nothing)."""
 
-    A module that does not compile (a file a package ships for another Python version) is
-    left to its source, as pip leaves it.
+
+def _compile_bytecode(output: Path, python: str) -> bool:
+    """Compile every module under ``output`` with ``python``, ``checked-hash`` (PEP 552), each
+    recording its path under :data:`TASK_ROOT`. Returns whether the package's own modules got
+    their bytecode (a module that does not compile, such as a file a package ships for another
+    Python version, is left to its source, as pip leaves it).
     """
     if python == sys.executable:
         compileall.compile_dir(
             output,
             quiet=2,
             workers=0,
+            stripdir=str(output),
+            prependdir=TASK_ROOT,
             invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
         )
-        return
-    command = ["-m", "compileall", "-q", "-q", "-j", "0", "--invalidation-mode", "checked-hash"]
-    subprocess.run(
-        [python, *command, str(output)],
-        capture_output=True,
-        check=False,
-    )
+    else:
+        options = ["-q", "-q", "-j", "0", "--invalidation-mode", "checked-hash"]
+        paths = ["-s", str(output), "-p", TASK_ROOT]
+        try:
+            subprocess.run(
+                [python, "-m", "compileall", *options, *paths, str(output)],
+                capture_output=True,
+                check=False,
+                timeout=600,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return any((output / "aggregator" / "__pycache__").glob("__init__.*.pyc"))
+
+
+def _remove_bytecode(output: Path) -> None:
+    """Remove the bytecode an earlier build left in ``output``."""
+    for cache in list(output.rglob("__pycache__")):
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _check_output(output: Path, sources: Iterable[Path]) -> None:
+    """Refuse an artifact directory that holds the build's own sources (the project directory,
+    say): the build replaces its ``aggregator/`` and ``definitions/``.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first source inside ``output``.
+    """
+    target = output.resolve()
+    for source in sources:
+        if source.resolve().is_relative_to(target):
+            raise ConfigError(
+                f"{output}: the artifact directory holds {source}, which the build would "
+                "overwrite; give --output a directory of its own (sam build gives one)"
+            )
 
 
 def _size(output: Path) -> tuple[int, int]:
@@ -431,7 +475,13 @@ def build_function(
         runtime = runtime or function_runtime(template)
     if runtime is None:
         raise ConfigError("no template to read the function's runtime from")
-    output.mkdir(parents=True, exist_ok=True)
+    _check_output(output, [*files, *([template] if template is not None else [])])
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"{output}: cannot create the artifact directory: {exc.strerror}"
+        ) from None
     _copy_package(output)
     shipped = output / DEFINITIONS_DIR
     shutil.rmtree(shipped, ignore_errors=True)
@@ -445,7 +495,9 @@ def build_function(
         # a dependency (aws-xray-sdk) brings botocore back: the runtime's own copy serves
         _remove_distributions(output, RUNTIME_PROVIDED)
     python = runtime_python(runtime.python_version) if bytecode else None
-    if python is not None:
-        _compile_bytecode(output, python)
+    _remove_bytecode(output)
+    if python is not None and not _compile_bytecode(output, python):
+        _remove_bytecode(output)
+        python = None
     size, count = _size(output)
     return FunctionBuild(tuple(f.name for f in files), tuple(requirements), size, count, python)

@@ -56,17 +56,28 @@ def _clean_message(msg: str) -> str:
     return msg
 
 
-def _field_names() -> list[str]:
-    """Every field name a rule file may hold (the models' fields and YAML aliases), for "did
-    you mean" hints on an unknown field."""
+def _field_names(parent: object = None) -> list[str]:
+    """The field names a rule file may hold where ``parent`` (the location's segment above the
+    unknown field: ``"window"``, ``"delta"``, ``"table"``, a rule's index) is, for "did you
+    mean" hints on an unknown field; every model's names (fields and YAML aliases) where the
+    parent is something else."""
     from pydantic import BaseModel
 
     from aggregator.core.layout import TableLayout
     from aggregator.core.rules.buckets import Window
     from aggregator.core.rules.deltas import DeltaSpec
 
+    nested: dict[object, type[BaseModel]] = {
+        "window": Window,
+        "delta": DeltaSpec,
+        "table": TableLayout,
+    }
     models: tuple[type[BaseModel], ...] = (Rule, Window, DeltaSpec, TableLayout)
-    names = {"version", "rules", "table"}
+    names: set[str] = {"version", "rules", "table"}
+    if isinstance(parent, int):  # a rule of the rules list
+        models, names = (Rule,), set()
+    elif isinstance(parent, str) and parent in nested:
+        models, names = (nested[parent],), set()
     for model in models:
         for name, info in model.model_fields.items():
             names.add(info.alias or name)
@@ -98,10 +109,12 @@ def _message(err: Any) -> str:
     """A pydantic error in the words of a rule file: an unknown field with the nearest known
     name, a name that breaks its pattern with the rule spelt out."""
     kind = err.get("type")
-    loc = err.get("loc") or ()
+    loc: tuple[Any, ...] = tuple(err.get("loc") or ())
     field = str(loc[-1]) if loc else ""
     if kind == "extra_forbidden":
-        close = difflib.get_close_matches(field, _field_names(), n=1, cutoff=0.6)
+        parent = loc[-2] if len(loc) >= 2 else None
+        known = [n for n in _field_names(parent) if n != field]
+        close = difflib.get_close_matches(field, known, n=1, cutoff=0.6)
         return "unknown field" + (f"; did you mean {close[0]!r}?" if close else "")
     if kind in ("tuple_type", "list_type"):
         return f"expected a list, got {_type_word(err.get('input'))}"

@@ -411,9 +411,9 @@ def test_without_a_python_of_the_runtime_the_artifact_ships_sources_and_says_so(
     assert built.exit_code == 0, built.output
     version = function_runtime(TEMPLATE_PATH).python_version
     assert built.output.splitlines()[1:] == [
-        f"note: no bytecode shipped: no Python {version} here (the function's runtime); each "
-        f"cold start compiles the modules it imports. Put python{version} on the PATH and "
-        "build again"
+        f"note: no bytecode shipped: no working Python {version} here (the function's runtime) "
+        f"compiled it; each cold start compiles the modules it imports. Put a python{version} "
+        "that runs on the PATH and build again"
     ]
     assert not list((tmp_path / "out").rglob("*.pyc"))
     no_bytecode = _invoke(
@@ -499,3 +499,79 @@ def test_boto3_runtime_ships_no_aws_sdk_even_one_a_dependency_brings(
     out = tmp_path / "artifact"
     build_function([ROOT / "definitions"], out, template=TEMPLATE_PATH, boto3="runtime")
     assert sorted(p.name for p in out.iterdir()) == ["aggregator", "definitions", "pydantic"]
+
+
+def test_an_output_holding_the_builds_sources_is_refused_and_nothing_lost(tmp_path: Path) -> None:
+    """``--output .`` in the project with ``-d definitions`` would replace the user's rule
+    files with their own copies (deleting them first)."""
+    shutil.copytree(ROOT / "definitions", tmp_path / "definitions")
+    before = sorted(p.name for p in (tmp_path / "definitions").iterdir())
+    shutil.copyfile(TEMPLATE_PATH, tmp_path / "template.yaml")
+    result = _invoke(
+        "build", "-d", "definitions", "--output", ".", "--no-dependencies", cwd=tmp_path
+    )
+    assert result.exit_code == 1
+    (line,) = result.output.splitlines()
+    assert line.startswith("error: .: the artifact directory holds definitions/")
+    assert sorted(p.name for p in (tmp_path / "definitions").iterdir()) == before
+    assert not (tmp_path / "aggregator").exists()
+
+
+def test_an_output_under_a_file_is_one_line(tmp_path: Path) -> None:
+    shutil.copyfile(TEMPLATE_PATH, tmp_path / "template.yaml")
+    shutil.copytree(ROOT / "definitions", tmp_path / "rules")
+    (tmp_path / "afile").write_text("")
+    result = _invoke("build", "--output", "afile/sub", "--no-dependencies", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "error: afile/sub: cannot create the artifact directory: Not a directory"
+    ]
+
+
+def test_a_failed_compile_ships_no_bytecode_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = tmp_path / "python-failing"
+    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing.chmod(0o755)
+    monkeypatch.setattr(build_module, "runtime_python", lambda version: str(failing))
+    built = build_function(
+        [ROOT / "definitions"], tmp_path / "a", template=TEMPLATE_PATH, dependencies=False
+    )
+    assert built.bytecode_by is None
+    assert not list((tmp_path / "a").rglob("*.pyc"))
+
+
+def test_bytecode_is_the_same_wherever_it_is_built_and_goes_with_no_bytecode(
+    tmp_path: Path,
+) -> None:
+    this = FunctionRuntime.of(f"python{sys.version_info.major}.{sys.version_info.minor}")
+    for name in ("a", "deeper/b"):
+        build_function(
+            [ROOT / "definitions"], tmp_path / name, template=None, runtime=this, dependencies=False
+        )
+    module = Path("aggregator/core/engine.py")
+    first, second = (
+        Path(importlib.util.cache_from_source(str(tmp_path / name / module))).read_bytes()
+        for name in ("a", "deeper/b")
+    )
+    assert first == second
+    assert b"/var/task/aggregator/core/engine.py" in first  # the source path in Lambda
+    build_function(
+        [ROOT / "definitions"],
+        tmp_path / "a",
+        template=None,
+        runtime=this,
+        dependencies=False,
+        bytecode=False,
+    )
+    assert not list((tmp_path / "a").rglob("__pycache__"))
+
+
+def test_a_runtime_that_is_not_literal_is_named_as_such(tmp_path: Path) -> None:
+    template = tmp_path / "template.yaml"
+    text = TEMPLATE_PATH.read_text()
+    assert "      Runtime: python3.12\n" in text
+    template.write_text(text.replace("      Runtime: python3.12\n", "      Runtime: !Ref Py\n"))
+    with pytest.raises(ConfigError, match="has no literal Runtime .* set Runtime: python3.N"):
+        function_runtime(template)

@@ -173,6 +173,28 @@ MALFORMED = [
         "{f}: rule 'r1', field 'leaderbord': unknown field; did you mean 'leaderboard'?",
     ),
     (
+        # a field of the rule inside its window: no "did you mean 'attribute'", and the window's
+        # own fields are the ones suggested
+        "rule-field-in-window",
+        """
+        rules:
+          - name: r1
+            key: K
+            window: {time: ts, unit: epoch_seconds, granularities: [day], attribute: ts}
+        """,
+        "{f}: rule 'r1', field 'window.attribute': unknown field",
+    ),
+    (
+        "misspelt-window-field",
+        """
+        rules:
+          - name: r1
+            key: K
+            window: {time: ts, unit: epoch_seconds, granularities: [day], retentio: 7d}
+        """,
+        "{f}: rule 'r1', field 'window.retentio': unknown field; did you mean 'retention'?",
+    ),
+    (
         "bad-ttl-policy",
         """
         rules:
