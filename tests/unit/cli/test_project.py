@@ -573,5 +573,5 @@ def test_a_runtime_that_is_not_literal_is_named_as_such(tmp_path: Path) -> None:
     text = TEMPLATE_PATH.read_text()
     assert "      Runtime: python3.12\n" in text
     template.write_text(text.replace("      Runtime: python3.12\n", "      Runtime: !Ref Py\n"))
-    with pytest.raises(ConfigError, match="has no literal Runtime .* set Runtime: python3.N"):
+    with pytest.raises(ConfigError, match=r"has no literal Runtime .* set Runtime: python3\.N"):
         function_runtime(template)
