@@ -5,8 +5,9 @@ package controls; Lambda's own init and the first invocation's rule loading come
 The handler is imported from an artifact that ``aggregator build`` writes
 (:func:`aggregator.cli.project.build.build_function`, its code and rules only, for this
 Python's version): the package without what the handler never imports (CLI, dev tools, CDK
-construct, operator jobs, deploy tools), with the bytecode the build compiles. Its dependencies (pydantic, Powertools, PyYAML) and boto3 come from this
-environment, with the bytecode pip compiled when it installed them. Each sample is a new
+construct, operator jobs, deploy tools), with the bytecode the build compiles. Its dependencies
+(pydantic, Powertools, PyYAML) and boto3 come from this environment, with the bytecode pip
+compiled when it installed them. Each sample is a new
 ``python -c`` process that imports the module and prints the import's wall time
 (``time.perf_counter`` around ``importlib.import_module``, the interpreter's own start-up
 excluded), with the environment a deployed function has when tracing is off (the template's
