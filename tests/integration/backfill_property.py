@@ -48,7 +48,7 @@ from tests.integration.harness import (
 )
 from tests.integration.test_property import mark_ttl
 
-EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "50"))
 PARTS = 10
 """Parts per half (each a test of its own)."""
 SOAK = EXAMPLES > 100
