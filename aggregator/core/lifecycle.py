@@ -186,7 +186,7 @@ class Fence:
 
     The shard's records with a sequence number greater than ``after`` are counted by the handler;
     those up to ``after`` were already in the table when the backfill's scan began, so they are
-    the backfill's (:mod:`aggregator.dynamodb.backfill`).
+    the backfill's (:mod:`aggregator.operations.backfill`).
 
     ``after`` is a 40-digit zero-padded sequence number; ``set_by`` is ``handler`` (the first
     batch the handler processed with the rule) or ``backfill`` (the shard's last record when the

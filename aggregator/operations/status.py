@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from aggregator.core.lifecycle import (
@@ -29,7 +31,7 @@ from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.deadletters import list_dead_letters
 from aggregator.dynamodb.manifest import Manifest
-from aggregator.dynamodb.routing import ROUTING_PREFIX, item_switches
+from aggregator.dynamodb.routing import ROUTING_PREFIX, item_switches, routing_sort_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -107,9 +109,11 @@ class RuleReport:
 @dataclass(frozen=True, slots=True)
 class AutoRouting:
     """Where ``write_shards: auto`` sends a rule's writes now
-    (:mod:`aggregator.dynamodb.routing`): of the ``shards`` whose routing items name the rule's
-    serving generation (the stream's shards of the last 30 days: a closed shard keeps its item
-    until its TTL), how many write its partials (``on_partials``)."""
+    (:mod:`aggregator.dynamodb.routing`): of the ``shards`` whose routing items name the
+    generation the handlers write (the one its definition builds, else the serving one), how
+    many write its partials (``on_partials``). ``shards`` counts the stream's open shards when
+    they are known (:func:`table_status`'s ``open_shards``), else every unexpired routing item:
+    a closed shard keeps its item for 30 days."""
 
     shards: int
     on_partials: int
@@ -280,7 +284,12 @@ def _backfills(
 
 
 def _read_table(
-    rules: RuleSet, client: DynamoDBClient, table_name: str, dead_letters: bool
+    rules: RuleSet,
+    client: DynamoDBClient,
+    table_name: str,
+    dead_letters: bool,
+    open_shards: Collection[str] | None = None,
+    now: float | None = None,
 ) -> _TableRead:
     """The manifest, fences, dead letters and backfill progress of ``table_name``, read in
     that order."""
@@ -288,16 +297,26 @@ def _read_table(
     fenced = _fenced_shards(client, table_name, rules) if states else Counter()
     letters = _dead_letter_counts(client, table_name, rules, dead_letters)
     progress = _backfills(client, table_name, rules, states)
-    routing = _auto_routing(client, table_name, rules) if any(r.auto_shards for r in rules) else {}
+    routing = (
+        _auto_routing(client, table_name, rules, now, open_shards)
+        if any(r.auto_shards for r in rules)
+        else {}
+    )
     return _TableRead(rules, states, serving, fenced, letters, progress, routing)
 
 
 def _auto_routing(
-    client: DynamoDBClient, table_name: str, rules: RuleSet, now: float | None = None
+    client: DynamoDBClient,
+    table_name: str,
+    rules: RuleSet,
+    now: float | None = None,
+    open_shards: Collection[str] | None = None,
 ) -> dict[str, AutoRouting]:
     """Per storage name, the shards whose routing items name it and how many of them write its
-    partials at ``now`` (default: the time of the call)."""
+    partials at ``now`` (default: the time of the call): the ``open_shards`` only when given,
+    and never an item past its TTL (DynamoDB deletes those within days, not at once)."""
     at = time.time() if now is None else now
+    tokens = None if open_shards is None else {routing_sort_key(s) for s in open_shards}
     shards: Counter[str] = Counter()
     on_partials: Counter[str] = Counter()
     layout = rules.layout
@@ -305,6 +324,11 @@ def _auto_routing(
         client_call(client), table_name, layout, layout.control_pk, begins_with=ROUTING_PREFIX
     ):
         for item in page:
+            expires = item.get(layout.ttl_attribute, {}).get("N")
+            if expires is not None and int(Decimal(expires)) < at:
+                continue
+            if tokens is not None and layout.sort_key_of(item) not in tokens:
+                continue
             for name, switches in item_switches(item).items():
                 shards[name] += 1
                 on_partials[name] += moved_at(switches, at)
@@ -359,9 +383,9 @@ def _rule_report(
         generations=_generations(read, rule.name),
         dead_letters=families.get(rule.name, 0),
     )
-    if rule.auto_shards:
-        serving = generation_name(rule.name, report.serving)
-        report.auto_routing = read.routing.get(serving, AutoRouting(0, 0))
+    if rule.auto_shards:  # the generation the handlers write: the one the definition builds
+        written = generation_name(rule.name, report.builds or report.serving)
+        report.auto_routing = read.routing.get(written, AutoRouting(0, 0))
     report.next = _next_command(report, table_name)
     if _derived_blocked(rule, live, read.states):
         # backfill refuses it: its input is the source's changes, and those that made the
@@ -395,7 +419,13 @@ def _removed_reports(read: _TableRead, families: Counter[str], table_name: str) 
 
 
 def table_status(
-    rules: RuleSet, client: DynamoDBClient, table_name: str, *, dead_letters: bool = True
+    rules: RuleSet,
+    client: DynamoDBClient,
+    table_name: str,
+    *,
+    dead_letters: bool = True,
+    open_shards: Collection[str] | None = None,
+    now: float | None = None,
 ) -> TableStatus:
     """Every rule's state on ``table_name`` (module docstring).
 
@@ -406,13 +436,18 @@ def table_status(
         that the files no longer name.
     dead_letters
         Count the dead letters per rule (a ``Query`` of all of them).
+    open_shards
+        The ids of the stream's open shards, to count only theirs in
+        :attr:`RuleReport.auto_routing` (``None``: every unexpired routing item).
+    now
+        The time (epoch seconds) the routing is reported for; default the time of the call.
 
     Raises
     ------
     botocore.exceptions.ClientError
         As DynamoDB raises it.
     """
-    read = _read_table(rules, client, table_name, dead_letters)
+    read = _read_table(rules, client, table_name, dead_letters, open_shards, now)
     families = _families(read.letters)
     reports = [_rule_report(r, read, families, table_name) for r in rules]
     reports += _removed_reports(read, families, table_name)

@@ -83,8 +83,14 @@ def test_a_batch_delivered_after_a_switch_makes_its_first_choice_again(ddb, tabl
     assert routing.read(SHARD) == {"total": [START + 2, START + 12]}
     assert _auto_routing(ddb, name, RULES, now=START + 1) == {"total": AutoRouting(1, 0)}
     assert _auto_routing(ddb, name, RULES, now=START + 5) == {"total": AutoRouting(1, 1)}
-    (report,) = table_status(RULES, ddb, name).rules  # now: after both switches
+    (report,) = table_status(RULES, ddb, name, now=START + 20).rules  # after both switches
     assert report.auto_routing == AutoRouting(shards=1, on_partials=0)
+    # only the stream's open shards count when they are known, and never an expired item
+    assert _auto_routing(ddb, name, RULES, now=START + 5, open_shards=["another"]) == {}
+    assert _auto_routing(ddb, name, RULES, now=START + 5, open_shards=[SHARD]) == {
+        "total": AutoRouting(1, 1)
+    }
+    assert _auto_routing(ddb, name, RULES, now=START + 31 * 24 * 3600) == {}
 
 
 def test_a_first_batch_that_shows_the_rule_hot_never_writes_the_aggregate(ddb, table):
@@ -94,7 +100,7 @@ def test_a_first_batch_that_shows_the_rule_hot_never_writes_the_aggregate(ddb, t
     processor.routing.start_hot_deltas_per_second = 3
     outcome = processor.process_event(event(range(1, 5), START))  # 4 deltas in one second
     assert processor.routing.read(SHARD) == {"total": [0]}
-    (report,) = table_status(RULES, ddb, name).rules
+    (report,) = table_status(RULES, ddb, name, now=START + 1).rules
     assert report.auto_routing == AutoRouting(shards=1, on_partials=1)
     found = values(ddb, name)
     assert "AGGREGATES/total#TOTAL" not in found  # its records roll up from the partial later
@@ -158,7 +164,14 @@ def test_status_and_explain_say_where_an_auto_rule_writes(ddb, table, dynamodb_l
     common = ["--table", name, "--endpoint-url", dynamodb_local.endpoint_url, "-d", str(rules)]
     shown = CliRunner().invoke(main, ["status", *common])
     assert shown.exit_code == 0, shown.output
-    assert "write_shards auto: total: 1 of 1 shard(s) write its partials now" in shown.output
+    # the event's shard is not one of DynamoDB Local's: of the stream's open shards, none has
+    # processed a record of the rule
+    assert (
+        "write_shards auto: total: 0 of 0 open shard(s) write its partials now (no shard has "
+        "processed a record of it yet)"
+    ) in " ".join(shown.output.split())
+    (report,) = table_status(RULES, ddb, name, open_shards=[SHARD], now=START + 1).rules
+    assert report.auto_routing == AutoRouting(shards=1, on_partials=1)
 
     record = tmp_path / "record.json"
     record.write_text(json.dumps(event(range(9, 10), START)["Records"][0]))

@@ -12,6 +12,9 @@ from aggregator.cli.options import RuleSources, definitions_option, endpoint_opt
 from aggregator.cli.output import console
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from aggregator.core.rules import RuleSet
     from aggregator.operations.status import RuleReport
 
 
@@ -28,6 +31,26 @@ def _state_cell(report: RuleReport) -> str:
             text += " (leaderboard index " + ("incomplete)" if not g.leaderboard else "stale)")
         parts.append(text)
     return "; ".join(parts) or "-"
+
+
+def _auto(rules: RuleSet) -> bool:
+    return any(r.auto_shards for r in rules)
+
+
+def _open_shards(
+    client: DynamoDBClient, table_name: str, endpoint_url: str | None
+) -> list[str] | None:
+    """The ids of the table's stream's open shards (``None`` when it has no stream)."""
+    from aggregator.cli import clients
+    from aggregator.dynamodb.streams import list_shards
+    from aggregator.dynamodb.table import NoStreamError, table_stream_arn
+
+    try:
+        arn = table_stream_arn(client, table_name)
+    except NoStreamError:
+        return None
+    shards = list_shards(clients.make_client("dynamodbstreams", endpoint_url), arn)
+    return [s["ShardId"] for s in shards if "EndingSequenceNumber" not in s["SequenceNumberRange"]]
 
 
 @click.command("status")
@@ -49,7 +72,8 @@ def status_cmd(
     from aggregator.operations.status import table_status
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
-    status = table_status(rules, client, table_name)
+    open_shards = _open_shards(client, table_name, endpoint_url) if _auto(rules) else None
+    status = table_status(rules, client, table_name, open_shards=open_shards)
     if as_json:
         click.echo(json.dumps(status.to_json(), indent=2))
         return
@@ -79,8 +103,8 @@ def status_cmd(
             a = r.auto_routing
             console.print(
                 Text(
-                    f"write_shards auto: {r.rule}: {a.on_partials} of {a.shards} shard(s) "
-                    "write its partials now"
+                    f"write_shards auto: {r.rule}: {a.on_partials} of {a.shards} "
+                    f"{'open ' if open_shards is not None else ''}shard(s) write its partials now"
                     + ("" if a.shards else " (no shard has processed a record of it yet)")
                 )
             )

@@ -398,7 +398,8 @@ def _remove_bytecode(output: Path) -> None:
 
 def _check_output(output: Path, sources: Iterable[Path]) -> None:
     """Refuse an artifact directory that holds the build's own sources (the project directory,
-    say): the build replaces its ``aggregator/`` and ``definitions/``.
+    or a checkout the package is installed from in editable mode): the build replaces its
+    ``aggregator/`` and ``definitions/`` and writes bytecode throughout it.
 
     Raises
     ------
@@ -475,7 +476,10 @@ def build_function(
         runtime = runtime or function_runtime(template)
     if runtime is None:
         raise ConfigError("no template to read the function's runtime from")
-    _check_output(output, [*files, *([template] if template is not None else [])])
+    import aggregator
+
+    package = Path(aggregator.__file__).resolve().parent  # an editable checkout's sources
+    _check_output(output, [*files, *([template] if template is not None else []), package])
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -575,3 +575,17 @@ def test_a_runtime_that_is_not_literal_is_named_as_such(tmp_path: Path) -> None:
     template.write_text(text.replace("      Runtime: python3.12\n", "      Runtime: !Ref Py\n"))
     with pytest.raises(ConfigError, match=r"has no literal Runtime .* set Runtime: python3\.N"):
         function_runtime(template)
+
+
+def test_an_output_holding_the_installed_package_is_refused(tmp_path: Path) -> None:
+    """In an editable checkout the installed package is the checkout's own ``aggregator/``: an
+    output that holds it would have the build replace it with its copy."""
+    import aggregator
+
+    checkout = Path(aggregator.__file__).resolve().parents[1]
+    this = FunctionRuntime.of(f"python{sys.version_info.major}.{sys.version_info.minor}")
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "definitions", rules)  # outside the checkout: only the package is
+    with pytest.raises(ConfigError, match=r"the artifact directory holds \S*/aggregator, which"):
+        build_function([rules], checkout, template=None, runtime=this, dependencies=False)
+    assert (checkout / "aggregator" / "__init__.py").exists()
