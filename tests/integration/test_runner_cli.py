@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -98,11 +99,16 @@ def test_cli_run_and_query(dynamodb_local, ddb, table, tmp_path):
     # 8 puts + 1 delete; then the 4 aggregate items' own stream records: the 3 players' are the
     # derived rules' input, which write 4 more (3 histogram buckets and the player count); and 4
     # control records: the rule manifest created and the 5 rules registered (one update), the
-    # shard's fence item created and the pending rules' fences set (one update)
-    assert " ".join(result.output.split()).startswith(
-        "processed 21 stream records in 4 invocations (9 self-writes skipped, 3 source "
-        "aggregates read by derived rules): 24 deltas -> 8 aggregate updates"
+    # shard's fence item created and the pending rules' fences set (one update). Usually in 4
+    # invocations; more when the records' creation times straddle a minute, so that the 60 s
+    # tumbling windows (which follow them) cut a batch in two
+    said = " ".join(result.output.split())
+    found = re.match(
+        r"processed 21 stream records in (\d+) invocations \(9 self-writes skipped, 3 source "
+        r"aggregates read by derived rules\): 24 deltas -> 8 aggregate updates",
+        said,
     )
+    assert found and int(found[1]) >= 4, said
     # a second run resumes from the stored positions: nothing new is counted
     result = cli.invoke(main, ["run", *common, *defs])
     assert result.exit_code == 0, result.output
