@@ -33,7 +33,12 @@ from botocore.exceptions import ClientError
 from aggregator.core.exceptions import ConfigError, RunnerError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import pad_sequence_number
-from aggregator.dynamodb.streams import GET_RECORDS_LIMIT, list_shards, to_lambda_record
+from aggregator.dynamodb.streams import (
+    GET_RECORDS_LIMIT,
+    is_closed,
+    list_shards,
+    to_lambda_record,
+)
 from aggregator.dynamodb.writer import WriteStats
 from aggregator.runtime.processor import BatchOutcome, StreamProcessor
 
@@ -294,7 +299,7 @@ class StreamRunner:
                     shard["ShardId"], shard.get("ParentShardId")
                 )
             known = self._shards[shard["ShardId"]]
-            known.closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
+            known.closed = is_closed(shard)
 
     def _ready(self) -> list[_Shard]:
         """Unfinished shards whose parent is finished or no longer listed, parents first."""

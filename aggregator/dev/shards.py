@@ -48,7 +48,7 @@ from typing import Any
 
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.dev.runner import RunnerFaults, RunStats, StreamRunner
-from aggregator.dynamodb.streams import list_shards, to_lambda_record
+from aggregator.dynamodb.streams import is_closed, list_shards, to_lambda_record
 from aggregator.runtime.processor import StreamProcessor
 
 __all__ = [
@@ -207,7 +207,7 @@ class ShardTwin:
                 iterator = self.streams.get_shard_iterator(
                     StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
                 )["ShardIterator"]
-            closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
+            closed = is_closed(shard)
             empty_pages = 0
             while iterator is not None:
                 response = self.streams.get_records(ShardIterator=iterator, Limit=1000)

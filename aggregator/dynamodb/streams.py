@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 
-__all__ = ["GET_RECORDS_LIMIT", "list_shards", "to_lambda_record"]
+__all__ = ["GET_RECORDS_LIMIT", "is_closed", "list_shards", "open_shard_ids", "to_lambda_record"]
 
 GET_RECORDS_LIMIT = 1000
 """``GetRecords`` returns at most 1,000 records per call (DynamoDB Streams API reference)."""
@@ -59,3 +59,14 @@ def list_shards(streams_client: DynamoDBStreamsClient, stream_arn: str) -> list[
         start = description.get("LastEvaluatedShardId")
         if not start:
             return shards
+
+
+def is_closed(shard: Mapping[str, Any]) -> bool:
+    """Whether a shard as ``DescribeStream`` lists it is closed: its ``SequenceNumberRange`` has
+    an ``EndingSequenceNumber`` (DynamoDB Streams API reference, "SequenceNumberRange")."""
+    return "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
+
+
+def open_shard_ids(streams_client: DynamoDBStreamsClient, stream_arn: str) -> list[str]:
+    """The ids of the stream's open shards (:func:`list_shards`, less the closed ones)."""
+    return [s["ShardId"] for s in list_shards(streams_client, stream_arn) if not is_closed(s)]

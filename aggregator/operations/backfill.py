@@ -92,7 +92,12 @@ from aggregator.core.lifecycle import (
 from aggregator.core.records import Image, StreamRecord, pad_sequence_number
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.manifest import FenceStore, Manifest
-from aggregator.dynamodb.streams import GET_RECORDS_LIMIT, list_shards, to_lambda_record
+from aggregator.dynamodb.streams import (
+    GET_RECORDS_LIMIT,
+    is_closed,
+    list_shards,
+    to_lambda_record,
+)
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
 from aggregator.dynamodb.updates import Update
 from aggregator.dynamodb.writer import WriteStats, error_code, item_size
@@ -529,7 +534,7 @@ class Backfill:
             backfill still needed them.
         """
         shard_id = shard["ShardId"]
-        closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
+        closed = is_closed(shard)
         iterator = iterators.get(shard_id, "")
         if iterator is None:
             return

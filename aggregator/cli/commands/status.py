@@ -42,15 +42,14 @@ def _open_shards(
 ) -> list[str] | None:
     """The ids of the table's stream's open shards (``None`` when it has no stream)."""
     from aggregator.cli import clients
-    from aggregator.dynamodb.streams import list_shards
+    from aggregator.dynamodb.streams import open_shard_ids
     from aggregator.dynamodb.table import NoStreamError, table_stream_arn
 
     try:
         arn = table_stream_arn(client, table_name)
     except NoStreamError:
         return None
-    shards = list_shards(clients.make_client("dynamodbstreams", endpoint_url), arn)
-    return [s["ShardId"] for s in shards if "EndingSequenceNumber" not in s["SequenceNumberRange"]]
+    return open_shard_ids(clients.make_client("dynamodbstreams", endpoint_url), arn)
 
 
 @click.command("status")
