@@ -23,8 +23,6 @@ from aggregator.cli.output import console
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-
-if TYPE_CHECKING:
     from aggregator.operations.backfill import BackfillStats
 
 

@@ -30,8 +30,6 @@ other rules (other filters, other grants) is never deployed.
 
 from __future__ import annotations
 
-import compileall
-import py_compile
 import re
 import shutil
 import subprocess
@@ -366,27 +364,17 @@ def _compile_bytecode(output: Path, python: str) -> bool:
     their bytecode (a module that does not compile, such as a file a package ships for another
     Python version, is left to its source, as pip leaves it).
     """
-    if python == sys.executable:
-        compileall.compile_dir(
-            output,
-            quiet=2,
-            workers=0,
-            stripdir=str(output),
-            prependdir=TASK_ROOT,
-            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+    options = ["-q", "-q", "-j", "0", "--invalidation-mode", "checked-hash"]
+    paths = ["-s", str(output), "-p", TASK_ROOT]
+    try:
+        subprocess.run(
+            [python, "-m", "compileall", *options, *paths, str(output)],
+            capture_output=True,
+            check=False,
+            timeout=600,
         )
-    else:
-        options = ["-q", "-q", "-j", "0", "--invalidation-mode", "checked-hash"]
-        paths = ["-s", str(output), "-p", TASK_ROOT]
-        try:
-            subprocess.run(
-                [python, "-m", "compileall", *options, *paths, str(output)],
-                capture_output=True,
-                check=False,
-                timeout=600,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return False
+    except (OSError, subprocess.TimeoutExpired):
+        return False
     return any((output / "aggregator" / "__pycache__").glob("__init__.*.pyc"))
 
 
