@@ -65,7 +65,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.layout import TableLayout
 from aggregator.dynamodb.errors import error_code
-from aggregator.dynamodb.updates import Update
+from aggregator.dynamodb.updates import Update, with_collection
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -250,12 +250,6 @@ class IndexFloors:
         if known is not None and candidate <= known:
             return 0
         key = self._key(partition)
-        # without a sort key, framework items also carry the collection attribute
-        extra = {
-            name: value
-            for name, value in lay.item_fields(lay.control_pk, floor_sort_key(partition)).items()
-            if name not in key
-        }
         now = self._clock()
         update = (
             Update()
@@ -263,8 +257,7 @@ class IndexFloors:
             .set(lay.value_attribute, {"N": str(candidate)})
             .set("raised_at", {"N": str(int(now))})
         )
-        for name, value in extra.items():
-            update = update.set(name, {"S": value})
+        update = with_collection(update, lay, lay.control_pk)
         if expires is not None:  # a time bucket's partition: the floor goes with the bucket
             update = update.set(lay.ttl_attribute, {"N": str(expires)})
         update = update.where_missing_or_below(lay.value_attribute, {"N": str(candidate)})

@@ -48,7 +48,7 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.records import pad_sequence_number
 from aggregator.core.rules import Rule, RuleSet
-from aggregator.dynamodb.updates import Update
+from aggregator.dynamodb.updates import Update, with_collection
 from aggregator.dynamodb.writer import error_code
 
 if TYPE_CHECKING:
@@ -322,12 +322,10 @@ class Manifest:
             .set(("rules", old, "retired_at"), {"N": str(clock)})
             .where_equals(("rules", new, "status"), {"S": "active"})
         )
-        # generation 1 serves where no pointer was ever written
         serving = Update().where_equals(pointer, {"N": str(old_number)})
-        if old_number == 1:
-            update = update.where_any(Update().where_missing(pointer), serving)
-        else:
-            update = update.where_equals(pointer, {"N": str(old_number)})
+        # generation 1 serves also where no pointer was ever written
+        alternatives = (Update().where_missing(pointer), serving) if old_number == 1 else (serving,)
+        update = update.where_any(*alternatives)
         try:
             self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
         except ClientError as exc:
@@ -357,13 +355,10 @@ class Manifest:
     def _ensure_maps(self) -> None:
         """Create the manifest item's maps (``rules``, ``generations``) where missing, and on a
         table without a sort key its collection attribute."""
-        fields = self.layout.item_fields(self.layout.control_pk, MANIFEST_SORT_KEY)
         update = (
             Update().set_if_missing("rules", {"M": {}}).set_if_missing("generations", {"M": {}})
         )
-        for name, value in fields.items():
-            if name not in self.key:
-                update = update.set(name, {"S": value})
+        update = with_collection(update, self.layout, self.layout.control_pk)
         self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
 
     def _add(self, new: list[RuleState]) -> dict[str, RuleState]:
@@ -455,11 +450,8 @@ class FenceStore:
             return {}
         shard_id = fences[0].shard_id
         key = self._key(shard_id)
-        fields = self.layout.item_fields(self.layout.control_pk, f"fence#{shard_id}")
         maps = Update().set_if_missing("after", {"M": {}}).set_if_missing("set_by", {"M": {}})
-        for name, value in fields.items():
-            if name not in key:
-                maps = maps.set(name, {"S": value})
+        maps = with_collection(maps, self.layout, self.layout.control_pk)
         self.client.update_item(TableName=self.table_name, Key=key, **maps.render())
         update = Update()
         for fence in fences:

@@ -357,15 +357,12 @@ class ShardRouting:
     def _switches(self, shard_id: str, item: Mapping[str, Any]) -> dict[str, list[int]]:
         if len(self._read) > 10_000:
             self._read.clear()  # read again at each shard's next batch
-        found = {}
+        stored = item_switches(item)
         for name in self.rules:
-            value = item.get(SWITCHES_PREFIX + name)
             made = item.get(COUNT_PREFIX + name)
-            switches = sorted(int(Decimal(v["N"])) for v in (value or {}).get("L", []))
-            self._read[(shard_id, name)] = (None if made is None else int(made["N"]), switches)
-            if value is not None:
-                found[name] = switches
-        return found
+            count = None if made is None else int(made["N"])
+            self._read[(shard_id, name)] = (count, stored.get(name, []))
+        return {name: stored[name] for name in self.rules if name in stored}
 
     def decide(
         self,

@@ -75,7 +75,7 @@ from aggregator.dynamodb.checkpoint import (
     decode_checkpoint,
     sequence_bytes,
 )
-from aggregator.dynamodb.updates import Update
+from aggregator.dynamodb.updates import Update, prune_update
 from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteStats, error_code, write_units
 
 __all__ = [
@@ -395,10 +395,7 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
         if evicted:
             stale = [min(written, key=written.__getitem__)]
         checkpoints = self.layout.target_checkpoints_attribute
-        update = Update()
-        for name in stale:
-            entry = (checkpoints, name)
-            update = update.remove(entry).where_equals(entry, dict(entries[name]))
+        update = prune_update({name: entries[name] for name in stale}, within=checkpoints)
         request = {
             "TableName": self.table_name,
             "Key": self._target_key(delta),

@@ -39,6 +39,7 @@ __all__ = [
     "index_partition",
     "prune_update",
     "resolved",
+    "with_collection",
 ]
 
 AttributeValue = dict[str, Any]
@@ -305,8 +306,7 @@ def aggregate_update(
     update = update.set("rule", {"S": delta.ref.rule}).set("key", {"S": delta.ref.display_key})
     if delta.ref.target is not None:  # a target rule's partial: where its roll-up goes
         update = update.set("target", {"L": [{"S": v} for v in delta.ref.target]})
-    if not layout.has_sort_key:
-        update = update.set(layout.collection_attribute, {"S": layout.aggregates_pk})
+    update = with_collection(update, layout, layout.aggregates_pk)
     if delta.leaderboard and index == "set":
         update = update.set(layout.leaderboard_attribute, {"S": index_partition(delta)})
     elif delta.leaderboard and index == "remove":
@@ -323,11 +323,21 @@ def aggregate_update(
     return update
 
 
-def prune_update(stale: Mapping[str, AttributeValue]) -> Update:
-    """``REMOVE`` of stale checkpoint attributes, each on condition that it still holds the value
-    read (``{attribute: value}``, values in DynamoDB JSON), so a checkpoint written meanwhile is
-    never lost."""
+def with_collection(update: Update, layout: TableLayout, partition: str) -> Update:
+    """``update`` and, on a table without a sort key, ``SET`` of the collection attribute that
+    every framework item under the reserved ``partition`` carries there (its attribute besides
+    the key in :meth:`~aggregator.core.layout.TableLayout.item_fields`)."""
+    if layout.has_sort_key:
+        return update
+    return update.set(layout.collection_attribute, {"S": partition})
+
+
+def prune_update(stale: Mapping[str, AttributeValue], within: str | None = None) -> Update:
+    """``REMOVE`` of stale checkpoints (attributes, or with ``within`` entries of that map
+    attribute), each on condition that it still holds the value read (``{name: value}``,
+    values in DynamoDB JSON), so a checkpoint written meanwhile is never lost."""
     update = Update()
-    for attribute, value in stale.items():
-        update = update.remove(attribute).where_equals(attribute, dict(value))
+    for name, value in stale.items():
+        path: Path = name if within is None else (within, name)
+        update = update.remove(path).where_equals(path, dict(value))
     return update
