@@ -27,12 +27,12 @@ def _local_server() -> Iterator[object]:
     first use. When it cannot start, the tests that need it fail under ``CI=true`` and are skipped
     elsewhere with the reason."""
     from aggregator.core.exceptions import DynamoDBLocalError
-    from aggregator.dev.local import DynamoDBLocal
+    from aggregator.dev.local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
 
     install_dir = Path(
         os.environ.get("AGGREGATOR_DYNAMODB_LOCAL_DIR") or ROOT / ".cache" / "dynamodb-local"
     )
-    server = DynamoDBLocal(install_dir=install_dir)
+    server = DynamoDBLocal(install_dir=install_dir, jvm_options=SHORT_LIVED_JVM_OPTIONS)
     try:
         server.start()
     except DynamoDBLocalError as exc:

@@ -44,11 +44,12 @@ from tests.integration.harness import (
     final_items,
     pipeline,
     put,
+    scenario_seed,
     stored,
 )
 from tests.integration.test_property import mark_ttl
 
-EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "50"))
+EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "20"))
 PARTS = 10
 """Parts per half (each a test of its own)."""
 SOAK = EXAMPLES > 100
@@ -229,6 +230,7 @@ def check_backfill_property(server, examples: int, label: str) -> None:
     streams = server.client("dynamodbstreams")
     report = {"scenarios": 0, "drift": 0, "items": 0, "first_old": 0, "killed": 0}
 
+    @scenario_seed(f"backfill {label}")
     @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(case=scenario)
     def scenarios(case):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from boto3.dynamodb.types import TypeDeserializer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from aggregator.core.layout import DEFAULT_LAYOUT
@@ -24,6 +25,19 @@ from aggregator.dev.runner import PositionStore, StreamRunner
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.runtime.processor import create_processor
 from tests.factories import ddb_json
+
+SOAK = bool(os.environ.get("AGGREGATOR_SOAK_DIR"))
+"""Whether ``make soak`` runs this process (it sets ``AGGREGATOR_SOAK_DIR``). The integration
+scenarios then run at their soak sizes on hypothesis's random seeds. ``make test`` runs them at
+quick sizes from a fixed seed per test (:func:`scenario_seed`), so that its assertions that the
+scenarios reached a path meet the same scenarios on every run; exploring is the soak's job."""
+
+
+def scenario_seed(label: str) -> Callable[[Any], Any]:
+    """Hypothesis's ``seed`` decorator with a seed of ``label`` outside a soak; no change in one.
+    Each test or part passes its own label, so parts of one test run different scenarios."""
+    return (lambda test: test) if SOAK else seed(zlib.crc32(label.encode()))
+
 
 RULES = RuleSet.of(
     rule("paths", match={"sk": {"prefix": "PATH#"}}, key="TOTAL"),
@@ -139,8 +153,9 @@ def run_property(
     """Run ``examples`` hypothesis scenarios of ``strategy`` through ``run`` (which counts into
     ``report``, including ``scenarios`` and ``drift``), print ``summary(report)``, write the
     report to ``$AGGREGATOR_SOAK_DIR/<soak_file>`` when set, and require every scenario run and
-    none drifted."""
+    none drifted. Seeded by ``soak_file`` outside a soak (:func:`scenario_seed`)."""
 
+    @scenario_seed(soak_file)
     @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(case=strategy)
     def scenarios(case):

@@ -104,7 +104,7 @@ class RandomRouting(ShardRouting):
         return self._random.random() < self._chance
 
 
-EXAMPLES = int(os.environ.get("AGGREGATOR_SHARD_EXAMPLES", "50"))
+EXAMPLES = int(os.environ.get("AGGREGATOR_SHARD_EXAMPLES", "20"))
 START = 1_700_000_000 // 3600 * 3600
 _names = itertools.count()
 

@@ -1,12 +1,12 @@
 """The event counter (definitions/event_counts.yaml) over 37 simulated hours on DynamoDB Local.
 
-As in the seed article: each hour 20 to 100 events for one of three providers, with
-``insertUtcTime`` in epoch milliseconds, counted per hour and per minute and kept 25 hours. The
-processing clock follows simulated time (the end of the hour just written), and 24-hour sliding
-counts are read at many ``now`` points, on and off minute and hour boundaries, and compared with a
-brute-force count over the raw events made here with integer arithmetic. Then retractions:
-deleting an event whose buckets are past their retention is skipped and counted, and never
-recreates a bucket that TTL has deleted; deleting a recent event is retracted.
+As in the seed article: each hour 20 to 100 events (``make test``: 5 to 25) for one of three
+providers, with ``insertUtcTime`` in epoch milliseconds, counted per hour and per minute and kept
+25 hours. The processing clock follows simulated time (the end of the hour just written), and
+24-hour sliding counts are read at many ``now`` points, on and off minute and hour boundaries,
+and compared with a brute-force count over the raw events made here with integer arithmetic. Then
+retractions: deleting an event whose buckets are past their retention is skipped and counted, and
+never recreates a bucket that TTL has deleted; deleting a recent event is retracted.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from aggregator.core.rules import load_rules
 from aggregator.dynamodb.query import AggregateStore
 from tests.factories import ddb_json
 from tests.fakes import Clock
-from tests.integration.harness import delete, pipeline, put, utc_text
+from tests.integration.harness import SOAK, delete, pipeline, put, utc_text
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +38,9 @@ RULE = "events_per_counter"
 HOURS = 37
 DAY = 86400
 PROVIDERS = [f"job_event_provider_id_{i}" for i in (1, 2, 3)]
+EVENTS_PER_HOUR = (20, 100) if SOAK else (5, 25)
+"""The seed article's rate in a soak; a quarter of it in ``make test`` (the same hours, buckets,
+retention edges and sliding-window moments, fewer events in each)."""
 
 
 @dataclass
@@ -123,7 +126,7 @@ def simulation(request):
         ddb, streams, name, arn, store, [], Clock(t0), t0, [], request.param, dynamodb_local
     )
     for hour in range(HOURS):
-        for _ in range(rng.randint(20, 100)):
+        for _ in range(rng.randint(*EVENTS_PER_HOUR)):
             millis = (t0 + hour * 3600) * 1000 + rng.randint(0, 3600 * 1000 - 1)
             e = Event(str(uuid.uuid4()), rng.choice(PROVIDERS), millis)
             put(

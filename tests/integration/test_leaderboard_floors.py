@@ -35,7 +35,7 @@ from aggregator.dynamodb.table import create_table
 from aggregator.operations.drop import DropRule
 from aggregator.runtime.processor import create_processor
 from tests.factories import ddb_json
-from tests.integration.harness import run_property, table_items
+from tests.integration.harness import SOAK, run_property, table_items
 
 pytestmark = pytest.mark.integration
 
@@ -162,7 +162,7 @@ def test_top_is_a_plain_sort_under_floors_faults_and_stale_writers(ddb, streams)
 
     run_property(
         scenario,
-        14,
+        40 if SOAK else 8,
         run,
         report,
         lambda r: (

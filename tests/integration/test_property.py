@@ -64,7 +64,7 @@ from tests.integration.harness import (
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_EXAMPLES", "40"))
 PART_SIZE = int(os.environ.get("AGGREGATOR_PROPERTY_PART_SIZE", "100"))
 PARTS = max(1, math.ceil(EXAMPLES / PART_SIZE))
 _names = itertools.count()

@@ -287,3 +287,9 @@ def test_command_line(tmp_path: Path) -> None:
     )
     assert "-inMemory" not in on_disk and "-sharedDb" not in on_disk
     assert on_disk[on_disk.index("-dbPath") + 1] == str(tmp_path / "data")
+    # JVM options go to java, before -jar (after it they would be the server's own arguments)
+    tuned = DynamoDBLocal(jvm_options=["-XX:TieredStopAtLevel=1", "-Xmx1g"])._command(
+        "java", emulator, tmp_path, 8123
+    )
+    assert tuned[:3] == ["java", "-XX:TieredStopAtLevel=1", "-Xmx1g"]
+    assert tuned.index("-Xmx1g") < tuned.index("-jar")
