@@ -44,6 +44,16 @@ def _local_server() -> Iterator[object]:
     server.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _local_stream_polls() -> Iterator[None]:
+    """Runners made in this process poll caught-up shards every 10 ms, not Lambda's 250: DynamoDB
+    Local's stream shows a record once its write returns, and each run to the end of a stream
+    waits two empty polls (with Lambda's interval that was a third of some tests' time)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("aggregator.dev.runner.POLL_INTERVAL_SECONDS", 0.01)
+        yield
+
+
 @pytest.fixture(scope="module")
 def dynamodb_local() -> Iterator[object]:
     """A DynamoDB Local server per test module.

@@ -103,6 +103,9 @@ class RunnerFaults:
 
 EMPTY_PAGES_FOLLOWED = 50
 """Empty ``GetRecords`` pages followed in one read of a closed shard before yielding."""
+POLL_INTERVAL_SECONDS = 0.25
+"""Default seconds between two polls of caught-up shards: Lambda polls each shard of a DynamoDB
+stream four times per second (Lambda Developer Guide, "Using AWS Lambda with Amazon DynamoDB")."""
 
 
 def _seq(record: dict[str, Any]) -> str:
@@ -237,7 +240,7 @@ class StreamRunner:
         Retries of one batch (after ``batchItemFailures`` or a function error) before
         :class:`RunnerError`.
     poll_interval
-        Seconds between polls when caught up (Lambda polls each shard 4 times per second).
+        Seconds between polls when caught up; default :data:`POLL_INTERVAL_SECONDS`.
     positions
         Where to keep shard positions across restarts (``None``: in memory only).
     faults
@@ -258,7 +261,7 @@ class StreamRunner:
         batch_size: int = 100,
         tumbling_window_seconds: int | None = 60,
         max_retries: int = 10,
-        poll_interval: float = 0.25,
+        poll_interval: float | None = None,
         positions: PositionStore | None = None,
         faults: RunnerFaults | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
@@ -274,7 +277,7 @@ class StreamRunner:
         self.batch_size = batch_size
         self.window_seconds = tumbling_window_seconds
         self.max_retries = max_retries
-        self.poll_interval = poll_interval
+        self.poll_interval = POLL_INTERVAL_SECONDS if poll_interval is None else poll_interval
         self.positions_store = positions
         self.faults = faults or RunnerFaults()
         self.on_batch = on_batch

@@ -487,7 +487,6 @@ def pipeline(
         tumbling_window_seconds=window_seconds,
         positions=PositionStore(ddb, table, rules.layout),
         faults=faults,
-        poll_interval=0.05,
     )
     return Pipeline(client, faults, runner)
 

@@ -15,7 +15,7 @@ import pytest
 from aggregator.core.rules import load_rules
 from aggregator.dev.demo import write_steps
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
-from aggregator.dev.flights import read_flights, replay_steps
+from aggregator.dev.flights import replay_steps
 from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.query import AggregateStore
@@ -23,8 +23,14 @@ from aggregator.dynamodb.table import table_definition, table_stream_arn
 from aggregator.dynamodb.tablecheck import prepare_table
 from aggregator.operations.backfill import Backfill
 from aggregator.runtime.processor import create_processor
-from tests.integration.harness import stored
-from tests.integration.test_flights import FIRST_DAY, LAYOUTS, ROOT, ground_truth, sampled
+from tests.integration.harness import SOAK, stored
+from tests.integration.test_flights import (
+    FIRST_DAY,
+    LAYOUTS,
+    ROOT,
+    ground_truth,
+    replayed_flights,
+)
 from tests.integration.test_kinds_flights import check_kinds, csv_departures
 
 pytestmark = pytest.mark.integration
@@ -32,10 +38,12 @@ pytestmark = pytest.mark.integration
 LAST_DAY = FIRST_DAY + timedelta(days=1)  # two days: the first before the stream, then the second
 
 
-@pytest.fixture
-def dynamodb_local(fresh_dynamodb_local):
-    """One fresh server per replay (see test_flights.py)."""
-    return fresh_dynamodb_local
+if SOAK:
+
+    @pytest.fixture
+    def dynamodb_local(fresh_dynamodb_local):
+        """In a soak, one fresh server per replay (see test_flights.py)."""
+        return fresh_dynamodb_local
 
 
 @pytest.mark.parametrize("mode", ["exactly-once", "window", "at-least-once"])
@@ -48,8 +56,7 @@ def test_backfill_during_the_replay_equals_csv_ground_truth(ddb, streams, tmp_pa
     definition.pop("StreamSpecification", None)
     ddb.create_table(TableName=name, **definition)
     ddb.get_waiter("table_exists").wait(TableName=name)
-    flights = sampled(read_flights(start=FIRST_DAY, end=LAST_DAY))
-    steps = list(replay_steps(flights, rules.layout))
+    steps = list(replay_steps(replayed_flights(FIRST_DAY, LAST_DAY), rules.layout))
     assert [(s.day, s.phase) for s in steps[3:5]] == [(LAST_DAY, "schedule"), (LAST_DAY, "depart")]
     # the first day, and the second day's schedule; the second day's departures and corrections
     # then change items the backfill scans, while it scans them

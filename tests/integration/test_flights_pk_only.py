@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import pytest
 
+from tests.integration.harness import SOAK
 from tests.integration.test_flights import MODES, check_flights
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def dynamodb_local(fresh_dynamodb_local):
-    """One fresh server per replay (see test_flights.py)."""
-    return fresh_dynamodb_local
+if SOAK:
+
+    @pytest.fixture
+    def dynamodb_local(fresh_dynamodb_local):
+        """In a soak, one fresh server per replay (see test_flights.py)."""
+        return fresh_dynamodb_local
 
 
 @pytest.mark.parametrize(

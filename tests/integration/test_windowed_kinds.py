@@ -28,7 +28,7 @@ from aggregator.operations.backfill import Backfill
 from aggregator.operations.reconcile import reconcile
 from aggregator.runtime.processor import create_processor
 from tests.factories import ddb_json
-from tests.integration.harness import table_items
+from tests.integration.harness import SOAK, table_items
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +153,9 @@ def test_kinds_per_hour_and_over_ranges_are_exact_under_backfill_moves_and_fault
     ddb.get_waiter("table_exists").wait(TableName=name)
     rng = random.Random(19)
     flights: dict[str, dict] = {}
-    _write(ddb, name, list(_changes(rng, flights, "a", 100)))  # before the stream
+    # writes before the stream, during the backfill, after it (make soak: twice as many)
+    n_before, n_during, n_after = (100, 150, 60) if SOAK else (50, 75, 30)
+    _write(ddb, name, list(_changes(rng, flights, "a", n_before)))  # before the stream
     prepare_table(ddb, name, rules)
     stream_arn = table_stream_arn(ddb, name)
     client = FaultInjectingClient(ddb, layout=rules.layout)
@@ -163,7 +165,7 @@ def test_kinds_per_hour_and_over_ranges_are_exact_under_backfill_moves_and_fault
     processor = create_processor(rules, client, name, mode=mode, lifecycle=True)
     runner = StreamRunner(processor, streams, stream_arn, batch_size=40, faults=faults)
     runner.run()  # the rules are registered, pending
-    during = list(_changes(rng, flights, "b", 150))
+    during = list(_changes(rng, flights, "b", n_during))
     results: dict[str, object] = {}
 
     def backfill() -> None:
@@ -181,7 +183,7 @@ def test_kinds_per_hour_and_over_ranges_are_exact_under_backfill_moves_and_fault
         runner.run(until_caught_up=False, max_seconds=0.5)
     for t in threads:
         t.join()
-    _write(ddb, name, list(_changes(rng, flights, "c", 60)))  # after it: the stream alone
+    _write(ddb, name, list(_changes(rng, flights, "c", n_after)))  # after it: the stream alone
     assert runner.run().failures == 0
     assert "backfill" in results, "the backfill thread failed"
     assert client.crashes == 3

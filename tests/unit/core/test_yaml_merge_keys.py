@@ -147,7 +147,7 @@ def ordered(value: Any) -> Any:
     return value
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_merge_keys_follow_the_yaml_merge_rule(document):
     # make test-yaml names the release it put on the path: make sure it is the one imported
