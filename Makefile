@@ -8,6 +8,11 @@
 # development.md: "Dependencies"); `make test-latest` tries them without touching the lock;
 # `make test-lowest` tries the lowest versions the ranges allow.
 PYTHON ?= python3
+# The virtualenvs are installed without bytecode (uv does not compile; see venv_from_lock), so
+# Python writes it as modules are first imported, once: the suite starts many interpreters
+# (test workers, CLI subprocesses), and with PYTHONDONTWRITEBYTECODE set in the environment each
+# would compile everything it imports again.
+unexport PYTHONDONTWRITEBYTECODE
 VENV ?= .venv
 BIN := $(VENV)/bin
 LOCK ?= requirements/dev.txt
