@@ -54,15 +54,27 @@ def _local_stream_polls() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="module")
-def dynamodb_local() -> Iterator[object]:
-    """A DynamoDB Local server per test module.
-
-    Per module, not per session: DynamoDB Local keeps the streams of deleted tables in memory and
-    slows down as they pile up (five 3-day flights replays on one server took 7, 25, 43, 67 and
-    84 s), while a start costs about 4 s.
-    """
+@pytest.fixture(scope="session")
+def shared_dynamodb_local() -> Iterator[object]:
+    """The DynamoDB Local server of the test process's light modules (see ``dynamodb_local``)."""
     yield from _local_server()
+
+
+@pytest.fixture(scope="module")
+def dynamodb_local(request: pytest.FixtureRequest) -> Iterator[object]:
+    """A DynamoDB Local server: the module's own when it is marked ``own_dynamodb_local``, else
+    one shared by the light modules of the test process.
+
+    DynamoDB Local keeps the streams of deleted tables in memory and slows down as they pile up
+    (five 3-day flights replays on one server took 7, 25, 43, 67 and 84 s; the whole suite on one
+    server per test process spent twice the server CPU of one per module), while a start and its
+    JIT warm-up cost about 2.3 s of CPU. So a module that writes thousands of items gets its own,
+    and the modules that write a few hundred share one.
+    """
+    if request.node.get_closest_marker("own_dynamodb_local"):
+        yield from _local_server()
+    else:
+        yield request.getfixturevalue("shared_dynamodb_local")
 
 
 @pytest.fixture

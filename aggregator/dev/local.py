@@ -416,6 +416,7 @@ class DynamoDBLocal:
         self._log_file: IO[bytes] | None = None
         self._log_path: Path | None = None
         self._lock = threading.RLock()
+        self._session: boto3.session.Session | None = None
 
     # ------------------------------------------------------------------ properties
 
@@ -483,15 +484,20 @@ class DynamoDBLocal:
         )
 
     def _make_client(self, service: str, config: Config) -> Any:
-        session = boto3.session.Session(
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name=REGION,
-        )
-        # boto3-stubs' overloads take only literal service names; the client is Any here by design
-        return session.client(  # type: ignore[call-overload]
-            service, endpoint_url=self.endpoint_url, config=config
-        )
+        # One session for the server's clients: a session loads the service models (about 30 ms
+        # of JSON parsing per client otherwise) once. A session is not thread-safe, so clients
+        # are made under the lock; the clients themselves are.
+        with self._lock:
+            if self._session is None:
+                self._session = boto3.session.Session(
+                    aws_access_key_id=ACCESS_KEY,
+                    aws_secret_access_key=SECRET_KEY,
+                    region_name=REGION,
+                )
+            # boto3-stubs' overloads take only literal service names; the client is Any here
+            return self._session.client(  # type: ignore[call-overload]
+                service, endpoint_url=self.endpoint_url, config=config
+            )
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.integration.backfill_property import PARTS, SOAK, check_backfill_property, part_examples
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 
 @pytest.mark.parametrize("part", range(PARTS))

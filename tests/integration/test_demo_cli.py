@@ -17,7 +17,7 @@ from aggregator.cli import main
 from aggregator.cli.commands.demo import _wait_for_a_stop_signal
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 
 def test_demo_names_its_table_and_prints_queries_that_work(dynamodb_local):

@@ -17,7 +17,7 @@ from tests.integration.harness import (
     stored,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 MODES = ["exactly-once", "window"]
 

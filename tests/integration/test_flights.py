@@ -28,7 +28,7 @@ from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import create_processor
 from tests.integration.harness import SOAK, stored
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 ROOT = Path(__file__).resolve().parents[2]
 # two days (1,785 flights, 3,606 writes): every phase of the replay, corrections and a day

@@ -33,7 +33,7 @@ from tests.integration.test_flights import (
 )
 from tests.integration.test_kinds_flights import check_kinds, csv_departures
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 LAST_DAY = FIRST_DAY + timedelta(days=1)  # two days: the first before the stream, then the second
 

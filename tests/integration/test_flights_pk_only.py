@@ -9,7 +9,7 @@ import pytest
 from tests.integration.harness import SOAK
 from tests.integration.test_flights import MODES, check_flights
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 
 if SOAK:

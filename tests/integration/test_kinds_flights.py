@@ -30,7 +30,7 @@ from aggregator.dynamodb.table import create_table
 from tests.integration.harness import SOAK
 from tests.integration.test_flights import SAMPLE, replayed_flights, run_stream
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = date(2013, 1, 1)

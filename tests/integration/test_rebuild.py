@@ -24,7 +24,7 @@ from aggregator.operations.rebuild import Rebuild
 from tests.factories import ddb_json
 from tests.integration.harness import delete, deploy, final_items, put
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 V1 = rule("per_owner", key="{owner}", leaderboard=True)  # paths per owner
 V2 = rule("per_owner", key="{owner}", delta={"attribute": "points"}, leaderboard=True)

@@ -7,7 +7,7 @@ import pytest
 
 from tests.integration.shards_property import check_part
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 
 def test_many_shards_with_rollovers_and_faults_stay_exact_a(dynamodb_local):

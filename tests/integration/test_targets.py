@@ -30,7 +30,7 @@ from aggregator.runtime.processor import create_processor
 from tests.conftest import ROOT
 from tests.integration.harness import table_items
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 POSTS = [f"POST#{i:02d}" for i in range(8)]
 GHOST = "POST#ghost"  # liked, never created

@@ -30,7 +30,7 @@ from aggregator.runtime.processor import create_processor
 from tests.factories import ddb_json
 from tests.integration.harness import SOAK, table_items
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 HOUR = 3600
 START = 1_767_225_600  # 2026-01-01T00:00:00Z
