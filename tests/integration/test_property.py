@@ -21,10 +21,11 @@ the handler cannot read: the whole record for a bad envelope, only the corrupted
 contribution for a bad value (a bad image contributes nothing, the other image of its record
 still applies); the dead letters must be exactly the bad envelopes and the bad new images.
 
-``AGGREGATOR_PROPERTY_EXAMPLES`` scenarios (default 100, as CI runs them) are split into parts
-of at most ``AGGREGATOR_PROPERTY_PART_SIZE`` (default 100), each on a DynamoDB Local server of
-its own (the server slows down as deleted tables pile up), so pytest-xdist can run parts in
-parallel and no part nears the suite's per-test timeout. Each part writes its figures to
+``AGGREGATOR_PROPERTY_EXAMPLES`` scenarios (default 40, as CI runs them, from a fixed seed) are
+split into parts of at most ``AGGREGATOR_PROPERTY_PART_SIZE`` (default 10; 100 in a soak, each
+part then on a DynamoDB Local server of its own, as the server slows down when deleted tables
+pile up), so pytest-xdist can run parts in parallel and no part nears the suite's per-test
+timeout. Each part writes its figures to
 ``AGGREGATOR_SOAK_DIR`` when set. A longer soak::
 
     make soak            # 1,000 scenarios on 2 workers; EXAMPLES=10000 WORKERS=2 for more
@@ -46,6 +47,7 @@ from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.deadletters import list_dead_letters, replay_dead_letters
 from aggregator.dynamodb.table import create_table
 from tests.integration.harness import (
+    SOAK,
     TARGETS,
     WIDE_RULES,
     Parents,
@@ -62,10 +64,10 @@ from tests.integration.harness import (
     target_truth,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_EXAMPLES", "40"))
-PART_SIZE = int(os.environ.get("AGGREGATOR_PROPERTY_PART_SIZE", "100"))
+PART_SIZE = int(os.environ.get("AGGREGATOR_PROPERTY_PART_SIZE", "100" if SOAK else "10"))
 PARTS = max(1, math.ceil(EXAMPLES / PART_SIZE))
 _names = itertools.count()
 _DESER = TypeDeserializer()
@@ -312,10 +314,13 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
 
 
 @pytest.mark.parametrize("part", range(PARTS))
-def test_aggregates_equal_rules_over_final_items(part, fresh_dynamodb_local):
+def test_aggregates_equal_rules_over_final_items(part, request):
     examples = min(PART_SIZE, EXAMPLES - part * PART_SIZE)
-    ddb = fresh_dynamodb_local.client("dynamodb")
-    streams = fresh_dynamodb_local.client("dynamodbstreams")
+    # a soak's parts of 100 scenarios each on a server of its own; make test's parts of 10 on
+    # the module's (several tests, so that pytest-xdist starts the file early)
+    server = request.getfixturevalue("fresh_dynamodb_local" if SOAK else "dynamodb_local")
+    ddb = server.client("dynamodb")
+    streams = server.client("dynamodbstreams")
     report = {
         "scenarios": 0,
         "drift": 0,
