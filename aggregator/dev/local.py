@@ -72,7 +72,7 @@ SECRET_KEY = "local"
 
 NPM_TIMEOUT = 600.0
 """Seconds ``npm pack`` may take before the install is abandoned."""
-POLL_INTERVAL = 0.2
+POLL_INTERVAL = 0.05
 """Seconds between two readiness probes while the server starts."""
 STOP_TIMEOUT = 10.0
 """Seconds to wait after SIGTERM before the server is killed."""

@@ -62,7 +62,7 @@ def test_backfill_during_the_replay_equals_csv_ground_truth(ddb, streams, tmp_pa
     # then change items the backfill scans, while it scans them
     before, during = steps[:4], steps[4:]
     write_steps(ddb, name, before)
-    prepare_table(ddb, name, rules)  # enables the stream (aggregator prepare-table)
+    prepare_table(ddb, name, rules, poll_seconds=0.1)  # enables the stream (prepare-table)
     stream_arn = table_stream_arn(ddb, name)
     # WHEN the rules are deployed (the runner registers them, pending) ...
     client = FaultInjectingClient(ddb, layout=rules.layout)
