@@ -484,9 +484,9 @@ class DynamoDBLocal:
         )
 
     def _make_client(self, service: str, config: Config) -> Any:
-        # One session for the server's clients: a session loads the service models (about 30 ms
-        # of JSON parsing per client otherwise) once. A session is not thread-safe, so clients
-        # are made under the lock; the clients themselves are.
+        # One session for the server's clients: a session loads the service models (about 90 ms
+        # of CPU per client otherwise) once. A session is not thread-safe, so clients are
+        # made under the lock; the clients themselves are.
         with self._lock:
             if self._session is None:
                 self._session = boto3.session.Session(
