@@ -1,0 +1,149 @@
+"""A leaderboard's top list: the largest aggregates of one index partition, in one item (pure).
+
+Why one item instead of the sparse GSI
+--------------------------------------
+A GSI entry whose sort key is the value is deleted and put again on every change of the value:
+2 WCU per update of an indexed aggregate (Developer Guide, "Global secondary indexes", writes to
+an index), however many updates a batch makes. A **top list** keeps the ``keep`` largest
+aggregates of a partition (a rule's, a time bucket's, or one of ``leaderboard_partitions``) as a
+map ``key -> value`` in one item. It is written once per stream batch that changes it, whatever
+the number of keys the batch changed, and ``top`` reads it with one ``GetItem``.
+
+Who keeps it, and why the values are exact
+------------------------------------------
+The list is kept from the stream records of the aggregate items themselves (their new images),
+not by the writer that updated them. That is what makes a plain "last value wins" merge exact
+without versions or tombstones:
+
+- DynamoDB Streams shows the records of one item in the order of its modifications (Developer
+  Guide, "Change data capture for DynamoDB Streams"), and Lambda reads each shard in order,
+  parents before children, with ``ParallelizationFactor`` 1; with more, still in order per
+  partition key (Lambda Developer Guide, "Using Lambda with DynamoDB"). So the observations
+  of one aggregate reach the lists in the order of its values.
+- A failed batch is delivered again before any later record of its shard, so a repeated
+  observation is repeated before any newer one of the same key: merging it again changes
+  nothing.
+- Observations of different keys may come from different shards at once. Each merge is one
+  conditional write of the whole item (:mod:`aggregator.dynamodb.toplists`), so merges are
+  serialized per item.
+
+The invariant
+-------------
+A list has a ``floor`` (``None``: minus infinity). **Every aggregate of the partition whose value
+is non-zero and above the floor is in the list, with its current value** (once the stream has
+been read to the end; between a write and its record's merge the list lags, as a GSI does).
+Keys at or below the floor may be listed too. :func:`merge` keeps it:
+
+- An observation of a listed key replaces its value (a key whose value fell to zero, or whose
+  item is gone, leaves the list).
+- An unlisted key is added when its new value is above the floor. One at or below the floor
+  stays out: it is at or below the floor, which only rises.
+- When more than ``keep`` keys are listed, the floor rises to the ``keep + 1``-th largest value
+  and every key at or below it leaves: at most ``keep`` keys stay, all above the new floor
+  (ties at the floor all leave, so ties never grow the list).
+
+So ``top(n)`` of a partition is exact when its ``n``-th largest listed value is above the
+floor (:func:`exact_top`): whatever is not listed is at or below the floor. Values that fall can
+leave fewer than ``n`` keys above it; the caller then reads every aggregate (exact, slower), as
+with the GSI's floors (:mod:`aggregator.core.ranking`). A floor never falls: a rebuild of the
+rule starts a new list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from types import MappingProxyType
+
+__all__ = ["KEEP", "TopList", "exact_top", "latest", "merge"]
+
+KEEP = 128
+"""Keys a list keeps: ``top`` of up to 100 keys is answered from the list, with room for some of
+them to move down. About 2 KB with tail numbers as keys (2 WCU a write)."""
+
+
+@dataclass(frozen=True)
+class TopList:
+    """One partition's list.
+
+    Attributes
+    ----------
+    entries
+        ``{key: value}``: every non-zero aggregate above ``floor`` (and perhaps some others).
+        Values are ``Decimal``; no value is zero.
+    floor
+        What every unlisted aggregate is at or below; ``None`` when every non-zero aggregate
+        is listed.
+    """
+
+    entries: Mapping[str, Decimal] = field(default_factory=lambda: MappingProxyType({}))
+    floor: Decimal | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", MappingProxyType(dict(self.entries)))
+
+
+def latest(observations: Iterable[tuple[str, Decimal | None]]) -> dict[str, Decimal | None]:
+    """The last observation of each key, in the order given (a batch's records, in stream
+    order): ``{key: value}``, ``None`` for an aggregate whose item is gone."""
+    last: dict[str, Decimal | None] = {}
+    for key, value in observations:
+        last[key] = value
+    return last
+
+
+def merge(state: TopList, observations: Mapping[str, Decimal | None], keep: int = KEEP) -> TopList:
+    """``state`` after ``observations`` (``{key: new value}``, ``None`` or zero when the
+    aggregate is gone), each the key's newest value in stream order. Returns ``state`` itself
+    when nothing changes (the caller then writes nothing).
+
+    Raises
+    ------
+    ValueError
+        For ``keep < 1``.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, got {keep}")
+    entries = dict(state.entries)
+    for key, value in observations.items():
+        if value is None or value == 0:
+            entries.pop(key, None)
+        elif key in entries or state.floor is None or value > state.floor:
+            entries[key] = value
+        # else: unlisted and at or below the floor, which only rises; it stays out
+    floor = state.floor
+    if len(entries) > keep:
+        bound = sorted(entries.values(), reverse=True)[keep]  # the keep + 1-th largest
+        entries = {k: v for k, v in entries.items() if v > bound}
+        floor = bound if floor is None else max(floor, bound)
+    if floor == state.floor and entries == dict(state.entries):
+        return state
+    return TopList(entries, floor)
+
+
+def exact_top(
+    lists: Iterable[TopList], n: int, order: Callable[[str], str] = str
+) -> list[tuple[Decimal, str]] | None:
+    """The ``n`` largest listed aggregates over ``lists`` (the partitions of one leaderboard),
+    largest first, ties by ``order(key)`` (the key as users see it), as ``(value, key)``; or
+    ``None`` when the lists do not prove it: a list with a floor that the ``n``-th value does
+    not exceed (an unlisted aggregate could be among the top ``n``).
+
+    Raises
+    ------
+    ValueError
+        For ``n < 1``.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    lists = list(lists)
+    merged = sorted(
+        ((v, k) for one in lists for k, v in one.entries.items()),
+        key=lambda e: (-e[0], order(e[1])),
+    )
+    top = merged[:n]
+    for one in lists:
+        if one.floor is not None and (len(top) < n or top[-1][0] <= one.floor):
+            return None
+    return top

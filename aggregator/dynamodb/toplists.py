@@ -1,0 +1,246 @@
+"""Top-list items: a leaderboard partition's largest aggregates in one item, read and merged.
+
+The merge rules and the proof of exactness are in :mod:`aggregator.core.toplist`. Here: the
+item, its optimistic lock, and what reading and writing it cost.
+
+The item
+--------
+In the control partition, sort key ``leaderboard-top#<partition>`` (``partition`` as
+:func:`~aggregator.core.layout.leaderboard_partition` names a leaderboard's index partition):
+
+- ``top``: a map ``{key: N}`` of at most :data:`~aggregator.core.toplist.KEEP` keys (the key
+  part of each aggregate's sort key, as stored);
+- ``floor`` (N): absent while every non-zero aggregate is listed;
+- ``v`` (N): the item's version, one more at every write;
+- ``partition`` (S), and for a time bucket's partition the bucket's TTL.
+
+A merge reads nothing when its process wrote the item last (it keeps what it wrote) and writes
+only when the list changes: ``UpdateItem`` on condition that ``v`` is the version it knows. When
+another process wrote in between, the failed condition returns the item as it is
+(``ReturnValuesOnConditionCheckFailure``, DynamoDB API Reference, UpdateItem), and the merge is
+done again on it. A merge that would change nothing on what this process knows is checked on a
+strongly consistent read first: another process may have listed the key since.
+
+Cost: a write is 1 WCU per started KB of the larger of the item before and after it (Developer
+Guide, "Read/write capacity mode"): about 2 WCU for 128 tail numbers. A ``top`` reads the item
+with one eventually consistent ``GetItem``, 0.5 RCU per started 4 KB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from aggregator.core.exceptions import WriteError
+from aggregator.core.layout import TableLayout
+from aggregator.core.toplist import KEEP, TopList, merge
+from aggregator.dynamodb.errors import error_code
+from aggregator.dynamodb.updates import Update, with_collection
+from aggregator.dynamodb.writer import typed_item_size, write_units
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+
+__all__ = ["MERGE_ATTEMPTS", "TOP_PREFIX", "MergeResult", "TopLists", "top_sort_key"]
+
+TOP_PREFIX = "leaderboard-top#"
+"""Sort keys of top-list items in the control partition start with it."""
+MERGE_ATTEMPTS = 16
+"""Conditional writes one merge tries before it fails its batch (the batch is then delivered
+again): each failure means another process wrote the item in between."""
+_BATCH_GET_KEYS = 100
+"""``BatchGetItem`` reads at most 100 items a request (DynamoDB API Reference, BatchGetItem)."""
+
+_TOP, _FLOOR, _VERSION, _PARTITION = "top", "floor", "v", "partition"
+
+
+def top_sort_key(partition: str) -> str:
+    """The sort key text of the top-list item of index partition value ``partition``."""
+    return f"{TOP_PREFIX}{partition}"
+
+
+def decode(item: Mapping[str, Any] | None) -> tuple[TopList, int]:
+    """``(list, version)`` of a top-list item in DynamoDB JSON; an empty list at version 0 for
+    a missing item."""
+    if not item:
+        return TopList(), 0
+    entries = {k: Decimal(v["N"]) for k, v in item.get(_TOP, {}).get("M", {}).items()}
+    floor = item.get(_FLOOR, {}).get("N")
+    return TopList(entries, None if floor is None else Decimal(floor)), int(
+        item.get(_VERSION, {}).get("N", "0")
+    )
+
+
+@dataclass(slots=True)
+class MergeResult:
+    """What one merge did: ``writes`` (conditional writes sent, failed ones too), ``reads``
+    (strongly consistent reads), ``modelled_wcu`` (the writes' WCU, failed ones at 1 WCU per
+    started KB of the item as it was) and ``changed`` (whether the list changed)."""
+
+    writes: int = 0
+    reads: int = 0
+    modelled_wcu: int = 0
+    changed: bool = False
+
+
+class TopLists:
+    """Top-list items of one table (thread-safe for different partitions; one merge of a
+    partition at a time per object).
+
+    Parameters
+    ----------
+    client
+        A boto3 DynamoDB client.
+    table_name, layout
+        The user's table and the framework's layout in it.
+    keep
+        Keys a list keeps (:data:`~aggregator.core.toplist.KEEP`).
+    """
+
+    def __init__(
+        self, client: DynamoDBClient, table_name: str, layout: TableLayout, *, keep: int = KEEP
+    ) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.layout = layout
+        self.keep = keep
+        self._known: dict[str, tuple[TopList, int]] = {}
+
+    def _key(self, partition: str) -> dict[str, dict[str, str]]:
+        return self.layout.item_key(self.layout.control_pk, top_sort_key(partition))
+
+    def read(self, partitions: Iterable[str]) -> dict[str, TopList]:
+        """The lists of ``partitions`` (eventually consistent ``BatchGetItem``, 100 keys a
+        request): an empty list for a partition without an item.
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            When a request fails, or keys stay unprocessed after 8 requests.
+        """
+        wanted = sorted(set(partitions))
+        found: dict[str, TopList] = dict.fromkeys(wanted, TopList())
+        for start in range(0, len(wanted), _BATCH_GET_KEYS):
+            request: dict[str, Any] = {
+                self.table_name: {"Keys": [self._key(p) for p in wanted[start : start + 100]]}
+            }
+            for _ in range(8):
+                response = self.client.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self.table_name, []):
+                    found[item[_PARTITION]["S"]] = decode(item)[0]
+                request = response.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+            else:
+                raise ClientError(
+                    {"Error": {"Code": "UnprocessedKeys", "Message": "top lists left unread"}},
+                    "BatchGetItem",
+                )
+        return found
+
+    def _read_consistent(self, partition: str) -> tuple[TopList, int]:
+        response = self.client.get_item(
+            TableName=self.table_name, Key=self._key(partition), ConsistentRead=True
+        )
+        return decode(response.get("Item"))
+
+    def merge(
+        self,
+        partition: str,
+        observations: Mapping[str, Decimal | None],
+        *,
+        expires: int | None = None,
+    ) -> MergeResult:
+        """Merge ``observations`` (``{key: new value}``, the newest of each key in a batch, in
+        stream order; ``None`` for an aggregate whose item is gone) into ``partition``'s list
+        (:func:`aggregator.core.toplist.merge`). ``expires``: the TTL of a time bucket's
+        partition (epoch seconds), which its list item gets too.
+
+        Raises
+        ------
+        WriteError
+            When :data:`MERGE_ATTEMPTS` conditional writes all found the item changed.
+        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+            When a request fails (the caller fails the batch, which is delivered again).
+        """
+        result = MergeResult()
+        known = self._known.get(partition)
+        fresh = known is None
+        if known is None:
+            known = self._read_consistent(partition)
+            result.reads += 1
+        state, version = known
+        lay = self.layout
+        for _ in range(MERGE_ATTEMPTS):
+            new = merge(state, observations, self.keep)
+            if new is state:
+                if fresh:
+                    self._known[partition] = (state, version)
+                    return result
+                # another process may have listed a key since this one wrote: check first
+                state, version = self._read_consistent(partition)
+                result.reads += 1
+                fresh = True
+                continue
+            written: dict[str, Any] = {
+                _TOP: {"M": {k: {"N": str(v)} for k, v in new.entries.items()}},
+                _VERSION: {"N": str(version + 1)},
+                _PARTITION: {"S": partition},
+            }
+            if new.floor is not None:
+                written[_FLOOR] = {"N": str(new.floor)}
+            if expires is not None:
+                written[lay.ttl_attribute] = {"N": str(expires)}
+            update = Update()
+            for name, value in written.items():
+                update = update.set(name, value)
+            if new.floor is None:
+                update = update.remove(_FLOOR)
+            update = with_collection(update, lay, lay.control_pk)
+            update = (
+                update.where_equals(_VERSION, {"N": str(version)})
+                if version
+                else update.where_missing(_VERSION)
+            )
+            result.writes += 1
+            try:
+                response = self.client.update_item(
+                    TableName=self.table_name,
+                    Key=self._key(partition),
+                    ReturnValues="ALL_OLD",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    **update.render(),
+                )
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                # botocore-stubs' error response does not declare the "Item" that DynamoDB adds
+                # for ReturnValuesOnConditionCheckFailure
+                error_response: Mapping[str, Any] = exc.response
+                current: Mapping[str, Any] | None = error_response.get("Item")
+                if current is None:  # an endpoint that does not return it: read it
+                    state, version = self._read_consistent(partition)
+                    result.reads += 1
+                else:
+                    state, version = decode(current)
+                result.modelled_wcu += write_units(
+                    typed_item_size(current) if current is not None else 0
+                )
+                fresh = True
+                continue
+            old = response.get("Attributes") or {}
+            after = {**self._key(partition), **old, **written}
+            if new.floor is None:
+                after.pop(_FLOOR, None)
+            result.modelled_wcu += write_units(max(typed_item_size(old), typed_item_size(after)))
+            result.changed = True
+            self._known[partition] = (new, version + 1)
+            return result
+        raise WriteError(
+            f"the top list of {partition!r} changed under {MERGE_ATTEMPTS} merges in a row"
+        )
