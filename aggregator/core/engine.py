@@ -45,7 +45,7 @@ from typing import Any
 
 from aggregator.core.exceptions import ConfigError, EvaluationError, FailureCause
 from aggregator.core.kinds import COUNT_ATTRIBUTE
-from aggregator.core.layout import TableLayout
+from aggregator.core.layout import TableLayout, leaderboard_partition
 from aggregator.core.numbers import add, subtract
 from aggregator.core.records import Image, MalformedRecord, StreamRecord, pad_sequence_number
 from aggregator.core.routing import moved_at
@@ -69,6 +69,7 @@ __all__ = [
     "Engine",
     "RecordDelta",
     "RecordFailure",
+    "TopObservation",
     "add_amounts",
 ]
 
@@ -101,6 +102,34 @@ class AggregateRef:
         """Key of the item's changes in :attr:`BatchDeltas.deltas`: the sort key, prefixed with
         :data:`PARTIAL_MARK` for a partial (rule names start with a letter, so never with it)."""
         return f"{PARTIAL_MARK}{self.sort_key}" if self.partial else self.sort_key
+
+
+@dataclass(frozen=True, slots=True)
+class TopObservation:
+    """An aggregate of a ``leaderboard_store: list`` rule as its stream record shows it: what
+    its top list needs (:mod:`aggregator.core.toplist`).
+
+    Attributes
+    ----------
+    partition
+        The index partition whose list ranks it
+        (:func:`~aggregator.core.layout.leaderboard_partition`).
+    key
+        The key part of the aggregate's sort key, as stored (between ``"<rule>#"`` and, for a
+        time bucket, ``"#<granularity>#<bucket start>"``).
+    value
+        Its new value; ``None`` when the item is gone or at zero.
+    sequence_number
+        The record's.
+    expires
+        The time bucket's TTL (epoch seconds), ``None`` outside time buckets.
+    """
+
+    partition: str
+    key: str
+    value: Decimal | None
+    sequence_number: str
+    expires: int | None = None
 
 
 Amounts = tuple[Decimal, Decimal]
@@ -302,6 +331,9 @@ class BatchDeltas:
         has a readable ``NewImage`` is the application fixing a bad item.
     first_sequence_number, last_sequence_number
         Smallest and largest sequence number in the batch (``None`` for an empty batch).
+    observations
+        Records of aggregates of ``leaderboard_store: list`` rules, in stream order: what their
+        top lists merge (:class:`TopObservation`).
     """
 
     deltas: dict[str, CoalescedDelta] = field(default_factory=dict)
@@ -318,6 +350,7 @@ class BatchDeltas:
     old_images_unreadable: int = 0
     first_sequence_number: str | None = None
     last_sequence_number: str | None = None
+    observations: list[TopObservation] = field(default_factory=list)
 
 
 class Engine:
@@ -368,6 +401,10 @@ class Engine:
         """Names of the rules with ``write_shards: auto`` (their records need the shard's
         ``routing``: :meth:`process`)."""
         self._by_name = {r.name: r for r in rules}
+        self._listed = {r.name: r for r in rules if r.top_listed}
+        self.listed_rules = tuple(self._listed)
+        """Names of the ``leaderboard_store: list`` rules (their aggregates' records feed top
+        lists: :attr:`BatchDeltas.observations`)."""
         self._base = rules.base_rules
         self._derived = {source: rules.derived_from(source) for source in rules.sources}
         # per rule, the attributes to deserialize before evaluating it (sorted: the first
@@ -804,6 +841,8 @@ class Engine:
         if sharded is not None and total is not None:
             batch.partial_inputs += 1
             return self._partial_delta(record, sharded, total)
+        if self._listed:
+            self._observe(batch, record)
         self_write, source = self._classify(record)
         if self_write:
             batch.self_writes += 1
@@ -811,6 +850,43 @@ class Engine:
         if source is not None:
             batch.derived_inputs += 1
         return self._evaluate(record, source, fences, batch, routing)
+
+    def top_listed(self, record: StreamRecord) -> bool:
+        """Whether the record is of an aggregate item of a ``leaderboard_store: list`` rule
+        (its top list merges it; the filters let it through)."""
+        sort_key = self.layout.aggregate_sort_key(record.keys)
+        return sort_key is not None and sort_key.partition("#")[0] in self._listed
+
+    def _observe(self, batch: BatchDeltas, record: StreamRecord) -> None:
+        """Note the new value of an aggregate of a ``leaderboard_store: list`` rule."""
+        sort_key = self.layout.aggregate_sort_key(record.keys)
+        if sort_key is None:
+            return
+        rule = self._listed.get(sort_key.partition("#")[0])
+        if rule is None:
+            return
+        new = record.new_image
+        image = new if new is not None else record.old_image
+        value = None if new is None else new.raw.get(self.layout.value_attribute, {}).get("N")
+        amount = None if value is None or Decimal(value) == 0 else Decimal(value)
+        suffix = expires = None
+        if rule.window is not None and image is not None:
+            granularity = image.raw.get("granularity", {}).get("S")
+            start = image.raw.get("bucket", {}).get("S")
+            ttl = image.raw.get(self.layout.ttl_attribute, {}).get("N")
+            if granularity is not None and start is not None:
+                suffix = f"{granularity}#{start}"
+            expires = None if ttl is None else int(Decimal(ttl))
+        end = len(sort_key) - (0 if suffix is None else len(suffix) + 1)
+        batch.observations.append(
+            TopObservation(
+                leaderboard_partition(rule.name, sort_key, rule.leaderboard_partitions, suffix),
+                sort_key[len(rule.name) + 1 : end],
+                amount,
+                record.sequence_number,
+                expires,
+            )
+        )
 
     def _add_record(
         self, batch: BatchDeltas, record: StreamRecord, deltas: list[RecordDelta]
@@ -866,7 +942,7 @@ class Engine:
                 totals[0],
                 d.sequence_number,
                 [(d.sequence_number, d.amount)],
-                rule.leaderboard and not d.ref.partial,
+                rule.indexed and not d.ref.partial,
                 rule.leaderboard_partitions,
                 rule.partial_slots,
                 count=totals[1],

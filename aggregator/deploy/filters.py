@@ -7,7 +7,9 @@ each pattern at most 4,096 characters). The filters here let through:
 
 1. every record whose partition key is not one of the framework's reserved ones, and
 2. records of aggregate items whose sort key starts with ``"<source>#"`` for each rule that a
-   derived rule reads (their images are the derived rules' input).
+   derived rule reads (their images are the derived rules' input), and with ``"<rule>#"`` or
+   ``"<rule>@"`` (its rebuilt generations) for each ``leaderboard_store: list`` rule (their
+   images feed its top lists: :mod:`aggregator.core.toplist`).
 
 Everything else the framework writes (other aggregates, runner positions, dead letters) never
 reaches the function; the engine applies the same rule again (:meth:`Engine.is_self_write`).
@@ -56,6 +58,10 @@ def filter_patterns(rules: RuleSet, layout: TableLayout | None = None) -> list[d
     """
     layout = rules.layout if layout is None else layout
     pk, sk = layout.partition_key, layout.sort_key
+    read = list(dict.fromkeys(f"{source}#" for source in rules.sources))
+    for r in rules:
+        if r.top_listed:
+            read += [p for p in (f"{r.name}#", f"{r.name}@") if p not in read]
     patterns: list[dict[str, Any]]
     if sk is not None:
         patterns = [
@@ -65,13 +71,13 @@ def filter_patterns(rules: RuleSet, layout: TableLayout | None = None) -> list[d
                 }
             }
         ]
-        if rules.sources:
+        if read:
             patterns.append(
                 {
                     "dynamodb": {
                         "Keys": {
                             pk: {"S": [layout.aggregates_pk]},
-                            sk: {"S": [{"prefix": f"{source}#"} for source in rules.sources]},
+                            sk: {"S": [{"prefix": prefix} for prefix in read]},
                         }
                     }
                 }
@@ -79,14 +85,14 @@ def filter_patterns(rules: RuleSet, layout: TableLayout | None = None) -> list[d
     else:
         absent = {layout.collection_attribute: {"S": [{"exists": False}]}}
         patterns = [{"dynamodb": {"NewImage": absent, "OldImage": absent}}]
-        if rules.sources:
-            prefixes = [{"prefix": f"{layout.aggregates_pk}#{s}#"} for s in rules.sources]
+        if read:
+            prefixes = [{"prefix": f"{layout.aggregates_pk}#{prefix}"} for prefix in read]
             patterns.append({"dynamodb": {"Keys": {pk: {"S": prefixes}}}})
     for pattern in patterns:
         if len(_compact(pattern)) > MAX_PATTERN_CHARS:
             raise ConfigError(
-                f"the filter pattern for sources {', '.join(rules.sources)} is longer than "
-                f"{MAX_PATTERN_CHARS} characters; shorten the source rules' names"
+                f"the filter pattern for the aggregates the handler reads ({', '.join(read)}) is "
+                f"longer than {MAX_PATTERN_CHARS} characters; shorten those rules' names"
             )
     return patterns
 

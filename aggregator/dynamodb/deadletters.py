@@ -685,9 +685,7 @@ def _replay_actions(
         if (delta.amount == 0 and delta.count == 0) or delta.ref.rule != letter.rule:
             continue
         if delta.ref.partial:  # write sharding: the replay adds to the aggregate itself
-            delta = replace(
-                delta, ref=replace(delta.ref, partial=False), leaderboard=rule.leaderboard
-            )
+            delta = replace(delta, ref=replace(delta.ref, partial=False), leaderboard=rule.indexed)
         actions.append({"Update": add_update(table_name, layout, delta, delta.amount)})
     actions.append(
         {

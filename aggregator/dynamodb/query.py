@@ -58,9 +58,13 @@ from aggregator.core.ranking import IndexEntry, exact_top, read_partition
 from aggregator.core.rules import Rule, RuleSet, Window, unescape_key_part
 from aggregator.core.sketch import percentile_list
 from aggregator.core.sortable import number_from_sortable
+from aggregator.core.toplist import TopList
+from aggregator.core.toplist import exact_top as exact_top_listed
 from aggregator.core.windows import Granularity, RangePart, bucket_text, plan_range
 from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import MANIFEST_SORT_KEY
+from aggregator.dynamodb.toplists import decode as decode_top_list
+from aggregator.dynamodb.toplists import top_sort_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -507,7 +511,8 @@ class AggregateStore:
         except (ClientError, BotoCoreError) as exc:
             raise QueryError(f"{operation} on {self.table_name!r} failed: {exc}") from exc
         consumed = response.get("ConsumedCapacity") or {}
-        self.read_units += Decimal(str(consumed.get("CapacityUnits", 0)))
+        for part in consumed if isinstance(consumed, list) else [consumed]:  # BatchGetItem: a list
+            self.read_units += Decimal(str(part.get("CapacityUnits", 0)))
         return response
 
     def get(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any] = ()) -> Aggregate | None:
@@ -877,6 +882,12 @@ class AggregateStore:
         base = f"{stored}{suffix}"  # the index partition key value (leaderboard_partition)
         partitions = definition.leaderboard_partitions
         names = [base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)]
+        if definition.top_listed:
+            listed = self._top_from_lists(rule, stored, suffix, bucket, names, n)
+            if listed is not None:
+                return listed
+            self.top_fallbacks += 1
+            return self._ranked(rule, bucket, n)
 
         def aggregate(item: dict[str, Any]) -> IndexEntry[Aggregate]:
             value = Decimal(item[lay.value_attribute]["N"])
@@ -933,6 +944,46 @@ class AggregateStore:
             self.top_fallbacks += 1
             return self._ranked(rule, bucket, n)
         return [payload for _, _, payload in top]
+
+    def _top_from_lists(
+        self,
+        rule: str,
+        stored: str,
+        suffix: str,
+        bucket: tuple[str, str] | None,
+        names: builtins.list[str],
+        n: int,
+    ) -> builtins.list[Aggregate] | None:
+        """The top ``n`` from the top lists of index partitions ``names`` (one eventually
+        consistent ``BatchGetItem``; :mod:`aggregator.dynamodb.toplists`), or ``None`` when
+        they do not prove it (:func:`aggregator.core.toplist.exact_top`)."""
+        lay = self.layout
+        keys = [lay.item_key(lay.control_pk, top_sort_key(name)) for name in names]
+        lists = {name: TopList() for name in names}
+        request: dict[str, Any] = {self.table_name: {"Keys": keys}}
+        while request:
+            response = self._send(
+                "batch_get_item", RequestItems=request, ReturnConsumedCapacity="TOTAL"
+            )
+            for item in response.get("Responses", {}).get(self.table_name, []):
+                partition = item.get("partition", {}).get("S")
+                if partition in lists:
+                    lists[partition] = decode_top_list(item)[0]
+            request = response.get("UnprocessedKeys") or {}
+        top = exact_top_listed(lists.values(), n, order=unescape_key_part)
+        if top is None:
+            return None
+        return [
+            Aggregate(
+                rule,
+                unescape_key_part(key),
+                value,
+                f"{stored}#{key}{suffix}",
+                None if bucket is None else bucket[0],
+                None if bucket is None else bucket[1],
+            )
+            for value, key in top
+        ]
 
     def _ranked(
         self, rule: str, bucket: tuple[str, str] | None, n: int

@@ -182,7 +182,8 @@ class WriteStats:
     modelled_wcu
         Write capacity units by AWS's pricing rules (table plus leaderboard GSI).
     modelled_index_wcu
-        The part of ``modelled_wcu`` spent on the leaderboard GSI.
+        The part of ``modelled_wcu`` spent on leaderboards: the GSI, and the top lists' writes
+        (``leaderboard_store: list``).
     reported_wcu
         Sum of ``ConsumedCapacity.CapacityUnits`` the endpoint returned.
     skipped_zero
@@ -226,6 +227,9 @@ class WriteStats:
     dead_letters_to_queue
         Dead letters sent to the last-resort queue because DynamoDB rejected even the minimal
         form.
+    top_list_writes
+        Conditional writes of top lists (``leaderboard_store: list``; failed ones too); their
+        WCU are in ``modelled_wcu`` and ``modelled_index_wcu``.
     index_entries_added, index_entries_removed
         Items put into or taken out of the leaderboard index by a second update, because their
         value crossed their index partition's floor (:mod:`aggregator.dynamodb.floors`).
@@ -252,6 +256,7 @@ class WriteStats:
     dead_letters_compacted: int = 0
     dead_letter_fallbacks: int = 0
     dead_letters_to_queue: int = 0
+    top_list_writes: int = 0
     index_entries_added: int = 0
     index_entries_removed: int = 0
 

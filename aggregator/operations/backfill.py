@@ -659,7 +659,7 @@ class Backfill:
                 amount,
                 seq,
                 [(seq, amount)],
-                rule.leaderboard,
+                rule.indexed,
                 rule.leaderboard_partitions,
                 count=count,
                 count_parts=[(seq, count)] if keeps_count else [],

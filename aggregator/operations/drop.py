@@ -19,9 +19,9 @@ running it again:
    written meanwhile is left for the next run). The items themselves are never deleted. The
    same scan deletes the rule's partials (``write_shards``), which have no aggregate item to be
    found by.
-4. Remove its fence from each shard's fence item and its leaderboard index floors
-   (:mod:`aggregator.dynamodb.floors`), then its manifest entry (and the rule's serving pointer
-   with its last generation).
+4. Remove its fence from each shard's fence item, its leaderboard index floors
+   (:mod:`aggregator.dynamodb.floors`) and top lists (:mod:`aggregator.dynamodb.toplists`),
+   then its manifest entry (and the rule's serving pointer with its last generation).
 
 What is not checked: that no handler still *runs* the dropped definition. Deploy the rule set
 without the rule first (or, for a retired generation, let the deployment of the new definition
@@ -51,6 +51,7 @@ from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.targets import rule_token
+from aggregator.dynamodb.toplists import TOP_PREFIX
 from aggregator.dynamodb.updates import Update
 from aggregator.dynamodb.writer import error_code
 
@@ -68,7 +69,7 @@ class DropResult:
     """What :meth:`DropRule.run` deleted: ``generations`` (storage names), ``items_deleted``
     (aggregate items, a target rule's ledger included), ``fences_removed`` (fence entries),
     ``targets_cleared`` (application items the target attribute was removed from) and
-    ``floors_removed`` (leaderboard index floors)."""
+    ``floors_removed`` (leaderboard index floors and top lists)."""
 
     rule: str
     generations: list[str] = field(default_factory=list)
@@ -279,26 +280,30 @@ class DropRule:
         return keys
 
     def _remove_floors(self, storage_name: str) -> int:
-        """Delete the floor items of ``storage_name``'s index partitions (``<name>``,
-        ``<name>#<n>``, ``<name>#<bucket>...``)."""
+        """Delete the floor items and the top lists of ``storage_name``'s index partitions
+        (``<name>``, ``<name>#<n>``, ``<name>#<bucket>...``)."""
         removed = 0
         lay = self.layout
-        for page in query_collection(
-            client_call(self.client),
-            self.table_name,
-            lay,
-            lay.control_pk,
-            begins_with=f"{FLOOR_PREFIX}{storage_name}",
+        for prefix, attribute in (
+            (FLOOR_PREFIX, lay.leaderboard_attribute),
+            (TOP_PREFIX, "partition"),
         ):
-            for item in page:
-                partition = item.get(lay.leaderboard_attribute, {}).get("S", "")
-                if partition != storage_name and not partition.startswith(f"{storage_name}#"):
-                    continue  # another rule's whose name starts with this one's
-                self.client.delete_item(
-                    TableName=self.table_name,
-                    Key=lay.item_key(lay.control_pk, lay.sort_key_of(item) or ""),
-                )
-                removed += 1
+            for page in query_collection(
+                client_call(self.client),
+                self.table_name,
+                lay,
+                lay.control_pk,
+                begins_with=f"{prefix}{storage_name}",
+            ):
+                for item in page:
+                    partition = item.get(attribute, {}).get("S", "")
+                    if partition != storage_name and not partition.startswith(f"{storage_name}#"):
+                        continue  # another rule's whose name starts with this one's
+                    self.client.delete_item(
+                        TableName=self.table_name,
+                        Key=lay.item_key(lay.control_pk, lay.sort_key_of(item) or ""),
+                    )
+                    removed += 1
         return removed
 
     def _remove_fences(self, storage_name: str) -> int:

@@ -498,7 +498,7 @@ def _repair(
         difference,
         "0",
         [],
-        definition.leaderboard,
+        definition.indexed,
         definition.leaderboard_partitions,
         count=subtract(expected[1], stored[1]),
         keeps_count=definition.kind.keeps_count,

@@ -40,6 +40,7 @@ from aggregator.dynamodb.deadletters import DeadLetterWriter, LastResort
 from aggregator.dynamodb.manifest import RuleLifecycle
 from aggregator.dynamodb.modes import make_writer
 from aggregator.dynamodb.routing import ShardRouting
+from aggregator.dynamodb.toplists import TopLists
 from aggregator.dynamodb.writer import Writer, WriteStats
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ class BatchOutcome:
     routing_switches
         Switches of ``write_shards: auto`` rules this invocation persisted
         (:mod:`aggregator.dynamodb.routing`).
+    top_observations
+        Records of aggregates of ``leaderboard_store: list`` rules merged into their top lists
+        (:mod:`aggregator.dynamodb.toplists`).
     """
 
     response: dict[str, Any]
@@ -116,6 +120,7 @@ class BatchOutcome:
     errors: list[str] = field(default_factory=list)
     flushed: bool = False
     routing_switches: int = 0
+    top_observations: int = 0
 
 
 # -- window state ------------------------------------------------------------------------------
@@ -196,8 +201,10 @@ class StreamProcessor:
         clock: Any = time.time,
         lifecycle: RuleLifecycle | None = None,
         routing: ShardRouting | None = None,
+        top_lists: TopLists | None = None,
     ) -> None:
         self.clock = clock
+        self.top_lists = top_lists
         self.routing = routing
         self.lifecycle = lifecycle
         self.engine = engine
@@ -290,6 +297,17 @@ class StreamProcessor:
             outcome.write.add(result.stats)
             outcome.errors.extend(result.errors)
             outcome.retry_from = result.retry_from
+        if outcome.retry_from is None or self.flush != "window":
+            failed_from = self._merge_top_lists(batch, outcome)
+            if failed_from is not None:
+                if self.flush == "window":
+                    # the input state is delivered again: the flush, if any, is checkpointed
+                    raise WriteError(
+                        "top list merge failed; Lambda retries the invocation: "
+                        + "; ".join(outcome.errors[-3:])
+                    )
+                if outcome.retry_from is None or int(failed_from) < int(outcome.retry_from):
+                    outcome.retry_from = failed_from
         if self.routing is not None and routing is not None:
             # only after a batch that read the switches: a switch appends to the list it read
             outcome.routing_switches = self.routing.decide(shard_id, routing, batch)
@@ -306,6 +324,40 @@ class StreamProcessor:
                 )
         self._emit_metrics(outcome, records)
         return outcome
+
+    def _merge_top_lists(self, batch: BatchDeltas, outcome: BatchOutcome) -> str | None:
+        """Merge the batch's records of ``leaderboard_store: list`` aggregates into their top
+        lists, the newest value of each key (:mod:`aggregator.core.toplist`). Returns the
+        sequence number to deliver again from (the first record of a list whose merge failed:
+        merging a record again changes nothing), or ``None``."""
+        if not batch.observations:
+            return None
+        if self.top_lists is None:
+            raise ConfigError(
+                "rules keep top lists (leaderboard_store: list) but the processor has no "
+                "TopLists (build it with create_processor)"
+            )
+        observed: dict[str, dict[str, Any]] = {}
+        expires: dict[str, int | None] = {}
+        first: dict[str, str] = {}
+        for o in batch.observations:  # stream order: the last value of a key wins
+            observed.setdefault(o.partition, {})[o.key] = o.value
+            expires[o.partition] = o.expires
+            first.setdefault(o.partition, o.sequence_number)
+        outcome.top_observations += len(batch.observations)
+        failed: list[str] = []
+        for partition, values in observed.items():
+            try:
+                result = self.top_lists.merge(partition, values, expires=expires[partition])
+            except (ClientError, BotoCoreError, WriteError) as exc:
+                failed.append(first[partition])
+                outcome.errors.append(f"top list {partition}: {exc}")
+                continue
+            outcome.write.requests += result.writes + result.reads
+            outcome.write.modelled_wcu += result.modelled_wcu
+            outcome.write.modelled_index_wcu += result.modelled_wcu
+            outcome.write.top_list_writes += result.writes
+        return min(failed, key=int) if failed else None
 
     def _routing(
         self, shard_id: str | None, records: list[StreamRecord | MalformedRecord]
@@ -532,4 +584,5 @@ def create_processor(
         clock=clock,
         lifecycle=rule_lifecycle,
         routing=routing,
+        top_lists=TopLists(client, table_name, layout) if engine.listed_rules else None,
     )

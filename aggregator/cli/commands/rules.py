@@ -21,7 +21,11 @@ def _rule_summary(r: Any) -> dict[str, Any]:
     options = []
     if r.leaderboard:
         partitions = r.leaderboard_partitions
-        options.append("leaderboard" + (f" over {partitions}" if partitions > 1 else ""))
+        options.append(
+            "leaderboard"
+            + (" in top lists" if r.top_listed else "")
+            + (f" over {partitions}" if partitions > 1 else "")
+        )
     if r.target is not None:
         where = r.target.partition_key.template
         if r.target.sort_key is not None:

@@ -141,6 +141,14 @@ class Rule(BaseModel):
         for designing and using partition keys effectively"), and a throttled index throttles
         the table (Developer Guide, "GSI write throttling and back pressure"). ``top`` then reads
         every one of them and merges (one ``Query`` each). Needs ``leaderboard: true``.
+    leaderboard_store
+        Where the ranking is kept. ``index`` (default): the sparse GSI, rewritten (2 WCU) on
+        every update of an aggregate above its partition's floor. ``list``: a *top list* per
+        index partition, one item holding its largest aggregates
+        (:mod:`aggregator.core.toplist`), kept from the aggregates' own stream records and
+        written at most once per stream batch; ``top`` reads it with one request and answers
+        ``n`` up to 100 from it. Changing it builds a new generation (``aggregator rebuild``).
+        Needs ``leaderboard: true``.
     write_shards
         Write sharding for aggregates with many writers: each stream shard adds its deltas to
         one of this many *partial* items of the aggregate (chosen by a hash of the shard id), in
@@ -182,6 +190,7 @@ class Rule(BaseModel):
     ttl_deletes: Literal["keep", "retract"] = "keep"
     leaderboard: StrictBool = False
     leaderboard_partitions: CountField = 1
+    leaderboard_store: Literal["index", "list"] = "index"
     write_shards: WriteShardsField = 1
     window: Window | None = None
     source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
@@ -247,6 +256,8 @@ class Rule(BaseModel):
             raise FieldError(
                 "leaderboard_partitions", "leaderboard_partitions needs leaderboard: true"
             )
+        if self.leaderboard_store != "index" and not self.leaderboard:
+            raise FieldError("leaderboard_store", "leaderboard_store needs leaderboard: true")
         if self.sharded and self.source is not None:
             raise FieldError(
                 "write_shards",
@@ -287,6 +298,17 @@ class Rule(BaseModel):
             f"the aggregate's sort key would be {at_least}{size} bytes ({parts}), over "
             f"DynamoDB's {MAX_SORT_KEY_BYTES}-byte limit for a sort key"
         )
+
+    @property
+    def indexed(self) -> bool:
+        """Whether the rule's aggregates carry entries of the leaderboard GSI (a leaderboard
+        kept in the index, not in top lists)."""
+        return self.leaderboard and self.leaderboard_store == "index"
+
+    @property
+    def top_listed(self) -> bool:
+        """Whether the rule's ranking is kept in top lists (``leaderboard_store: list``)."""
+        return self.leaderboard and self.leaderboard_store == "list"
 
     @property
     def is_derived(self) -> bool:

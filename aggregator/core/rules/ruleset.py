@@ -442,6 +442,7 @@ def rule(
     ttl_deletes: Literal["keep", "retract"] = "keep",
     leaderboard: bool = False,
     leaderboard_partitions: int = 1,
+    leaderboard_store: Literal["index", "list"] = "index",
     write_shards: int | Literal["auto"] = 1,
     window: Mapping[str, Any] | None = None,
     source: str | None = None,
@@ -484,6 +485,8 @@ def rule(
     }
     if leaderboard_partitions != 1:
         data["leaderboard_partitions"] = leaderboard_partitions
+    if leaderboard_store != "index":
+        data["leaderboard_store"] = leaderboard_store
     if write_shards != 1:
         data["write_shards"] = write_shards
     if kind != "sum":

@@ -620,18 +620,30 @@ def test_stream_filter_drops_the_frameworks_own_partitions(stream_event: dict[st
     assert tuple(anything_but) == RESERVED_PARTITION_KEYS
 
 
-def test_stream_filter_lets_exactly_the_derived_rules_sources_through(
+def test_stream_filter_lets_exactly_the_derived_rules_sources_and_top_lists_through(
     stream_event: dict[str, Any],
 ) -> None:
     rules = load_rules(ROOT / "definitions")
     assert rules.sources == ("flights_by_plane", "paths_per_player")
+    listed = [r.name for r in rules if r.top_listed]
+    assert listed == [
+        "flights_by_carrier",
+        "delay_minutes_by_carrier",
+        "departures_by_origin",
+        "cancellations_by_carrier",
+        "flights_by_plane",
+    ]
     assert check_template(TEMPLATE_PATH, rules) == []
     filters = [json.loads(f["Pattern"]) for f in stream_event["FilterCriteria"]["Filters"]]
+    # the sources' aggregates, then each top-listed rule's and its rebuilt generations'
+    prefixes = ["flights_by_plane#", "paths_per_player#"]
+    for name in listed:
+        prefixes += [p for p in (f"{name}#", f"{name}@") if p not in prefixes]
     assert filters[1] == {
         "dynamodb": {
             "Keys": {
                 "pk": {"S": ["AGGREGATES"]},
-                "sk": {"S": [{"prefix": "flights_by_plane#"}, {"prefix": "paths_per_player#"}]},
+                "sk": {"S": [{"prefix": p} for p in prefixes]},
             }
         }
     }

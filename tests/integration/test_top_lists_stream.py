@@ -1,0 +1,146 @@
+"""Leaderboards kept in top lists (``leaderboard_store: list``), end to end on DynamoDB Local.
+
+Random scenarios: scores are written, moved up and down (negative points, zero), moved to
+another player and deleted, while the handler crashes mid-batch and delivers batches twice; the
+lists keep only 3 keys, so their floors rise often and keys leave and come back. The aggregates'
+own stream records feed the lists (:mod:`aggregator.core.toplist`). After every run of the
+stream, ``top(n)`` for several ``n`` equals a plain sort of sums computed from the score items
+themselves (ties by key, keys at zero left out), and no aggregate carries a GSI entry.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import strategies as st
+
+from aggregator.core.rules import RuleSet, rule
+from aggregator.deploy.filters import filter_patterns
+from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
+from aggregator.dev.runner import StreamRunner
+from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.table import create_table
+from aggregator.dynamodb.toplists import TOP_PREFIX
+from aggregator.runtime.processor import create_processor
+from tests.factories import ddb_json
+from tests.integration.harness import SOAK, run_property, table_items
+
+pytestmark = pytest.mark.integration
+
+PLAYERS = [f"p{i}" for i in range(9)]
+RULE = "score"
+
+step = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 11), st.sampled_from(PLAYERS), st.integers(-6, 25)),
+    st.tuples(st.just("put"), st.integers(0, 11), st.sampled_from(PLAYERS), st.integers(-6, 25)),
+    st.tuples(st.just("delete"), st.integers(0, 11), st.just(""), st.just(0)),
+    st.tuples(st.just("run"), st.just(0), st.just(""), st.just(0)),
+)
+scenario = st.fixed_dictionaries(
+    {
+        "steps": st.lists(step, min_size=8, max_size=40),
+        "partitions": st.sampled_from([1, 2]),
+        "mode": st.sampled_from(["exactly-once", "window"]),
+        "crash_every": st.integers(2, 4),
+        "crash_after": st.integers(1, 3),
+    }
+)
+
+
+def _rules(partitions: int) -> RuleSet:
+    return RuleSet.of(
+        rule(
+            RULE,
+            match={"kind": "score"},
+            key="{player}",
+            delta={"attribute": "points"},
+            leaderboard=True,
+            leaderboard_partitions=partitions,
+            leaderboard_store="list",
+        )
+    )
+
+
+def _truth(items: list[dict[str, Any]]) -> list[tuple[str, Decimal]]:
+    sums: dict[str, Decimal] = defaultdict(Decimal)
+    for item in items:
+        if item.get("kind", {}).get("S") == "score":
+            sums[item["player"]["S"]] += Decimal(item["points"]["N"])
+    return sorted(((k, v) for k, v in sums.items() if v), key=lambda kv: (-kv[1], kv[0]))
+
+
+def test_top_from_lists_is_a_plain_sort_under_faults(ddb, streams) -> None:
+    report: dict[str, int] = defaultdict(int)
+    counter = iter(range(10_000))
+
+    def run(case: dict[str, Any]) -> None:
+        report["scenarios"] += 1
+        rules = _rules(case["partitions"])
+        name = f"toplists-{next(counter)}"
+        arn = create_table(ddb, name, layout=rules.layout)
+        client = FaultInjectingClient(ddb, layout=rules.layout)
+        faults = RunnerFaults(client=client)
+        every, after = case["crash_every"], case["crash_after"]
+        faults.crash = lambda n: after if n % every == 0 and client.crashes < 6 else None
+        faults.duplicate = lambda n: n % 2 == 1
+        processor = create_processor(rules, client, name, mode=case["mode"])
+        assert processor.top_lists is not None
+        processor.top_lists.keep = 3
+        runner = StreamRunner(processor, streams, arn, batch_size=4, faults=faults)
+        store = AggregateStore(ddb, name, rules)
+
+        def check() -> None:
+            assert runner.run().failures == 0
+            items = table_items(ddb, name)
+            assert not any("lb" in item for item in items)  # nothing in the GSI
+            lists = [i for i in items if i["sk"]["S"].startswith(TOP_PREFIX)]
+            report["floors"] += sum(1 for i in lists if "floor" in i)
+            expected = _truth(items)
+            for n in (1, 2, 3, 4, 7, 20):
+                before = store.top_fallbacks
+                got = [(a.key, a.value) for a in store.top(RULE, n)]
+                report["proved"] += store.top_fallbacks == before
+                if got != expected[:n]:
+                    report["drift"] += 1
+                assert got == expected[:n], (n, got, expected, lists)
+            report["checks"] += 1
+
+        for kind, slot, player, points in case["steps"]:
+            pk = f"SCORE#{slot}"
+            if kind == "put":
+                item = {"pk": pk, "sk": "S", "kind": "score", "player": player, "points": points}
+                ddb.put_item(TableName=name, Item=ddb_json(item))
+            elif kind == "delete":
+                ddb.delete_item(TableName=name, Key=ddb_json({"pk": pk, "sk": "S"}))
+            else:
+                check()
+        check()
+        report["fallbacks"] += store.top_fallbacks
+        report["crashes"] += client.crashes
+        ddb.delete_table(TableName=name)
+
+    run_property(
+        scenario,
+        40 if SOAK else 8,
+        run,
+        report,
+        lambda r: (
+            f"top lists: {r['scenarios']} scenarios, {r['checks']} checks, {r['proved']} top "
+            f"calls answered from the lists, {r['fallbacks']} read every aggregate, "
+            f"{r['floors']} lists seen with a floor; drift {r['drift']}"
+        ),
+        "top_lists.json",
+    )
+    # the scenarios reached the lists' every path: floors, proofs from the lists, fallbacks
+    assert report["floors"] > 0 and report["proved"] > 0 and report["fallbacks"] > 0
+    assert report["crashes"] > 0
+
+
+def test_the_filters_let_the_listed_aggregates_through() -> None:
+    patterns = filter_patterns(_rules(1))
+    assert patterns[1]["dynamodb"]["Keys"]["sk"] == {
+        "S": [{"prefix": "score#"}, {"prefix": "score@"}]
+    }
