@@ -255,6 +255,8 @@ class RunFigures:
     dead_letters: int = 0
     runner_retries: int = 0
     aggregates: int = 0
+    top_list_writes: int = 0
+    top_list_reads: int = 0
     top_calls: int = 0
     top_queries: int = 0
     top_read_units: float = 0.0
@@ -409,6 +411,8 @@ def run_one(
     figures.throttle_retries = w.throttle_retries
     figures.failed_items = w.failed_items
     figures.dead_letters = w.dead_letters
+    figures.top_list_writes = w.top_list_writes
+    figures.top_list_reads = w.top_list_reads
     figures.update_items = counting.update_items
     figures.zero_adds = counting.zero_adds
     figures.failed_conditions = counting.failed_conditions
@@ -758,14 +762,22 @@ def _main(args: argparse.Namespace, console: Console, command: str, began: float
 def top_lines(runs: Sequence[RunFigures]) -> list[str]:
     """One line per run with ``top`` calls: requests, modelled RCU per call, exactness against
     a plain sort, and how often ``top`` read every aggregate instead of the index."""
-    return [
+    lines = [
         f"top ({r.strategy}, batch {r.batch_size}): {r.top_calls} calls (n = "
-        f"{', '.join(map(str, TOP_SIZES))} on each leaderboard rule), {r.top_queries} Query, "
+        f"{', '.join(map(str, TOP_SIZES))} on each leaderboard rule), {r.top_queries} requests, "
         f"{r.top_read_units / r.top_calls:.2f} RCU per call modelled; exact "
         f"{'yes' if r.top_exact else 'NO'}; {r.top_fallbacks} read every aggregate"
         for r in runs
         if r.top_calls
     ]
+    lines += [
+        f"top lists ({r.strategy}, batch {r.batch_size}): {r.per_1k(r.top_list_writes):,.1f} "
+        f"conditional writes ({r.per_1k(r.modelled_index_wcu):,.1f} WCU) and "
+        f"{r.per_1k(r.top_list_reads):,.1f} strongly consistent reads per 1,000 source records"
+        for r in runs
+        if r.top_list_writes
+    ]
+    return lines
 
 
 def summary_line(runs: list[RunFigures]) -> str | None:

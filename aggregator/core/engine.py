@@ -334,6 +334,9 @@ class BatchDeltas:
     observations
         Records of aggregates of ``leaderboard_store: list`` rules, in stream order: what their
         top lists merge (:class:`TopObservation`).
+    expired_observations
+        Such records of time buckets past their retention, left out (their lists expire with
+        them).
     """
 
     deltas: dict[str, CoalescedDelta] = field(default_factory=dict)
@@ -351,6 +354,7 @@ class BatchDeltas:
     first_sequence_number: str | None = None
     last_sequence_number: str | None = None
     observations: list[TopObservation] = field(default_factory=list)
+    expired_observations: int = 0
 
 
 class Engine:
@@ -817,6 +821,8 @@ class Engine:
                 batch.failures.append(self._malformed(record))
                 continue
             _widen_bounds(batch, record.sequence_number)
+            if self._listed:
+                self._observe(batch, record, clock)
             evaluated = self._record_deltas(batch, record, fences, routing)
             if evaluated is None:
                 continue
@@ -841,8 +847,6 @@ class Engine:
         if sharded is not None and total is not None:
             batch.partial_inputs += 1
             return self._partial_delta(record, sharded, total)
-        if self._listed:
-            self._observe(batch, record)
         self_write, source = self._classify(record)
         if self_write:
             batch.self_writes += 1
@@ -857,8 +861,10 @@ class Engine:
         sort_key = self.layout.aggregate_sort_key(record.keys)
         return sort_key is not None and sort_key.partition("#")[0] in self._listed
 
-    def _observe(self, batch: BatchDeltas, record: StreamRecord) -> None:
-        """Note the new value of an aggregate of a ``leaderboard_store: list`` rule."""
+    def _observe(self, batch: BatchDeltas, record: StreamRecord, now: float) -> None:
+        """Note the new value of an aggregate of a ``leaderboard_store: list`` rule; nothing for
+        a time bucket past its retention at ``now`` (its list may be deleted by its TTL
+        already: a late record must not write it again with that one key)."""
         sort_key = self.layout.aggregate_sort_key(record.keys)
         if sort_key is None:
             return
@@ -877,6 +883,9 @@ class Engine:
             if granularity is not None and start is not None:
                 suffix = f"{granularity}#{start}"
             expires = None if ttl is None else int(Decimal(ttl))
+            if expires is not None and expires <= now:
+                batch.expired_observations += 1
+                return
         end = len(sort_key) - (0 if suffix is None else len(suffix) + 1)
         batch.observations.append(
             TopObservation(

@@ -40,7 +40,8 @@ Keys at or below the floor may be listed too. :func:`merge` keeps it:
   stays out: it is at or below the floor, which only rises.
 - When more than ``keep`` keys are listed, the floor rises to the ``keep + 1``-th largest value
   and every key at or below it leaves: at most ``keep`` keys stay, all above the new floor
-  (ties at the floor all leave, so ties never grow the list).
+  (ties at the floor all leave, so ties never grow the list). Long keys may make it rise
+  further (:data:`MAX_BYTES`).
 
 So ``top(n)`` of a partition is exact when its ``n``-th largest listed value is above the
 floor (:func:`exact_top`): whatever is not listed is at or below the floor. Values that fall can
@@ -56,12 +57,24 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from types import MappingProxyType
 
-__all__ = ["KEEP", "TopList", "exact_top", "latest", "merge"]
+__all__ = ["KEEP", "MAX_BYTES", "TopList", "entry_bytes", "exact_top", "latest", "merge"]
 
 KEEP = 256
 """Keys a list keeps. ``top`` of up to 100 keys is answered from the list unless more than 156
 keys tie at its floor (they all leave together) or keys fell below it. With 256 tail numbers
 (``N12345``) and two-digit counts the item is about 2.4 KB: 3 WCU a write, 0.5 RCU a read."""
+
+
+MAX_BYTES = 8 * 1024
+"""About how many bytes a list's entries may take (:func:`entry_bytes`); past it the floor
+rises further. Keys of a few bytes never reach it with :data:`KEEP` keys, but key parts can be
+near 1 KB, and 256 of them would make each write of the list some 260 WCU."""
+
+
+def entry_bytes(key: str, value: Decimal) -> int:
+    """About what one entry adds to the list item: the key's UTF-8 bytes, the number's (a byte
+    per two digits, plus one) and a few bytes of map overhead (Developer Guide, "Item sizes")."""
+    return len(key.encode("utf-8")) + len(str(value)) // 2 + 3
 
 
 @dataclass(frozen=True)
@@ -94,10 +107,17 @@ def latest(observations: Iterable[tuple[str, Decimal | None]]) -> dict[str, Deci
     return last
 
 
-def merge(state: TopList, observations: Mapping[str, Decimal | None], keep: int = KEEP) -> TopList:
+def merge(
+    state: TopList,
+    observations: Mapping[str, Decimal | None],
+    keep: int = KEEP,
+    max_bytes: int = MAX_BYTES,
+) -> TopList:
     """``state`` after ``observations`` (``{key: new value}``, ``None`` or zero when the
     aggregate is gone), each the key's newest value in stream order. Returns ``state`` itself
-    when nothing changes (the caller then writes nothing).
+    when nothing changes (the caller then writes nothing). At most ``keep`` keys stay, and
+    fewer when their entries would pass ``max_bytes`` (:func:`entry_bytes`): the floor rises to
+    the first value that does not fit.
 
     Raises
     ------
@@ -114,8 +134,17 @@ def merge(state: TopList, observations: Mapping[str, Decimal | None], keep: int 
             entries[key] = value
         # else: unlisted and at or below the floor, which only rises; it stays out
     floor = state.floor
+    bound: Decimal | None = None
     if len(entries) > keep:
         bound = sorted(entries.values(), reverse=True)[keep]  # the keep + 1-th largest
+    if sum(entry_bytes(k, v) for k, v in entries.items()) > max_bytes:
+        used = 0
+        for key, value in sorted(entries.items(), key=lambda e: -e[1]):
+            used += entry_bytes(key, value)
+            if used > max_bytes:  # the first that does not fit, and all at or below it, leave
+                bound = value if bound is None else max(bound, value)
+                break
+    if bound is not None:
         entries = {k: v for k, v in entries.items() if v > bound}
         floor = bound if floor is None else max(floor, bound)
     if floor == state.floor and entries == dict(state.entries):

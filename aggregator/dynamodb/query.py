@@ -833,9 +833,15 @@ class AggregateStore:
         partition's floor (:mod:`aggregator.dynamodb.floors`) and the floor itself; when the
         read cannot prove the answer (fewer than ``n`` keys left above a floor), every
         aggregate of the rule is read and sorted instead (counted in :attr:`top_fallbacks`).
-        Other rules, and a leaderboard turned on after its aggregates were written until
-        ``aggregator rebuild`` indexes them (:meth:`index_complete`), read all their aggregates
-        and sort them.
+        Other rules, a leaderboard turned on after its aggregates were written until
+        ``aggregator rebuild`` indexes them (:meth:`index_complete`), and a rule whose serving
+        generation was built from another definition (:meth:`definition_changed`: during a
+        rebuild, which may move the ranking between the index and top lists) read all their
+        aggregates and sort them.
+
+        A rule with ``leaderboard_store: list`` reads the top lists of its index partitions
+        with one ``BatchGetItem`` instead (:mod:`aggregator.dynamodb.toplists`) and answers
+        from them when they prove the answer (:func:`aggregator.core.toplist.exact_top`).
 
         Keys whose value is zero are left out, as ``aggregator query list`` leaves them (the
         index may keep an entry at zero for a key whose items were all removed).
@@ -882,6 +888,11 @@ class AggregateStore:
         base = f"{stored}{suffix}"  # the index partition key value (leaderboard_partition)
         partitions = definition.leaderboard_partitions
         names = [base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)]
+        if self.definition_changed(rule):
+            # the serving generation was built from another definition (a rebuild is under
+            # way), which may keep its ranking in the other store (leaderboard_store is part of
+            # the fingerprint): every aggregate, sorted
+            return self._ranked(rule, bucket, n)
         if definition.top_listed:
             listed = self._top_from_lists(rule, stored, suffix, bucket, names, n)
             if listed is not None:
@@ -961,7 +972,9 @@ class AggregateStore:
         keys = [lay.item_key(lay.control_pk, top_sort_key(name)) for name in names]
         lists = {name: TopList() for name in names}
         request: dict[str, Any] = {self.table_name: {"Keys": keys}}
-        while request:
+        for attempt in range(8):
+            if attempt:  # keys left unprocessed (throttling): back off a little
+                time.sleep(min(0.05 * 2**attempt, 1.0))
             response = self._send(
                 "batch_get_item", RequestItems=request, ReturnConsumedCapacity="TOTAL"
             )
@@ -970,6 +983,10 @@ class AggregateStore:
                 if partition in lists:
                     lists[partition] = decode_top_list(item)[0]
             request = response.get("UnprocessedKeys") or {}
+            if not request:
+                break
+        else:
+            return None  # lists left unread: the caller reads every aggregate
         top = exact_top_listed(lists.values(), n, order=unescape_key_part)
         if top is None:
             return None

@@ -8,10 +8,13 @@ The item
 In the control partition, sort key ``leaderboard-top#<partition>`` (``partition`` as
 :func:`~aggregator.core.layout.leaderboard_partition` names a leaderboard's index partition):
 
-- ``top``: a map ``{key: N}`` of at most :data:`~aggregator.core.toplist.KEEP` keys (the key
-  part of each aggregate's sort key, as stored);
+- ``top``: a map ``{name: N}`` of at most :data:`~aggregator.core.toplist.KEEP` keys, each
+  the key part of an aggregate's sort key as stored (:func:`map_name`: DynamoDB refuses an
+  empty attribute name, and a key part may be empty);
 - ``floor`` (N): absent while every non-zero aggregate is listed;
-- ``v`` (N): the item's version, one more at every write;
+- ``v`` (N): the item's version, one more at every write, from a random start (a list deleted
+  by its TTL or ``drop-rule`` and written again does not meet a process's memory of the old
+  one's versions);
 - ``partition`` (S), and for a time bucket's partition the bucket's TTL.
 
 A merge reads nothing when its process wrote the item last (it keeps what it wrote) and writes
@@ -29,6 +32,7 @@ the lists of a leaderboard with one eventually consistent ``BatchGetItem``, 0.5 
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -47,13 +51,25 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 
-__all__ = ["MERGE_ATTEMPTS", "TOP_PREFIX", "MergeResult", "TopLists", "top_sort_key"]
+__all__ = [
+    "MERGE_ATTEMPTS",
+    "TOP_PREFIX",
+    "MergeResult",
+    "TopLists",
+    "decode",
+    "key_of_name",
+    "map_name",
+    "top_sort_key",
+]
 
 TOP_PREFIX = "leaderboard-top#"
 """Sort keys of top-list items in the control partition start with it."""
 MERGE_ATTEMPTS = 16
 """Conditional writes one merge tries before it fails its batch (the batch is then delivered
 again): each failure means another process wrote the item in between."""
+MAX_REMEMBERED = 10_000
+"""Lists whose last known state a process keeps; past it the memory is cleared (each list is
+then read once more), never a correctness matter."""
 _BATCH_GET_KEYS = 100
 """``BatchGetItem`` reads at most 100 items a request (DynamoDB API Reference, BatchGetItem)."""
 
@@ -65,12 +81,24 @@ def top_sort_key(partition: str) -> str:
     return f"{TOP_PREFIX}{partition}"
 
 
+def map_name(key: str) -> str:
+    """The name of ``key``'s entry in the ``top`` map: the key itself, but ``"~"`` for the empty
+    key and ``"~"`` before a key that starts with one (injective; undone by
+    :func:`key_of_name`)."""
+    return key if key and not key.startswith("~") else f"~{key}"
+
+
+def key_of_name(name: str) -> str:
+    """Inverse of :func:`map_name`."""
+    return name[1:] if name.startswith("~") else name
+
+
 def decode(item: Mapping[str, Any] | None) -> tuple[TopList, int]:
     """``(list, version)`` of a top-list item in DynamoDB JSON; an empty list at version 0 for
     a missing item."""
     if not item:
         return TopList(), 0
-    entries = {k: Decimal(v["N"]) for k, v in item.get(_TOP, {}).get("M", {}).items()}
+    entries = {key_of_name(k): Decimal(v["N"]) for k, v in item.get(_TOP, {}).get("M", {}).items()}
     floor = item.get(_FLOOR, {}).get("N")
     return TopList(entries, None if floor is None else Decimal(floor)), int(
         item.get(_VERSION, {}).get("N", "0")
@@ -81,12 +109,14 @@ def decode(item: Mapping[str, Any] | None) -> tuple[TopList, int]:
 class MergeResult:
     """What one merge did: ``writes`` (conditional writes sent, failed ones too), ``reads``
     (strongly consistent reads), ``modelled_wcu`` (the writes' WCU, failed ones at 1 WCU per
-    started KB of the item as it was) and ``changed`` (whether the list changed)."""
+    started KB of the item as it was), ``changed`` (whether the list changed) and
+    ``item_bytes`` (the item's size after the merge's write; 0 without one)."""
 
     writes: int = 0
     reads: int = 0
     modelled_wcu: int = 0
     changed: bool = False
+    item_bytes: int = 0
 
 
 class TopLists:
@@ -114,6 +144,11 @@ class TopLists:
 
     def _key(self, partition: str) -> dict[str, dict[str, str]]:
         return self.layout.item_key(self.layout.control_pk, top_sort_key(partition))
+
+    def _remember(self, partition: str, state: TopList, version: int) -> None:
+        if len(self._known) >= MAX_REMEMBERED and partition not in self._known:
+            self._known.clear()  # time buckets bring new partitions: forgetting costs a read
+        self._known[partition] = (state, version)
 
     def read(self, partitions: Iterable[str]) -> dict[str, TopList]:
         """The lists of ``partitions`` (eventually consistent ``BatchGetItem``, 100 keys a
@@ -181,16 +216,17 @@ class TopLists:
             new = merge(state, observations, self.keep)
             if new is state:
                 if fresh:
-                    self._known[partition] = (state, version)
+                    self._remember(partition, state, version)
                     return result
                 # another process may have listed a key since this one wrote: check first
                 state, version = self._read_consistent(partition)
                 result.reads += 1
                 fresh = True
                 continue
+            following = version + 1 if version else secrets.randbits(48) + 1
             written: dict[str, Any] = {
-                _TOP: {"M": {k: {"N": str(v)} for k, v in new.entries.items()}},
-                _VERSION: {"N": str(version + 1)},
+                _TOP: {"M": {map_name(k): {"N": str(v)} for k, v in new.entries.items()}},
+                _VERSION: {"N": str(following)},
                 _PARTITION: {"S": partition},
             }
             if new.floor is not None:
@@ -238,9 +274,10 @@ class TopLists:
             after = {**self._key(partition), **old, **written}
             if new.floor is None:
                 after.pop(_FLOOR, None)
-            result.modelled_wcu += write_units(max(typed_item_size(old), typed_item_size(after)))
+            result.item_bytes = typed_item_size(after)
+            result.modelled_wcu += write_units(max(typed_item_size(old), result.item_bytes))
             result.changed = True
-            self._known[partition] = (new, version + 1)
+            self._remember(partition, new, following)
             return result
         raise WriteError(
             f"the top list of {partition!r} changed under {MERGE_ATTEMPTS} merges in a row"

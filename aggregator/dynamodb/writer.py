@@ -227,9 +227,10 @@ class WriteStats:
     dead_letters_to_queue
         Dead letters sent to the last-resort queue because DynamoDB rejected even the minimal
         form.
-    top_list_writes
-        Conditional writes of top lists (``leaderboard_store: list``; failed ones too); their
-        WCU are in ``modelled_wcu`` and ``modelled_index_wcu``.
+    top_list_writes, top_list_reads
+        Conditional writes of top lists (``leaderboard_store: list``; failed ones too), whose
+        WCU are in ``modelled_wcu`` and ``modelled_index_wcu``, and their strongly consistent
+        reads (a merge that changes nothing by what its process knows reads the list first).
     index_entries_added, index_entries_removed
         Items put into or taken out of the leaderboard index by a second update, because their
         value crossed their index partition's floor (:mod:`aggregator.dynamodb.floors`).
@@ -257,6 +258,7 @@ class WriteStats:
     dead_letter_fallbacks: int = 0
     dead_letters_to_queue: int = 0
     top_list_writes: int = 0
+    top_list_reads: int = 0
     index_entries_added: int = 0
     index_entries_removed: int = 0
 

@@ -40,8 +40,8 @@ from aggregator.dynamodb.deadletters import DeadLetterWriter, LastResort
 from aggregator.dynamodb.manifest import RuleLifecycle
 from aggregator.dynamodb.modes import make_writer
 from aggregator.dynamodb.routing import ShardRouting
-from aggregator.dynamodb.toplists import TopLists
-from aggregator.dynamodb.writer import Writer, WriteStats
+from aggregator.dynamodb.toplists import TopLists, top_sort_key
+from aggregator.dynamodb.writer import WriteObservation, Writer, WriteStats
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -357,6 +357,23 @@ class StreamProcessor:
             outcome.write.modelled_wcu += result.modelled_wcu
             outcome.write.modelled_index_wcu += result.modelled_wcu
             outcome.write.top_list_writes += result.writes
+            outcome.write.top_list_reads += result.reads
+            observer = getattr(self.writer, "observer", None)
+            if observer is not None and result.modelled_wcu:
+                # a table write of the control partition, for capacity models
+                # (aggregator.dev.capacity): no index entry changes
+                lay = self.engine.layout
+                observer(
+                    WriteObservation(
+                        self.clock(),
+                        lay.control_pk,
+                        top_sort_key(partition),
+                        result.modelled_wcu,
+                        result.item_bytes,
+                        None,
+                        0,
+                    )
+                )
         return min(failed, key=int) if failed else None
 
     def _routing(

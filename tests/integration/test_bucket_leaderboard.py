@@ -1,8 +1,9 @@
 """Top-N per time bucket ("top customers this hour"): a rule with a ``window`` and a
-``leaderboard`` ranks the keys of each bucket through the leaderboard index, exact under inserts,
-modifications that move an amount, a customer or a time to another bucket, deletes, negative
-amounts and values falling to zero, with crashes and duplicate deliveries. The truth is summed
-from the table's own items, independently of the engine."""
+``leaderboard`` ranks the keys of each bucket through the leaderboard index (or its top lists,
+``leaderboard_store: list``), exact under inserts, modifications that move an amount, a
+customer or a time to another bucket, deletes, negative amounts and values falling to zero,
+with crashes and duplicate deliveries. The truth is summed from the table's own items,
+independently of the engine."""
 
 from __future__ import annotations
 
@@ -58,8 +59,13 @@ def _ranked(sums: dict[str, Decimal]) -> list[tuple[str, Decimal]]:
 
 @pytest.mark.parametrize(
     "extra",
-    ["", "\n    leaderboard_partitions: 3", "\n    write_shards: 2"],
-    ids=["one", "spread", "shards"],
+    [
+        "",
+        "\n    leaderboard_partitions: 3",
+        "\n    write_shards: 2",
+        "\n    leaderboard_store: list\n    leaderboard_partitions: 3\n    write_shards: 2",
+    ],
+    ids=["one", "spread", "shards", "lists"],
 )
 def test_top_n_per_hour_is_exact_under_moves_deletes_and_faults(
     ddb, streams, dynamodb_local, tmp_path, extra

@@ -206,10 +206,17 @@ def test_the_top_lines_give_reads_per_call_and_exactness():
     other = RunFigures("per-delta", 100, "t")  # no top calls: no line
     assert top_lines([run, other]) == [
         "top (exactly-once, batch 100): 4 calls (n = 10, 100 on each leaderboard rule), "
-        "5 Query, 0.75 RCU per call modelled; exact yes; 1 read every aggregate"
+        "5 requests, 0.75 RCU per call modelled; exact yes; 1 read every aggregate"
     ]
     run.top_exact = False
     assert "exact NO" in top_lines([run])[0]
+    # a run whose leaderboards are top lists: their writes and reads per 1,000 source records
+    listed = RunFigures("exactly-once", 100, "t", stream_records=2000, self_writes=1000)
+    listed.top_list_writes, listed.top_list_reads, listed.modelled_index_wcu = 30, 12, 75
+    assert top_lines([listed]) == [
+        "top lists (exactly-once, batch 100): 30.0 conditional writes (75.0 WCU) and 12.0 "
+        "strongly consistent reads per 1,000 source records"
+    ]
 
 
 def test_counting_client_models_query_read_units():

@@ -432,3 +432,85 @@ def test_large_deltas_that_dynamodb_can_store_are_added_exactly():
     assert add(Decimal("1E+40"), Decimal("-1E+40")) == 0
     with pytest.raises(ArithmeticError):
         add(Decimal("1E+40"), Decimal(1))  # 41 significant digits: not storable
+
+
+def test_records_of_top_listed_aggregates_become_observations_of_their_lists():
+    import zlib
+
+    rules = RuleSet.of(
+        rule("plain", match={"kind": "score"}, key="{player}", leaderboard=True),
+        rule(
+            "listed",
+            match={"kind": "score"},
+            key="{player}",
+            delta={"attribute": "points"},
+            leaderboard=True,
+            leaderboard_store="list",
+            leaderboard_partitions=2,
+        ),
+        rule(
+            "hourly",
+            match={"kind": "score"},
+            key="{player}",
+            leaderboard=True,
+            leaderboard_store="list",
+            window={"time": "at", "unit": "epoch_seconds", "granularities": ["hour"]},
+        ),
+    )
+    engine = Engine(rules)
+    hour = {
+        "granularity": "hour",
+        "bucket": "2024-01-01T10:00:00Z",
+        rules.layout.ttl_attribute: 1_704_200_000,
+    }
+
+    def aggregate(sk, value, **more):
+        return {"pk": "AGGREGATES", "sk": sk, "value": value, "rule": sk.split("#")[0], **more}
+
+    records = [
+        StreamRecord(stream_record("INSERT", new=aggregate("listed#a%23b", 5), seq=1)),
+        StreamRecord(
+            stream_record("MODIFY", aggregate("listed#c", 2), aggregate("listed#c", 0), seq=2)
+        ),
+        StreamRecord(stream_record("REMOVE", old=aggregate("listed#d", 3), seq=3)),
+        StreamRecord(
+            stream_record(
+                "INSERT", new=aggregate("hourly#a#hour#2024-01-01T10:00:00Z", 7, **hour), seq=4
+            )
+        ),
+        StreamRecord(stream_record("INSERT", new=aggregate("plain#a", 1), seq=5)),
+        StreamRecord(
+            stream_record(
+                "INSERT",
+                new={
+                    "pk": "u",
+                    "sk": "1",
+                    "kind": "score",
+                    "player": "a",
+                    "points": 3,
+                    "at": 1704103200,
+                },
+                seq=6,
+            )
+        ),
+    ]
+    batch = engine.process(records, now=1_704_100_000)
+    got = [(o.partition, o.key, o.value, o.expires) for o in batch.observations]
+
+    def part(sk):
+        return f"listed#{zlib.crc32(sk.encode()) % 2}"
+
+    assert got == [
+        (part("listed#a%23b"), "a%23b", Decimal(5), None),  # the key as stored (escaped)
+        (part("listed#c"), "c", None, None),  # at zero: gone from the list
+        (part("listed#d"), "d", None, None),  # the item removed
+        ("hourly#hour#2024-01-01T10:00:00Z", "a", Decimal(7), 1_704_200_000),
+    ]
+    assert [o.sequence_number for o in batch.observations] == [
+        str(s).zfill(21) for s in (1, 2, 3, 4)
+    ]
+    # the aggregates are still the framework's own writes: no deltas from them
+    assert batch.self_writes == 5
+    assert set(batch.deltas) == {"plain#a", "listed#a", "hourly#a#hour#2024-01-01T10:00:00Z"}
+    # only the index-kept rule's aggregates carry GSI entries
+    assert [sk for sk, d in batch.deltas.items() if d.leaderboard] == ["plain#a"]

@@ -149,3 +149,42 @@ def test_bad_sizes_are_refused(bad: int) -> None:
         merge(TopList(), {}, bad)
     with pytest.raises(ValueError, match="n must"):
         exact_top([TopList()], bad)
+
+
+def test_long_keys_raise_the_floor_before_the_byte_budget_is_passed() -> None:
+    from aggregator.core.toplist import MAX_BYTES, entry_bytes
+
+    long = {f"{i:04d}" + "x" * 996: Decimal(i) for i in range(1, 41)}  # 1 KB keys
+    state = merge(TopList(), long, keep=256)
+    assert sum(entry_bytes(k, v) for k, v in state.entries.items()) <= MAX_BYTES
+    kept = sorted(state.entries.values())
+    assert len(kept) == 8 and kept == [Decimal(i) for i in range(33, 41)]
+    assert state.floor == 32  # the first that did not fit
+    assert exact_top([state], 8) == sorted(
+        ((v, k) for k, v in state.entries.items()), key=lambda e: -e[0]
+    )
+    assert exact_top([state], 9) is None
+
+
+def test_an_expired_bucket_is_not_observed() -> None:
+    from aggregator.core.engine import Engine
+    from aggregator.core.records import StreamRecord
+    from aggregator.core.rules import RuleSet, rule
+    from tests.factories import stream_record
+
+    rules = RuleSet.of(
+        rule(
+            "hourly",
+            key="{player}",
+            leaderboard=True,
+            leaderboard_store="list",
+            window={"time": "at", "unit": "epoch_seconds", "granularities": ["hour"]},
+        )
+    )
+    sk = "hourly#a#hour#2024-01-01T10:00:00Z"
+    image = {"pk": "AGGREGATES", "sk": sk, "value": 3, "granularity": "hour"}
+    image |= {"bucket": "2024-01-01T10:00:00Z", "ttl": 1_000}
+    record = StreamRecord(stream_record("MODIFY", image, image))
+    assert Engine(rules).process([record], now=999).observations
+    late = Engine(rules).process([record], now=1_000)
+    assert not late.observations and late.expired_observations == 1
