@@ -45,7 +45,7 @@ from typing import Any
 
 from aggregator.core.exceptions import ConfigError, EvaluationError, FailureCause
 from aggregator.core.kinds import COUNT_ATTRIBUTE
-from aggregator.core.layout import TableLayout, leaderboard_partition
+from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add, subtract
 from aggregator.core.records import Image, MalformedRecord, StreamRecord, pad_sequence_number
 from aggregator.core.routing import moved_at
@@ -57,6 +57,7 @@ from aggregator.core.rules import (
     derived_attribute_problems,
 )
 from aggregator.core.text import bound
+from aggregator.core.toplist import placement
 
 __all__ = [
     "MAX_SORT_KEY_BYTES",
@@ -886,15 +887,9 @@ class Engine:
             if expires is not None and expires <= now:
                 batch.expired_observations += 1
                 return
-        end = len(sort_key) - (0 if suffix is None else len(suffix) + 1)
+        partition, key = placement(rule.name, sort_key, rule.leaderboard_partitions, suffix)
         batch.observations.append(
-            TopObservation(
-                leaderboard_partition(rule.name, sort_key, rule.leaderboard_partitions, suffix),
-                sort_key[len(rule.name) + 1 : end],
-                amount,
-                record.sequence_number,
-                expires,
-            )
+            TopObservation(partition, key, amount, record.sequence_number, expires)
         )
 
     def _add_record(

@@ -57,7 +57,18 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from types import MappingProxyType
 
-__all__ = ["KEEP", "MAX_BYTES", "TopList", "entry_bytes", "exact_top", "latest", "merge"]
+from aggregator.core.layout import leaderboard_partition
+
+__all__ = [
+    "KEEP",
+    "MAX_BYTES",
+    "TopList",
+    "entry_bytes",
+    "exact_top",
+    "latest",
+    "merge",
+    "placement",
+]
 
 KEEP = 256
 """Keys a list keeps. ``top`` of up to 100 keys is answered from the list unless more than 156
@@ -96,6 +107,26 @@ class TopList:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "entries", MappingProxyType(dict(self.entries)))
+
+
+def placement(
+    rule: str, sort_key: str, partitions: int, bucket: str | None = None
+) -> tuple[str, str]:
+    """Where an aggregate is ranked: ``(index partition, key)``, the partition as
+    :func:`~aggregator.core.layout.leaderboard_partition` names it and the key part of the sort
+    key as stored (between ``"<rule>#"`` and, for a time bucket, ``"#<bucket>"``; ``bucket`` is
+    ``"<granularity>#<bucket start>"``).
+
+    Examples
+    --------
+    >>> placement("score", "score#ann", 1)
+    ('score', 'ann')
+    >>> placement("spend", "spend#c1#hour#2026-01-01T00:00:00Z", 1, "hour#2026-01-01T00:00:00Z")
+    ('spend#hour#2026-01-01T00:00:00Z', 'c1')
+    """
+    end = len(sort_key) - (0 if bucket is None else len(bucket) + 1)
+    partition = leaderboard_partition(rule, sort_key, partitions, bucket)
+    return partition, sort_key[len(rule) + 1 : end]
 
 
 def latest(observations: Iterable[tuple[str, Decimal | None]]) -> dict[str, Decimal | None]:

@@ -185,6 +185,63 @@ class TopLists:
         )
         return decode(response.get("Item"))
 
+    def _write(
+        self, partition: str, new: TopList, version: int, expires: int | None
+    ) -> tuple[int, dict[str, Any], dict[str, Any]]:
+        """Write ``new`` as ``partition``'s list on condition that its version is ``version``
+        (0: no list yet). Returns ``(new version, item before, item after)``; raises
+        ``ClientError`` (``ConditionalCheckFailedException`` with the item as it is)."""
+        lay = self.layout
+        following = version + 1 if version else secrets.randbits(48) + 1
+        written: dict[str, Any] = {
+            _TOP: {"M": {map_name(k): {"N": str(v)} for k, v in new.entries.items()}},
+            _VERSION: {"N": str(following)},
+            _PARTITION: {"S": partition},
+        }
+        if new.floor is not None:
+            written[_FLOOR] = {"N": str(new.floor)}
+        if expires is not None:
+            written[lay.ttl_attribute] = {"N": str(expires)}
+        update = Update()
+        for name, value in written.items():
+            update = update.set(name, value)
+        if new.floor is None:
+            update = update.remove(_FLOOR)
+        update = with_collection(update, lay, lay.control_pk)
+        update = (
+            update.where_equals(_VERSION, {"N": str(version)})
+            if version
+            else update.where_missing(_VERSION)
+        )
+        response = self.client.update_item(
+            TableName=self.table_name,
+            Key=self._key(partition),
+            ReturnValues="ALL_OLD",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            **update.render(),
+        )
+        old = response.get("Attributes") or {}
+        after = {**self._key(partition), **old, **written}
+        if new.floor is None:
+            after.pop(_FLOOR, None)
+        return following, old, after
+
+    def replace(
+        self, partition: str, new: TopList, version: int, *, expires: int | None = None
+    ) -> None:
+        """Write ``new`` as ``partition``'s list, on condition that the list's version is still
+        ``version`` (0: no list), as a repair does
+        (:mod:`aggregator.operations.toplists`).
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            ``ConditionalCheckFailedException`` when the list changed since, or any other
+            failure of the request.
+        """
+        following, _, _ = self._write(partition, new, version, expires)
+        self._remember(partition, new, following)
+
     def merge(
         self,
         partition: str,
@@ -211,7 +268,6 @@ class TopLists:
             known = self._read_consistent(partition)
             result.reads += 1
         state, version = known
-        lay = self.layout
         for _ in range(MERGE_ATTEMPTS):
             new = merge(state, observations, self.keep)
             if new is state:
@@ -223,36 +279,9 @@ class TopLists:
                 result.reads += 1
                 fresh = True
                 continue
-            following = version + 1 if version else secrets.randbits(48) + 1
-            written: dict[str, Any] = {
-                _TOP: {"M": {map_name(k): {"N": str(v)} for k, v in new.entries.items()}},
-                _VERSION: {"N": str(following)},
-                _PARTITION: {"S": partition},
-            }
-            if new.floor is not None:
-                written[_FLOOR] = {"N": str(new.floor)}
-            if expires is not None:
-                written[lay.ttl_attribute] = {"N": str(expires)}
-            update = Update()
-            for name, value in written.items():
-                update = update.set(name, value)
-            if new.floor is None:
-                update = update.remove(_FLOOR)
-            update = with_collection(update, lay, lay.control_pk)
-            update = (
-                update.where_equals(_VERSION, {"N": str(version)})
-                if version
-                else update.where_missing(_VERSION)
-            )
             result.writes += 1
             try:
-                response = self.client.update_item(
-                    TableName=self.table_name,
-                    Key=self._key(partition),
-                    ReturnValues="ALL_OLD",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                    **update.render(),
-                )
+                following, old, after = self._write(partition, new, version, expires)
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
@@ -270,10 +299,6 @@ class TopLists:
                 )
                 fresh = True
                 continue
-            old = response.get("Attributes") or {}
-            after = {**self._key(partition), **old, **written}
-            if new.floor is None:
-                after.pop(_FLOOR, None)
             result.item_bytes = typed_item_size(after)
             result.modelled_wcu += write_units(max(typed_item_size(old), result.item_bytes))
             result.changed = True

@@ -37,6 +37,10 @@ whose items point at a target that does not exist is reported with status ``no t
 outliving their post): it is never created, so there is nothing to repair. Each check then scans
 the table three times (the stored reads before and after, and the expected values).
 
+**Top lists** (``leaderboard_store: list``) of the checked rules are then checked against the
+aggregates they rank, and with ``repair`` written again from them
+(:mod:`aggregator.operations.toplists`; ``list_drifts`` of the report).
+
 Costs: two scans per check that finds candidates (one otherwise; 1 RCU per 4 KB, strongly
 consistent) and four reads of the rules' aggregates; one ``UpdateItem`` per repaired key.
 """
@@ -70,6 +74,7 @@ from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import Update, aggregate_update
 from aggregator.dynamodb.writer import error_code
+from aggregator.operations.toplists import ListDrift, check_top_lists
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -115,12 +120,19 @@ class ReconcileReport:
     keys_checked: int = 0
     items_scanned: int = 0
     checks: int = 0
+    lists_checked: int = 0
+    """Top lists checked against their aggregates (``leaderboard_store: list`` rules)."""
+    list_drifts: list[ListDrift] = field(default_factory=list)
+    """Top lists that disagree with their aggregates (:mod:`aggregator.operations.toplists`)."""
 
     @property
     def clean(self) -> bool:
         """No drift left unrepaired and nothing moving (a key whose target item does not
-        exist is reported, not a drift: there is no item to repair)."""
-        return all(d.status in ("repaired", "no target") for d in self.drifts)
+        exist is reported, not a drift: there is no item to repair), in the aggregates and in
+        the top lists."""
+        return all(d.status in ("repaired", "no target") for d in self.drifts) and all(
+            d.status == "repaired" for d in self.list_drifts
+        )
 
 
 def _version(item: dict[str, Any], value_attribute: str) -> tuple[tuple[str, str, Any], ...]:
@@ -311,17 +323,27 @@ def reconcile(
     candidates = sorted(
         k for k in keys if first.expected.get(k, NO_AMOUNTS) != _value(first.after, k)
     )
-    if not candidates:
-        return report
     # a write-sharded rule's change reaches its aggregate in two passes through the stream (the
     # partial, then the aggregate): wait for both before calling a difference stable
     sharded = any(r.sharded for r in rules if r.name in names)
-    time.sleep(settle_seconds * (2 if sharded else 1))
-    second = _check(checker, report, clock)
-    for key in candidates:
-        drift = _judge(checker, key, first, second, repair)
-        if drift is not None:
-            report.drifts.append(drift)
+    if candidates:
+        time.sleep(settle_seconds * (2 if sharded else 1))
+        second = _check(checker, report, clock)
+        for key in candidates:
+            drift = _judge(checker, key, first, second, repair)
+            if drift is not None:
+                report.drifts.append(drift)
+    # the top lists, once the aggregates they rank are repaired: a list follows its aggregates
+    # one more pass through the stream behind
+    report.lists_checked, report.list_drifts = check_top_lists(
+        client,
+        table_name,
+        rules,
+        names,
+        repair=repair,
+        settle_seconds=settle_seconds * (3 if sharded else 2),
+        clock=clock,
+    )
     return report
 
 

@@ -144,3 +144,65 @@ def test_the_filters_let_the_listed_aggregates_through() -> None:
     assert patterns[1]["dynamodb"]["Keys"]["sk"] == {
         "S": [{"prefix": "score#"}, {"prefix": "score@"}]
     }
+
+
+def test_reconcile_finds_a_list_that_lost_a_record_and_repairs_it(ddb, streams) -> None:
+    """A list that missed a record (a batch given up after its retries) keeps an old value:
+    reconcile reports it, repairs it from the aggregates once, and a list that moves during the
+    check is reported as moving, never written."""
+    from aggregator.operations.reconcile import reconcile
+    from aggregator.operations.toplists import check_top_lists
+
+    rules = _rules(1)
+    name = "toplists-reconcile"
+    arn = create_table(ddb, name, layout=rules.layout)
+    runner = StreamRunner(create_processor(rules, ddb, name), streams, arn, batch_size=10)
+    for i, points in enumerate([5, 9, -2, 7, 7, 3]):
+        item = {"pk": f"SCORE#{i}", "sk": "S", "kind": "score", "player": PLAYERS[i % 4]}
+        ddb.put_item(TableName=name, Item=ddb_json(item | {"points": points}))
+    assert runner.run().failures == 0
+    store = AggregateStore(ddb, name, rules)
+    truth = _truth(table_items(ddb, name))
+    assert [(a.key, a.value) for a in store.top(RULE, 10)] == truth
+    report = reconcile(rules, ddb, name, settle_seconds=0)
+    assert report.clean and report.lists_checked == 1 and report.list_drifts == []
+
+    key = rules.layout.item_key(rules.layout.control_pk, f"{TOP_PREFIX}{RULE}")
+    lost = {"#t": "top", "#k": truth[0][0]}
+    ddb.update_item(
+        TableName=name,
+        Key=key,
+        UpdateExpression="SET #t.#k = :v",
+        ExpressionAttributeNames=lost,
+        ExpressionAttributeValues={":v": {"N": "1"}},
+    )
+    assert [(a.key, a.value) for a in store.top(RULE, 10)] != truth  # the list is wrong
+    report = reconcile(rules, ddb, name, settle_seconds=0)
+    assert not report.clean
+    assert [(d.rule, d.partition, d.wrong, d.status) for d in report.list_drifts] == [
+        (RULE, RULE, 1, "drift")
+    ]
+    report = reconcile(rules, ddb, name, repair=True, settle_seconds=0)
+    assert report.clean and [d.status for d in report.list_drifts] == ["repaired"]
+    assert [(a.key, a.value) for a in store.top(RULE, 10)] == truth
+    assert reconcile(rules, ddb, name, settle_seconds=0).list_drifts == []
+
+    # a list that a merge changes between the two checks is moving: not written
+    ddb.update_item(
+        TableName=name,
+        Key=key,
+        UpdateExpression="SET #t.#k = :v",
+        ExpressionAttributeNames=lost,
+        ExpressionAttributeValues={":v": {"N": "1"}},
+    )
+
+    def merge_meanwhile(_seconds: float) -> None:
+        item = {"pk": "SCORE#9", "sk": "S", "kind": "score", "player": "p8", "points": 4}
+        ddb.put_item(TableName=name, Item=ddb_json(item))
+        assert runner.run().failures == 0
+
+    checked, drifts = check_top_lists(
+        ddb, name, rules, [RULE], repair=True, settle_seconds=0, sleep=merge_meanwhile
+    )
+    assert checked == 1 and [d.status for d in drifts] == ["moving"]
+    ddb.delete_table(TableName=name)

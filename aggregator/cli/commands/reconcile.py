@@ -45,7 +45,8 @@ def reconcile_cmd(
     """Recompute the rules from a strongly consistent scan and compare with the stored
     aggregates: a table of drifting keys (expected, stored, difference) and totals; exit 1 on
     drift (with --repair: on drift that could not be repaired). A key that moved during the check
-    is reported as moving, never repaired."""
+    is reported as moving, never repaired. The top lists of leaderboard_store: list rules are
+    then checked against their aggregates (and with --repair written again from them)."""
     from rich.table import Table
 
     from aggregator.cli.tables import rules_for_table
@@ -83,5 +84,22 @@ def reconcile_cmd(
         f"{counts['repaired']} repaired",
         highlight=False,
     )
+    if report.lists_checked:
+        if report.list_drifts:
+            lists = Table()
+            for column in ("rule", "top list", "wrong keys", "status"):
+                lists.add_column(column, justify="right" if column == "wrong keys" else "left")
+            for ld in report.list_drifts:
+                lists.add_row(ld.rule, ld.partition, f"{ld.wrong:,}", ld.status)
+            console.print(lists)
+        states = {
+            s: sum(d.status == s for d in report.list_drifts)
+            for s in ("drift", "moving", "repaired")
+        }
+        console.print(
+            f"reconcile: {report.lists_checked} top list(s) checked: {states['drift']} "
+            f"drifting, {states['moving']} moving, {states['repaired']} repaired",
+            highlight=False,
+        )
     if not report.clean:
         raise SystemExit(1)
