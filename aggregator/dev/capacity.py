@@ -57,7 +57,8 @@ class CapacityReport:
     """What :meth:`CapacityModel.report` found. Sizes in bytes.
 
     ``item``, ``partition`` and ``index_partition`` are the peaks (``None``: no write of that
-    kind); ``largest_item_bytes`` the largest item size any write left; ``largest_item_by_hour``
+    kind); ``largest_item_bytes`` the largest aggregate (or partial) size any write left
+    (:attr:`~aggregator.dynamodb.writer.WriteObservation.aggregate`); ``largest_item_by_hour``
     the largest size written per simulated hour since the first write; ``throttled_seconds``
     counts (item, second), (partition, second) and (index partition, second) pairs over the
     limit.
@@ -120,7 +121,7 @@ class CapacityModel:
             self._partition[(write.partition, second)] += write.wcu
             if write.index_partition is not None:
                 self._index[(write.index_partition, second)] += write.index_wcu
-            if write.item_bytes > self._largest.get(second, (0, ""))[0]:
+            if write.aggregate and write.item_bytes > self._largest.get(second, (0, ""))[0]:
                 self._largest[second] = (write.item_bytes, item)
 
     @staticmethod

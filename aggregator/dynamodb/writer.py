@@ -289,6 +289,9 @@ class WriteObservation:
         no index entry.
     index_wcu
         Modelled index write capacity units.
+    aggregate
+        Whether the item is an aggregate (or a partial); ``False`` for the framework's other
+        items, such as top lists, which count for throughput but not as aggregates' sizes.
     """
 
     at_seconds: float
@@ -298,6 +301,7 @@ class WriteObservation:
     item_bytes: int
     index_partition: str | None
     index_wcu: int
+    aggregate: bool = True
 
 
 @dataclass(slots=True)

@@ -372,6 +372,7 @@ class StreamProcessor:
                         result.item_bytes,
                         None,
                         0,
+                        aggregate=False,
                     )
                 )
         return min(failed, key=int) if failed else None
