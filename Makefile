@@ -150,7 +150,8 @@ soak: install
 		tests/integration/test_flights.py tests/integration/test_flights_pk_only.py \
 		tests/integration/test_flights_backfill.py tests/integration/test_kinds_flights.py \
 		tests/integration/test_leaderboard_floors.py tests/integration/test_windowed_kinds.py \
-		tests/integration/test_targets.py tests/integration/test_bucket_leaderboard.py
+		tests/integration/test_targets.py tests/integration/test_bucket_leaderboard.py \
+		tests/integration/test_top_lists_stream.py tests/integration/test_toplists.py
 
 # The package as a user gets it: the wheel built from this checkout, installed into a fresh
 # virtualenv in a directory outside the clone (the locked versions of its dependencies), where
