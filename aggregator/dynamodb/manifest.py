@@ -167,6 +167,7 @@ class Manifest:
         chosen: dict[str, RuleState] = {}
         new: list[RuleState] = []
         changed: list[str] = []
+        moved: list[str] = []
         gone: list[str] = []
         unrecorded: list[tuple[str, bool]] = []
         running: list[tuple[str, bool]] = []
@@ -195,6 +196,8 @@ class Manifest:
                     running.append((state.name, r.leaderboard))
             elif any(s.fingerprint == fingerprint for s in family):
                 gone.append(r.name)
+            elif _store_moved(r, family):
+                moved.append(r.name)
             else:
                 changed.append(r.name)
         if changed:
@@ -203,6 +206,14 @@ class Manifest:
                 "aggregates were built with the old one, and mixing two definitions in one "
                 "aggregate is silent corruption; run `aggregator rebuild RULE` with the new "
                 "definition before deploying it (or give the changed rule a new name)"
+            )
+        if moved:
+            raise ConfigError(
+                f"rule(s) {', '.join(moved)}: only where the ranking is kept changed "
+                "(leaderboard_store): the aggregates keep their values, but each generation "
+                "keeps its ranking in one store; run `aggregator rebuild RULE` with the new "
+                "definition before deploying it (it builds a generation with the new store and "
+                "switches readers to it)"
             )
         if gone:
             raise ConfigError(
@@ -542,3 +553,15 @@ class RuleLifecycle:
             for name in missing:
                 self._cache[(name, shard_id)] = known[name]
         return {name: self._cache[(name, shard_id)].after for name in names}
+
+
+def _store_moved(rule: Rule, family: Iterable[RuleState]) -> bool:
+    """Whether ``rule`` differs from a live generation of ``family`` only in where its ranking
+    is kept (``leaderboard_store``, and the ``leaderboard`` flag that goes with the list)."""
+    if not rule.leaderboard:
+        return False
+    other = "index" if rule.leaderboard_store == "list" else "list"
+    elsewhere = rule_fingerprint(rule.model_copy(update={"leaderboard_store": other}))
+    return any(
+        s.fingerprint == elsewhere and s.status not in ("retired", "dropping") for s in family
+    )

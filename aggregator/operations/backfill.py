@@ -101,6 +101,7 @@ from aggregator.dynamodb.streams import (
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
 from aggregator.dynamodb.updates import Update
 from aggregator.dynamodb.writer import WriteStats, error_code, item_size
+from aggregator.operations.toplists import settle_top_lists
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -194,6 +195,12 @@ class BackfillStats:
     write: WriteStats = field(default_factory=WriteStats)
     elapsed_seconds: float = 0.0
     resumed: bool = False
+    top_lists_written: int = 0
+    """Top lists (``leaderboard_store: list``) written from the aggregates at the end
+    (:func:`aggregator.operations.toplists.settle_top_lists`)."""
+    top_lists_unsettled: int = 0
+    """Top lists that still disagreed with their aggregates after that (the handler keeps
+    changing them: it merges their records)."""
 
 
 class _RateLimiter:
@@ -990,6 +997,11 @@ class Backfill:
             for ref, old_amounts in old.items():
                 final[ref] = add_amounts(final.get(ref, NO_AMOUNTS), old_amounts)
         self._apply(self._batch(final, 1), f"backfill.{self.stats.backfill_id}.final")
+        # the top lists of the backfilled aggregates: the handler merges their records a moment
+        # later (a local run perhaps much later); written now, top is exact once they are active
+        self.stats.top_lists_written, self.stats.top_lists_unsettled = settle_top_lists(
+            self.client, self.table_name, self.rules, list(self.states), clock=self.clock
+        )
         now = int(self.clock())
         # derived rules first: a kill before the base rules are marked leaves them backfilling,
         # and running again finishes the same backfill (its final step applies once)

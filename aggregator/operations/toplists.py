@@ -19,6 +19,11 @@ runs: a record merged after that read changes the version (the repair fails and 
 *moving*), and one merged after the repair is newer than what the repair read, or older and
 followed by the newer one, since one aggregate's records are merged in order.
 
+:func:`settle_top_lists` does the repair without the wait, for a backfill that has just written
+a rule's aggregates (the handler would merge their records into the lists a moment later; a
+local ``aggregator run`` perhaps much later), so that ``top`` is exact from the moment the rule is
+active or a rebuild switches readers to it.
+
 Costs: per check, one ``GetItem`` per list and a read of every aggregate of the rules checked
 (1 RCU per 4 KB, strongly consistent); one ``UpdateItem`` per repaired list.
 """
@@ -43,7 +48,7 @@ from aggregator.dynamodb.toplists import TOP_PREFIX, TopLists, decode
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["ListDrift", "check_top_lists"]
+__all__ = ["ListDrift", "check_top_lists", "settle_top_lists"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,3 +188,50 @@ def _repair(writer: TopLists, partition: str, seen: _Seen) -> bool:
             raise
         return False
     return True
+
+
+def settle_top_lists(
+    client: DynamoDBClient,
+    table_name: str,
+    rules: RuleSet,
+    names: Iterable[str],
+    *,
+    attempts: int = 8,
+    clock: Callable[[], float] = time.time,
+) -> tuple[int, int]:
+    """Write each top list of the rules ``names`` that disagrees with its aggregates again from
+    them (on condition of the version read before them, as a repair does), read again, and so
+    on, at most ``attempts`` rounds (module docstring). Rules without ``leaderboard_store:
+    list`` are skipped.
+
+    Returns
+    -------
+    tuple
+        ``(lists written, lists still disagreeing)``: a list that the handler keeps changing
+        through every round is left to it (``top`` reads every aggregate while it cannot prove
+        an answer).
+
+    Raises
+    ------
+    botocore.exceptions.ClientError
+        When a read fails, or a write fails for another reason than its condition.
+    """
+    listed = [rules.get(n) for n in names if rules.get(n).top_listed]
+    writer = TopLists(client, table_name, rules.layout)
+
+    def disagreeing() -> list[tuple[str, _Seen]]:
+        return [
+            (partition, seen)
+            for rule in listed
+            for partition, seen in _read(client, table_name, rules, rule, clock()).items()
+            if seen.wrong
+        ]
+
+    written = 0
+    for _ in range(max(1, attempts)):
+        wrong = disagreeing()
+        if not wrong:
+            return written, 0
+        for partition, seen in wrong:
+            written += _repair(writer, partition, seen)
+    return written, len(disagreeing())

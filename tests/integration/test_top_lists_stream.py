@@ -10,6 +10,7 @@ themselves (ties by key, keys at zero left out), and no aggregate carries a GSI 
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from decimal import Decimal
 from typing import Any
@@ -205,4 +206,101 @@ def test_reconcile_finds_a_list_that_lost_a_record_and_repairs_it(ddb, streams) 
         ddb, name, rules, [RULE], repair=True, settle_seconds=0, sleep=merge_meanwhile
     )
     assert checked == 1 and [d.status for d in drifts] == ["moving"]
+    ddb.delete_table(TableName=name)
+
+
+def test_a_backfill_leaves_the_lists_exact_before_the_handler_merges_its_writes(
+    ddb, streams
+) -> None:
+    """A backfill writes a new rule's aggregates; the handler would merge their records into
+    the lists a moment later (a local run perhaps much later). The backfill writes the lists
+    from the aggregates at its end, so top is exact as soon as the rule is active; the records
+    merged later change nothing."""
+    from aggregator.dynamodb.table import table_definition, table_stream_arn
+    from aggregator.dynamodb.tablecheck import prepare_table
+    from aggregator.operations.backfill import Backfill
+
+    rules = _rules(2)
+    name = "toplists-backfill"
+    # items written before the table had a stream, so before any rule: the backfill's
+    definition = table_definition(rules.layout)
+    definition.pop("StreamSpecification", None)
+    ddb.create_table(TableName=name, **definition)
+    ddb.get_waiter("table_exists").wait(TableName=name)
+    for i in range(40):
+        item = {"pk": f"SCORE#{i}", "sk": "S", "kind": "score", "player": PLAYERS[i % 9]}
+        ddb.put_item(TableName=name, Item=ddb_json(item | {"points": (i * 7) % 23 - 5}))
+    prepare_table(ddb, name, rules, poll_seconds=0.1)  # enables the stream
+    arn = table_stream_arn(ddb, name)
+    processor = create_processor(rules, ddb, name, lifecycle=True)
+    assert processor.top_lists is not None
+    processor.top_lists.keep = 3  # floors in the lists written by the backfill as well
+    runner = StreamRunner(processor, streams, arn, batch_size=10)
+    assert runner.run().failures == 0  # registers the rule, pending; nothing to count yet
+    assert not [i for i in table_items(ddb, name) if i["sk"]["S"].startswith(TOP_PREFIX)]
+    stats = Backfill(rules, ddb, streams, name, arn, segments=2, stream_lag_seconds=0).run()
+    assert stats.write.items_written > 0
+    assert stats.top_lists_written == 2 and stats.top_lists_unsettled == 0
+    store = AggregateStore(ddb, name, rules)
+    truth = _truth(table_items(ddb, name))
+    for n in (1, 3, 20):
+        assert [(a.key, a.value) for a in store.top(RULE, n)] == truth[:n]
+    assert runner.run().failures == 0  # the handler merges the backfill's records: no change
+    assert [(a.key, a.value) for a in store.top(RULE, 20)] == truth
+    ddb.delete_table(TableName=name)
+
+
+MOVING_RULE = """version: 1
+rules:
+  - name: score
+    match: {{kind: score}}
+    key: "{{player}}"
+    delta: {{attribute: points}}
+    leaderboard: true
+{store}"""
+
+
+def test_moving_a_ranking_from_the_index_to_top_lists_is_a_rebuild(
+    ddb, dynamodb_local, tmp_path
+) -> None:
+    """The commands, as a user runs them: a rule ranked in the index moves to top lists. The
+    handler refuses the new definition, naming the store; the rebuild builds a generation with
+    lists, and top is exact once readers are switched, before any further run merges the
+    rebuild's records."""
+    from click.testing import CliRunner
+
+    from aggregator.cli import main
+    from aggregator.core.rules import load_rules
+
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(MOVING_RULE.format(store=""))
+    name = "toplists-moving"
+    create_table(ddb, name, layout=load_rules(rules_file).layout)
+    for i in range(60):
+        item = {"pk": f"SCORE#{i}", "sk": "S", "kind": "score", "player": f"p{i % 17}"}
+        ddb.put_item(TableName=name, Item=ddb_json(item | {"points": (i * 5) % 19 - 4}))
+    cli = CliRunner()
+    common = ["--table", name, "--endpoint-url", dynamodb_local.endpoint_url]
+    common += ["-d", str(rules_file)]
+
+    def ok(*args: str) -> str:
+        result = cli.invoke(main, [*args, *common])
+        assert result.exit_code == 0, result.output + result.stderr
+        return " ".join(result.output.split())
+
+    ok("run")
+    truth = _truth(table_items(ddb, name))
+    rules_file.write_text(MOVING_RULE.format(store="    leaderboard_store: list\n"))
+    refused = cli.invoke(main, ["run", *common])
+    assert refused.exit_code == 1 and "Traceback" not in refused.stderr
+    assert "only where the ranking is kept changed (leaderboard_store)" in refused.stderr
+    assert "requested; no handler" in ok("rebuild", RULE, "--wait", "0")
+    ok("run")  # the handler takes the new generation up
+    out = ok("rebuild", RULE, "--stream-lag", "0")
+    assert "readers switched from generation 1 (score) to generation 2 (score@2)" in out
+    assert "top lists: 1 written from the aggregates" in out
+    result = cli.invoke(main, ["query", "top", RULE, "-n", "20", "--json", *common])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)["aggregates"]
+    assert [(a["key"], Decimal(a["value"])) for a in listed] == truth[:20]
     ddb.delete_table(TableName=name)

@@ -148,6 +148,17 @@ def print_backfill_summary(stats: BackfillStats, names: str) -> None:
         f"{stats.write.modelled_wcu} WCU (modelled), {stats.elapsed_seconds:.1f} s",
         highlight=False,
     )
+    if stats.top_lists_written or stats.top_lists_unsettled:
+        console.print(
+            f"top lists: {stats.top_lists_written} written from the aggregates"
+            + (
+                f"; {stats.top_lists_unsettled} still changing (the handler is merging records "
+                "into them)"
+                if stats.top_lists_unsettled
+                else ""
+            ),
+            highlight=False,
+        )
     if stats.evaluation_failures:
         console.print(
             f"note: {stats.evaluation_failures} (item, rule) pairs could not be evaluated and "

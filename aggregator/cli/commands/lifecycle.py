@@ -203,6 +203,11 @@ def drop_rule_cmd(
             f"; {result.targets_cleared} items' target attribute removed"
             if result.targets_cleared
             else ""
+        )
+        + (
+            f"; {result.floors_removed} leaderboard floors and top lists deleted"
+            if result.floors_removed
+            else ""
         ),
         highlight=False,
     )
