@@ -27,61 +27,40 @@ from hypothesis import strategies as st
 
 from aggregator.core.layout import leaderboard_partition
 from aggregator.core.rules import RuleSet, rule
-from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
-from aggregator.dev.runner import StreamRunner
+from aggregator.dev.faults import FaultInjectingClient
 from aggregator.dynamodb.floors import FLOOR_PREFIX, IndexFloors, floor_sort_key
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
 from aggregator.operations.drop import DropRule
-from aggregator.runtime.processor import create_processor
-from tests.factories import ddb_json
 from tests.integration.harness import SOAK, run_property, table_items
+from tests.integration.scores import (
+    RULE,
+    delete,
+    faulty_stream,
+    move,
+    put,
+    run,
+    score_rules,
+    score_scenarios,
+    score_truth,
+    write_step,
+)
 
 pytestmark = pytest.mark.integration
 
-PLAYERS = [f"p{i}" for i in range(9)]
-RULE = "score"
-
-step = st.one_of(
-    st.tuples(st.just("put"), st.integers(0, 11), st.sampled_from(PLAYERS), st.integers(-6, 25)),
-    st.tuples(st.just("move"), st.integers(0, 11), st.sampled_from(PLAYERS), st.integers(-6, 25)),
-    st.tuples(st.just("delete"), st.integers(0, 11), st.just(""), st.just(0)),
+scenario = score_scenarios(
+    put,
+    move,
+    delete,
     st.tuples(st.just("raise"), st.integers(0, 1), st.just(""), st.integers(0, 30)),
     st.tuples(st.just("forget"), st.just(0), st.just(""), st.just(0)),
     st.tuples(st.just("forget"), st.just(0), st.just(""), st.just(0)),
-    st.tuples(st.just("run"), st.just(0), st.just(""), st.just(0)),
-)
-scenario = st.fixed_dictionaries(
-    {
-        "steps": st.lists(step, min_size=8, max_size=40),
-        "partitions": st.sampled_from([1, 2]),
-        "mode": st.sampled_from(["exactly-once", "window"]),
-        "crash_every": st.integers(2, 4),
-        "crash_after": st.integers(1, 3),
-    }
+    run,
 )
 
 
 def _rules(partitions: int) -> RuleSet:
-    return RuleSet.of(
-        rule(
-            RULE,
-            match={"kind": "score"},
-            key="{player}",
-            delta={"attribute": "points"},
-            leaderboard=True,
-            leaderboard_partitions=partitions,
-        )
-    )
-
-
-def _truth(items: list[dict[str, Any]]) -> list[tuple[str, Decimal]]:
-    """Each player's sum of points over the score items, non-zero, largest first, ties by key."""
-    sums: dict[str, Decimal] = defaultdict(Decimal)
-    for item in items:
-        if item.get("kind", {}).get("S") == "score":
-            sums[item["player"]["S"]] += Decimal(item["points"]["N"])
-    return sorted(((k, v) for k, v in sums.items() if v), key=lambda kv: (-kv[1], kv[0]))
+    return score_rules(partitions)
 
 
 def _check_invariant(items: list[dict[str, Any]], partitions: int, report: dict[str, int]) -> None:
@@ -112,18 +91,11 @@ def test_top_is_a_plain_sort_under_floors_faults_and_stale_writers(ddb, streams)
         report["scenarios"] += 1
         rules = _rules(case["partitions"])
         name = f"floors-{next(counter)}"
-        arn = create_table(ddb, name, layout=rules.layout)
-        client = FaultInjectingClient(ddb, layout=rules.layout)
-        faults = RunnerFaults(client=client)
-        every = case["crash_every"]
-        after = case["crash_after"]
-        faults.crash = lambda n: after if n % every == 0 and client.crashes < 6 else None
-        faults.duplicate = lambda n: n % 2 == 1
-        processor = create_processor(rules, client, name, mode=case["mode"])
+        _, processor, make_runner = faulty_stream(ddb, streams, rules, name, case)
         writer = processor.writer
         writer.floors.keep, writer.floors.check_every = 3, 1
         writer.floors.removal_grace_seconds = 0  # DynamoDB Local updates its index at once
-        runner = StreamRunner(processor, streams, arn, batch_size=4, faults=faults)
+        runner = make_runner()
         store = AggregateStore(ddb, name, rules)
         other = IndexFloors(ddb, name, rules.layout)  # another container's floor checks
         partitions = [RULE] if case["partitions"] == 1 else [f"{RULE}#0", f"{RULE}#1"]
@@ -132,7 +104,7 @@ def test_top_is_a_plain_sort_under_floors_faults_and_stale_writers(ddb, streams)
             assert runner.run().failures == 0
             items = table_items(ddb, name)
             _check_invariant(items, case["partitions"], report)
-            expected = _truth(items)
+            expected = score_truth(items)
             for n in (1, 2, 3, 4, 7, 20):
                 got = [(a.key, a.value) for a in store.top(RULE, n)]
                 if got != expected[:n]:
@@ -141,13 +113,9 @@ def test_top_is_a_plain_sort_under_floors_faults_and_stale_writers(ddb, streams)
             report["checks"] += 1
 
         for kind, slot, player, points in case["steps"]:
-            pk = f"SCORE#{slot}"
-            if kind in ("put", "move"):
-                item = {"pk": pk, "sk": "S", "kind": "score", "player": player, "points": points}
-                ddb.put_item(TableName=name, Item=ddb_json(item))
-            elif kind == "delete":
-                ddb.delete_item(TableName=name, Key=ddb_json({"pk": pk, "sk": "S"}))
-            elif kind == "raise":  # behind the writer's back, with a keep of its own
+            if write_step(ddb, name, kind, slot, player, points):
+                continue
+            if kind == "raise":  # behind the writer's back, with a keep of its own
                 other.keep = 1 + points % 4
                 other.raise_floor(partitions[slot % len(partitions)])
             elif kind == "forget":  # a cold container: no floors, nothing seen

@@ -16,11 +16,9 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from hypothesis import strategies as st
 
-from aggregator.core.rules import RuleSet, rule
+from aggregator.core.rules import RuleSet
 from aggregator.deploy.filters import filter_patterns
-from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
@@ -28,49 +26,30 @@ from aggregator.dynamodb.toplists import TOP_PREFIX
 from aggregator.runtime.processor import create_processor
 from tests.factories import ddb_json
 from tests.integration.harness import SOAK, run_property, table_items
+from tests.integration.scores import (
+    PLAYERS,
+    RULE,
+    delete,
+    faulty_stream,
+    move,
+    put,
+    run,
+    score_rules,
+    score_scenarios,
+    score_truth,
+    write_step,
+)
 
 pytestmark = pytest.mark.integration
 
-PLAYERS = [f"p{i}" for i in range(9)]
-RULE = "score"
-
-step = st.one_of(
-    st.tuples(st.just("put"), st.integers(0, 11), st.sampled_from(PLAYERS), st.integers(-6, 25)),
-    st.tuples(st.just("put"), st.integers(0, 11), st.sampled_from(PLAYERS), st.integers(-6, 25)),
-    st.tuples(st.just("delete"), st.integers(0, 11), st.just(""), st.just(0)),
-    st.tuples(st.just("run"), st.just(0), st.just(""), st.just(0)),
-)
-scenario = st.fixed_dictionaries(
-    {
-        "steps": st.lists(step, min_size=8, max_size=40),
-        "partitions": st.sampled_from([1, 2]),
-        "mode": st.sampled_from(["exactly-once", "window"]),
-        "crash_every": st.integers(2, 4),
-        "crash_after": st.integers(1, 3),
-    }
-)
+scenario = score_scenarios(put, move, delete, run)
 
 
 def _rules(partitions: int) -> RuleSet:
-    return RuleSet.of(
-        rule(
-            RULE,
-            match={"kind": "score"},
-            key="{player}",
-            delta={"attribute": "points"},
-            leaderboard=True,
-            leaderboard_partitions=partitions,
-            leaderboard_store="list",
-        )
-    )
+    return score_rules(partitions, leaderboard_store="list")
 
 
-def _truth(items: list[dict[str, Any]]) -> list[tuple[str, Decimal]]:
-    sums: dict[str, Decimal] = defaultdict(Decimal)
-    for item in items:
-        if item.get("kind", {}).get("S") == "score":
-            sums[item["player"]["S"]] += Decimal(item["points"]["N"])
-    return sorted(((k, v) for k, v in sums.items() if v), key=lambda kv: (-kv[1], kv[0]))
+_truth = score_truth
 
 
 def test_top_from_lists_is_a_plain_sort_under_faults(ddb, streams) -> None:
@@ -81,16 +60,10 @@ def test_top_from_lists_is_a_plain_sort_under_faults(ddb, streams) -> None:
         report["scenarios"] += 1
         rules = _rules(case["partitions"])
         name = f"toplists-{next(counter)}"
-        arn = create_table(ddb, name, layout=rules.layout)
-        client = FaultInjectingClient(ddb, layout=rules.layout)
-        faults = RunnerFaults(client=client)
-        every, after = case["crash_every"], case["crash_after"]
-        faults.crash = lambda n: after if n % every == 0 and client.crashes < 6 else None
-        faults.duplicate = lambda n: n % 2 == 1
-        processor = create_processor(rules, client, name, mode=case["mode"])
+        client, processor, make_runner = faulty_stream(ddb, streams, rules, name, case)
         assert processor.top_lists is not None
         processor.top_lists.keep = 3
-        runner = StreamRunner(processor, streams, arn, batch_size=4, faults=faults)
+        runner = make_runner()
         store = AggregateStore(ddb, name, rules)
 
         def check() -> None:
@@ -110,13 +83,7 @@ def test_top_from_lists_is_a_plain_sort_under_faults(ddb, streams) -> None:
             report["checks"] += 1
 
         for kind, slot, player, points in case["steps"]:
-            pk = f"SCORE#{slot}"
-            if kind == "put":
-                item = {"pk": pk, "sk": "S", "kind": "score", "player": player, "points": points}
-                ddb.put_item(TableName=name, Item=ddb_json(item))
-            elif kind == "delete":
-                ddb.delete_item(TableName=name, Key=ddb_json({"pk": pk, "sk": "S"}))
-            else:
+            if not write_step(ddb, name, kind, slot, player, points):
                 check()
         check()
         report["fallbacks"] += store.top_fallbacks
@@ -168,15 +135,16 @@ def test_reconcile_finds_a_list_that_lost_a_record_and_repairs_it(ddb, streams) 
     report = reconcile(rules, ddb, name, settle_seconds=0)
     assert report.clean and report.lists_checked == 1 and report.list_drifts == []
 
-    key = rules.layout.item_key(rules.layout.control_pk, f"{TOP_PREFIX}{RULE}")
-    lost = {"#t": "top", "#k": truth[0][0]}
-    ddb.update_item(
-        TableName=name,
-        Key=key,
-        UpdateExpression="SET #t.#k = :v",
-        ExpressionAttributeNames=lost,
-        ExpressionAttributeValues={":v": {"N": "1"}},
-    )
+    def lose_a_record() -> None:  # the leader's list entry keeps an old value
+        ddb.update_item(
+            TableName=name,
+            Key=rules.layout.item_key(rules.layout.control_pk, f"{TOP_PREFIX}{RULE}"),
+            UpdateExpression="SET #t.#k = :v",
+            ExpressionAttributeNames={"#t": "top", "#k": truth[0][0]},
+            ExpressionAttributeValues={":v": {"N": "1"}},
+        )
+
+    lose_a_record()
     assert [(a.key, a.value) for a in store.top(RULE, 10)] != truth  # the list is wrong
     report = reconcile(rules, ddb, name, settle_seconds=0)
     assert not report.clean
@@ -189,13 +157,7 @@ def test_reconcile_finds_a_list_that_lost_a_record_and_repairs_it(ddb, streams) 
     assert reconcile(rules, ddb, name, settle_seconds=0).list_drifts == []
 
     # a list that a merge changes between the two checks is moving: not written
-    ddb.update_item(
-        TableName=name,
-        Key=key,
-        UpdateExpression="SET #t.#k = :v",
-        ExpressionAttributeNames=lost,
-        ExpressionAttributeValues={":v": {"N": "1"}},
-    )
+    lose_a_record()
 
     def merge_meanwhile(_seconds: float) -> None:
         item = {"pk": "SCORE#9", "sk": "S", "kind": "score", "player": "p8", "points": 4}
