@@ -297,17 +297,18 @@ class StreamProcessor:
             outcome.write.add(result.stats)
             outcome.errors.extend(result.errors)
             outcome.retry_from = result.retry_from
-        if outcome.retry_from is None or self.flush != "window":
-            failed_from = self._merge_top_lists(batch, outcome)
-            if failed_from is not None:
-                if self.flush == "window":
-                    # the input state is delivered again: the flush, if any, is checkpointed
-                    raise WriteError(
-                        "top list merge failed; Lambda retries the invocation: "
-                        + "; ".join(outcome.errors[-3:])
-                    )
-                if outcome.retry_from is None or int(failed_from) < int(outcome.retry_from):
-                    outcome.retry_from = failed_from
+        # the aggregates' records of top-listed rules, whatever became of this batch's writes
+        # (they record writes already made)
+        failed_from = self._merge_top_lists(batch, outcome)
+        if failed_from is not None:
+            if self.flush == "window":
+                # the input state is delivered again: the flush, if any, is checkpointed
+                raise WriteError(
+                    "top list merge failed; Lambda retries the invocation: "
+                    + "; ".join(outcome.errors[-3:])
+                )
+            if outcome.retry_from is None or int(failed_from) < int(outcome.retry_from):
+                outcome.retry_from = failed_from
         if self.routing is not None and routing is not None:
             # only after a batch that read the switches: a switch appends to the list it read
             outcome.routing_switches = self.routing.decide(shard_id, routing, batch)
