@@ -196,9 +196,11 @@ def _print_result(result: Any, began: float) -> None:
         ("aggregate updates", f"{write_stats.items_written:,}", "coalesced UpdateItem ADD"),
         ("modelled WCU", f"{write_stats.modelled_wcu:,}", f"{per_k:,.0f} per 1,000 source records"),
         (
-            "  of which leaderboard index",
+            "  of which leaderboards",
             f"{write_stats.modelled_index_wcu:,}",
-            "2 per changed value",
+            f"{write_stats.top_list_writes:,} top list writes"
+            if write_stats.top_list_writes
+            else "index: 2 per changed value",
         ),
         ("dead letters", f"{write_stats.dead_letters:,}", ""),
         ("stream processing", f"{run_stats.elapsed_seconds:.1f} s", ""),
