@@ -163,7 +163,9 @@ class TopLists:
         found: dict[str, TopList] = dict.fromkeys(wanted, TopList())
         for start in range(0, len(wanted), _BATCH_GET_KEYS):
             request: dict[str, Any] = {
-                self.table_name: {"Keys": [self._key(p) for p in wanted[start : start + 100]]}
+                self.table_name: {
+                    "Keys": [self._key(p) for p in wanted[start : start + _BATCH_GET_KEYS]]
+                }
             }
             for _ in range(8):
                 response = self.client.batch_get_item(RequestItems=request)
