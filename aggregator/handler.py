@@ -224,8 +224,17 @@ def build_processor(
         logger=logger,
         last_resort=last_resort,
         lifecycle=settings.rule_manifest,
+        streams=lambda: _streams_client(settings.endpoint_url),
         **options,
     )
+
+
+def _streams_client(endpoint_url: str | None) -> Any:
+    """A ``dynamodbstreams`` client (built when a new rule's genesis proof is first checked:
+    :meth:`~aggregator.dynamodb.manifest.RuleLifecycle.promote`)."""
+    import boto3
+
+    return boto3.client("dynamodbstreams", endpoint_url=endpoint_url)
 
 
 _processor: StreamProcessor | None = None

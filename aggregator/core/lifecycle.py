@@ -18,6 +18,32 @@ States of a rule in the manifest:
     fences for :data:`FENCE_RETENTION_SECONDS` after that (a batch delivered again from before a
     fence must still be skipped), then drops them.
 
+Rules that need no backfill
+---------------------------
+A backfill adds what the table held before a rule's fences. When the stream holds every write
+since the table was created and the handler counted the rule from the first record of every
+shard, there is nothing before the fences: the rule is complete without a backfill. The proof
+has two parts, both recorded in the table:
+
+1. *Genesis* (:class:`Genesis`): the manifest names the stream that was created together with
+   the table (``aggregator create-table``, ``aggregator local --create-table``, or the stack's
+   own table, whose template passes its stream to the function). A stream enabled later, or
+   enabled again, has another label and proves nothing.
+2. *Opened with the rule*: the handler records, in each shard's fence item, where the first batch
+   any handler processed in that shard began (``opened_after``). A rule whose fence, set by the
+   handler, equals it in every shard the stream lists was counted from each shard's first
+   processed record (:func:`counted_from_start`).
+
+A first batch begins at the shard's first record when the event source mapping starts at
+``TRIM_HORIZON`` (the template, the CDK construct and ``aggregator run`` do) and nothing has been
+trimmed yet: the stream keeps records 24 hours, so the proof is only taken while the stream is
+younger than :data:`GENESIS_MAX_AGE_SECONDS`. A child shard is read after its parent, from its
+own first record. A rule registered while genesis holds is marked a candidate
+(:attr:`RuleState.genesis`) and stays ``pending`` until the handler finds it opened with the rule
+in every shard; then it turns ``active`` without a backfill. Anything less (a shard opened
+before the rule was deployed, a shard that never delivered a batch, an older stream) leaves it
+``pending``, as on any table with older items: ``aggregator backfill`` then settles it.
+
 Generations
 -----------
 A rule's aggregates are built by one definition. Changing it means building a new *generation*
@@ -48,8 +74,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 from aggregator.core.records import pad_sequence_number
@@ -58,10 +85,14 @@ from aggregator.core.rules import Rule, RuleSet
 __all__ = [
     "FENCE_RETENTION_SECONDS",
     "GENERATION_SEPARATOR",
+    "GENESIS_MAX_AGE_SECONDS",
     "Fence",
+    "Genesis",
     "RuleState",
     "RuleStatus",
+    "ShardOpening",
     "changed_definitions",
+    "counted_from_start",
     "fence_before",
     "generation_name",
     "generation_of",
@@ -71,6 +102,7 @@ __all__ = [
     "resolved_rules",
     "rule_fingerprint",
     "storage_rules",
+    "stream_label",
 ]
 
 RuleStatus = Literal["requested", "pending", "backfilling", "active", "retired", "dropping"]
@@ -84,6 +116,98 @@ FENCE_RETENTION_SECONDS = 25 * 3600
 delivered again until its records pass the event source mapping's ``MaximumRecordAgeInSeconds``
 (24 hours in ``template.yaml``; a stream keeps records 24 hours, DynamoDB Developer Guide, "Change
 data capture for DynamoDB Streams"), plus one hour."""
+
+
+GENESIS_MAX_AGE_SECONDS = 23 * 3600
+"""How long after its creation a stream can prove that it holds every write of its table: a
+stream keeps records 24 hours (DynamoDB Developer Guide, "Change data capture for DynamoDB
+Streams"), so a shard's first record may be trimmed after that; one hour of margin."""
+
+
+def stream_label(stream_arn: str) -> str:
+    """The label of a stream ARN (its creation time, ISO 8601, as DynamoDB writes it), or ``""``
+    for text that is not a stream ARN.
+
+    >>> stream_label("arn:aws:dynamodb:eu-west-1:1:table/t/stream/2026-11-27T19:56:57.181")
+    '2026-11-27T19:56:57.181'
+    """
+    _, separator, label = stream_arn.rpartition("/stream/")
+    return label if separator else ""
+
+
+def _label_epoch_seconds(label: str) -> float | None:
+    """A stream label as epoch seconds (labels are UTC), or ``None`` when it is not a time."""
+    try:
+        moment = datetime.fromisoformat(label)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class Genesis:
+    """The manifest's record that a stream was created together with its table, so that it holds
+    every write the table ever had (module docstring, "Rules that need no backfill").
+
+    Attributes
+    ----------
+    stream_label
+        The label of that stream (:func:`stream_label`).
+    set_by
+        Who created the table with it: ``create-table`` (``aggregator create-table``, ``local
+        --create-table``, :func:`aggregator.dynamodb.table.create_table`) or ``stack``.
+    """
+
+    stream_label: str
+    set_by: str
+
+    def holds(self, stream_arn: str | None, now: float) -> bool:
+        """Whether the proof applies to ``stream_arn`` at ``now`` (epoch seconds): the same
+        stream, created less than :data:`GENESIS_MAX_AGE_SECONDS` ago. ``stream_arn=None``
+        checks the age only (the stream is checked when a rule is promoted)."""
+        if stream_arn is not None and stream_label(stream_arn) != self.stream_label:
+            return False
+        created = _label_epoch_seconds(self.stream_label)
+        return created is not None and 0 <= now - created < GENESIS_MAX_AGE_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class ShardOpening:
+    """One shard's fence item as the genesis proof reads it: where the first batch any handler
+    processed in the shard began (``opened_after``, a fence: the sequence number before its
+    first record, 40 digits; ``None`` if no handler recorded it) and the shard's fences by rule."""
+
+    opened_after: str | None
+    fences: Mapping[str, Fence]
+
+
+def counted_from_start(
+    rule_name: str, shard_ids: Iterable[str], openings: Mapping[str, ShardOpening]
+) -> bool:
+    """Whether the handler counted ``rule_name`` from the first processed record of every shard
+    in ``shard_ids`` (every shard the stream lists): each has an opening whose fence for the rule
+    was set by the handler at ``opened_after``. A shard without an opening (no batch yet, or no
+    record of where it began) proves nothing, so the answer is ``False``.
+
+    >>> f = Fence("r", "s1", "0" * 40, "handler")
+    >>> counted_from_start("r", ["s1"], {"s1": ShardOpening("0" * 40, {"r": f})})
+    True
+    >>> counted_from_start("r", ["s1", "s2"], {"s1": ShardOpening("0" * 40, {"r": f})})
+    False
+    """
+    ids = list(shard_ids)
+    if not ids:
+        return False
+    for shard_id in ids:
+        opening = openings.get(shard_id)
+        if opening is None or opening.opened_after is None:
+            return False
+        fence = opening.fences.get(rule_name)
+        if fence is None or fence.set_by != "handler" or fence.after != opening.opened_after:
+            return False
+    return True
 
 
 def rule_fingerprint(rule: Rule) -> str:
@@ -163,6 +287,10 @@ class RuleState:
     target_attribute
         For a rule with a ``target``: the application attribute its sums are kept in, so that
         ``drop-rule`` can remove it once the rule is gone from the definitions.
+    genesis
+        Registered while the manifest's :class:`Genesis` held: the rule turns ``active``
+        without a backfill once the handler has counted it from the start of every shard
+        (:func:`counted_from_start`); ``active_since`` is then that moment.
     """
 
     name: str
@@ -175,6 +303,7 @@ class RuleState:
     leaderboard: bool | None = None
     handler_leaderboard: bool | None = None
     target_attribute: str | None = None
+    genesis: bool = False
 
     def fenced(self, now: float) -> bool:
         """Whether the handler must honour the rule's fences at ``now`` (epoch seconds)."""

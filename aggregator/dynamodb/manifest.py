@@ -27,7 +27,7 @@ active and past :data:`~aggregator.core.lifecycle.FENCE_RETENTION_SECONDS` cost 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,10 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import (
     Fence,
+    Genesis,
     RuleState,
+    ShardOpening,
+    counted_from_start,
     fence_before,
     generation_name,
     generation_of,
@@ -45,14 +48,17 @@ from aggregator.core.lifecycle import (
     live_generation,
     rule_fingerprint,
     storage_rules,
+    stream_label,
 )
 from aggregator.core.records import pad_sequence_number
 from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.streams import list_shards
 from aggregator.dynamodb.updates import Update, with_collection
 from aggregator.dynamodb.writer import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 __all__ = ["FenceStore", "Manifest", "RuleLifecycle"]
 
@@ -77,6 +83,8 @@ def _state_value(state: RuleState) -> dict[str, Any]:
         value["handler_leaderboard"] = {"BOOL": state.handler_leaderboard}
     if state.target_attribute is not None:
         value["target_attribute"] = {"S": state.target_attribute}
+    if state.genesis:
+        value["genesis"] = {"BOOL": True}
     return {"M": value}
 
 
@@ -103,7 +111,15 @@ def _state_of(name: str, value: dict[str, Any]) -> RuleState:
             m["handler_leaderboard"]["BOOL"] if "handler_leaderboard" in m else None
         ),
         target_attribute=m.get("target_attribute", {}).get("S"),
+        genesis=m.get("genesis", {}).get("BOOL", False),
     )
+
+
+def _genesis(item: dict[str, Any]) -> Genesis | None:
+    value = item.get("genesis", {}).get("M")
+    if not value or "stream_label" not in value:
+        return None
+    return Genesis(value["stream_label"]["S"], value.get("set_by", {}).get("S", "create-table"))
 
 
 class Manifest:
@@ -163,7 +179,11 @@ class Manifest:
             one, naming the rules and what to do.
         """
         clock = int(time.time() if now is None else now)
-        states = self.load()
+        item = self._item()
+        states = _states(item)
+        genesis = _genesis(item)
+        # a new rule on a stream that holds every write of its table may need no backfill
+        candidate = genesis is not None and genesis.holds(None, clock)
         chosen: dict[str, RuleState] = {}
         new: list[RuleState] = []
         changed: list[str] = []
@@ -184,6 +204,7 @@ class Manifest:
                         leaderboard=r.leaderboard,
                         handler_leaderboard=r.leaderboard,
                         target_attribute=None if r.target is None else r.target.attribute,
+                        genesis=candidate,
                     )
                 )
                 continue
@@ -237,6 +258,38 @@ class Manifest:
             if self.set_leaderboard(name, flag, attribute="handler_leaderboard"):
                 chosen[name] = replace(chosen[name], handler_leaderboard=flag)
         return chosen
+
+    def genesis(self) -> Genesis | None:
+        """The stream recorded as created together with the table, if any (strongly
+        consistent read)."""
+        return _genesis(self._item())
+
+    def record_genesis(self, stream_arn: str, set_by: str) -> bool:
+        """Record that ``stream_arn`` was created together with the table, so that it holds every
+        write the table ever had (:class:`~aggregator.core.lifecycle.Genesis`). Only whoever
+        created the table may say so, right after creating it; a table with a genesis already
+        keeps it. Returns whether it wrote.
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            For any error but an existing genesis.
+        """
+        label = stream_label(stream_arn)
+        if not label:
+            raise ValueError(f"not a stream ARN: {stream_arn!r}")
+        value = {"M": {"stream_label": {"S": label}, "set_by": {"S": set_by}}}
+        update = with_collection(
+            Update().set("genesis", value), self.layout, self.layout.control_pk
+        )
+        update = update.where_missing("genesis")
+        try:
+            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def set_leaderboard(
         self,
@@ -448,20 +501,34 @@ class FenceStore:
 
     def get(self, shard_id: str) -> dict[str, Fence]:
         """The fences written for ``shard_id``, by rule (strongly consistent read)."""
+        return dict(self.opening(shard_id).fences)
+
+    def opening(self, shard_id: str) -> ShardOpening:
+        """Where the first batch a handler processed in ``shard_id`` began, and the shard's
+        fences (one strongly consistent read)."""
         item = self.client.get_item(
             TableName=self.table_name, Key=self._key(shard_id), ConsistentRead=True
         ).get("Item")
-        return self._fences(shard_id, item)
+        opened = (item or {}).get("opened_after", {}).get("S")
+        return ShardOpening(opened, self._fences(shard_id, item))
 
-    def put_if_absent(self, fences: list[Fence]) -> dict[str, Fence]:
+    def put_if_absent(
+        self, fences: list[Fence], *, opened_after: str | None = None
+    ) -> dict[str, Fence]:
         """Write the fences (all of one shard) whose rule has none there yet; returns every
         fence of the shard in force afterwards. Two requests: one that creates the item's maps
-        if missing, one ``SET after.<rule> = if_not_exists(after.<rule>, :fence)`` per rule."""
+        if missing, one ``SET after.<rule> = if_not_exists(after.<rule>, :fence)`` per rule.
+
+        ``opened_after`` (the handler's: the fence before its batch's first record) is recorded
+        once, by the first handler batch that reaches the shard: where any handler began
+        processing it (:class:`~aggregator.core.lifecycle.ShardOpening`)."""
         if not fences:
             return {}
         shard_id = fences[0].shard_id
         key = self._key(shard_id)
         maps = Update().set_if_missing("after", {"M": {}}).set_if_missing("set_by", {"M": {}})
+        if opened_after is not None:
+            maps = maps.set_if_missing("opened_after", {"S": pad_sequence_number(opened_after)})
         maps = with_collection(maps, self.layout, self.layout.control_pk)
         self.client.update_item(TableName=self.table_name, Key=key, **maps.render())
         update = Update()
@@ -502,11 +569,19 @@ class RuleLifecycle:
     """
 
     def __init__(
-        self, rules: RuleSet, client: DynamoDBClient, table_name: str, *, clock: Any = time.time
+        self,
+        rules: RuleSet,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        clock: Any = time.time,
+        streams: Callable[[], DynamoDBStreamsClient] | None = None,
     ) -> None:
         self.manifest = Manifest(client, table_name, rules.layout)
         self.fences = FenceStore(client, table_name, rules.layout)
         self.clock = clock
+        self._streams_factory = streams
+        self._streams: DynamoDBStreamsClient | None = None
         self.states = self.manifest.register(rules, now=clock())
         storage = {generation_of(name)[0]: name for name in self.states}
         try:
@@ -521,7 +596,12 @@ class RuleLifecycle:
         return sorted(name for name, s in self.states.items() if s.fenced(now))
 
     def fences_for(
-        self, shard_id: str | None, first_sequence_number: str | None, rules: Iterable[str]
+        self,
+        shard_id: str | None,
+        first_sequence_number: str | None,
+        rules: Iterable[str],
+        *,
+        stream_arn: str | None = None,
     ) -> dict[str, str]:
         """``{rule: after}`` for ``rules`` in ``shard_id``, creating a fence just before
         ``first_sequence_number`` (the batch's first record) where the shard has none yet.
@@ -530,6 +610,10 @@ class RuleLifecycle:
         fences: the rules count every record, as before the manifest, and are marked
         ``unfenced`` in it once per container, so that a backfill of them refuses to start
         rather than count twice.
+
+        When this container reaches a shard for the first time and a rule is a genesis
+        candidate (:attr:`~aggregator.core.lifecycle.RuleState.genesis`), the proof that it
+        needs no backfill is checked on ``stream_arn`` (:meth:`promote`).
         """
         names = list(rules)
         if not names or first_sequence_number is None:
@@ -548,11 +632,53 @@ class RuleLifecycle:
             if absent:
                 after = fence_before(first_sequence_number)
                 known = self.fences.put_if_absent(
-                    [Fence(n, shard_id, after, "handler") for n in absent]
+                    [Fence(n, shard_id, after, "handler") for n in absent], opened_after=after
                 )
             for name in missing:
                 self._cache[(name, shard_id)] = known[name]
+            if stream_arn is not None and self.candidates():
+                self.promote(stream_arn)
         return {name: self._cache[(name, shard_id)].after for name in names}
+
+    def candidates(self) -> list[str]:
+        """The pending rules that may turn active without a backfill (genesis candidates)."""
+        return sorted(n for n, s in self.states.items() if s.status == "pending" and s.genesis)
+
+    def promote(self, stream_arn: str) -> list[str]:
+        """Turn ``active`` every genesis candidate that the handler counted from the first
+        record of every shard of ``stream_arn``, while the manifest's genesis holds for that
+        stream (:mod:`aggregator.core.lifecycle`, "Rules that need no backfill"); returns them.
+
+        Costs, each time this container reaches a new shard while candidates remain: one
+        strongly consistent manifest read, ``DescribeStream`` (a page per 100 shards) and one
+        strongly consistent ``GetItem`` per shard. Without a Streams client (``streams``) it
+        does nothing. Every change is conditional on the rule still being ``pending``, so
+        containers promoting at once, or a backfill starting, are harmless.
+        """
+        if self._streams_factory is None:
+            return []
+        now = self.clock()
+        genesis = self.manifest.genesis()
+        if genesis is None or not genesis.holds(stream_arn, now):
+            # the proof cannot be taken any more in this container: the rules stay pending
+            for name in self.candidates():
+                self.states[name] = replace(self.states[name], genesis=False)
+            return []
+        if self._streams is None:
+            self._streams = self._streams_factory()
+        shard_ids = [s["ShardId"] for s in list_shards(self._streams, stream_arn)]
+        openings = {shard_id: self.fences.opening(shard_id) for shard_id in shard_ids}
+        promoted: list[str] = []
+        for name in self.candidates():
+            if not counted_from_start(name, shard_ids, openings):
+                continue
+            active = replace(self.states[name], status="active", active_since=int(now))
+            if self.manifest.set_state(active, expected_status="pending"):
+                promoted.append(name)
+                self.states[name] = active
+            else:  # promoted by another container, or a backfill took it up: as stored
+                self.states[name] = self.manifest.load().get(name, self.states[name])
+        return promoted
 
 
 def _store_moved(rule: Rule, family: Iterable[RuleState]) -> bool:

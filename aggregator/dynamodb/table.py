@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.text import quote
+from aggregator.dynamodb.manifest import Manifest
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -140,6 +141,12 @@ def create_table(
 ) -> str:
     """Create ``table_name`` with stream, GSI and TTL, wait until it is active.
 
+    A table created here gets its stream in the same ``CreateTable`` request, so the stream holds
+    every write the table will ever have: that is recorded in the rule manifest
+    (:meth:`~aggregator.dynamodb.manifest.Manifest.record_genesis`), and rules deployed on the
+    table turn active without a backfill (:mod:`aggregator.core.lifecycle`). An existing table
+    (``exist_ok``) is left as it is.
+
     Parameters
     ----------
     client
@@ -166,11 +173,13 @@ def create_table(
         (no region, no credentials).
     """
     validate_table_name(table_name)
+    created = True
     try:
         client.create_table(TableName=table_name, **table_definition(layout))
     except ClientError as exc:
         if not (exist_ok and exc.response["Error"]["Code"] == "ResourceInUseException"):
             raise
+        created = False
     client.get_waiter("table_exists").wait(
         TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
     )
@@ -182,7 +191,13 @@ def create_table(
     except ClientError as exc:
         if exc.response["Error"]["Code"] != "ValidationException":  # already enabled
             raise
-    return table_stream_arn(client, table_name)
+    arn = table_stream_arn(client, table_name)
+    if created:
+        # the stream was created with the table: it holds every write the table will have, so
+        # rules deployed on it need no backfill (aggregator.core.lifecycle, "Rules that need
+        # no backfill"); an existing table proves nothing
+        Manifest(client, table_name, layout).record_genesis(arn, "create-table")
+    return arn
 
 
 def table_stream_arn(client: DynamoDBClient, table_name: str) -> str:

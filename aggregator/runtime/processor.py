@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,6 +46,7 @@ from aggregator.dynamodb.writer import WriteObservation, Writer, WriteStats
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 
 __all__ = ["BatchOutcome", "StreamProcessor", "create_processor"]
@@ -124,6 +126,16 @@ class BatchOutcome:
 
 
 # -- window state ------------------------------------------------------------------------------
+
+
+def _event_source_arn(event: dict[str, Any]) -> str | None:
+    """The stream ARN the event's records came from (``eventSourceARN`` of its first record;
+    every record of one event comes from one shard of one stream), or ``None``."""
+    records = event.get("Records")
+    if isinstance(records, list) and records and isinstance(records[0], dict):
+        arn = records[0].get("eventSourceARN")
+        return arn if isinstance(arn, str) else None
+    return None
 
 
 def _merge(into: BatchDeltas, batch: BatchDeltas) -> BatchDeltas:
@@ -261,9 +273,8 @@ class StreamProcessor:
         self.writer.check_shard(shard_id)
         routing_wcu = 0 if self.routing is None else self.routing.modelled_wcu
         routing = self._routing(shard_id, records)
-        batch = self.engine.process(
-            records, now=self.clock(), fences=self._fences(shard_id, records), routing=routing or {}
-        )
+        fences = self._fences(shard_id, records, _event_source_arn(event))
+        batch = self.engine.process(records, now=self.clock(), fences=fences, routing=routing or {})
         outcome = BatchOutcome(
             response={"batchItemFailures": []},
             records=batch.records,
@@ -412,7 +423,10 @@ class StreamProcessor:
         return switches
 
     def _fences(
-        self, shard_id: str | None, records: list[StreamRecord | MalformedRecord]
+        self,
+        shard_id: str | None,
+        records: list[StreamRecord | MalformedRecord],
+        stream_arn: str | None = None,
     ) -> dict[str, str] | None:
         """The fences of the rules pending a backfill, for this shard (none without a
         lifecycle)."""
@@ -426,7 +440,7 @@ class StreamProcessor:
             return None
         first = min(sequence_numbers, key=pad_sequence_number)
         try:
-            return self.lifecycle.fences_for(shard_id, first, fenced)
+            return self.lifecycle.fences_for(shard_id, first, fenced, stream_arn=stream_arn)
         except (ClientError, BotoCoreError) as exc:
             raise WriteError(
                 f"cannot read the fences of the rules pending a backfill: {exc}"
@@ -541,6 +555,7 @@ def create_processor(
     clock: Any = time.time,
     last_resort: LastResort | None = None,
     lifecycle: bool = False,
+    streams: Callable[[], DynamoDBStreamsClient] | None = None,
     **writer_options: Any,
 ) -> StreamProcessor:
     """Engine, writer, dead-letter writer and flush policy for a write mode (``exactly-once``,
@@ -556,7 +571,11 @@ def create_processor(
     definition changed under the same name) and fences the rules pending a backfill
     (:class:`~aggregator.dynamodb.manifest.RuleLifecycle`); the Lambda handler and the ``run``
     command do so. A rule being rebuilt then counts into the generation its definition builds
-    (its aggregates under ``<rule>@<generation>``).
+    (its aggregates under ``<rule>@<generation>``). With ``streams`` (a function that returns a
+    ``dynamodbstreams`` client, called once when first needed), a new rule on a table whose
+    stream holds every write since its creation turns ``active`` without a backfill once the
+    handler has counted it from the start of every shard
+    (:meth:`~aggregator.dynamodb.manifest.RuleLifecycle.promote`).
 
     Raises
     ------
@@ -569,7 +588,7 @@ def create_processor(
     rule_lifecycle = None
     if lifecycle:
         try:
-            rule_lifecycle = RuleLifecycle(rules, client, table_name, clock=clock)
+            rule_lifecycle = RuleLifecycle(rules, client, table_name, clock=clock, streams=streams)
         except (ClientError, BotoCoreError) as exc:
             raise WriteError(f"cannot register the rules in the table's manifest: {exc}") from exc
     writer = make_writer(

@@ -62,12 +62,15 @@ def run(
     stats = RunStats()
     began = time.monotonic()
     live = _Progress(stats, began) if follow else None
+    streams = clients.make_client("dynamodbstreams", endpoint_url)
     runner = StreamRunner(
         # the rule manifest and backfill fences, as in the Lambda handler; without tumbling
         # windows events name no shard, so pending rules are counted unfenced (and marked so:
         # a backfill of them refuses)
-        create_processor(rules, client, table_name, mode=mode, lifecycle=True),
-        clients.make_client("dynamodbstreams", endpoint_url),
+        create_processor(
+            rules, client, table_name, mode=mode, lifecycle=True, streams=lambda: streams
+        ),
+        streams,
         stream_arn,
         batch_size=batch_size,
         tumbling_window_seconds=window_seconds or None,
