@@ -20,6 +20,11 @@ Configuration (environment variables, read once per execution environment):
 ``AGGREGATOR_ON_FAILURE_QUEUE_URL`` (optional; the template sets its on-failure queue)
     The last resort for a dead letter that DynamoDB rejects even in its minimal form: it is
     sent there as an SQS message and the shard moves on (:mod:`aggregator.dynamodb.deadletters`).
+``AGGREGATOR_GENESIS_STREAM_ARN`` (optional; the template sets it when the stack creates the table)
+    The stream created together with the table: recorded in the manifest at cold start
+    (:meth:`~aggregator.dynamodb.manifest.Manifest.record_genesis`), so that rules deployed on
+    the new table turn active without a backfill. Never set it for a table that held items
+    before this stream existed.
 ``AGGREGATOR_RULE_MANIFEST`` (default ``on``)
     Record the rules in the table's manifest at cold start, refuse a rule whose definition
     changed under the same name, and count rules pending a backfill from their per-shard fences
@@ -106,6 +111,7 @@ class HandlerSettings:
     checkpoint_retention_seconds: int = 90_000
     on_failure_queue_url: str | None = None
     rule_manifest: bool = True
+    genesis_stream_arn: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HandlerSettings:
@@ -150,6 +156,7 @@ class HandlerSettings:
             checkpoint_retention_seconds=numbers["AGGREGATOR_CHECKPOINT_RETENTION_SECONDS"],
             on_failure_queue_url=env.get("AGGREGATOR_ON_FAILURE_QUEUE_URL") or None,
             rule_manifest=manifest == "on",
+            genesis_stream_arn=env.get("AGGREGATOR_GENESIS_STREAM_ARN") or None,
         )
 
 
@@ -225,6 +232,7 @@ def build_processor(
         last_resort=last_resort,
         lifecycle=settings.rule_manifest,
         streams=lambda: _streams_client(settings.endpoint_url),
+        genesis_stream_arn=settings.genesis_stream_arn,
         **options,
     )
 

@@ -288,6 +288,11 @@ class AggregatorFunction(Construct):
                 log_group=self.log_group,
                 environment={
                     "AGGREGATOR_TABLE_NAME": table.table_name,
+                    # a table table_for_rules created comes with this stream: it holds every
+                    # write, so new rules need no backfill (as the SAM template's own table)
+                    "AGGREGATOR_GENESIS_STREAM_ARN": (
+                        stream_arn if _created_for_rules(table) else ""
+                    ),
                     "AGGREGATOR_DEFINITIONS": DEFINITIONS_DIR,
                     "AGGREGATOR_MODE": mode,
                     "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": str(CHECKPOINT_RETENTION_SECONDS),
@@ -475,6 +480,7 @@ class AggregatorFunction(Construct):
                 sort_key=index_sort_key[0] if index_sort_key else None,
                 projection_type=dynamodb.ProjectionType[index["Projection"]["ProjectionType"]],
             )
+        table.node.add_metadata(_GENESIS_METADATA, True)
         # the L1 property (the L2's own option for it changed name across CDK releases)
         resource = table.node.default_child
         assert isinstance(resource, dynamodb.CfnTable)
@@ -589,6 +595,16 @@ def _check_range(name: str, value: int, low: int, high: int | None = None) -> No
     if value < low or (high is not None and value > high):
         bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
         raise ConfigError(f"{name} must be {bounds}, got {value}")
+
+
+_GENESIS_METADATA = "aggregator:genesis"
+"""Construct metadata on a table :meth:`AggregatorFunction.table_for_rules` created with its
+stream (so the function may record the stream's genesis)."""
+
+
+def _created_for_rules(table: dynamodb.ITable) -> bool:
+    """Whether ``table`` was created by :meth:`AggregatorFunction.table_for_rules`."""
+    return any(entry.type == _GENESIS_METADATA for entry in table.node.metadata)
 
 
 def _stream_arn(table: dynamodb.ITable, layout: TableLayout) -> str:

@@ -162,14 +162,23 @@ class Manifest:
         item = self._item()
         return _states(item), _generations(item)
 
-    def register(self, rules: RuleSet, *, now: float | None = None) -> dict[str, RuleState]:
+    def register(
+        self,
+        rules: RuleSet,
+        *,
+        now: float | None = None,
+        genesis_stream_arn: str | None = None,
+    ) -> dict[str, RuleState]:
         """Resolve each rule to the generation its definition builds, recording new rules as
         ``pending`` and taking up a ``requested`` generation (``aggregator rebuild``) as
         ``pending``; returns those generations' states, keyed by storage name
         (:func:`~aggregator.core.lifecycle.generation_name`).
 
         A rule resolves to the generation with its fingerprint that is neither ``retired`` nor
-        ``dropping``; a rule with no generation at all is new.
+        ``dropping``; a rule with no generation at all is new. A new rule is a genesis candidate
+        (:attr:`~aggregator.core.lifecycle.RuleState.genesis`) while the manifest's genesis
+        holds; ``genesis_stream_arn`` (a deployment that created the table with that stream)
+        records one where the manifest holds none (:meth:`record_genesis`).
 
         Raises
         ------
@@ -182,6 +191,9 @@ class Manifest:
         item = self._item()
         states = _states(item)
         genesis = _genesis(item)
+        if genesis is None and genesis_stream_arn:
+            self.record_genesis(genesis_stream_arn, "stack")
+            genesis = self.genesis()
         # a new rule on a stream that holds every write of its table may need no backfill
         candidate = genesis is not None and genesis.holds(None, clock)
         chosen: dict[str, RuleState] = {}
@@ -576,13 +588,16 @@ class RuleLifecycle:
         *,
         clock: Any = time.time,
         streams: Callable[[], DynamoDBStreamsClient] | None = None,
+        genesis_stream_arn: str | None = None,
     ) -> None:
         self.manifest = Manifest(client, table_name, rules.layout)
         self.fences = FenceStore(client, table_name, rules.layout)
         self.clock = clock
         self._streams_factory = streams
         self._streams: DynamoDBStreamsClient | None = None
-        self.states = self.manifest.register(rules, now=clock())
+        self.states = self.manifest.register(
+            rules, now=clock(), genesis_stream_arn=genesis_stream_arn
+        )
         storage = {generation_of(name)[0]: name for name in self.states}
         try:
             self.rules = storage_rules(rules, storage)

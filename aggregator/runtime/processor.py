@@ -556,6 +556,7 @@ def create_processor(
     last_resort: LastResort | None = None,
     lifecycle: bool = False,
     streams: Callable[[], DynamoDBStreamsClient] | None = None,
+    genesis_stream_arn: str | None = None,
     **writer_options: Any,
 ) -> StreamProcessor:
     """Engine, writer, dead-letter writer and flush policy for a write mode (``exactly-once``,
@@ -575,7 +576,9 @@ def create_processor(
     ``dynamodbstreams`` client, called once when first needed), a new rule on a table whose
     stream holds every write since its creation turns ``active`` without a backfill once the
     handler has counted it from the start of every shard
-    (:meth:`~aggregator.dynamodb.manifest.RuleLifecycle.promote`).
+    (:meth:`~aggregator.dynamodb.manifest.RuleLifecycle.promote`). ``genesis_stream_arn`` names
+    the stream a deployment created together with the table, recorded in the manifest if it
+    holds none (:meth:`~aggregator.dynamodb.manifest.Manifest.record_genesis`).
 
     Raises
     ------
@@ -588,7 +591,14 @@ def create_processor(
     rule_lifecycle = None
     if lifecycle:
         try:
-            rule_lifecycle = RuleLifecycle(rules, client, table_name, clock=clock, streams=streams)
+            rule_lifecycle = RuleLifecycle(
+                rules,
+                client,
+                table_name,
+                clock=clock,
+                streams=streams,
+                genesis_stream_arn=genesis_stream_arn,
+            )
         except (ClientError, BotoCoreError) as exc:
             raise WriteError(f"cannot register the rules in the table's manifest: {exc}") from exc
     writer = make_writer(

@@ -439,6 +439,10 @@ def test_function_settings(
         "AGGREGATOR_TABLE_NAME": {
             "Fn::If": ["CreateTable", {"Ref": table_name}, {"Ref": "ExistingTableName"}]
         },
+        # a table the stack creates comes with its stream: new rules need no backfill
+        "AGGREGATOR_GENESIS_STREAM_ARN": {
+            "Fn::If": ["CreateTable", {"Fn::GetAtt": ["Table", "StreamArn"]}, ""]
+        },
         "AGGREGATOR_DEFINITIONS": {"Ref": "DefinitionsPath"},
         "AGGREGATOR_MODE": {"Ref": "AggregatorMode"},
         "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": "90000",
