@@ -124,6 +124,11 @@ stream keeps records 24 hours (DynamoDB Developer Guide, "Change data capture fo
 Streams"), so a shard's first record may be trimmed after that; one hour of margin."""
 
 
+CLOCK_SKEW_SECONDS = 300
+"""How far this machine's clock may be behind DynamoDB's when a stream's age is taken from its
+label."""
+
+
 def stream_label(stream_arn: str) -> str:
     """The label of a stream ARN (its creation time, ISO 8601, as DynamoDB writes it), or ``""``
     for text that is not a stream ARN.
@@ -170,7 +175,10 @@ class Genesis:
         if stream_arn is not None and stream_label(stream_arn) != self.stream_label:
             return False
         created = _label_epoch_seconds(self.stream_label)
-        return created is not None and 0 <= now - created < GENESIS_MAX_AGE_SECONDS
+        if created is None:
+            return False
+        # the label is DynamoDB's clock, ``now`` this machine's: a few minutes either way
+        return -CLOCK_SKEW_SECONDS <= now - created < GENESIS_MAX_AGE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

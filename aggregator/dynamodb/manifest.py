@@ -471,6 +471,27 @@ class Manifest:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
 
+    def activate(self, names: list[str], *, now: float) -> list[str]:
+        """Turn the ``pending`` rules ``names`` ``active`` since ``now`` (epoch seconds) without a
+        backfill; returns those it changed. One conditional ``UpdateItem`` for all of them, or
+        one each when some is no longer ``pending``."""
+        if not names:
+            return []
+        update = Update()
+        for name in names:
+            update = update.set(("rules", name, "status"), {"S": "active"})
+            update = update.set(("rules", name, "active_since"), {"N": str(int(now))})
+            update = update.where_equals(("rules", name, "status"), {"S": "pending"})
+        try:
+            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            if len(names) == 1:
+                return []
+            return [n for name in names for n in self.activate([name], now=now)]
+        return list(names)
+
     def set_state(self, state: RuleState, *, expected_status: str | None = None) -> bool:
         """Replace one rule's state; with ``expected_status``, only if its status is still that.
 
@@ -683,16 +704,14 @@ class RuleLifecycle:
             self._streams = self._streams_factory()
         shard_ids = [s["ShardId"] for s in list_shards(self._streams, stream_arn)]
         openings = {shard_id: self.fences.opening(shard_id) for shard_id in shard_ids}
-        promoted: list[str] = []
-        for name in self.candidates():
-            if not counted_from_start(name, shard_ids, openings):
-                continue
-            active = replace(self.states[name], status="active", active_since=int(now))
-            if self.manifest.set_state(active, expected_status="pending"):
-                promoted.append(name)
-                self.states[name] = active
-            else:  # promoted by another container, or a backfill took it up: as stored
-                self.states[name] = self.manifest.load().get(name, self.states[name])
+        complete = [n for n in self.candidates() if counted_from_start(n, shard_ids, openings)]
+        promoted = self.manifest.activate(complete, now=now)
+        if len(promoted) < len(complete):  # another container or a backfill was first: as stored
+            stored = self.manifest.load()
+            for name in complete:
+                self.states[name] = stored.get(name, self.states[name])
+        for name in promoted:
+            self.states[name] = replace(self.states[name], status="active", active_since=int(now))
         return promoted
 
 
