@@ -176,6 +176,16 @@ def utc_text(epoch_seconds: int) -> str:
     return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def without_genesis(ddb, table: str, layout=DEFAULT_LAYOUT) -> None:
+    """Forget that ``create_table`` made ``table`` with its stream (the manifest's ``genesis``):
+    the table then stands for one the framework did not create, whose items may predate its
+    stream, so its rules stay ``pending`` until a backfill (the lifecycle those tests follow)."""
+    from aggregator.dynamodb.manifest import MANIFEST_SORT_KEY
+
+    key = layout.item_key(layout.control_pk, MANIFEST_SORT_KEY)
+    ddb.update_item(TableName=table, Key=key, UpdateExpression="REMOVE genesis")
+
+
 def put(ddb, table: str, item: dict[str, Any]) -> None:
     ddb.put_item(TableName=table, Item=ddb_json(item))
 

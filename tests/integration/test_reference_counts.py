@@ -18,6 +18,7 @@ from aggregator.operations import reconcile as reconcile_module
 from aggregator.operations.reconcile import reconcile
 from tests.conftest import ROOT
 from tests.factories import ddb_json
+from tests.integration.harness import without_genesis
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +34,7 @@ def social(ddb, dynamodb_local, tmp_path):
     shutil.copy(ROOT / "definitions" / "layouts" / "PK_SK.yaml", rules_dir / "table.yaml")
     rules = load_rules(rules_dir)
     create_table(ddb, "social", layout=rules.layout)
+    without_genesis(ddb, "social", rules.layout)  # the lifecycle of a table with older items
     for post, users in LIKES.items():
         item = {"PK": f"POST#{post}", "SK": "META", "body": "hello", "authorId": "u1"}
         ddb.put_item(TableName="social", Item=ddb_json(item))
@@ -67,6 +69,7 @@ def test_reconcile_refuses_rules_pending_a_backfill(ddb, dynamodb_local, tmp_pat
     shutil.copy(ROOT / "definitions" / "reference_counts.yaml", rules_dir)
     shutil.copy(ROOT / "definitions" / "layouts" / "PK_SK.yaml", rules_dir / "table.yaml")
     create_table(ddb, "pending", layout=load_rules(rules_dir).layout)
+    without_genesis(ddb, "pending", load_rules(rules_dir).layout)
     common = ["--table", "pending", "--endpoint-url", dynamodb_local.endpoint_url]
     cli = CliRunner()
     assert cli.invoke(main, ["run", *common, "-d", str(rules_dir)]).exit_code == 0

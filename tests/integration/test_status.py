@@ -14,6 +14,7 @@ from aggregator.cli import main
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.table import create_table
 from tests.factories import ddb_json
+from tests.integration.harness import without_genesis
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +51,7 @@ def _generations(report: dict) -> list[tuple]:
 def test_status_through_a_rules_life(ddb, dynamodb_local, tmp_path):
     rules = _rules(tmp_path / "rules", LIKES, WEIGHT)
     create_table(ddb, TABLE, layout=load_rules(rules).layout)
+    without_genesis(ddb, TABLE, load_rules(rules).layout)  # a table with older items
     for user, weight in (("u1", 2), ("u2", 3), ("u3", "heavy")):
         like = {"PK": "POST#a", "SK": f"LIKE#USER#{user}", "weight": weight}
         ddb.put_item(TableName=TABLE, Item=ddb_json(like))
