@@ -56,7 +56,7 @@ def _stored_rules(client: DynamoDBClient, table_name: str, rules: RuleSet) -> Ru
     Raises
     ------
     ConfigError
-        When the manifest and the rules disagree (:func:`resolved_rules`).
+        When the manifest and the rules disagree (:func:`~aggregator.core.lifecycle.resolved_rules`).
     """
     from aggregator.core.exceptions import ConfigError
     from aggregator.core.lifecycle import resolved_rules
