@@ -10,6 +10,8 @@ checks the docs and docstrings of this checkout and never a stale or missing ``s
 - no raw Sphinx role (``:class:``, ``:func:``, ``:meth:`` ...) is left from the docstrings;
 - no build debris (``__pycache__``, ``.pyc``, the hooks' ``.py``);
 - the CLI reference's summary of every command is a whole sentence: its ``short_help``;
+- the rule reference's sections are headings (its table of contents lists them), not paragraphs
+  opening with a bold title;
 - no navigation entry is titled by a file name.
 """
 
@@ -238,3 +240,14 @@ def test_navigation_titles_are_not_file_names(site: Path, pages: dict[Path, Page
     titles = pages[site / "index.html"].nav_titles
     assert "Getting started" in titles
     assert not [title for title in titles if title.endswith(".md")], titles
+
+
+def test_rule_reference_sections_are_headings(site: Path, pages: dict[Path, Page]) -> None:
+    rule_pages = sorted((site / "rules").glob("*.html"))
+    assert len(rule_pages) >= 5
+    for path in rule_pages:
+        bold_titles = re.findall(r"<p><strong>([^<]*)</strong>", path.read_text(encoding="utf-8"))
+        assert not bold_titles, f"{path.relative_to(site)}: bold paragraphs, not headings"
+    toc = [url for _, url in pages[site / "rules" / "index.html"].links if url.startswith("#")]
+    for anchor in ("#fields", "#top-lists-leaderboard_store-list", "#match-language", "#keys"):
+        assert anchor in toc, f"the rule reference's table of contents lacks {anchor}"
