@@ -107,8 +107,10 @@ lint: install
 	$(BIN)/mypy aggregator
 
 # The documentation site (mkdocs.yml, docs/): mkdocs-material, the Python API from the docstrings
-# (mkdocstrings) and the CLI reference from the click commands (mkdocs-click), built into site/.
-# --strict: a broken link, anchor, snippet or API reference fails the build; `make test` runs it.
+# (mkdocstrings) and the CLI reference from the click commands (mkdocs-click), built into site/,
+# which browses from disk: open site/index.html (no server; search works offline).
+# --strict: a broken link, anchor, snippet or API reference fails the build. `make test` builds it
+# too, in tests/unit/test_site.py (into a temporary directory), which then checks the HTML.
 # (NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2.0, printed on every build.)
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
@@ -116,7 +118,7 @@ docs: install
 # The whole suite on TEST_WORKERS processes (pytest-xdist; each test file stays on one worker,
 # with its own DynamoDB Local). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
-test: lint test-yaml docs
+test: lint test-yaml
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Longer property-based soak: random writes, fault schedules and malformed records, in parts of

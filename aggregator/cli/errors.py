@@ -188,8 +188,9 @@ def describe_error(exc: BaseException, meta: Mapping[str, Any] | None = None) ->
     exc
         Any exception a command raised.
     meta
-        The click context's ``meta``; :func:`make_client` and the ``--table`` option note the
-        region, endpoint and table there, which messages about AWS errors name.
+        The click context's ``meta``; :func:`~aggregator.cli.clients.make_client` and the
+        ``--table`` option note the region, endpoint and table there, which messages about AWS
+        errors name.
 
     Returns
     -------

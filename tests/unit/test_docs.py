@@ -1,4 +1,4 @@
-"""The documentation's checks that need no site build (`make docs` builds the site strictly).
+"""The documentation's checks that need no site build (tests/unit/test_site.py builds it).
 
 - Every ``>>>`` example in the package's docstrings runs as a doctest: the modules are found by
   their source, so a new example is tested without being listed here (examples that cannot run

@@ -167,7 +167,7 @@ def print_backfill_summary(stats: BackfillStats, names: str) -> None:
         )
 
 
-@click.command("backfill")
+@click.command("backfill", short_help="Count the items already in the table for pending rules.")
 @definitions_option
 @table_option
 @rules_option("Comma-separated rules to backfill (default: every rule pending a backfill).")

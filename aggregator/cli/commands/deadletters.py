@@ -56,7 +56,8 @@ def _stored_rules(client: DynamoDBClient, table_name: str, rules: RuleSet) -> Ru
     Raises
     ------
     ConfigError
-        When the manifest and the rules disagree (:func:`resolved_rules`).
+        When the manifest and the rules disagree
+        (:func:`~aggregator.core.lifecycle.resolved_rules`).
     """
     from aggregator.core.exceptions import ConfigError
     from aggregator.core.lifecycle import resolved_rules
@@ -179,7 +180,7 @@ def _print_next_steps(states: list[LetterState], counts: Counter[str]) -> None:
             console.print(Text(f"{cause}: {repair.format(rule=','.join(names))}"), highlight=False)
 
 
-@click.command("dead-letters")
+@click.command("dead-letters", short_help="List the records the rules could not evaluate.")
 @table_option
 @layout_definitions_option
 @endpoint_option
@@ -225,7 +226,7 @@ def dead_letters_cmd(
     _print_next_steps(states, counts)
 
 
-@click.command("replay-dead-letters")
+@click.command("replay-dead-letters", short_help="Re-apply dead-lettered records, exactly once.")
 @table_option
 @definitions_option
 @endpoint_option

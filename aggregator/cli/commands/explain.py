@@ -280,7 +280,7 @@ def _explain_item(
     console.print(tree, soft_wrap=False)
 
 
-@click.command("explain")
+@click.command("explain", short_help="Show what the rules make of an item or a stream record.")
 @click.argument("item", required=False)
 @definitions_option
 @click.option("--record", "record_source", help="A stream record (JSON file, or - for stdin)")

@@ -18,7 +18,7 @@ from aggregator.cli.options import RuleSources, definitions_option, endpoint_opt
 from aggregator.cli.output import console
 
 
-@click.command("rebuild")
+@click.command("rebuild", short_help="Build a rule's new definition and switch readers to it.")
 @click.argument("rule_name", metavar="RULE")
 @definitions_option
 @table_option
@@ -127,7 +127,7 @@ def rebuild_cmd(
     )
 
 
-@click.command("drop-rule")
+@click.command("drop-rule", short_help="Delete the aggregates of a removed or retired rule.")
 @click.argument("rule_name", metavar="RULE")
 @definitions_option
 @table_option

@@ -19,7 +19,7 @@ from aggregator.cli.options import (
 from aggregator.cli.output import console
 
 
-@click.command()
+@click.command(short_help="Run AWS's DynamoDB Local (installed on first use).")
 @click.option(
     "--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one)"
 )
@@ -72,7 +72,7 @@ def local(
             console.print("stopping")
 
 
-@click.command("create-table")
+@click.command("create-table", short_help="Create a table ready for the rules.")
 @table_option
 @layout_definitions_option
 @endpoint_option

@@ -16,7 +16,7 @@ _NEXT_STEPS = """\
 """
 
 
-@click.command("init")
+@click.command("init", short_help="Write a deployable SAM project for the rules.")
 @click.argument(
     "directory",
     default=Path("."),
@@ -68,7 +68,7 @@ def init_cmd(directory: Path, force: bool, show: str | None) -> None:
     console.print("next:\n" + cd + _NEXT_STEPS.format(rules=result.rules), highlight=False, end="")
 
 
-@click.command("build")
+@click.command("build", short_help="Build the Lambda function's artifact for sam build.")
 @click.option(
     "--definitions",
     "-d",

@@ -126,12 +126,12 @@ def _print_rule_aggregates(store: Any, rule: str, title: str, aggregates: list[A
         print_aggregates(title, aggregates)
 
 
-@click.group()
+@click.group(short_help="Read aggregates.")
 def query() -> None:
     """Read aggregates."""
 
 
-@query.command("get")
+@query.command("get", short_help="One aggregate of RULE, by its key.")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
 @table_option
@@ -180,7 +180,7 @@ def query_get(
     console.print(f"{rule} {aggregate.key}: {_fields_text(aggregate)}{where}", markup=False)
 
 
-@query.command("list")
+@query.command("list", short_help="Every aggregate of RULE, in key order.")
 @click.argument("rule")
 @table_option
 @definitions_option
@@ -207,7 +207,7 @@ def query_list(
     _print_rule_aggregates(store, rule, rule, aggregates)
 
 
-@query.command("top")
+@query.command("top", short_help="The N largest aggregates of RULE.")
 @click.argument("rule")
 @click.option("-n", "n", default=10, show_default=True, type=click.IntRange(1, 1000))
 @click.option(
@@ -351,7 +351,7 @@ def _percent_list(ctx: click.Context, param: click.Parameter, value: str) -> lis
         raise click.BadParameter(str(exc)) from None
 
 
-@query.command("percentile")
+@query.command("percentile", short_help="Percentiles of one key of RULE.")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
 @click.option(
@@ -439,7 +439,7 @@ def query_percentile(
     )
 
 
-@query.command("histogram")
+@query.command("histogram", short_help="How many source keys have each value.")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
 @table_option
@@ -482,7 +482,7 @@ def query_histogram(
     console.print(table)
 
 
-@query.command("window")
+@query.command("window", short_help="A windowed RULE's value for one key over a span of time.")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
 @_range_options

@@ -15,7 +15,7 @@ from aggregator.cli.options import (
 from aggregator.cli.output import console
 
 
-@click.command("reconcile")
+@click.command("reconcile", short_help="Recount the rules from a scan and report any drift.")
 @definitions_option
 @table_option
 @rules_option(

@@ -74,7 +74,7 @@ def _unversioned(paths: tuple[Path, ...]) -> list[str]:
     return missing
 
 
-@click.command()
+@click.command(short_help="Check rule files; print their rules or their errors.")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
     "--definitions",
@@ -123,7 +123,9 @@ def validate(paths: tuple[Path, ...], more: tuple[Path, ...], as_json: bool) -> 
         err_console.print(Text(f"note: {note}"), highlight=False)
 
 
-@click.command("filter-criteria")
+@click.command(
+    "filter-criteria", short_help="Print the stream filters for the rules, or check them."
+)
 @definitions_option
 @click.option(
     "--check",
@@ -152,7 +154,7 @@ def filter_criteria_cmd(definitions: RuleSources, template: Path | None) -> None
     console.print(f"{template}: stream filters match the rules in {definitions}")
 
 
-@click.command("template")
+@click.command("template", short_help="Render the template's parts that follow from the rules.")
 @definitions_option
 @click.argument(
     "template",

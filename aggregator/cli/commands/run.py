@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from aggregator.dev.runner import RunStats
 
 
-@click.command()
+@click.command(short_help="Process the table's stream locally, as Lambda does.")
 @table_option
 @definitions_option
 @endpoint_option

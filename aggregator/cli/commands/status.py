@@ -52,7 +52,7 @@ def _open_shards(
     return open_shard_ids(clients.make_client("dynamodbstreams", endpoint_url), arn)
 
 
-@click.command("status")
+@click.command("status", short_help="Show each rule's state and the next command to run.")
 @definitions_option
 @table_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON")

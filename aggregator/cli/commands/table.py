@@ -10,7 +10,7 @@ from aggregator.cli.options import RuleSources, definitions_option, endpoint_opt
 from aggregator.cli.output import console, err_console
 
 
-@click.command("check-table")
+@click.command("check-table", short_help="Report what the table lacks for the rules.")
 @table_option
 @definitions_option
 @endpoint_option
@@ -58,7 +58,7 @@ def check_table_cmd(table_name: str, definitions: RuleSources, endpoint_url: str
     raise SystemExit(1)
 
 
-@click.command("prepare-table")
+@click.command("prepare-table", short_help="Apply what the table lacks for the rules.")
 @table_option
 @definitions_option
 @endpoint_option
