@@ -64,7 +64,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -107,7 +107,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
-__all__ = ["Backfill", "BackfillStats", "NothingToBackfill", "item_digest"]
+__all__ = ["Backfill", "BackfillStats", "NothingToBackfill", "item_digest", "read_shard"]
 
 STREAM_RETENTION_SECONDS = 24 * 3600
 """DynamoDB Streams keeps records 24 hours (Developer Guide, "Change data capture for DynamoDB
@@ -115,9 +115,11 @@ Streams")."""
 
 DEFAULT_STREAM_LAG_SECONDS = 5.0
 OPEN_SHARD_EMPTY_PAGES = 10
-"""Empty ``GetRecords`` pages in a row after which an open shard counts as read to its end."""
+"""Empty ``GetRecords`` pages in a row after which an open shard in which nothing was written
+since its read began counts as read to its end (:func:`read_shard`)."""
 CLOSED_SHARD_EMPTY_PAGES = 10_000
-"""Empty pages followed in a closed shard before giving up (its end is certain to come)."""
+"""Empty pages followed towards an end known to come (a closed shard's, or a read's bound)
+before giving up."""
 MAX_PAGE_RECORD_BYTES = 350 * 1024
 """A page's stored amounts and digests must fit one item with room for its key and other
 attributes (DynamoDB Developer Guide, "Service quotas": items are at most 400 KB)."""
@@ -227,6 +229,132 @@ class _RateLimiter:
             time.sleep(wait)
 
 
+class _Bound:
+    """Where a read of an open shard ends: the first record written after the read began
+    (module docstring, "Reading a shard").
+
+    A ``LATEST`` iterator, taken when the read begins, points just after the shard's most recent
+    record (DynamoDB Streams API reference, ``GetShardIterator``); :meth:`poll` reads it, one
+    record at most per call, until it returns a record, whose sequence number is the bound.
+    """
+
+    def __init__(self, streams: DynamoDBStreamsClient, stream_arn: str, shard_id: str) -> None:
+        self.streams = streams
+        self.stream_arn = stream_arn
+        self.shard_id = shard_id
+        self.sequence_number: str | None = None  # 40 digits, once a record has come
+        self.iterator: str | None = self._latest()
+
+    def _latest(self) -> str:
+        return self.streams.get_shard_iterator(
+            StreamArn=self.stream_arn, ShardId=self.shard_id, ShardIteratorType="LATEST"
+        )["ShardIterator"]
+
+    def poll(self) -> str | None:
+        """The bound (a 40-digit sequence number), or ``None`` while no record has come after
+        the read began (one ``GetRecords`` call per poll until one has)."""
+        if self.sequence_number is not None or self.iterator is None:
+            return self.sequence_number
+        try:
+            response = self.streams.get_records(ShardIterator=self.iterator, Limit=1)
+        except ClientError as exc:
+            if error_code(exc) != "ExpiredIteratorException":
+                raise
+            # the shard's end now is a bound as good: every record readable when the read
+            # began still comes before it
+            self.iterator = self._latest()
+            return None
+        records = response.get("Records", [])
+        if records:
+            self.sequence_number = pad_sequence_number(records[0]["dynamodb"]["SequenceNumber"])
+        else:
+            self.iterator = response.get("NextShardIterator")  # None: the shard has closed
+        return self.sequence_number
+
+
+def read_shard(
+    streams: DynamoDBStreamsClient,
+    stream_arn: str,
+    shard: dict[str, Any],
+    iterators: dict[str, str | None],
+    last: dict[str, str],
+) -> Iterator[dict[str, Any]]:
+    """Records of one shard (Lambda-shaped), from where ``iterators`` left off (the shard's start
+    the first time) to a bound fixed when this read begins (module docstring, "Reading a
+    shard"): a closed shard's end, or for an open shard the first record written after the read
+    began (:class:`_Bound`), or, if none comes, the shard's end as :data:`OPEN_SHARD_EMPTY_PAGES`
+    empty ``GetRecords`` pages in a row show it. So the read ends at any write rate. It may
+    return records past its bound (the rest of the bound's page); the next read goes on after
+    them.
+
+    ``iterators[shard_id]`` is where the next read continues, ``None`` once a closed shard has
+    ended; ``last[shard_id]`` is the last sequence number read, from which an expired iterator
+    is renewed.
+
+    ``GetRecords`` may return empty pages before a shard's records (DynamoDB Streams API
+    reference, ``GetRecords``): towards a known end (a closed shard's, or a bound) the read
+    follows them, up to :data:`CLOSED_SHARD_EMPTY_PAGES`.
+
+    Raises
+    ------
+    ConfigError
+        When the shard's records were trimmed (older than the stream's 24 hours) while the
+        backfill still needed them, or a known end never came.
+    """
+    shard_id = shard["ShardId"]
+    iterator = iterators.get(shard_id, "")
+    if iterator is None:
+        return
+    # fixed before the first page: every record readable now comes before it
+    bound = None if is_closed(shard) else _Bound(streams, stream_arn, shard_id)
+    empty = 0
+    while True:
+        if iterator == "":
+            kwargs: dict[str, Any] = {"StreamArn": stream_arn, "ShardId": shard_id}
+            if shard_id in last:
+                kwargs.update(
+                    ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=last[shard_id]
+                )
+            else:
+                kwargs["ShardIteratorType"] = "TRIM_HORIZON"
+            iterator = streams.get_shard_iterator(**kwargs)["ShardIterator"]
+        try:
+            response = streams.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
+        except ClientError as exc:
+            code = error_code(exc)
+            if code == "ExpiredIteratorException":
+                iterator = ""
+                continue
+            if code == "TrimmedDataAccessException":
+                raise ConfigError(
+                    f"shard {shard_id}: the stream no longer holds records the backfill "
+                    "needs (older than 24 hours); deploy the rules under new names and "
+                    "backfill those"
+                ) from None
+            raise
+        records = response.get("Records", [])
+        iterator = response.get("NextShardIterator")
+        iterators[shard_id] = iterator
+        for record in records:
+            last[shard_id] = record["dynamodb"]["SequenceNumber"]
+            yield to_lambda_record(record, stream_arn)
+        if iterator is None:  # a closed shard's end
+            return
+        empty = 0 if records else empty + 1
+        if bound is not None:
+            end = bound.poll()
+            if end is None and empty >= OPEN_SHARD_EMPTY_PAGES:
+                return  # nothing written since the read began, and the shard read to its end
+            if end is not None and pad_sequence_number(last.get(shard_id, "0")) >= end:
+                return  # the bound reached
+        if empty >= CLOSED_SHARD_EMPTY_PAGES:
+            raise ConfigError(
+                f"shard {shard_id}: {CLOSED_SHARD_EMPTY_PAGES} empty pages without reaching "
+                "the end of a closed shard or the records written before the read began; "
+                "try again"
+            )
+
+
 class _ChangedItems:
     """Reads every shard after its fence and keeps, per item, the contributions of its first
     post-fence ``OldImage`` (thread-safe)."""
@@ -241,8 +369,10 @@ class _ChangedItems:
         self.records = 0
 
     def pump(self) -> None:
-        """Read every shard to its current end (new shards from their start), parents before
-        their children, so an item's first post-fence record is the first one read."""
+        """Read every shard the stream lists up to its bound (:func:`read_shard`; new shards
+        from their start), parents before their children, so an item's first post-fence record
+        is the first one read. A child is read once its parent has been read to its end; one
+        listed only after this read began is left to the next."""
         with self.lock:
             shards = self.b.shards()
             listed = {s["ShardId"] for s in shards}
@@ -526,69 +656,12 @@ class Backfill:
     def read_shard(
         self, shard: dict[str, Any], iterators: dict[str, str | None], last: dict[str, str]
     ) -> Iterable[dict[str, Any]]:
-        """Records of one shard from where ``iterators`` left off (its start the first time) to
-        its current end; ``iterators[shard_id]`` becomes ``None`` once a closed shard ends.
-
-        ``GetRecords`` may return empty pages before a shard's records (DynamoDB Streams API
-        reference, ``GetRecords``): a closed shard is followed to its end (no next iterator), an
-        open one until :data:`OPEN_SHARD_EMPTY_PAGES` empty pages in a row. An expired iterator
-        is renewed after the last record read (``last``).
-
-        Raises
-        ------
-        ConfigError
-            When the shard's records were trimmed (older than the stream's 24 hours) while the
-            backfill still needed them.
-        """
-        shard_id = shard["ShardId"]
-        closed = is_closed(shard)
-        iterator = iterators.get(shard_id, "")
-        if iterator is None:
-            return
-        empty = 0
-        while True:
-            if iterator == "":
-                kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": shard_id}
-                if shard_id in last:
-                    kwargs.update(
-                        ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=last[shard_id]
-                    )
-                else:
-                    kwargs["ShardIteratorType"] = "TRIM_HORIZON"
-                iterator = self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
-            try:
-                response = self.streams.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
-            except ClientError as exc:
-                code = error_code(exc)
-                if code == "ExpiredIteratorException":
-                    iterator = ""
-                    continue
-                if code == "TrimmedDataAccessException":
-                    raise ConfigError(
-                        f"shard {shard_id}: the stream no longer holds records the backfill "
-                        "needs (older than 24 hours); deploy the rules under new names and "
-                        "backfill those"
-                    ) from None
-                raise
-            records = response.get("Records", [])
-            iterator = response.get("NextShardIterator")
-            iterators[shard_id] = iterator
-            for record in records:
-                last[shard_id] = record["dynamodb"]["SequenceNumber"]
-                yield to_lambda_record(record, self.stream_arn)
-            if iterator is None:
-                return
-            empty = 0 if records else empty + 1
-            if not closed and empty >= OPEN_SHARD_EMPTY_PAGES:
-                return
-            if closed and empty >= CLOSED_SHARD_EMPTY_PAGES:
-                raise ConfigError(
-                    f"shard {shard_id}: {CLOSED_SHARD_EMPTY_PAGES} empty pages without reaching "
-                    "the end of a closed shard; try again"
-                )
+        """One shard's records up to its bound (:func:`read_shard`)."""
+        return read_shard(self.streams, self.stream_arn, shard, iterators, last)
 
     def _fence_all(self) -> None:
-        """Step 1: fence every listed shard at its last record, unless fenced already."""
+        """Step 1: fence every listed shard at the last record read from it (up to its bound,
+        :func:`read_shard`), unless fenced already."""
         iterators: dict[str, str | None] = {}
         last: dict[str, str] = {}
         for shard in self.shards():
