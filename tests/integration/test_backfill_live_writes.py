@@ -11,8 +11,8 @@ caught up, every aggregate equals the rules over the table's items (computed her
 of the engine).
 
 Before the bound (a read of an open shard ended only after 10 empty ``GetRecords`` pages in a
-row), this backfill never got past fencing the stream while the writer wrote: the test then
-fails at its deadline.
+row), this backfill scanned the table but had not finished :data:`DEADLINE_SECONDS` later, the
+writer still writing: the test failed at its deadline.
 """
 
 from __future__ import annotations
@@ -178,12 +178,12 @@ def test_backfill_ends_within_a_bound_of_its_scan_while_the_application_writes(
     definition.pop("StreamSpecification", None)
     ddb.create_table(TableName=name, **definition)
     ddb.get_waiter("table_exists").wait(TableName=name)
-    seed_rng = random.Random(2)
-    for i in range(SEED_ITEMS):
-        put(ddb, name, path_item(seed_rng, i))
-    prepare_table(ddb, name, RULES, poll_seconds=0.1)  # enables the stream
-    arn = table_stream_arn(ddb, name)
     try:
+        seed_rng = random.Random(2)
+        for i in range(SEED_ITEMS):
+            put(ddb, name, path_item(seed_rng, i))
+        prepare_table(ddb, name, RULES, poll_seconds=0.1)  # enables the stream
+        arn = table_stream_arn(ddb, name)
         # ... an application that writes all along, and the handler, deployed with the rules
         app = Application(dynamodb_local.endpoint_url, name, set(range(SEED_ITEMS)))
         handler = pipeline(ddb, streams, name, arn, rules=RULES, lifecycle=True).runner
@@ -199,7 +199,7 @@ def test_backfill_ends_within_a_bound_of_its_scan_while_the_application_writes(
 
         handler_thread = threading.Thread(target=handle, daemon=True)
         handler_thread.start()
-        time.sleep(1.0)  # writes before the backfill
+        time.sleep(0.5)  # writes before the backfill
         # WHEN the backfill runs, the application writing throughout
         client = ScanClock(ddb)
         results: dict[str, BackfillStats | BaseException] = {}
@@ -225,7 +225,7 @@ def test_backfill_ends_within_a_bound_of_its_scan_while_the_application_writes(
         backfill_thread.join(DEADLINE_SECONDS)
         ended = time.monotonic()
         hung = backfill_thread.is_alive()
-        time.sleep(1.0)  # writes after the backfill
+        time.sleep(0.5)  # writes after the backfill
         app.finish()
         backfill_thread.join()  # (a hung one ends once the writes stop)
         handling.set()
