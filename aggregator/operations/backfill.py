@@ -399,7 +399,7 @@ def read_shard(
         if empty >= CLOSED_SHARD_EMPTY_PAGES:
             raise ConfigError(
                 f"shard {shard_id}: {CLOSED_SHARD_EMPTY_PAGES} empty pages without reaching "
-                "the end of a closed shard or the records written before the read began; "
+                "the end of a closed shard, or the first record written after the read began; "
                 "try again"
             )
 
