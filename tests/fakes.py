@@ -42,13 +42,17 @@ class FakeStreams:
     def get_shard_iterator(self, StreamArn, ShardId, ShardIteratorType, SequenceNumber=None):
         records = self.shards[ShardId][2]
         index = 0
-        if ShardIteratorType == "AFTER_SEQUENCE_NUMBER":
+        if ShardIteratorType == "LATEST":  # just after the shard's most recent record
+            index = len(records)
+        elif ShardIteratorType == "AFTER_SEQUENCE_NUMBER":
             index = next(
                 i + 1
                 for i, r in enumerate(records)
                 if r["dynamodb"]["SequenceNumber"] == SequenceNumber
             )
-        return {"ShardIterator": f"{ShardId}|{index}|{self.empty_pages}"}
+        # empty pages precede a shard's records, not its end (where LATEST points)
+        empties = 0 if ShardIteratorType == "LATEST" else self.empty_pages
+        return {"ShardIterator": f"{ShardId}|{index}|{empties}"}
 
     def get_records(self, ShardIterator, Limit):
         self.calls += 1

@@ -14,8 +14,10 @@ What it models, from AWS's documentation:
   over, every ``rollover_seconds``, with the partitions' rollovers staggered (Developer Guide,
   "Change data capture for DynamoDB Streams": shards are ephemeral, created and deleted
   automatically; a shard has a parent). ``DescribeStream``, ``GetShardIterator`` and
-  ``GetRecords`` answer as the Streams API does, so the local runner
-  (:class:`~aggregator.dev.runner.StreamRunner`) reads the twin unchanged.
+  ``GetRecords`` answer as the Streams API does (iterators ``TRIM_HORIZON``, ``LATEST``,
+  ``AT_``/``AFTER_SEQUENCE_NUMBER``), so the local runner
+  (:class:`~aggregator.dev.runner.StreamRunner`) reads the twin unchanged, and so would the
+  backfill's bounded reads (:func:`~aggregator.operations.backfill.read_shard`) of a partition.
 - **Sequence numbers.** Every record gets a new one when it becomes visible, increasing in
   arrival order (so per shard and along a lineage), 21 digits like DynamoDB's.
 - **Time.** A record arrives at the simulated time the workload gives it (``arrival``), or at the
@@ -354,6 +356,8 @@ class PartitionStream:
         shard = self.twin._shards[ShardId]
         if ShardIteratorType == "TRIM_HORIZON":
             index = 0
+        elif ShardIteratorType == "LATEST":  # just after the shard's most recent visible record
+            index = len(shard.records)
         elif ShardIteratorType == "AFTER_SEQUENCE_NUMBER" and SequenceNumber is not None:
             index = bisect.bisect_right(shard.sequence_numbers, int(SequenceNumber))
         elif ShardIteratorType == "AT_SEQUENCE_NUMBER" and SequenceNumber is not None:

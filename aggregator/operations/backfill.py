@@ -9,17 +9,18 @@ contribution of the item's state at the fence: the state before the item's first
 after it (``old_k``), or, for an item with no record after it, its current state. The handler's
 deltas for the item then telescope: ``c(final) - c(old_k)``, so the sum is ``c(final)``.
 
-1. **Fence** every shard the stream lists: the shard's last record ``L_S`` (read to its end),
-   written with ``attribute_not_exists`` so a fence the handler already wrote (at its first
-   batch with ``R``) stays. Shards created later (children) have their fences at their start.
-   Then every record up to a fence was written before the scan begins, and every record after it
-   is counted by the handler.
+1. **Fence** every shard the stream lists: the last record ``L_S`` read from it (up to the
+   read's bound: "Reading a shard" below), written with ``attribute_not_exists`` so a fence the
+   handler already wrote (at its first batch with ``R``) stays. Shards created later (children)
+   have their fences at their start. Then every record up to a fence was written before the scan
+   begins, and every record after it is counted by the handler (the records the deployment
+   without ``R`` processed were readable when the backfill began, so they precede the bound).
 2. **Scan** the table (``ConsistentRead``, ``Segment``/``TotalSegments``), page by page. After a
-   page has been read, wait until ``stream_lag_seconds`` have passed and read every shard to its
-   end (records after the fences only): the first post-fence record of each changed item gives
-   its ``old_k``. An item on the page with such a record counts ``c(old_k)``; any other counts its
-   scanned state, which is ``old_k`` as well, since a record written before the item was read
-   would be visible by now.
+   page has been read, wait until ``stream_lag_seconds`` have passed and read every shard up to
+   its bound (records after the fences only): the first post-fence record of each changed item
+   gives its ``old_k``. An item on the page with such a record counts ``c(old_k)``; any other
+   counts its scanned state, which is ``old_k`` as well, since a record written before the item
+   was read would be visible by now.
 3. **Persist, carry, apply**: each page's coalesced amounts and the digests of the items it
    returned are stored under the control partition, and its amounts are added to the segment's
    *carry*, the amounts of the pages counted since the carry was last applied. The carry is
@@ -32,27 +33,75 @@ deltas for the item then telescope: ``c(final) - c(old_k)``, so the sum is ``c(f
    the stored pages of the unapplied carry again, and applies it again if that page was a
    flush, which the checkpoint makes harmless (items already at that page skip it).
 4. **Finish**: once every segment is done and ``stream_lag_seconds`` have passed, read the stream
-   once more; items with a post-fence record that the scan never returned (deleted before the scan
-   reached them) count ``c(old_k)``. Apply (pseudo-shard ``backfill.<id>.final``), then mark the
-   rules ``active``.
+   once more (every shard up to its bound); items with a post-fence record that the scan never
+   returned (deleted before the scan reached them) count ``c(old_k)``. Apply (pseudo-shard
+   ``backfill.<id>.final``), then mark the rules ``active``.
 
 Invariant: every item that existed at its shard's fence contributes ``c(state at the fence)``
 exactly once, through its page or through the final step, and nothing else does.
 
-Assumptions (stated, not checked): a write is readable from its shard's ``GetRecords`` within
-``stream_lag_seconds`` (DynamoDB Streams writes records "in near-real time": Developer Guide,
-"Change data capture for DynamoDB Streams"); the deployment of ``R`` finished before the backfill
-starts (no invocation with the old rule set afterwards); the backfill finishes within the stream's
-24-hour retention of the fences' records.
+Reading a shard
+---------------
+Each read of a shard (step 1's, and every one of steps 2 and 4) ends at a *bound* fixed when it
+begins (:func:`read_shard`), so that it ends however often the application writes: a closed
+shard's end; for an open shard, the first record written after the read began. A ``LATEST``
+iterator taken before the read's first ``GetRecords`` points "just after the most recent stream
+record in the shard" (DynamoDB Streams API reference, ``GetShardIterator``); the read polls it
+(one ``GetRecords`` of one record per page of its own) until it returns a record, the bound, and
+ends with the page that reaches the bound. While no record has come, the shard's end is where it
+was when the read began, and the read ends there, after :data:`OPEN_SHARD_EMPTY_PAGES` empty
+pages in a row (``GetRecords`` may return empty pages before a shard's records: an empty page is
+no end); once one has come, the read follows empty pages to it.
+
+*Why the bound is enough.* Each step needs the records readable when its read begins, and no
+later ones. Step 2 counts a page only against reads that begin ``stream_lag_seconds`` after the
+page was read, and step 4 reads ``stream_lag_seconds`` after the scan ended, so every write the
+step must see (made before the page was read, or before the scan ended) is readable when its read
+begins; step 1 must pass every record the deployment without ``R`` processed, all readable before
+the backfill began. Each such record precedes its shard's bound, the ``LATEST`` iterator having
+been taken after it was readable, so the read returns it. A shard not listed when a read of the
+stream began holds no such record (a shard is listed once its records are readable), and a child
+is read only once its parent has been read to its end, so an item's records are still read in
+order. Records read past what a step needs change nothing: only an item's first post-fence record
+is kept, and its ``OldImage`` is the item's state at the fence whenever it is read; a fence at a
+record read later is still a record written before the scan began. So the invariant holds as it
+did when reads went to the shard's end.
+
+*Liveness.* A read returns the records before its bound and at most one page more: it ends once
+it has read its shard's backlog at its start (up to 1,000 records per ``GetRecords``) and then
+either the first write after its start is readable or :data:`OPEN_SHARD_EMPTY_PAGES` round trips
+have passed without one. So at any steady write rate the backfill ends about
+``2 * stream_lag_seconds`` after its scan (its last pages wait out the lag, and step 4 does),
+plus two such reads of each shard and the final writes. (A read that ended only after ten empty
+pages in a row never ended while the application wrote once per ten round trips or faster.) A
+time bound, the first record whose ``ApproximateCreationDateTime`` is past the read's start,
+would need this machine's clock to agree with the stream's and would wait for the stamp to move
+on: the Streams API rounds it down to the second, DynamoDB Local to the minute. The ``LATEST``
+iterator needs no clock.
+
+Cost of the bound: per read of an open shard, one ``GetShardIterator`` and, until the bound
+comes, one ``GetRecords`` (of at most one record) per page. The backfill reads that iterator in
+turn with its own, never at the same time: it stays one reader per shard beside the handler
+(DynamoDB Streams throttles more than two processes reading one shard at once: Streams API
+reference, ``LimitExceededException``).
+
+Assumptions (stated, not checked): a write is readable from its shard's ``GetRecords`` (and
+precedes a ``LATEST`` iterator taken then) within ``stream_lag_seconds``, and its shard is listed
+by then (DynamoDB Streams writes records "in near-real time": Developer Guide, "Change data
+capture for DynamoDB Streams"); an open shard whose read saw no write since it began ends where
+:data:`OPEN_SHARD_EMPTY_PAGES` empty pages in a row leave it; the deployment of ``R`` finished
+before the backfill starts (no invocation with the old rule set afterwards); the backfill
+finishes within the stream's 24-hour retention of the fences' records.
 
 Costs: the scan (strongly consistent: 1 RCU per 4 KB of items read), one read of every shard
-from its trim horizon for the fences and again for the changed items, one write per page of its
-amounts and digests (16 bytes per returned item, zlib-compressed JSON for the amounts), and one
-aggregate ``UpdateItem`` per key per carry (coalesced over its pages: once per segment unless
-the carry fills). Memory: the digests of the items returned
-(about 100 bytes each in Python) and the first post-fence state of each item changed during the
-backfill. After the backfill, a stream record costs what it did before: the handler drops the
-rules' fences :data:`~aggregator.core.lifecycle.FENCE_RETENTION_SECONDS` after they became active.
+from its trim horizon for the fences and again for the changed items (with the bound's calls
+above), one write per page of its amounts and digests (16 bytes per returned item,
+zlib-compressed JSON for the amounts), and one aggregate ``UpdateItem`` per key per carry
+(coalesced over its pages: once per segment unless the carry fills). Memory: the digests of the
+items returned (about 100 bytes each in Python) and the first post-fence state of each item
+changed during the backfill. After the backfill, a stream record costs what it did before: the
+handler drops the rules' fences :data:`~aggregator.core.lifecycle.FENCE_RETENTION_SECONDS` after
+they became active.
 """
 
 from __future__ import annotations
@@ -64,7 +113,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -107,7 +156,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
-__all__ = ["Backfill", "BackfillStats", "NothingToBackfill", "item_digest"]
+__all__ = ["Backfill", "BackfillStats", "NothingToBackfill", "item_digest", "read_shard"]
 
 STREAM_RETENTION_SECONDS = 24 * 3600
 """DynamoDB Streams keeps records 24 hours (Developer Guide, "Change data capture for DynamoDB
@@ -115,9 +164,11 @@ Streams")."""
 
 DEFAULT_STREAM_LAG_SECONDS = 5.0
 OPEN_SHARD_EMPTY_PAGES = 10
-"""Empty ``GetRecords`` pages in a row after which an open shard counts as read to its end."""
+"""Empty ``GetRecords`` pages in a row after which an open shard in which nothing was written
+since its read began counts as read to its end (:func:`read_shard`)."""
 CLOSED_SHARD_EMPTY_PAGES = 10_000
-"""Empty pages followed in a closed shard before giving up (its end is certain to come)."""
+"""Empty pages followed towards an end known to come (a closed shard's, or a read's bound)
+before giving up."""
 MAX_PAGE_RECORD_BYTES = 350 * 1024
 """A page's stored amounts and digests must fit one item with room for its key and other
 attributes (DynamoDB Developer Guide, "Service quotas": items are at most 400 KB)."""
@@ -227,6 +278,132 @@ class _RateLimiter:
             time.sleep(wait)
 
 
+class _Bound:
+    """Where a read of an open shard ends: the first record written after the read began
+    (module docstring, "Reading a shard").
+
+    A ``LATEST`` iterator, taken when the read begins, points just after the shard's most recent
+    record (DynamoDB Streams API reference, ``GetShardIterator``); :meth:`poll` reads it, one
+    record at most per call, until it returns a record, whose sequence number is the bound.
+    """
+
+    def __init__(self, streams: DynamoDBStreamsClient, stream_arn: str, shard_id: str) -> None:
+        self.streams = streams
+        self.stream_arn = stream_arn
+        self.shard_id = shard_id
+        self.sequence_number: str | None = None  # 40 digits, once a record has come
+        self.iterator: str | None = self._latest()
+
+    def _latest(self) -> str:
+        return self.streams.get_shard_iterator(
+            StreamArn=self.stream_arn, ShardId=self.shard_id, ShardIteratorType="LATEST"
+        )["ShardIterator"]
+
+    def poll(self) -> str | None:
+        """The bound (a 40-digit sequence number), or ``None`` while no record has come after
+        the read began (one ``GetRecords`` call per poll until one has)."""
+        if self.sequence_number is not None or self.iterator is None:
+            return self.sequence_number
+        try:
+            response = self.streams.get_records(ShardIterator=self.iterator, Limit=1)
+        except ClientError as exc:
+            if error_code(exc) != "ExpiredIteratorException":
+                raise
+            # the shard's end now is a bound as good: every record readable when the read
+            # began still comes before it
+            self.iterator = self._latest()
+            return None
+        records = response.get("Records", [])
+        if records:
+            self.sequence_number = pad_sequence_number(records[0]["dynamodb"]["SequenceNumber"])
+        else:
+            self.iterator = response.get("NextShardIterator")  # None: the shard has closed
+        return self.sequence_number
+
+
+def read_shard(
+    streams: DynamoDBStreamsClient,
+    stream_arn: str,
+    shard: dict[str, Any],
+    iterators: dict[str, str | None],
+    last: dict[str, str],
+) -> Iterator[dict[str, Any]]:
+    """Records of one shard (Lambda-shaped), from where ``iterators`` left off (the shard's start
+    the first time) to a bound fixed when this read begins (module docstring, "Reading a
+    shard"): a closed shard's end, or for an open shard the first record written after the read
+    began (:class:`_Bound`), or, if none comes, the shard's end as :data:`OPEN_SHARD_EMPTY_PAGES`
+    empty ``GetRecords`` pages in a row show it. So the read ends at any write rate. It may
+    return records past its bound (the rest of the bound's page); the next read goes on after
+    them.
+
+    ``iterators[shard_id]`` is where the next read continues, ``None`` once a closed shard has
+    ended; ``last[shard_id]`` is the last sequence number read, from which an expired iterator
+    is renewed.
+
+    ``GetRecords`` may return empty pages before a shard's records (DynamoDB Streams API
+    reference, ``GetRecords``): towards a known end (a closed shard's, or a bound) the read
+    follows them, up to :data:`CLOSED_SHARD_EMPTY_PAGES`.
+
+    Raises
+    ------
+    ConfigError
+        When the shard's records were trimmed (older than the stream's 24 hours) while the
+        backfill still needed them, or a known end never came.
+    """
+    shard_id = shard["ShardId"]
+    iterator = iterators.get(shard_id, "")
+    if iterator is None:
+        return
+    # fixed before the first page: every record readable now comes before it
+    bound = None if is_closed(shard) else _Bound(streams, stream_arn, shard_id)
+    empty = 0
+    while True:
+        if iterator == "":
+            kwargs: dict[str, Any] = {"StreamArn": stream_arn, "ShardId": shard_id}
+            if shard_id in last:
+                kwargs.update(
+                    ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=last[shard_id]
+                )
+            else:
+                kwargs["ShardIteratorType"] = "TRIM_HORIZON"
+            iterator = streams.get_shard_iterator(**kwargs)["ShardIterator"]
+        try:
+            response = streams.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
+        except ClientError as exc:
+            code = error_code(exc)
+            if code == "ExpiredIteratorException":
+                iterator = ""
+                continue
+            if code == "TrimmedDataAccessException":
+                raise ConfigError(
+                    f"shard {shard_id}: the stream no longer holds records the backfill "
+                    "needs (older than 24 hours); deploy the rules under new names and "
+                    "backfill those"
+                ) from None
+            raise
+        records = response.get("Records", [])
+        iterator = response.get("NextShardIterator")
+        iterators[shard_id] = iterator
+        for record in records:
+            last[shard_id] = record["dynamodb"]["SequenceNumber"]
+            yield to_lambda_record(record, stream_arn)
+        if iterator is None:  # a closed shard's end
+            return
+        empty = 0 if records else empty + 1
+        if bound is not None:
+            end = bound.poll()
+            if end is None and empty >= OPEN_SHARD_EMPTY_PAGES:
+                return  # nothing written since the read began, and the shard read to its end
+            if end is not None and pad_sequence_number(last.get(shard_id, "0")) >= end:
+                return  # the bound reached
+        if empty >= CLOSED_SHARD_EMPTY_PAGES:
+            raise ConfigError(
+                f"shard {shard_id}: {CLOSED_SHARD_EMPTY_PAGES} empty pages without reaching "
+                "the end of a closed shard, or the first record written after the read began; "
+                "try again"
+            )
+
+
 class _ChangedItems:
     """Reads every shard after its fence and keeps, per item, the contributions of its first
     post-fence ``OldImage`` (thread-safe)."""
@@ -241,8 +418,10 @@ class _ChangedItems:
         self.records = 0
 
     def pump(self) -> None:
-        """Read every shard to its current end (new shards from their start), parents before
-        their children, so an item's first post-fence record is the first one read."""
+        """Read every shard the stream lists up to its bound (:func:`read_shard`; new shards
+        from their start), parents before their children, so an item's first post-fence record
+        is the first one read. A child is read once its parent has been read to its end; one
+        listed only after this read began is left to the next."""
         with self.lock:
             shards = self.b.shards()
             listed = {s["ShardId"] for s in shards}
@@ -526,69 +705,12 @@ class Backfill:
     def read_shard(
         self, shard: dict[str, Any], iterators: dict[str, str | None], last: dict[str, str]
     ) -> Iterable[dict[str, Any]]:
-        """Records of one shard from where ``iterators`` left off (its start the first time) to
-        its current end; ``iterators[shard_id]`` becomes ``None`` once a closed shard ends.
-
-        ``GetRecords`` may return empty pages before a shard's records (DynamoDB Streams API
-        reference, ``GetRecords``): a closed shard is followed to its end (no next iterator), an
-        open one until :data:`OPEN_SHARD_EMPTY_PAGES` empty pages in a row. An expired iterator
-        is renewed after the last record read (``last``).
-
-        Raises
-        ------
-        ConfigError
-            When the shard's records were trimmed (older than the stream's 24 hours) while the
-            backfill still needed them.
-        """
-        shard_id = shard["ShardId"]
-        closed = is_closed(shard)
-        iterator = iterators.get(shard_id, "")
-        if iterator is None:
-            return
-        empty = 0
-        while True:
-            if iterator == "":
-                kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": shard_id}
-                if shard_id in last:
-                    kwargs.update(
-                        ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=last[shard_id]
-                    )
-                else:
-                    kwargs["ShardIteratorType"] = "TRIM_HORIZON"
-                iterator = self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
-            try:
-                response = self.streams.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
-            except ClientError as exc:
-                code = error_code(exc)
-                if code == "ExpiredIteratorException":
-                    iterator = ""
-                    continue
-                if code == "TrimmedDataAccessException":
-                    raise ConfigError(
-                        f"shard {shard_id}: the stream no longer holds records the backfill "
-                        "needs (older than 24 hours); deploy the rules under new names and "
-                        "backfill those"
-                    ) from None
-                raise
-            records = response.get("Records", [])
-            iterator = response.get("NextShardIterator")
-            iterators[shard_id] = iterator
-            for record in records:
-                last[shard_id] = record["dynamodb"]["SequenceNumber"]
-                yield to_lambda_record(record, self.stream_arn)
-            if iterator is None:
-                return
-            empty = 0 if records else empty + 1
-            if not closed and empty >= OPEN_SHARD_EMPTY_PAGES:
-                return
-            if closed and empty >= CLOSED_SHARD_EMPTY_PAGES:
-                raise ConfigError(
-                    f"shard {shard_id}: {CLOSED_SHARD_EMPTY_PAGES} empty pages without reaching "
-                    "the end of a closed shard; try again"
-                )
+        """One shard's records up to its bound (:func:`read_shard`)."""
+        return read_shard(self.streams, self.stream_arn, shard, iterators, last)
 
     def _fence_all(self) -> None:
-        """Step 1: fence every listed shard at its last record, unless fenced already."""
+        """Step 1: fence every listed shard at the last record read from it (up to its bound,
+        :func:`read_shard`), unless fenced already."""
         iterators: dict[str, str | None] = {}
         last: dict[str, str] = {}
         for shard in self.shards():

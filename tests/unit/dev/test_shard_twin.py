@@ -75,6 +75,33 @@ def test_twin_delivers_each_item_in_order_along_its_lineage():
     assert [pk for pk, _ in seen].count("B") == 1
 
 
+def test_twin_latest_iterator_points_after_the_most_recent_visible_record():
+    clock = SimulatedClock(0)
+    real = [record("A", 1), record("A", 2, "MODIFY"), record("A", 3, "MODIFY")]
+    arrivals = {1: 10, 2: 20, 3: 30}
+    twin = ShardTwin(
+        FakeStreams({"real": (None, False, real)}, page=1000),
+        "arn",
+        ShardPlan(1, 10 * HOUR, 0),
+        clock,
+        arrival=lambda r: arrivals[int(r["dynamodb"]["SequenceNumber"])],
+    )
+    clock.now = 25
+    twin.advance()  # records 1 and 2 visible
+    view = twin.view(0)
+    (shard,) = view.describe_stream()["StreamDescription"]["Shards"]
+    latest = view.get_shard_iterator(
+        StreamArn="arn", ShardId=shard["ShardId"], ShardIteratorType="LATEST"
+    )["ShardIterator"]
+    empty = view.get_records(ShardIterator=latest)
+    assert empty["Records"] == []
+    clock.now = 35
+    twin.advance()  # record 3 arrives after the iterator was taken
+    page = view.get_records(ShardIterator=empty["NextShardIterator"])
+    assert [r["eventName"] for r in page["Records"]] == ["MODIFY"]
+    assert len(view.get_records(ShardIterator=page["NextShardIterator"])["Records"]) == 0
+
+
 def test_capacity_model_peaks_per_second_and_largest_item():
     model = CapacityModel()
     for i in range(1200):
