@@ -123,7 +123,12 @@ def _not_found_hint(store: Any, rule: str, values: tuple[str, ...]) -> str:
             pass
         else:
             return f"; if {values[0]} is the key as query list shows it, give its value: {value}"
-    suggested = store.suggest_keys(rule, _key(values)).keys
+    from aggregator.core.exceptions import QueryError
+
+    try:
+        suggested = store.suggest_keys(rule, _key(values)).keys
+    except QueryError:  # a hint only: a failed read (throttled, not allowed) leaves it out
+        return ""
     if len(suggested) == 1:
         return f"; did you mean {suggested[0]}?"
     if suggested:

@@ -526,6 +526,18 @@ def test_several_keys_alike_are_all_suggested(monkeypatch, defs):
     )
 
 
+def test_a_failed_suggestion_read_leaves_the_hint_out(stub, defs, monkeypatch):
+    from botocore.exceptions import ClientError
+
+    def refused(**kwargs: Any) -> dict[str, Any]:
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "Query")
+
+    monkeypatch.setattr(stub, "query", refused)
+    result = query(defs, "get", "scores", "p13")
+    assert (result.exit_code, result.stderr) == (1, "")
+    assert result.stdout == "scores p13: no aggregate (nothing counted yet)\n"
+
+
 def test_json_of_a_missing_key_reads_no_suggestion(stub, defs):
     result = query(defs, "get", "scores", "p13", "--json")
     assert result.exit_code == 1
