@@ -208,9 +208,7 @@ def test_last_hour_with_hour_buckets_covers_the_past_hour(setup):
     lo, hi = (now - 3600) // 3600 * 3600, -(-now // 3600) * 3600
     assert (lo, hi) == (T, T + 7200)
     assert shown["range"] == "[2013-01-01T05:00:00Z, 2013-01-01T07:00:00Z)"
-    assert shown["asked"] == (
-        "[2013-01-01T05:00:27Z, 2013-01-01T06:00:27Z), widened to whole hour buckets"
-    )
+    assert shown["asked"] == "[2013-01-01T05:00:27Z, 2013-01-01T06:00:27Z)"
     assert shown["value"] == str(sum(lo <= t < hi for t in DEPARTURES)) == "5"
     data = json.loads(
         setup.query(

@@ -383,21 +383,16 @@ def _range(
     return {"start": _instant(start), "end": end_seconds, "last": seconds}
 
 
-def _asked_text(store: Any, rule: str, result: Any) -> str | None:
-    """``[asked start, asked end), widened to whole minute buckets`` when the range answered is
-    wider than the range asked (an edge inside one of the rule's finest buckets), else
-    ``None``."""
+def _asked_text(result: Any) -> str | None:
+    """``[asked start, asked end)`` when the range answered is wider than the range asked (an
+    edge inside one of the rule's finest buckets), else ``None``."""
     from aggregator.core.windows import bucket_text
 
     if result.asked_start is None or result.asked_end is None:
         return None
     if (result.asked_start, result.asked_end) == (result.start, result.end):
         return None
-    finest = store.rules.get(rule).window.finest.label
-    return (
-        f"[{bucket_text(result.asked_start)}, {bucket_text(result.asked_end)}), widened to "
-        f"whole {finest} buckets"
-    )
+    return f"[{bucket_text(result.asked_start)}, {bucket_text(result.asked_end)})"
 
 
 def _asked_json(result: Any) -> dict[str, str]:
@@ -509,9 +504,12 @@ def query_percentile(
     for p, text in zip(result.values, texts, strict=True):
         table.add_row(f"p{p}", text)
     console.print(table)
-    asked = _asked_text(store, rule, result)
+    asked = _asked_text(result)
     if asked is not None:
-        console.print(f"asked {asked}", highlight=False, markup=False)
+        finest = store.rules.get(rule).window.finest.label
+        console.print(
+            f"asked {asked}, widened to whole {finest} buckets", highlight=False, markup=False
+        )
     console.print(
         f"{result.requests} request(s), {result.items_read} bin item(s), {result.read_units} RCU",
         highlight=False,
@@ -634,8 +632,8 @@ def query_window(
     table.add_column("", style="bold")
     table.add_column("")
     table.add_row("range", f"[{result.start_text}, {result.end_text})")
-    asked = _asked_text(store, rule, result)
-    if asked is not None:
+    asked = _asked_text(result)
+    if asked is not None:  # the range asked, widened out to whole buckets as "range" shows
         table.add_row("asked", asked)
     if set(result.fields) - {"value"}:  # a kind's fields: mean, sum, count; min; ...
         for name, number in result.fields.items():
