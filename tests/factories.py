@@ -96,6 +96,8 @@ class AggregatesStub:
         return {"Item": {"sk": {"S": sk}, **self.items[sk]}} if sk in self.items else {}
 
     def query(self, **kwargs: Any) -> dict[str, Any]:
+        """Items in ascending key order; a page of ``Limit`` items (after ``ExclusiveStartKey``)
+        with ``LastEvaluatedKey`` when more follow."""
         self.requests.append(("query", kwargs))
         values = kwargs["ExpressionAttributeValues"]
         if ":low" in values:
@@ -103,4 +105,13 @@ class AggregatesStub:
             keys = sorted(k for k in self.items if low <= k <= high)
         else:
             keys = sorted(k for k in self.items if k.startswith(values[":prefix"]["S"]))
-        return {"Items": [{"sk": {"S": k}, **self.items[k]} for k in keys]}
+        if "ExclusiveStartKey" in kwargs:
+            after = kwargs["ExclusiveStartKey"]["sk"]["S"]
+            keys = [k for k in keys if k > after]
+        response: dict[str, Any] = {}
+        limit = kwargs.get("Limit")
+        if limit is not None and len(keys) > limit:
+            keys = keys[:limit]
+            response["LastEvaluatedKey"] = {"pk": {"S": "AGGREGATES"}, "sk": {"S": keys[-1]}}
+        response["Items"] = [{"sk": {"S": k}, **self.items[k]} for k in keys]
+        return response

@@ -10,9 +10,10 @@ A windowed rule keeps one item per key, granularity and bucket, with sort keys
 :meth:`AggregateStore.window` covers ``[start, end)`` with the coarsest buckets that fit inside
 it and the finer ones only at the edges (:func:`aggregator.core.windows.plan_range`); each run of
 buckets of one granularity is one ``Query`` with ``sk BETWEEN``. With ``hour`` and ``minute``
-buckets a 24-hour window reads at most 3 Query requests and 83 items (23 hours and up to 60
-minutes), and a Query's read units are charged on the items' total size (1 RCU per started 4 KB
-for a strongly consistent read: DynamoDB Developer Guide, "Read consumption for Query"), where
+buckets a 24-hour window reads at most 3 Query requests and 84 items (23 hours and up to 61
+minutes: its edges are widened out to whole minutes), and a Query's read units are charged on
+the items' total size (1 RCU per started 4 KB for a strongly consistent read: DynamoDB Developer
+Guide, "Read consumption for Query"), where
 ``BatchGetItem`` of 24 hour keys and up to 59 minute keys (the approach of this framework's seed
 article) rounds every item up to 4 KB, i.e. up to 83 RCU, and asks for keys whether or not a
 bucket was ever written.
@@ -70,7 +71,25 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 
-__all__ = ["Aggregate", "AggregateStore", "HistogramBucket", "Percentiles", "WindowResult"]
+__all__ = [
+    "Aggregate",
+    "AggregateStore",
+    "HistogramBucket",
+    "KeySuggestions",
+    "Percentiles",
+    "WindowResult",
+]
+
+SUGGESTION_SAMPLE = 100
+"""Most items :meth:`AggregateStore.suggest_keys` reads of a rule's aggregates to find keys like
+the one asked: one ``Query`` page (``Limit``)."""
+
+SUGGESTION_PROBES = 3
+"""Most keys :meth:`AggregateStore.suggest_keys` tries by prefix (``PLAYER#`` + the value asked),
+one small read each."""
+
+SUGGESTIONS_SHOWN = 3
+"""Most keys :meth:`AggregateStore.suggest_keys` returns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +154,8 @@ class Percentiles:
     start, end
         For a windowed rule, the range covered (``[start, end)``, epoch seconds), as
         :class:`WindowResult` has it; else ``None``.
+    asked_start, asked_end
+        For a windowed rule, the range asked, as :class:`WindowResult` has it; else ``None``.
     """
 
     rule: str
@@ -147,6 +168,58 @@ class Percentiles:
     read_units: int
     start: int | None = None
     end: int | None = None
+    asked_start: int | None = None
+    asked_end: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeySuggestions:
+    """Keys of a rule that exist and look like one that does not, from
+    :meth:`AggregateStore.suggest_keys`.
+
+    Attributes
+    ----------
+    keys
+        At most :data:`SUGGESTIONS_SHOWN` keys as :meth:`AggregateStore.get` takes them: for a
+        key with one placeholder its value (``PLAYER#p13``), else the key as displayed.
+    requests
+        Requests sent to find them (one ``Query``, and up to :data:`SUGGESTION_PROBES` more).
+    sampled
+        Aggregate keys looked at (the keys of one page of at most :data:`SUGGESTION_SAMPLE`
+        items).
+    """
+
+    keys: list[str]
+    requests: int = 0
+    sampled: int = 0
+
+
+def _resembles(candidate: str, asked: str) -> bool:
+    """Whether ``candidate`` may be the key meant by ``asked``: the same text but for case, or
+    one of them is the other with a prefix ending in a separator (``PLAYER#p13`` and ``p13``;
+    any character but a letter or a digit separates)."""
+    c, a = candidate.casefold(), asked.casefold()
+    if candidate == asked:
+        return False
+    if c == a:
+        return True
+    longer, shorter = (c, a) if len(c) > len(a) else (a, c)
+    return (
+        len(longer) > len(shorter) > 0
+        and longer.endswith(shorter)
+        and not longer[-len(shorter) - 1].isalnum()
+    )
+
+
+def _prefixes(values: Sequence[str]) -> list[str]:
+    """The prefixes of ``values`` up to and including their last separator (``PLAYER#`` of
+    ``PLAYER#p1``; any character but a letter or a digit), most frequent first."""
+    counts: dict[str, int] = {}
+    for value in values:
+        cut = max((i for i, ch in enumerate(value) if not ch.isalnum()), default=-1)
+        if cut >= 0:
+            counts[value[: cut + 1]] = counts.get(value[: cut + 1], 0) + 1
+    return sorted(counts, key=lambda prefix: -counts[prefix])
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +243,8 @@ class WindowResult:
         What was read.
     start, end
         The range actually covered, ``[start, end)``, epoch seconds on boundaries of the rule's
-        finest granularity.
+        finest granularity: the asked range widened out to them, so it holds every second asked
+        (and at most one finest bucket more at each edge).
     value
         The sum of the buckets in the range (a count for ``delta: 1``).
     parts
@@ -195,6 +269,10 @@ class WindowResult:
         For kinds with one item per value: the merged value items with a count other than
         zero, in ascending order of their numbers (what :meth:`AggregateStore.percentiles`
         ranks); empty for the others.
+    asked_start, asked_end
+        The range asked, ``[asked_start, asked_end)``, epoch seconds: ``start`` and ``end`` as
+        given, or for ``last`` the ``last`` seconds up to ``end`` (default the current time
+        rounded up to the second). ``[start, end)`` contains it.
     """
 
     rule: str
@@ -209,6 +287,8 @@ class WindowResult:
     complete: bool = True
     fields: dict[str, Decimal | None] = field(default_factory=dict)
     values: list[ValueCount] = field(default_factory=list)
+    asked_start: int | None = None
+    asked_end: int | None = None
 
     @property
     def start_text(self) -> str:
@@ -217,6 +297,12 @@ class WindowResult:
     @property
     def end_text(self) -> str:
         return bucket_text(self.end)
+
+    @property
+    def widened(self) -> bool:
+        """Whether the range answered is wider than the range asked (an asked edge fell
+        inside one of the rule's finest buckets)."""
+        return (self.asked_start, self.asked_end) != (self.start, self.end)
 
 
 VALUE_ITEMS_END = "$"
@@ -241,9 +327,11 @@ def _s(value: Mapping[str, Any] | None) -> str | None:
 
 def _window_range(
     finest: Granularity, start: int | None, end: int | None, last: int | None, clock: float
-) -> tuple[int, int]:
-    """``[lo, hi)`` of :meth:`AggregateStore.window`: its edges moved up to the finest
-    granularity's boundaries.
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``([lo, hi), [asked start, asked end))`` of :meth:`AggregateStore.window`: the range
+    asked (``[start, end)``, or ``[end - last, end)`` with ``end`` the clock rounded up to the
+    second by default), and the range answered, the asked one widened out to the finest
+    granularity's boundaries (its start down, its end up) so that it covers every second asked.
 
     Raises
     ------
@@ -259,14 +347,16 @@ def _window_range(
                 f"last must be a positive multiple of the finest granularity "
                 f"({finest.label}, {finest.seconds} s), got {last} s"
             )
-        hi = finest.ceil(math.ceil(clock) if end is None else end)
-        return hi - last, hi
-    assert start is not None  # exactly one of start and last (checked above)
-    if end is None:
-        raise QueryError("give end with start")
-    if end < start:
-        raise QueryError(f"end ({end}) is before start ({start})")
-    return finest.ceil(start), finest.ceil(end)
+        asked_end = math.ceil(clock) if end is None else end
+        asked = (asked_end - last, asked_end)
+    else:
+        assert start is not None  # exactly one of start and last (checked above)
+        if end is None:
+            raise QueryError("give end with start")
+        if end < start:
+            raise QueryError(f"end ({end}) is before start ({start})")
+        asked = (start, end)
+    return (finest.start(asked[0]), finest.ceil(asked[1])), asked
 
 
 class AggregateStore:
@@ -548,6 +638,112 @@ class AggregateStore:
         item = response.get("Item")
         return None if item is None else self._aggregate(item, rule, stored)
 
+    def suggest_keys(
+        self, rule: str, key: str | Sequence[Any] | Mapping[str, Any]
+    ) -> KeySuggestions:
+        """Keys of ``rule`` that exist and look like ``key``, which :meth:`get` did not find: a
+        hint for a key given without its prefix (``p13`` where the keys are ``PLAYER#p13``),
+        with one, or in another case.
+
+        Reads at most :data:`SUGGESTION_SAMPLE` of the rule's aggregate items, the first in key
+        order (one eventually consistent ``Query`` page with ``Limit``; on a table without a
+        sort key, of the keys-only collection index), and keeps the keys that :func:`_resembles`
+        ``key``. When none does and the key has one placeholder, it tries the value asked after
+        each of the sampled values' prefixes up to their last separator (``PLAYER#`` + ``p13``),
+        most frequent first, at most :data:`SUGGESTION_PROBES`: one eventually consistent
+        ``GetItem`` each (a ``Query`` with ``Limit`` 1 for a kind that keeps one item per value).
+        So the cost is bounded whatever the number of keys: at most 1 + 3 requests, the
+        ``Query`` half an RCU per started 4 KB of the items it reads (Developer Guide, "Read
+        consumption for Query": eventually consistent), each probe half an RCU per started 4 KB.
+        A key beyond the sample is found only by its prefix.
+
+        Returns
+        -------
+        KeySuggestions
+            Nothing for a literal key, a windowed rule or one with a ``target``.
+
+        Raises
+        ------
+        QueryError
+            As :meth:`get`.
+        """
+        definition = self._rule(rule)
+        template = definition.key
+        if definition.window is not None or definition.target is not None or template.is_literal:
+            return KeySuggestions([])
+        single = len(template.placeholders) == 1
+        values = self._key_values(rule, key)
+        asked = str(values[0]) if single else self._rendered_key(rule, key)[1]
+        stored = self.storage_name(rule)
+        before = self.requests
+        per_value = definition.kind.per_value
+        displayed: list[str] = []
+        for sk in self._key_page(f"{stored}#", SUGGESTION_SAMPLE):
+            head = sk.rpartition("#")[0] if per_value else sk
+            text = unescape_key_part(head[len(stored) + 1 :])
+            if text not in displayed:
+                displayed.append(text)
+        arguments: list[str] = []
+        for text in displayed:
+            try:
+                arguments.append(template.split_display(text)[0] if single else text)
+            except ValueError:  # a value holding a separator: shown as listed
+                continue
+        found = [a for a in arguments if _resembles(a, asked)]
+        if not found and single:
+            for prefix in _prefixes(arguments)[:SUGGESTION_PROBES]:
+                candidate = f"{prefix}{asked}"
+                sk = self.sort_key(rule, candidate, storage_name=stored)
+                if self._exists(sk, per_value):
+                    found.append(candidate)
+        return KeySuggestions(found[:SUGGESTIONS_SHOWN], self.requests - before, len(displayed))
+
+    def _key_page(self, prefix: str, limit: int) -> builtins.list[str]:
+        """The sort key texts of the first ``limit`` aggregates items whose sort key begins with
+        ``prefix``: one eventually consistent ``Query`` page projecting the keys (of the
+        collection index on a table without a sort key)."""
+        lay = self.layout
+        if lay.sort_key is not None:
+            request: dict[str, Any] = {
+                "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
+                "ExpressionAttributeNames": {"#pk": lay.partition_key, "#sk": lay.sort_key},
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": lay.aggregates_pk},
+                    ":prefix": {"S": prefix},
+                },
+                "ProjectionExpression": "#sk",
+            }
+        else:
+            request = {
+                "IndexName": lay.collection_index,
+                "KeyConditionExpression": "#c = :pk AND begins_with(#pk, :prefix)",
+                "ExpressionAttributeNames": {
+                    "#c": lay.collection_attribute,
+                    "#pk": lay.partition_key,
+                },
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": lay.aggregates_pk},
+                    ":prefix": {"S": f"{lay.aggregates_pk}#{prefix}"},
+                },
+            }
+        response = self._call("query", Limit=limit, ReturnConsumedCapacity="TOTAL", **request)
+        keys = (lay.sort_key_of(item) for item in response.get("Items", []))
+        return [k for k in keys if k is not None]
+
+    def _exists(self, sort_key: str, per_value: bool) -> bool:
+        """Whether the aggregate ``sort_key`` has an item (a value item for a kind with one per
+        value): one eventually consistent read."""
+        if per_value:
+            return bool(self._key_page(f"{sort_key}#", 1))
+        response = self._call(
+            "get_item",
+            Key=self.layout.aggregate_key(sort_key),
+            ProjectionExpression="#pk",
+            ExpressionAttributeNames={"#pk": self.layout.partition_key},
+            ReturnConsumedCapacity="TOTAL",
+        )
+        return "Item" in response
+
     def _target(self, rule: str, key: str | Sequence[Any] | Mapping[str, Any]) -> Aggregate | None:
         """A target rule's sum, where it is kept: the target attribute of the application item
         (one strongly consistent ``GetItem`` projecting the attribute); ``None`` when the item
@@ -773,6 +969,8 @@ class AggregateStore:
                 window.read_units,
                 window.start,
                 window.end,
+                window.asked_start,
+                window.asked_end,
             )
         stored = self.storage_name(rule)
         sk = self.sort_key(rule, key, storage_name=stored)
@@ -1121,10 +1319,15 @@ class AggregateStore:
         """The sum of a windowed rule's buckets for one key over a time range.
 
         Give either ``start`` and ``end`` (epoch seconds, ``[start, end)``) or ``last`` (a
-        duration in seconds) with an optional ``end`` (default ``now``). An edge that is not on a
-        boundary of the rule's finest granularity moves up to the next one, so the finest
-        bucket holding ``end`` counts in full and the one holding ``start`` does not: with
-        minute buckets, ``last=24h`` at 10:30:27 covers ``[10:31 yesterday, 10:31 today)``.
+        duration in seconds, a multiple of the finest granularity) with an optional ``end``
+        (default ``now`` rounded up to the second). The range answered covers the range asked:
+        a start that is not on a boundary of the rule's finest granularity moves down to the
+        boundary before it and an end up to the one after it, so the finest buckets holding
+        either edge count in full. With minute buckets, ``last=24h`` at 10:30:27 covers
+        ``[10:30 yesterday, 10:31 today)``; with hour buckets only, ``last=1h`` at 17:00:27
+        covers ``[16:00, 18:00)``, the last hour and the current one. The range asked and the
+        range answered are both in the result (``asked_start``/``asked_end``,
+        ``start``/``end``).
 
         ``now`` (epoch seconds, default the current time) decides which buckets have expired:
         items whose TTL is at or before ``now`` are ignored, as DynamoDB may delete them at any
@@ -1147,7 +1350,7 @@ class AggregateStore:
         if spec is None:
             raise QueryError(f"rule {rule!r} has no window; window queries need time buckets")
         clock = time.time() if now is None else now
-        lo, hi = _window_range(spec.finest, start, end, last, clock)
+        (lo, hi), asked = _window_range(spec.finest, start, end, last, clock)
         stored = self.storage_name(rule)
         prefix = self.sort_key(rule, key, storage_name=stored)
         template = self._rule(rule).key
@@ -1156,7 +1359,7 @@ class AggregateStore:
             if template.is_literal
             else unescape_key_part(prefix[len(stored) + 1 :])
         )
-        result = WindowResult(rule, display, lo, hi)
+        result = WindowResult(rule, display, lo, hi, asked_start=asked[0], asked_end=asked[1])
         result.parts = plan_range(spec.granularities, lo, hi)
         kind = self._rule(rule).kind
         total = count = Decimal(0)

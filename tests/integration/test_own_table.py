@@ -299,6 +299,10 @@ def test_check_prepare_then_cloud_adventure_on_a_table_with_only_a_partition_key
     ]
     window = store.window("paths_per_hour", "ana", start=hour, end=hour + 3600, now=now)
     assert window.value == 10 + 20 + 30
+    # a key asked in another case is suggested from one page of the keys-only collection index
+    before = store.requests
+    assert store.suggest_keys("paths_per_player", "ANA").keys == ["ana"]
+    assert store.requests - before == 1
     # each framework item has a partition key of its own under the reserved prefix, and the
     # collection attribute the stream filter and the collection index use
     item = ddb.get_item(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,10 @@ rules:
     match: {ts: {exists: true}}
     key: "{origin}"
     window: {time: ts, unit: epoch_seconds, granularities: [hour, minute]}
+  - name: departures_hourly
+    match: {ts: {exists: true}}
+    key: "{origin}"
+    window: {time: ts, unit: epoch_seconds, granularities: [hour]}
   - name: mean_delay
     match: {delay: {exists: true}}
     key: "{origin}"
@@ -54,7 +58,10 @@ rules:
     kind: {name: distribution, relative_accuracy: 0.01}
 """
 DELAYS = [-5, 0, 0, 3, 10, 10, 10, 45, 120, 600]  # at LGA; 600 is deleted afterwards
+BOS_DELAYS = [4, 6]  # a whole mean
 T = 1_357_016_400  # 2013-01-01T05:00:00Z
+DEPARTURES = [T + 10, T + 70, T + 3599, T + 3600, T + 5427]
+"""JFK departures: 05:00:10, 05:01:10, 05:59:59, 06:00:00, 06:30:27."""
 
 
 class Setup:
@@ -88,11 +95,14 @@ def setup(dynamodb_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
         {"pk": "F", "sk": f"F#{i}", "origin": o, "dest": d} for i, (o, d) in enumerate(routes)
     ]
     items += [{"pk": "PLAYER#bob", "sk": f"PATH#{i}"} for i in range(4)]
-    # JFK departures: 05:00:10, 05:01:10, 05:59:59, 06:00:00, 06:30:27
-    times = [T + 10, T + 70, T + 3599, T + 3600, T + 5427]
-    items += [{"pk": "D", "sk": f"D#{i}", "origin": "JFK", "ts": t} for i, t in enumerate(times)]
+    items += [
+        {"pk": "D", "sk": f"D#{i}", "origin": "JFK", "ts": t} for i, t in enumerate(DEPARTURES)
+    ]
     items += [
         {"pk": "L", "sk": f"L#{i}", "origin": "LGA", "delay": d} for i, d in enumerate(DELAYS)
+    ]
+    items += [
+        {"pk": "B", "sk": f"B#{i}", "origin": "BOS", "delay": d} for i, d in enumerate(BOS_DELAYS)
     ]
     for item in items:
         ddb.put_item(TableName=name, Item=ddb_json(item))
@@ -166,23 +176,54 @@ def window(setup: Setup, *args: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("now", "expected_range", "value"),
+    ("now", "expected_range", "value", "widened"),
     [
-        ("2013-01-01T06:00:00Z", "[2013-01-01T05:00:00Z, 2013-01-01T06:00:00Z)", "3"),
-        (str(T + 3600), "[2013-01-01T05:00:00Z, 2013-01-01T06:00:00Z)", "3"),
-        # 06:30:27 rounds up to 06:31 as the clock's now would: 05:31 .. 06:30 holds 3
-        ("2013-01-01T06:30:27Z", "[2013-01-01T05:31:00Z, 2013-01-01T06:31:00Z)", "3"),
-        ("2013-01-01T01:30:27-05:00", "[2013-01-01T05:31:00Z, 2013-01-01T06:31:00Z)", "3"),
-        # 05:00:00.5 is inside the minute 05:00, which then counts: [04:01, 05:01)
-        ("2013-01-01T05:00:00.5Z", "[2013-01-01T04:01:00Z, 2013-01-01T05:01:00Z)", "1"),
+        ("2013-01-01T06:00:00Z", "[2013-01-01T05:00:00Z, 2013-01-01T06:00:00Z)", "3", False),
+        (str(T + 3600), "[2013-01-01T05:00:00Z, 2013-01-01T06:00:00Z)", "3", False),
+        # the hour up to 06:30:27 widened out to whole minutes: 05:30 .. 06:30 holds 3
+        ("2013-01-01T06:30:27Z", "[2013-01-01T05:30:00Z, 2013-01-01T06:31:00Z)", "3", True),
+        ("2013-01-01T01:30:27-05:00", "[2013-01-01T05:30:00Z, 2013-01-01T06:31:00Z)", "3", True),
+        # 05:00:00.5 rounds up to 05:00:01 as the clock's now would: the minute 05:00 counts
+        ("2013-01-01T05:00:00.5Z", "[2013-01-01T04:00:00Z, 2013-01-01T05:01:00Z)", "1", True),
     ],
 )
-def test_window_last_with_now(setup, now, expected_range, value):
+def test_window_last_with_now(setup, now, expected_range, value, widened):
     shown = window(setup, "--last", "1h", "--now", now)
     assert (shown["range"], shown["value"]) == (expected_range, value)
+    assert ("asked" in shown) == widened
     # --end with --last ends the window at the same place, as it always has
     if "." not in now:
         assert window(setup, "--last", "1h", "--end", now) == shown
+
+
+def test_last_hour_with_hour_buckets_covers_the_past_hour(setup):
+    """Asked at 06:00:27 with hour buckets, the last hour [05:00:27, 06:00:27) is covered by the
+    buckets of 05:00 and 06:00, both counted (it used to answer [06:00, 07:00): 2, not 5)."""
+    now = T + 3600 + 27
+    result = setup.query(
+        "window", "departures_hourly", "JFK", "--last", "1h", "--now", "2013-01-01T06:00:27Z"
+    )
+    assert result.exit_code == 0, result.stderr
+    shown = {cells[0]: cells[1] for cells in rows(result.stdout) if cells[0]}
+    lo, hi = (now - 3600) // 3600 * 3600, -(-now // 3600) * 3600
+    assert (lo, hi) == (T, T + 7200)
+    assert shown["range"] == "[2013-01-01T05:00:00Z, 2013-01-01T07:00:00Z)"
+    assert shown["asked"] == "[2013-01-01T05:00:27Z, 2013-01-01T06:00:27Z)"
+    assert shown["value"] == str(sum(lo <= t < hi for t in DEPARTURES)) == "5"
+    data = json.loads(
+        setup.query(
+            "window", "departures_hourly", "JFK", "--last", "1h", "--now", str(now), "--json"
+        ).stdout
+    )
+    assert (data["start"], data["end"], data["value"]) == (
+        "2013-01-01T05:00:00Z",
+        "2013-01-01T07:00:00Z",
+        "5",
+    )
+    assert (data["asked_start"], data["asked_end"]) == (
+        "2013-01-01T05:00:27Z",
+        "2013-01-01T06:00:27Z",
+    )
 
 
 def test_window_now_without_last_is_one_line(setup):
@@ -252,10 +293,14 @@ def test_kinds_read_back_through_the_cli(setup: Setup) -> None:
     assert sum(DELAYS[:-1]) == 193  # -5 0 0 3 10 10 10 45 120
     mean = setup.query("get", "mean_delay", "LGA")
     assert mean.exit_code == 0, mean.output
-    assert mean.stdout.strip() == (
-        # 193 / 9 to 38 significant digits
-        "mean_delay LGA: mean 21.444444444444444444444444444444444444, sum 193, count 9"
-    )
+    # 193 / 9 = 21.44..., rounded to 2 places for people
+    assert mean.stdout.strip() == "mean_delay LGA: mean 21.44, sum 193, count 9"
+    exact = json.loads(setup.query("get", "mean_delay", "LGA", "--json").stdout)
+    assert exact["aggregate"]["fields"] == {
+        "mean": "21.444444444444444444444444444444444444",  # 38 significant digits, as before
+        "sum": "193",
+        "count": "9",
+    }
     worst = setup.query("get", "worst_delay", "LGA")
     assert worst.stdout.strip() == "worst_delay LGA: max 120"
     ps = setup.query("percentile", "delays", "LGA", "--p", "0,50,90,100", "--json")
@@ -277,3 +322,62 @@ def test_kinds_read_back_through_the_cli(setup: Setup) -> None:
     wrong = setup.query("percentile", "paths_per_player", "bob")
     assert wrong.exit_code != 0
     assert "percentiles need a rule of kind distribution" in wrong.stderr
+
+
+def rounded(value: Decimal, places: int = 2) -> str:
+    """The expectation of a number shown to ``places`` decimals: half-even, thousands
+    separated."""
+    return f"{value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN):,f}"
+
+
+def test_numbers_for_people_in_list_percentile_and_histogram(setup: Setup) -> None:
+    """``query list`` of a mean rule shows each key's mean, sum and count, the means of one
+    column to the same 2 places; percentiles and bins are rounded, counts are integers."""
+    kept = DELAYS[:-1]  # 600 was deleted
+    means = {
+        "BOS": Decimal(sum(BOS_DELAYS)) / len(BOS_DELAYS),
+        "LGA": Decimal(sum(kept)) / len(kept),
+    }
+    listed = setup.query("list", "mean_delay")
+    assert listed.exit_code == 0, listed.stderr
+    assert rows(listed.stdout) == [
+        ["#", "key", "mean", "sum", "count"],
+        ["1", "BOS", rounded(means["BOS"]), str(sum(BOS_DELAYS)), str(len(BOS_DELAYS))],
+        ["2", "LGA", rounded(means["LGA"]), str(sum(kept)), str(len(kept))],
+    ]
+    assert rows(listed.stdout)[1][2:] == ["5.00", "10", "2"]
+    four = setup.query("list", "mean_delay", "--digits", "4")
+    assert rows(four.stdout)[2][2] == rounded(means["LGA"], 4) == "21.4444"
+    assert rows(setup.query("list", "worst_delay").stdout) == [
+        ["#", "key", "max"],
+        ["1", "BOS", str(max(BOS_DELAYS))],
+        ["2", "LGA", str(max(kept))],
+    ]
+    # percentiles of integer delays: bins' reported values, exact in --json, rounded here
+    args = ("percentile", "delays", "LGA", "--p", "0,50,90,100")
+    exact = json.loads(setup.query(*args, "--json").stdout)["percentiles"]
+    shown = setup.query(*args)
+    assert shown.exit_code == 0, shown.stderr
+    assert "delays LGA: 9 values, percentiles within 1 %" in shown.stdout
+    assert rows(shown.stdout) == [
+        ["p", "value"],
+        *([f"p{p}", rounded(Decimal(exact[p]))] for p in ("0", "50", "90", "100")),
+    ]
+    assert all(len(Decimal(v).as_tuple().digits) > 20 for v in exact.values() if v != "0")
+    bins = json.loads(setup.query("histogram", "delays", "LGA", "--json").stdout)["rows"]
+    histogram = setup.query("histogram", "delays", "LGA")
+    assert [r[:2] for r in rows(histogram.stdout)] == [
+        ["value", "count"],
+        *([rounded(Decimal(b["value"])), b["count"]] for b in bins),
+    ]
+
+
+def test_get_of_a_value_without_its_prefix_suggests_the_key(setup: Setup) -> None:
+    """The player's key is PLAYER#bob: ``get paths_per_player bob`` points at it."""
+    result = setup.query("get", "paths_per_player", "bob")
+    assert result.exit_code == 1
+    assert result.stdout == (
+        "paths_per_player bob: no aggregate (nothing counted yet); did you mean PLAYER#bob?\n"
+    )
+    result = setup.query("get", "paths_per_player", "alice")
+    assert result.stdout == "paths_per_player alice: no aggregate (nothing counted yet)\n"

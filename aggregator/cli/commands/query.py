@@ -14,7 +14,16 @@ from rich.table import Table
 from rich.text import Text
 
 from aggregator.cli.options import RuleSources, definitions_option, endpoint_option, table_option
-from aggregator.cli.output import console, err_console, print_aggregates
+from aggregator.cli.output import (
+    DEFAULT_DIGITS,
+    MAX_DIGITS,
+    aggregate_fields,
+    column_texts,
+    console,
+    err_console,
+    number_text,
+    print_aggregates,
+)
 from aggregator.core.exceptions import AggregatorError
 
 
@@ -56,6 +65,17 @@ _json_option = click.option(
 )
 
 
+_digits_option = click.option(
+    "--digits",
+    default=DEFAULT_DIGITS,
+    show_default=True,
+    type=click.IntRange(0, MAX_DIGITS),
+    help="Places after the point of numbers that are not whole (means, percentiles...), "
+    "rounded half-even; whole numbers show as integers, and a column's numbers share their "
+    "places. Text output only: --json is exact",
+)
+
+
 def _aggregate_json(a: Any) -> dict[str, Any]:
     """``{"key", "value"}``, for a time bucket ``"granularity"`` and ``"bucket"``, and for a kind
     other than ``sum`` its ``"fields"`` (numbers as strings, ``null`` for none)."""
@@ -67,11 +87,13 @@ def _aggregate_json(a: Any) -> dict[str, Any]:
     return out
 
 
-def _fields_text(a: Any) -> str:
-    """A kind's fields as one line (``mean 12.5, sum 25, count 2``), or the value of a sum."""
-    if not set(a.fields) - {"value"}:
-        return str(a.value)
-    return ", ".join(f"{k} {'none' if v is None else v}" for k, v in a.fields.items())
+def _fields_text(a: Any, digits: int) -> str:
+    """A kind's fields as one line (``mean 12.50, sum 25, count 2``), or the value of a sum,
+    numbers for people (:func:`~aggregator.cli.output.number_text`)."""
+    fields = aggregate_fields(a)
+    if not set(fields) - {"value"}:
+        return number_text(a.value, digits)
+    return ", ".join(f"{k} {number_text(v, digits)}" for k, v in fields.items())
 
 
 def _echo_json(data: Any) -> None:
@@ -88,42 +110,39 @@ def _key(values: tuple[str, ...]) -> str | list[str]:
 
 
 def _not_found_hint(store: Any, rule: str, values: tuple[str, ...]) -> str:
-    """For a key with one placeholder and literal text around it (``P#{pk}``), whose single
-    argument is taken as the value: the value to give instead when the argument was the key as
-    displayed (``P#bob`` -> ``bob``)."""
+    """What to give instead of a key that has no aggregate. For a key with one placeholder and
+    literal text around it (``P#{pk}``), whose single argument is taken as the value and has
+    that text around it: the value to give if the argument was the key as displayed (``P#bob``
+    -> ``bob``; nothing read). Else keys of the rule that exist and look like it
+    (:meth:`~aggregator.dynamodb.query.AggregateStore.suggest_keys`, a bounded read)."""
     template = store.rules.get(rule).key
-    if len(values) != 1 or len(template.placeholders) != 1 or template.literals == ("", ""):
-        return ""
+    if len(values) == 1 and len(template.placeholders) == 1 and template.literals != ("", ""):
+        try:
+            (value,) = template.split_display(values[0])
+        except ValueError:
+            pass
+        else:
+            return f"; if {values[0]} is the key as query list shows it, give its value: {value}"
+    from aggregator.core.exceptions import QueryError
+
     try:
-        (value,) = template.split_display(values[0])
-    except ValueError:
+        suggested = store.suggest_keys(rule, _key(values)).keys
+    except QueryError:  # a hint only: a failed read (throttled, not allowed) leaves it out
         return ""
-    return f"; if {values[0]} is the key as query list shows it, give its value: {value}"
+    if len(suggested) == 1:
+        return f"; did you mean {suggested[0]}?"
+    if suggested:
+        return f"; did you mean {', '.join(suggested[:-1])} or {suggested[-1]}?"
+    return ""
 
 
-def _print_buckets(title: str, aggregates: list[Any]) -> None:
-    """Time buckets: each row's key, granularity and bucket start in columns of their own."""
-    console.print(f"[bold]{title}[/]")
-    if not aggregates:
-        console.print("no aggregates (nothing counted yet)")
-        return
-    table = Table()
-    table.add_column("#", justify="right")
-    table.add_column("key")
-    table.add_column("granularity")
-    table.add_column("bucket start")
-    table.add_column("value", justify="right")
-    for i, a in enumerate(aggregates, 1):
-        cells = (a.key, a.granularity or "", a.bucket or "")
-        table.add_row(str(i), *(Text(c) for c in cells), f"{a.value:,}")
-    console.print(table)
-
-
-def _print_rule_aggregates(store: Any, rule: str, title: str, aggregates: list[Any]) -> None:
-    if store.rules.get(rule).window is not None:
-        _print_buckets(title, aggregates)
-    else:
-        print_aggregates(title, aggregates)
+def _print_rule_aggregates(
+    store: Any, rule: str, title: str, aggregates: list[Any], digits: int
+) -> None:
+    """A table of ``rule``'s aggregates: a column per field of its kind, and for a windowed
+    rule each row's granularity and bucket start in columns of their own."""
+    windowed = store.rules.get(rule).window is not None
+    print_aggregates(title, aggregates, digits, buckets=windowed)
 
 
 @click.group(short_help="Read aggregates.")
@@ -138,6 +157,7 @@ def query() -> None:
 @definitions_option
 @endpoint_option
 @_json_option
+@_digits_option
 def query_get(
     rule: str,
     values: tuple[str, ...],
@@ -145,12 +165,16 @@ def query_get(
     definitions: RuleSources,
     endpoint_url: str | None,
     as_json: bool,
+    digits: int,
 ) -> None:
     """One aggregate: RULE and its key, as query list shows it (JFK#LAX) or as the key's
     placeholder values in order (JFK LAX); nothing for a literal key.
 
     With one placeholder the argument is its value. When a value holds a separator of the key
-    ('#'), the key text can split in several ways: give the values separately."""
+    ('#'), the key text can split in several ways: give the values separately. A key without
+    an aggregate gets a "did you mean" when keys like it exist (PLAYER#p13 for p13), found by
+    reading at most 100 of the rule's keys and trying up to 3 of their prefixes (at most 4
+    small eventually consistent reads; not with --json)."""
     store = _store(table_name, definitions, endpoint_url, rule)
     # key text is the same for a string and a number attribute (numbers render in plain form)
     aggregate = store.get(rule, _key(values))
@@ -177,7 +201,7 @@ def query_get(
         )
         raise SystemExit(1)
     where = "" if target is None else f" ({target.attribute} of the target item)"
-    console.print(f"{rule} {aggregate.key}: {_fields_text(aggregate)}{where}", markup=False)
+    console.print(f"{rule} {aggregate.key}: {_fields_text(aggregate, digits)}{where}", markup=False)
 
 
 @query.command("list", short_help="Every aggregate of RULE, in key order.")
@@ -186,11 +210,19 @@ def query_get(
 @definitions_option
 @endpoint_option
 @_json_option
+@_digits_option
 def query_list(
-    rule: str, table_name: str, definitions: RuleSources, endpoint_url: str | None, as_json: bool
+    rule: str,
+    table_name: str,
+    definitions: RuleSources,
+    endpoint_url: str | None,
+    as_json: bool,
+    digits: int,
 ) -> None:
-    """Every aggregate of RULE, in key order (a windowed rule's with their granularity and
-    bucket start); for a rule with a target, the deltas that found no target item."""
+    """Every aggregate of RULE, in key order, with the fields of its kind (value; mean, sum and
+    count; min; max; count, min, p50, p90, p99 and max); a windowed rule's with their
+    granularity and bucket start; for a rule with a target, the deltas that found no target
+    item."""
     store = _store(table_name, definitions, endpoint_url, rule)
     aggregates = list(store.list(rule))
     if as_json:
@@ -202,9 +234,9 @@ def query_list(
             f"{rule}: deltas that found no target item (its {target.attribute} sums are on the "
             "items themselves: query get)"
         )
-        _print_rule_aggregates(store, rule, title, [a for a in aggregates if a.value])
+        _print_rule_aggregates(store, rule, title, [a for a in aggregates if a.value], digits)
         return
-    _print_rule_aggregates(store, rule, rule, aggregates)
+    _print_rule_aggregates(store, rule, rule, aggregates, digits)
 
 
 @query.command("top", short_help="The N largest aggregates of RULE.")
@@ -227,6 +259,7 @@ def query_list(
 @definitions_option
 @endpoint_option
 @_json_option
+@_digits_option
 def query_top(
     rule: str,
     n: int,
@@ -236,6 +269,7 @@ def query_top(
     definitions: RuleSources,
     endpoint_url: str | None,
     as_json: bool,
+    digits: int,
 ) -> None:
     """The N largest aggregates of RULE (leaderboard index when the rule has one); for a
     windowed rule, of one time bucket (--granularity, --at)."""
@@ -254,7 +288,7 @@ def query_top(
     title = f"top {n}: {rule}"
     if bucket is not None:
         title += f" ({bucket[0]} bucket {bucket[1]})"
-    _print_rule_aggregates(store, rule, title, top)
+    _print_rule_aggregates(store, rule, title, top, digits)
 
 
 def _instant(value: str | None) -> int | None:
@@ -296,7 +330,11 @@ def _range_options(command: Any) -> Any:
     for option in reversed(
         (
             click.option(
-                "--last", default=None, help="Sliding window length, e.g. 24h, 90m, 1h30m"
+                "--last",
+                default=None,
+                help="Sliding window length, e.g. 24h, 90m, 1h30m: the range answered covers the "
+                "last D up to now, its edges widened out to the rule's finest buckets (with hour "
+                "buckets, --last 1h at 17:00:30 answers [16:00, 18:00)); it is printed",
             ),
             click.option(
                 "--now",
@@ -306,12 +344,16 @@ def _range_options(command: Any) -> Any:
                 "8601 with offset, or epoch s)",
             ),
             click.option(
-                "--start", default=None, help="Range start (ISO 8601 with offset, or epoch s)"
+                "--start",
+                default=None,
+                help="Range start (ISO 8601 with offset, or epoch s); rounded down to the "
+                "rule's finest buckets",
             ),
             click.option(
                 "--end",
                 default=None,
-                help="Range end with --start, exclusive (with --last: as --now)",
+                help="Range end with --start, exclusive, rounded up to the rule's finest "
+                "buckets (with --last: as --now)",
             ),
         )
     ):
@@ -341,6 +383,30 @@ def _range(
     return {"start": _instant(start), "end": end_seconds, "last": seconds}
 
 
+def _asked_text(result: Any) -> str | None:
+    """``[asked start, asked end)`` when the range answered is wider than the range asked (an
+    edge inside one of the rule's finest buckets), else ``None``."""
+    from aggregator.core.windows import bucket_text
+
+    if result.asked_start is None or result.asked_end is None:
+        return None
+    if (result.asked_start, result.asked_end) == (result.start, result.end):
+        return None
+    return f"[{bucket_text(result.asked_start)}, {bucket_text(result.asked_end)})"
+
+
+def _asked_json(result: Any) -> dict[str, str]:
+    """``{"asked_start", "asked_end"}`` (UTC text) of a windowed read, else ``{}``."""
+    from aggregator.core.windows import bucket_text
+
+    if result.asked_start is None or result.asked_end is None:
+        return {}
+    return {
+        "asked_start": bucket_text(result.asked_start),
+        "asked_end": bucket_text(result.asked_end),
+    }
+
+
 def _percent_list(ctx: click.Context, param: click.Parameter, value: str) -> list[Decimal]:
     """``--p 50,90,99``: percentiles from 0 to 100 (a usage error naming the option else)."""
     from aggregator.core.sketch import percentile_list
@@ -367,6 +433,7 @@ def _percent_list(ctx: click.Context, param: click.Parameter, value: str) -> lis
 @definitions_option
 @endpoint_option
 @_json_option
+@_digits_option
 def query_percentile(
     rule: str,
     values: tuple[str, ...],
@@ -379,6 +446,7 @@ def query_percentile(
     definitions: RuleSources,
     endpoint_url: str | None,
     as_json: bool,
+    digits: int,
 ) -> None:
     """Percentiles of one key of a distribution RULE (each within the rule's relative
     accuracy), or exact ones of a min/max rule; the key as for query get.
@@ -408,6 +476,7 @@ def query_percentile(
                     if result.start is not None and result.end is not None
                     else {}
                 ),
+                **_asked_json(result),
             }
         )
         return
@@ -425,14 +494,22 @@ def query_percentile(
     if result.start is not None and result.end is not None:
         span = f" in [{bucket_text(result.start)}, {bucket_text(result.end)})"
     table = Table(
-        title=f"{rule} {result.key}{span}: {result.count:,} values, percentiles {accuracy}",
+        title=f"{rule} {result.key}{span}: {number_text(result.count)} values, percentiles "
+        f"{accuracy}",
         title_justify="left",
     )
     table.add_column("p", justify="right")
     table.add_column("value", justify="right")
-    for p, v in result.values.items():
-        table.add_row(f"p{p}", "" if v is None else str(v))
+    texts = column_texts(list(result.values.values()), digits)
+    for p, text in zip(result.values, texts, strict=True):
+        table.add_row(f"p{p}", text)
     console.print(table)
+    asked = _asked_text(result)
+    if asked is not None:
+        finest = store.rules.get(rule).window.finest.label
+        console.print(
+            f"asked {asked}, widened to whole {finest} buckets", highlight=False, markup=False
+        )
     console.print(
         f"{result.requests} request(s), {result.items_read} bin item(s), {result.read_units} RCU",
         highlight=False,
@@ -446,6 +523,7 @@ def query_percentile(
 @definitions_option
 @endpoint_option
 @_json_option
+@_digits_option
 def query_histogram(
     rule: str,
     values: tuple[str, ...],
@@ -453,6 +531,7 @@ def query_histogram(
     definitions: RuleSources,
     endpoint_url: str | None,
     as_json: bool,
+    digits: int,
 ) -> None:
     """How many source keys have each value: RULE is a derived rule keyed by "{value}" (any
     other rule shows its keys and values, with bars). For a distribution rule give a key: its
@@ -476,9 +555,16 @@ def query_histogram(
         console.print(f"{rule}: no aggregates (nothing counted yet)", highlight=False)
         return
     peak = max((r.count for r in rows), default=0)
-    for r in rows:
+    numbers = [r.value for r in rows if isinstance(r.value, Decimal)]
+    # a column of numbers (a distribution's bins, a derived rule's numeric keys) for people;
+    # text keys as they are
+    firsts = (
+        column_texts(numbers, digits) if len(numbers) == len(rows) else [str(r.value) for r in rows]
+    )
+    counts = column_texts([r.count for r in rows], digits)
+    for r, first, count in zip(rows, firsts, counts, strict=True):
         bar = "#" * (int(40 * r.count / peak) if peak > 0 and r.count > 0 else 0)
-        table.add_row(Text(str(r.value)), f"{r.count:,}", bar)
+        table.add_row(Text(first), count, bar)
     console.print(table)
 
 
@@ -490,6 +576,7 @@ def query_histogram(
 @definitions_option
 @endpoint_option
 @_json_option
+@_digits_option
 def query_window(
     rule: str,
     values: tuple[str, ...],
@@ -501,13 +588,18 @@ def query_window(
     definitions: RuleSources,
     endpoint_url: str | None,
     as_json: bool,
+    digits: int,
 ) -> None:
     """Count or sum (or the rule's kind: mean, min, max, percentiles) of a windowed RULE for one
     key (its placeholder values, or the key as query list shows it) over --last D, ending now
     or at --now T, or over [--start, --end).
 
-    Edges move up to the next boundary of the rule's finest buckets, so the bucket holding the
-    end counts in full. Buckets are judged expired at the current time, with --now too."""
+    The range answered covers the range asked: its start moves down and its end up to the
+    boundaries of the rule's finest buckets, so the buckets holding either edge count in full
+    (with hour buckets, --last 1h at 17:00:30 answers [16:00, 18:00): the past hour and the
+    current one). Both ranges are printed ("range", and "asked" when wider; --json: start, end,
+    asked_start, asked_end). Buckets are judged expired at the current time, with --now
+    too."""
     window_range = _range(last, now, start, end)
     store = _store(table_name, definitions, endpoint_url, rule)
     result = store.window(rule, _key(values), **window_range)
@@ -518,6 +610,7 @@ def query_window(
                 "key": result.key,
                 "start": result.start_text,
                 "end": result.end_text,
+                **_asked_json(result),
                 "value": str(result.value),
                 "buckets": [
                     {"granularity": p.granularity.label, "buckets": p.buckets}
@@ -539,11 +632,14 @@ def query_window(
     table.add_column("", style="bold")
     table.add_column("")
     table.add_row("range", f"[{result.start_text}, {result.end_text})")
+    asked = _asked_text(result)
+    if asked is not None:  # the range asked, widened out to whole buckets as "range" shows
+        table.add_row("asked", asked)
     if set(result.fields) - {"value"}:  # a kind's fields: mean, sum, count; min; ...
         for name, number in result.fields.items():
-            table.add_row(name, "none" if number is None else f"{number:,}")
+            table.add_row(name, number_text(number, digits))
     else:
-        table.add_row("value", f"{result.value:,}")
+        table.add_row("value", number_text(result.value, digits))
     runs = ", ".join(f"{p.buckets} {p.granularity.label}" for p in result.parts or [])
     table.add_row("buckets", runs or "none")
     table.add_row(

@@ -39,7 +39,8 @@ def bucket(value: int, ttl: int | None = None) -> dict[str, Any]:
 
 def test_sliding_window_reads_hour_run_and_minute_edges_in_three_queries():
     items = {
-        "events#p1#minute#2013-01-01T04:58:00Z": bucket(100),  # before the window
+        "events#p1#minute#2013-01-01T04:57:00Z": bucket(100),  # before the window
+        "events#p1#minute#2013-01-01T04:58:00Z": bucket(40),  # holds its first second: counted
         "events#p1#minute#2013-01-01T04:59:00Z": bucket(1),
         "events#p1#hour#2013-01-01T05:00:00Z": bucket(10),
         "events#p1#hour#2013-01-02T03:00:00Z": bucket(20),
@@ -51,22 +52,26 @@ def test_sliding_window_reads_hour_run_and_minute_edges_in_three_queries():
     }
     client = AggregatesStub(items)
     store = AggregateStore(client, "t", RULES)
-    now = T + 86400 - 61.5  # 2013-01-02T04:58:58.5Z: the window ends at 04:59
+    # 2013-01-02T04:58:58.5Z, up to the second: the last 24 h are [04:58:59, 04:58:59), widened
+    # out to whole minutes: [04:58, 04:59)
+    now = T + 86400 - 61.5
     result = store.window("events", "p1", last=86400, now=now)
-    assert (result.start_text, result.end_text) == ("2013-01-01T04:59:00Z", "2013-01-02T04:59:00Z")
-    assert result.value == Decimal(1 + 10 + 20 + 2 + 3)
+    assert (result.asked_start, result.asked_end) == (T - 61, T + 86400 - 61)
+    assert (result.start_text, result.end_text) == ("2013-01-01T04:58:00Z", "2013-01-02T04:59:00Z")
+    assert result.widened
+    assert result.value == Decimal(40 + 1 + 10 + 20 + 2 + 3)
     assert [(p.granularity.label, p.buckets) for p in result.parts] == [
-        ("minute", 1),
+        ("minute", 2),
         ("hour", 23),
         ("minute", 59),
     ]
-    assert (result.requests, result.items_read, result.complete) == (3, 5, True)
+    assert (result.requests, result.items_read, result.complete) == (3, 6, True)
     ranges = [
         (r["ExpressionAttributeValues"][":low"]["S"], r["ExpressionAttributeValues"][":high"]["S"])
         for _, r in client.requests
     ]
     assert ranges == [
-        ("events#p1#minute#2013-01-01T04:59:00Z", "events#p1#minute#2013-01-01T04:59:00Z"),
+        ("events#p1#minute#2013-01-01T04:58:00Z", "events#p1#minute#2013-01-01T04:59:00Z"),
         ("events#p1#hour#2013-01-01T05:00:00Z", "events#p1#hour#2013-01-02T03:00:00Z"),
         ("events#p1#minute#2013-01-02T04:00:00Z", "events#p1#minute#2013-01-02T04:58:00Z"),
     ]
@@ -112,9 +117,24 @@ def test_window_needs_a_windowed_rule_and_get_refuses_one():
         store.get("events", "p1")
 
 
-def test_unaligned_edges_move_up_to_the_next_minute():
-    store = AggregateStore(AggregatesStub({}), "t", RULES)
-    result = store.window("events", "p1", start=T + 1, end=T + 60, now=T + 60)
+def test_unaligned_edges_widen_out_to_whole_minutes():
+    items = {
+        "events#p1#minute#2013-01-01T04:59:00Z": bucket(100),  # before the range
+        "events#p1#minute#2013-01-01T05:00:00Z": bucket(1),  # holds its start
+        "events#p1#minute#2013-01-01T05:01:00Z": bucket(2),  # holds its end
+        "events#p1#minute#2013-01-01T05:02:00Z": bucket(100),  # after it
+    }
+    store = AggregateStore(AggregatesStub(items), "t", RULES)
+    result = store.window("events", "p1", start=T + 1, end=T + 61, now=T + 61)
+    assert (result.asked_start, result.asked_end) == (T + 1, T + 61)
+    assert (result.start, result.end) == (T, T + 120) and result.widened
+    assert result.value == 3
+    aligned = store.window("events", "p1", start=T, end=T + 120, now=T + 120)
+    assert (aligned.start, aligned.end, aligned.value) == (T, T + 120, 3)
+    assert not aligned.widened
+    # an empty range on a boundary stays empty and reads nothing
+    empty = AggregateStore(AggregatesStub({}), "t", RULES)
+    result = empty.window("events", "p1", start=T + 60, end=T + 60, now=T + 60)
     assert (result.start, result.end) == (T + 60, T + 60) and result.parts == []
     assert result.requests == 0 and result.value == 0
 
