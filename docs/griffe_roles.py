@@ -23,6 +23,7 @@ mkdocs.yml loads it through the Python handler's ``extensions`` option.
 from __future__ import annotations
 
 import builtins
+import importlib.util
 import html
 import re
 from collections.abc import Iterator
@@ -100,6 +101,8 @@ def _resolve(obj: griffe.Object, target: str, loader: griffe.GriffeLoader) -> st
             base = head
         elif hasattr(builtins, head):
             return f"builtins.{target}"
+        elif importlib.util.find_spec(head) is not None:
+            return target  # a full path into another package (decimal.Decimal.quantize)
         else:
             return None
     path = f"{base}.{rest}" if rest else base
