@@ -23,8 +23,8 @@ mkdocs.yml loads it through the Python handler's ``extensions`` option.
 from __future__ import annotations
 
 import builtins
-import importlib.util
 import html
+import importlib.util
 import re
 from collections.abc import Iterator
 from functools import partial
@@ -57,7 +57,7 @@ class SphinxRoles(griffe.Extension):
             docstring.value = ROLE.sub(partial(_reference, obj, loader=loader), docstring.value)
             docstring.__dict__.pop("parsed", None)  # parsed (cached) from the new text
 
-    # griffe 1.x names the hook on_package_loaded (2.x: on_package); a second rewrite changes nothing
+    # griffe 1.x names the hook on_package_loaded (2.x: on_package); rewriting twice changes nothing
     def on_package_loaded(
         self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any
     ) -> None:
