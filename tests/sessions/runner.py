@@ -6,7 +6,8 @@ are what it prints (stdout and stderr as a terminal shows them, in order). The b
 page run in order in one ``bash`` (``cd`` and ``export`` carry over, as in a terminal), in a
 scratch directory holding ``.venv`` (the virtualenv running the tests) and ``definitions``, with
 the virtualenv's ``bin`` first on ``PATH`` and ``AGGREGATOR_ENDPOINT_URL`` set to the test's
-DynamoDB Local. Commands run as subprocesses, as users type them.
+DynamoDB Local (its URL shows as ``http://127.0.0.1:8000`` in the output). Commands run as
+subprocesses, as users type them.
 
 Set-up a reader does not need to see is declared in HTML comments next to the block (hidden on
 GitHub and on the site, reviewed with the page), read with sybil's markdown lexers:
@@ -20,6 +21,11 @@ GitHub and on the site, reviewed with the page), read with sybil's markdown lexe
     it printed until it was quiet for a second; it is stopped with SIGINT (Ctrl-C) at the end.
 ``<!-- session: port 8000 -->``
     ``8000`` stands for a free port: replaced in what runs, the port put back in what it prints.
+``<!-- session: minute 30 -->``
+    if fewer than 30 seconds of the current minute remain, wait for the next minute: the stream
+    runner's tumbling windows (60 s, on the records' insertion time, as Lambda's) split batches
+    at minute boundaries, so a run over records written across one prints other counts of
+    invocations and aggregate updates; steps that must fall within one minute come after it.
 ``<!-- session: clock 2026-11-22T01:06:00Z -->``
     the session runs at the latest time ``T`` no later than now with that minute and second
     (so hour and minute buckets fall the same way): the text stands for ``T`` in what runs,
@@ -57,6 +63,8 @@ DOCS = ROOT / "docs"
 UPDATE_VARIABLE = "AGGREGATOR_UPDATE_SESSIONS"
 COMMAND_TIMEOUT = 300.0
 """Seconds one command (or set-up step) may take before the session fails."""
+DOCUMENTED_ENDPOINT = "http://127.0.0.1:8000"
+"""How the sessions' DynamoDB Local (``AGGREGATOR_ENDPOINT_URL``) shows in their output."""
 QUIET_SECONDS = 1.0
 """A background command's output is complete once it has been quiet this long."""
 
@@ -203,12 +211,20 @@ class Session:
         self.background: list[subprocess.Popen[bytes]] = []
         self.pending: str | None = None
         self.blocks: list[BlockResult] = []
+        # the test's DynamoDB Local shows as the usual one (some commands print the endpoint)
+        endpoint = env.get("AGGREGATOR_ENDPOINT_URL", "")
+        if endpoint.startswith("http://127.0.0.1:"):
+            self.show_as(endpoint, DOCUMENTED_ENDPOINT)
 
     # substitutions -------------------------------------------------------------------------
 
     def substitute(self, documented: str, run: str) -> None:
         """``documented`` stands for ``run``: replaced in what runs, put back in the output."""
         self.to_run.append((re.compile(rf"(?<![\w.]){re.escape(documented)}(?!\w)"), run))
+        self.show_as(run, documented)
+
+    def show_as(self, run: str, documented: str) -> None:
+        """``run`` is shown as ``documented`` in the output (only)."""
         self.to_doc.append((re.compile(rf"(?<![\w.]){re.escape(run)}(?!\w)"), documented))
 
     def set_clock(self, documented: str) -> None:
@@ -271,6 +287,14 @@ class Session:
         if status:
             raise SessionError(f"{what} exited {status}:\n{script}\n---\n{output}")
         return output
+
+    def run_strictly(self, script: str, what: str) -> str:
+        """Run ``script`` as a set-up step under ``set -e``: the first command that fails stops
+        it, and the session (the shell exits)."""
+        try:
+            return self.run(f"set -e\n{script}\nset +e", what)
+        except SessionError as exc:
+            raise SessionError(f"{what} failed: {exc}") from None
 
     def start_background(self, script: str, timeout: float = 120.0) -> str:
         """Start ``script`` in the shell's environment and directory, in a process group of
@@ -358,7 +382,7 @@ def _evaluate_directive(example: Example) -> None:
     session = _session(example)
     directive: Directive = example.parsed
     if directive.name == "session-setup":
-        session.run(directive.source, f"the set-up step at line {example.line}")
+        session.run_strictly(directive.source, f"the set-up step at line {example.line}")
         return
     word, _, rest = directive.arguments.partition(" ")
     if word in ("background", "run"):
@@ -367,6 +391,10 @@ def _evaluate_directive(example: Example) -> None:
         session.substitute(rest.strip(), str(free_port()))
     elif word == "clock":
         session.set_clock(rest.strip())
+    elif word == "minute":
+        left = 60 - time.time() % 60
+        if left < float(rest):
+            time.sleep(left)
     else:
         raise SessionError(f"line {example.line}: unknown session directive {word!r}")
 
@@ -376,7 +404,7 @@ def _evaluate_bash(example: Example) -> None:
     if session.pending != "run":
         return  # an instruction, not part of the session
     session.pending = None
-    session.run(str(example.parsed), f"the bash block at line {example.line}")
+    session.run_strictly(str(example.parsed), f"the bash block at line {example.line}")
 
 
 def _evaluate_console(example: Example) -> None:
