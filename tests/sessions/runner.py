@@ -469,13 +469,15 @@ PARSERS = (
 )
 
 
-def pages() -> list[Path]:
-    """The pages with console sessions (or session directives)."""
-    return sorted(
+def pages(part: int | None = None) -> list[Path]:
+    """The pages with console sessions (or session directives); ``part`` 0 or 1: every other
+    one (the two test modules, so that pytest-xdist runs them on two workers)."""
+    found = sorted(
         p
         for p in DOCS.rglob("*.md")
         if "```console" in (text := p.read_text()) or "<!-- session" in text
     )
+    return found if part is None else found[part::2]
 
 
 def run_page(path: Path, session: Session) -> list[BlockResult]:
@@ -512,6 +514,46 @@ def report(path: Path, blocks: list[BlockResult]) -> str:
             lineterm="",
         )
     return "\n".join(parts)
+
+
+def check_page(page: Path, endpoint_url: str, workdir: Path) -> None:
+    """Run the sessions of ``page`` in ``workdir`` (a scratch directory) against DynamoDB Local
+    at ``endpoint_url``; with ``AGGREGATOR_UPDATE_SESSIONS`` set, rewrite the page with what they
+    printed, else fail (``pytest.fail``) with the diff of each block that differs."""
+    import pytest
+
+    # the scratch directory as a user's project: the virtualenv and the demo's rule files
+    (workdir / ".venv").symlink_to(sys.prefix)
+    (workdir / "definitions").symlink_to(ROOT / "definitions")
+    import boto3
+
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    before = set(client.list_tables()["TableNames"])
+    session = Session(workdir, session_environment(endpoint_url))
+    try:
+        blocks = run_page(page, session)
+    finally:
+        session.close()
+        # the next page makes tables of the same names
+        for name in set(client.list_tables()["TableNames"]) - before:
+            client.delete_table(TableName=name)
+    if os.environ.get(UPDATE_VARIABLE):
+        page.write_text(rewrite(page.read_text(), blocks))
+        return
+    differences = report(page, blocks)
+    if differences:
+        pytest.fail(
+            f"the console sessions of {page.relative_to(ROOT)} print something else now "
+            f"(re-record them all with `make docs-sessions`, then review the diff):\n"
+            f"{differences}",
+            pytrace=False,
+        )
 
 
 def session_environment(endpoint_url: str) -> dict[str, str]:
