@@ -13,7 +13,7 @@ import boto3
 import click
 
 
-def _connection() -> dict[str, str]:
+def _connection() -> dict[str, Any]:
     return {
         "endpoint_url": os.environ["AGGREGATOR_ENDPOINT_URL"],
         "region_name": "us-east-1",

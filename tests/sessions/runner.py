@@ -235,9 +235,7 @@ class Session:
         if at > now:
             at -= timedelta(hours=1)
         self.clock_shift = shown - at
-        self.to_run.append(
-            (re.compile(re.escape(documented)), at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        )
+        self.to_run.append((re.compile(re.escape(documented)), at.strftime("%Y-%m-%dT%H:%M:%SZ")))
         self.run(f"export SESSION_CLOCK={int(at.timestamp())}", "the clock")
 
     def runnable(self, text: str) -> str:
@@ -254,9 +252,11 @@ class Session:
             def shifted(match: re.Match[str]) -> str:
                 minutes, seconds, zone = match.groups()
                 when = datetime.fromisoformat(f"{minutes}{seconds or ''}{zone or ''}") + shift
-                return when.strftime("%Y-%m-%dT%H:%M") + (
-                    when.strftime(":%S") if seconds else ""
-                ) + (zone or "")
+                return (
+                    when.strftime("%Y-%m-%dT%H:%M")
+                    + (when.strftime(":%S") if seconds else "")
+                    + (zone or "")
+                )
 
             text = TIMESTAMP.sub(shifted, text)
         return text
@@ -271,7 +271,7 @@ class Session:
         out = self.files / f"{self.steps}.out"
         path.write_text(self.runnable(script) + "\n")
         assert self.shell.stdin is not None and self.shell.stdout is not None
-        self.shell.stdin.write(f". {path} </dev/null >{out} 2>&1; echo \"done $?\"\n")
+        self.shell.stdin.write(f'. {path} </dev/null >{out} 2>&1; echo "done $?"\n')
         self.shell.stdin.flush()
         ready, _, _ = select.select([self.shell.stdout], [], [], timeout)
         line = self.shell.stdout.readline() if ready else ""
@@ -502,7 +502,7 @@ def rewrite(text: str, blocks: list[BlockResult]) -> str:
 def report(path: Path, blocks: list[BlockResult]) -> str:
     """A unified diff of each block that differs: the docs' text, then this run's."""
     relative = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    parts = []
+    parts: list[str] = []
     for block in blocks:
         if block.matches:
             continue
