@@ -85,6 +85,10 @@ TIMESTAMP = re.compile(
 """A timestamp (ISO 8601): normalized in sessions without a clock, shifted in those with one."""
 
 
+SESSION_PAGE = re.compile(r"^(```console|<!--+\s*session)", re.MULTILINE)
+"""A page with a console block or a session directive."""
+
+
 class SessionError(Exception):
     """A session could not run as written (a failed set-up step, a malformed block)."""
 
@@ -472,11 +476,7 @@ PARSERS = (
 def pages(part: int | None = None) -> list[Path]:
     """The pages with console sessions (or session directives); ``part`` 0 or 1: every other
     one (the two test modules, so that pytest-xdist runs them on two workers)."""
-    found = sorted(
-        p
-        for p in DOCS.rglob("*.md")
-        if "```console" in (text := p.read_text()) or "<!-- session" in text
-    )
+    found = sorted(p for p in DOCS.rglob("*.md") if SESSION_PAGE.search(p.read_text()))
     return found if part is None else found[part::2]
 
 
