@@ -20,7 +20,7 @@ UV := .cache/uv/bin/uv
 UV_COMPILE = $(UV) pip compile --quiet pyproject.toml requirements/build.in --extra dev \
 	--universal --python-version 3.11 --generate-hashes
 
-.PHONY: install lock test-latest test-lowest test-yaml test-package demo test lint docs soak bench bench-scale clean
+.PHONY: install lock test-latest test-lowest test-yaml test-package demo test lint docs docs-sessions soak bench bench-scale clean
 
 # A virtualenv from a lock file: $(1) the virtualenv, $(2) the lock. Every package comes from the
 # lock (--no-deps; uv checks the hashes); the package itself is installed editable with the
@@ -114,6 +114,15 @@ lint: install
 # (NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2.0, printed on every build.)
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# Re-record every console session of the docs: run each (tests/integration/test_doc_sessions_*.py
+# on DynamoDB Local) and write what it printed into the page, normalized fields kept as the docs
+# have them (docs/development.md: "Console sessions"). Review the diff, then commit it. `make test`
+# fails while a session prints something else than its page shows.
+docs-sessions: install
+	AGGREGATOR_UPDATE_SESSIONS=1 $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+		tests/integration/test_doc_sessions_a.py tests/integration/test_doc_sessions_b.py
+	git diff --stat -- docs
 
 # The whole suite on TEST_WORKERS processes (pytest-xdist; each test file stays on one worker,
 # with its own DynamoDB Local). TEST_WORKERS=0 runs it in this process.
