@@ -20,7 +20,8 @@ UV := .cache/uv/bin/uv
 UV_COMPILE = $(UV) pip compile --quiet pyproject.toml requirements/build.in --extra dev \
 	--universal --python-version 3.11 --generate-hashes
 
-.PHONY: install lock test-latest test-lowest test-yaml test-package demo test lint docs docs-sessions soak bench bench-scale clean
+.PHONY: install lock test-latest test-lowest test-yaml test-package demo test lint docs docs-sessions soak bench \
+	bench-scale clean build-AggregatorFunction
 
 # A virtualenv from a lock file: $(1) the virtualenv, $(2) the lock. Every package comes from the
 # lock (--no-deps; uv checks the hashes); the package itself is installed editable with the
@@ -183,6 +184,17 @@ test-package: install $(SAM_VENV)/bin/sam
 	AGGREGATOR_WHEEL="$$(ls dist/ddb_aggregator-*.whl)" AGGREGATOR_SAM="$(abspath $(SAM_VENV))/bin/sam" \
 		AGGREGATOR_CONSTRAINTS="$(abspath .cache/constraints.txt)" \
 		$(BIN)/pytest -q -p no:cacheprovider tests/package
+
+# `sam build --build-in-source` at the top of this repository runs this target (template.yaml:
+# AggregatorFunction, BuildMethod: makefile) with ARTIFACTS_DIR set: `aggregator build` ships the
+# package without its CLI, this repository's definitions/ and their dependencies for the
+# template's runtime, after checking that template.yaml is rendered for definitions/ (`aggregator
+# template -d definitions template.yaml`; make test checks it too). A project of one's own gets
+# its own Makefile from `aggregator init`.
+ARTIFACTS_DIR ?= build/AggregatorFunction
+build-AggregatorFunction: install
+	$(BIN)/aggregator build -d definitions --output "$(ARTIFACTS_DIR)" --template template.yaml \
+		$(BUILD_ARGS)
 
 # WCU per like when the tally lives on the post (bench/reference_counts.py), then WCU and
 # requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.

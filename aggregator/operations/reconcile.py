@@ -32,10 +32,13 @@ Derived rules are not reconciled (their input is their source's aggregates).
 Target rules (:mod:`aggregator.dynamodb.targets`) are read where they are kept: their stored
 side is the target attribute of the application items, found by a scan (projecting the keys, the
 target attributes and the checkpoint map, which with the attribute is the item's version); a
-repair adds to the attribute on condition that the item exists and both are as read. A key
-whose items point at a target that does not exist is reported with status ``no target`` (likes
-outliving their post): it is never created, so there is nothing to repair. Each check then scans
-the table three times (the stored reads before and after, and the expected values).
+repair adds to the attribute on condition that the item exists and both are as read. The same
+scan sees which target items exist. A key whose items point at a target that exists in neither
+read of a check (likes outliving their post, or liking one never created) is an expected state,
+not drift: the item is never created and its deltas go to the rule's ledger, so there is nothing
+to repair. Such keys are not candidates (reconcile does not wait on them) and are reported apart,
+in ``missing_targets`` with status ``no target``. Each check then scans the table three times
+(the stored reads before and after, and the expected values).
 
 **Top lists** (``leaderboard_store: list``) of the checked rules are then checked against the
 aggregates they rank, and with ``repair`` written again from them
@@ -79,7 +82,7 @@ from aggregator.operations.toplists import ListDrift, check_top_lists
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["Drift", "ReconcileReport", "reconcile"]
+__all__ = ["NO_TARGET", "Drift", "ReconcileReport", "reconcile"]
 
 
 Version = tuple[tuple[str, str, Any], ...] | None
@@ -89,13 +92,18 @@ _Stored = dict[str, tuple[Amounts, Version, dict[str, Any]]]
 """``{sort key: ((value, count), version, item)}``: stored aggregates as :meth:`_Checker.stored`
 reads them."""
 
+NO_TARGET = "no target"
+"""The status of a key whose target item does not exist
+(:attr:`ReconcileReport.missing_targets`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Drift:
     """One aggregate that differs from its rule over the table's items.
 
     ``status`` is ``drift`` (stable in both checks), ``moving`` (changed during the check, or
-    its repair's condition failed), or ``repaired``.
+    its repair's condition failed), or ``repaired``; :data:`NO_TARGET` (``no target``) for a
+    target rule's key whose item does not exist (``stored`` is then 0).
     """
 
     rule: str
@@ -124,13 +132,16 @@ class ReconcileReport:
     """Top lists checked against their aggregates (``leaderboard_store: list`` rules)."""
     list_drifts: list[ListDrift] = field(default_factory=list)
     """Top lists that disagree with their aggregates (:mod:`aggregator.operations.toplists`)."""
+    missing_targets: list[Drift] = field(default_factory=list)
+    """Keys of target rules whose items point at a target item that does not exist (status
+    :data:`NO_TARGET`; expected: the rule never creates the item, its deltas go to the rule's
+    ledger). Not drift, never repaired, never waited on; ``drifts`` does not hold them."""
 
     @property
     def clean(self) -> bool:
-        """No drift left unrepaired and nothing moving (a key whose target item does not
-        exist is reported, not a drift: there is no item to repair), in the aggregates and in
-        the top lists."""
-        return all(d.status in ("repaired", "no target") for d in self.drifts) and all(
+        """No drift left unrepaired and nothing moving, in the aggregates and in the top lists
+        (:attr:`missing_targets` are not drift)."""
+        return all(d.status == "repaired" for d in self.drifts) and all(
             d.status == "repaired" for d in self.list_drifts
         )
 
@@ -162,10 +173,12 @@ class _Checker:
             n: rules.get(n) for n in names if getattr(rules.get(n), "target", None) is not None
         }
 
-    def stored(self, now: float) -> dict[str, tuple[Amounts, Version, dict[str, Any]]]:
-        """``{sort key: ((value, count), version, item)}`` of the rules' aggregates, time buckets
-        expired at ``now`` left out (the expected side skips them too)."""
-        out: dict[str, tuple[Amounts, Version, dict[str, Any]]] = self._stored_targets()
+    def stored(self, now: float) -> tuple[_Stored, set[str]]:
+        """``({sort key: ((value, count), version, item)}, target keys present)`` of the rules'
+        aggregates, time buckets expired at ``now`` left out (the expected side skips them
+        too); the second part: the sort keys of the target rules whose target item exists
+        (holding the attribute or not)."""
+        out, present = self._stored_targets()
         call: Callable[..., dict[str, Any]] = lambda op, **kw: getattr(self.client, op)(**kw)  # noqa: E731
         for name in self.names:
             if name in self.targets:
@@ -188,15 +201,17 @@ class _Checker:
                     count = item.get(COUNT_ATTRIBUTE, {}).get("N", "0")
                     version = _version(item, self.layout.value_attribute)
                     out[sort_key] = ((Decimal(raw), Decimal(count)), version, item)
-        return out
+        return out, present
 
-    def _stored_targets(self) -> dict[str, tuple[Amounts, Version, dict[str, Any]]]:
+    def _stored_targets(self) -> tuple[_Stored, set[str]]:
         """The target rules' stored sums: per application item holding a target attribute, the
         attribute under the rule's sort key for that item, its version the attribute and the
-        checkpoint map as read (one strongly consistent scan, projected)."""
-        out: dict[str, tuple[Amounts, Version, dict[str, Any]]] = {}
+        checkpoint map as read; and the sort keys of every item that exists as a rule's target
+        (one strongly consistent scan, projected)."""
+        out: _Stored = {}
+        present: set[str] = set()
         if not self.targets:
-            return out
+            return out, present
         lay = self.layout
         keys = [lay.partition_key] + ([lay.sort_key] if lay.sort_key else [])
         wanted = [*keys, lay.target_checkpoints_attribute]
@@ -218,9 +233,12 @@ class _Checker:
                     continue
                 for rule in self.targets.values():
                     assert rule.target is not None
+                    sort_key = target_sort_key(rule, item, lay)
+                    if sort_key is None:
+                        continue
+                    present.add(sort_key)
                     held = item.get(rule.target.attribute)
-                    sort_key = target_sort_key(rule, item, lay) if held is not None else None
-                    if sort_key is None or held is None:
+                    if held is None:
                         continue
                     version = (
                         (rule.target.attribute, *next(iter(held.items()))),
@@ -234,19 +252,7 @@ class _Checker:
                     out[sort_key] = ((number, Decimal(0)), version, item)
             start = page.get("LastEvaluatedKey")
             if not start:
-                return out
-
-    def target_exists(self, ref: AggregateRef) -> bool:
-        """Whether the application item ``ref`` targets exists (a strongly consistent read)."""
-        assert ref.target is not None
-        found = self.client.get_item(
-            TableName=self.table_name,
-            Key=self.layout.target_key(ref.target),
-            ConsistentRead=True,
-            ProjectionExpression="#pk",
-            ExpressionAttributeNames={"#pk": self.layout.partition_key},
-        )
-        return "Item" in found
+                return out, present
 
     def expected(self, now: float) -> tuple[dict[str, Amounts], int]:
         """``({sort key: (value, count)}, items scanned)`` of the rules over the table's items
@@ -320,9 +326,14 @@ def reconcile(
     first = _check(checker, report, clock)
     keys = set(first.expected) | set(first.after)
     report.keys_checked = len(keys)
-    candidates = sorted(
+    differing = sorted(
         k for k in keys if first.expected.get(k, NO_AMOUNTS) != _value(first.after, k)
     )
+    # a target that does not exist is an expected state (its deltas go to the ledger), not a
+    # difference to wait on: reported apart at once
+    missing = [k for k in differing if _no_target(checker, k, first)]
+    report.missing_targets.extend(_missing_target(checker, k, first) for k in missing)
+    candidates = [k for k in differing if k not in set(missing)]
     # a write-sharded rule's change reaches its aggregate in two passes through the stream (the
     # partial, then the aggregate): wait for both before calling a difference stable
     sharded = any(r.sharded for r in rules if r.name in names)
@@ -332,7 +343,8 @@ def reconcile(
         for key in candidates:
             drift = _judge(checker, key, first, second, repair)
             if drift is not None:
-                report.drifts.append(drift)
+                found = report.missing_targets if drift.status == NO_TARGET else report.drifts
+                found.append(drift)
     # the top lists, once the aggregates they rank are repaired: a list follows its aggregates
     # one more pass through the stream behind
     report.lists_checked, report.list_drifts = check_top_lists(
@@ -349,12 +361,31 @@ def reconcile(
 
 @dataclass(frozen=True, slots=True)
 class _Check:
-    """One check's reads: the stored aggregates before and after the scan, and the expected
-    values the scan computed."""
+    """One check's reads: the stored aggregates before and after the scan, the expected values
+    the scan computed, and the target rules' keys whose target item either read saw."""
 
     before: _Stored
     expected: dict[str, Amounts]
     after: _Stored
+    present: frozenset[str] = frozenset()
+
+
+def _no_target(checker: _Checker, key: str, check: _Check) -> bool:
+    """Whether ``key`` is a target rule's whose target item exists in neither read of
+    ``check`` (so nothing holds its sum, and nothing may)."""
+    return (
+        key.partition("#")[0] in checker.targets
+        and key not in check.present
+        and key not in check.after
+        and key in checker.refs
+    )
+
+
+def _missing_target(checker: _Checker, key: str, check: _Check) -> Drift:
+    """The :data:`NO_TARGET` report of ``key``: what its items add up to, nothing stored."""
+    expected = check.expected.get(key, NO_AMOUNTS)
+    display = checker.refs[key].display_key
+    return _drift(checker, key.partition("#")[0], display, expected, NO_AMOUNTS, NO_TARGET)
 
 
 def _refuse_changed(
@@ -425,12 +456,12 @@ def _check(checker: _Checker, report: ReconcileReport, clock: Callable[[], float
     """Read the stored aggregates, scan for the expected values, read the aggregates again, and
     count the check (and its items scanned) in ``report``."""
     now = clock()
-    before = checker.stored(now)
+    before, present_before = checker.stored(now)
     expected, scanned = checker.expected(now)
-    after = checker.stored(now)
+    after, present_after = checker.stored(now)
     report.items_scanned = scanned  # per check
     report.checks += 1
-    return _Check(before, expected, after)
+    return _Check(before, expected, after, frozenset(present_before | present_after))
 
 
 def _value(table: _Stored, key: str) -> Amounts:
@@ -460,7 +491,8 @@ def _judge(
     checker: _Checker, key: str, first: _Check, second: _Check, repair: bool
 ) -> Drift | None:
     """A candidate's drift after the second check (``None`` when its expected and stored values
-    agree by then): ``drift``, ``moving`` or ``no target``, or the repair's outcome."""
+    agree by then): ``drift``, ``moving`` or :data:`NO_TARGET` (its target item went between
+    the checks), or the repair's outcome."""
     rule = key.partition("#")[0]
     ref = checker.refs.get(key)
     display = ref.display_key if ref is not None else _stored_key(second.after, key)
@@ -469,9 +501,8 @@ def _judge(
     if exp == stored:
         return None
     status = "drift" if stable else "moving"
-    missing = rule in checker.targets and key not in second.after and ref is not None
-    if missing and ref is not None and not checker.target_exists(ref):
-        status = "no target"
+    if _no_target(checker, key, second):
+        status = NO_TARGET
     if status == "drift" and repair:
         status = _repair(checker, key, rule, display, ref, exp, stored, second.after.get(key))
     return _drift(checker, rule, display, exp, stored, status)

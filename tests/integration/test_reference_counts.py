@@ -155,3 +155,71 @@ def test_a_key_that_moves_between_the_checks_is_reported_not_repaired(ddb, socia
     ]
     assert store.get("likes_per_post", "POST#b002").value == 3  # untouched
     assert not report.clean
+
+
+def test_targets_that_do_not_exist_are_reported_apart_and_never_waited_on(ddb, social, monkeypatch):
+    """Likes of a post never created and of a post deleted after its likes are an expected state
+    (their deltas go to the ledger): reconcile does not wait on them, counts them on a line of
+    their own and exits 0; a tally drifted on purpose beside them is still found and repaired."""
+    rules, rules_dir, common = social
+    # GIVEN likes that point at posts that do not exist: two of a post never created, and the
+    # one like of b002, whose META item goes
+    for user in ("7c20", "11aa"):
+        like = {"PK": "POST#ghost", "SK": f"LIKE#USER#{user}", "likedAt": 1750636800}
+        ddb.put_item(TableName="social", Item=ddb_json(like))
+    ddb.delete_item(TableName="social", Key=ddb_json({"PK": "POST#b002", "SK": "META"}))
+    cli = CliRunner()
+    assert cli.invoke(main, ["run", *common, "-d", str(rules_dir)]).exit_code == 0
+    store = AggregateStore(ddb, "social", rules)
+    ledger = {a.key: a.value for a in store.list("like_tally") if a.value}
+    assert ledger == {"POST#ghost#META": 2}  # b002's like was counted before its post went
+    sleeps: list[float] = []
+    monkeypatch.setattr(reconcile_module.time, "sleep", sleeps.append)
+    args = ["reconcile", *common, "-d", str(rules_dir), "--settle", "600"]
+    missing_line = (
+        "reconcile: 2 key(s) of like_tally whose target item does not exist: expected, not "
+        "drift (their deltas go to the ledger: aggregator query list like_tally)"
+    )
+    # WHEN reconcile checks: no table, no wait (one check), one line for the missing targets
+    result = cli.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert sleeps == []
+    said = " ".join(result.output.split())
+    assert "┃" not in said  # no table
+    # 7 likes and 2 META items: likes_per_post 4 keys (a91f, b002, ghost), like_tally 3
+    # (a91f, b002, ghost), posts_by_likes 1 (a91f; b002 retracted with its META item)
+    assert said == (
+        "reconcile: 8 keys checked over 8 items (1 check(s)): 0 drifting, 0 moving, 0 repaired "
+        + missing_line
+    )
+    # GIVEN real drift beside them: a stray write adds 5 to a tally that exists
+    ddb.update_item(
+        TableName="social",
+        Key=ddb_json({"PK": "POST#a91f", "SK": "META"}),
+        UpdateExpression="ADD likeTally :five",
+        ExpressionAttributeValues={":five": {"N": "5"}},
+    )
+    # (posts_by_likes, which ranks the tallies, follows it through the stream)
+    assert cli.invoke(main, ["run", *common, "-d", str(rules_dir)]).exit_code == 0
+    # THEN reconcile still finds it (after --settle), and reports the missing targets apart
+    sleeps.clear()  # (the stream runner's polls)
+    result = cli.invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert sleeps == [600]
+    rows = [line for line in result.output.splitlines() if "│" in line]
+    assert len(rows) == 1 and "POST#a91f#META" in rows[0] and "drift" in rows[0], rows
+    said = " ".join(result.output.split())
+    assert "(2 check(s)): 1 drifting, 0 moving, 0 repaired " + missing_line in said
+    # --repair fixes it, once; then everything is clean again, in one check
+    result = cli.invoke(main, [*args, "--repair"])
+    assert result.exit_code == 0, result.output
+    assert "1 drifting" not in result.output and "1 repaired" in result.output
+    meta = ddb.get_item(TableName="social", Key=ddb_json({"PK": "POST#a91f", "SK": "META"}))
+    assert meta["Item"]["likeTally"] == {"N": str(len(LIKES["a91f"]))}
+    assert cli.invoke(main, ["run", *common, "-d", str(rules_dir)]).exit_code == 0
+    sleeps.clear()  # (the stream runner's polls)
+    result = cli.invoke(main, args)
+    assert result.exit_code == 0 and sleeps == [], result.output
+    assert "(1 check(s)): 0 drifting, 0 moving, 0 repaired " + missing_line in (
+        " ".join(result.output.split())
+    )

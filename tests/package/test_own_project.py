@@ -28,7 +28,6 @@ CONSTRAINTS = os.environ.get("AGGREGATOR_CONSTRAINTS")
 
 RULES = """\
 version: 1
-table: {partition_key: PK, sort_key: SK}
 rules:
   - name: likes_per_post
     match:
@@ -76,7 +75,8 @@ def test_the_wheel_holds_the_package_and_its_project_files_only() -> None:
     names = zipfile.ZipFile(WHEEL).namelist()
     tops = {name.split("/")[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"aggregator"}
-    for name in ("template.yaml", "Makefile", "samconfig.toml", "rules/example.yaml"):
+    shipped = ("template.yaml", "Makefile", "samconfig.toml", "gitignore")
+    for name in (*shipped, "rules/example.yaml", "rules/table.yaml"):
         assert f"aggregator/cli/project/{name}" in names
 
 
@@ -90,8 +90,12 @@ def test_init_template_lint_and_sam_build_in_a_project_of_ones_own(
     )
     assert not Path(where.strip()).is_relative_to(ROOT)
 
-    out = _run(["aggregator", "init", str(project)], tmp_path, user_env)
-    assert out.startswith("wrote template.yaml, Makefile, samconfig.toml, rules/example.yaml")
+    out = _run(["aggregator", "init", str(project), "--keys", "PK/SK"], tmp_path, user_env)
+    assert out.startswith(
+        "wrote template.yaml, Makefile, samconfig.toml, rules/example.yaml, rules/table.yaml, "
+        ".gitignore"
+    )
+    assert "table keys: partition key PK, sort key SK (rules/table.yaml)" in out
     (project / "rules" / "example.yaml").unlink()
     (project / "rules" / "likes.yaml").write_text(RULES, encoding="utf-8")
     out = _run(["aggregator", "template", "-d", "rules"], project, user_env)
@@ -112,7 +116,10 @@ def test_init_template_lint_and_sam_build_in_a_project_of_ones_own(
     assert not (function / "aggregator" / "cli").exists()
     assert not (function / "aggregator" / "dev").exists()
     assert not (function / "aggregator" / "cdk").exists()
-    assert sorted(p.name for p in (function / "definitions").iterdir()) == ["likes.yaml"]
+    assert sorted(p.name for p in (function / "definitions").iterdir()) == [
+        "likes.yaml",
+        "table.yaml",
+    ]
     # dependencies for the template's runtime (python3.12, arm64), the CLI's left out
     (core,) = list((function / "pydantic_core").glob("_pydantic_core.*.so"))
     assert core.name == "_pydantic_core.cpython-312-aarch64-linux-gnu.so"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,6 +17,19 @@ _NEXT_STEPS = """\
 """
 
 
+def _keys_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """``--keys PK/SK`` as ``("PK", "SK")``, ``--keys id`` as ``("id", None)``."""
+    if value is None:
+        return None
+    from aggregator.cli.project.scaffold import parse_keys
+    from aggregator.core.exceptions import ConfigError
+
+    try:
+        return parse_keys(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"--keys {value!r}: ")) from None
+
+
 @click.command("init", short_help="Write a deployable SAM project for the rules.")
 @click.argument(
     "directory",
@@ -23,26 +37,51 @@ _NEXT_STEPS = """\
     required=False,
     type=click.Path(file_okay=False, path_type=Path),
 )
+@click.option(
+    "--keys",
+    metavar="PARTITION[/SORT]",
+    callback=_keys_option,
+    help="Your table's key attribute names, e.g. PK/SK, or id alone for a table without a sort "
+    "key: written as rules/table.yaml (default for a new project: pk/sk)",
+)
 @click.option("--force", is_flag=True, help="Replace files that exist with other content")
 @click.option(
     "--show",
-    type=click.Choice(["template.yaml", "Makefile", "samconfig.toml", "rules/example.yaml"]),
+    type=click.Choice(
+        [
+            "template.yaml",
+            "Makefile",
+            "samconfig.toml",
+            "rules/example.yaml",
+            "rules/table.yaml",
+            ".gitignore",
+        ]
+    ),
     help="Print one of the project files as shipped (nothing is written)",
 )
-def init_cmd(directory: Path, force: bool, show: str | None) -> None:
+def init_cmd(
+    directory: Path, keys: tuple[str, str | None] | None, force: bool, show: str | None
+) -> None:
     """Write a deployable project into DIRECTORY (default: here): template.yaml (SAM),
-    Makefile (the build sam build runs), samconfig.toml and, when rules/ has no rule file, a
-    starter rules/example.yaml. The template is rendered for the rules. Files that exist with
-    other content are left alone unless --force."""
-    from aggregator.cli.project.scaffold import init_project, project_file
+    Makefile (the build sam build runs), samconfig.toml, .gitignore (what the tools create;
+    an existing one gets the lines it lacks appended), a starter rules/example.yaml when rules/
+    has no rule file, and rules/table.yaml, the table's key names (--keys). The template is
+    rendered for the rules. Files that exist with other content are left alone unless
+    --force."""
+    from aggregator.cli.project.scaffold import GITIGNORE, TABLE_RULES, init_project, project_file
 
     if show is not None:
-        click.echo(project_file(show), nl=False)
+        click.echo(project_file("gitignore" if show == GITIGNORE else show), nl=False)
         return
-    result = init_project(directory, force=force)
+    result = init_project(directory, force=force, keys=keys)
     where = "" if directory == Path(".") else f" in {directory}"
     if result.written:
         console.print(f"wrote {', '.join(result.written)}{where}", highlight=False)
+    if result.ignored:
+        console.print(
+            f"added to {GITIGNORE}: {', '.join(result.ignored)} (its other lines are kept)",
+            highlight=False,
+        )
     if result.unchanged:
         console.print(f"already as written: {', '.join(result.unchanged)}", highlight=False)
     for name in result.kept:
@@ -62,6 +101,16 @@ def init_cmd(directory: Path, force: bool, show: str | None) -> None:
         console.print(
             "note: template.yaml is your own: `aggregator template -d rules` renders its "
             "regions (between '# aggregator:begin' and '# aggregator:end' lines)",
+            highlight=False,
+        )
+    partition, sort = result.keys
+    said = f"partition key {partition}, " + ("no sort key" if sort is None else f"sort key {sort}")
+    origin = result.keys_in or "the default: no table: section"
+    console.print(f"table keys: {said} ({origin})", highlight=False)
+    if keys is not None and TABLE_RULES in result.kept:
+        console.print(
+            f"note: {TABLE_RULES} is your own: set its partition_key and sort_key to "
+            f"{'/'.join(k for k in keys if k)} there (--force replaces the file)",
             highlight=False,
         )
     cd = "" if directory == Path(".") else f"  cd {directory}\n"

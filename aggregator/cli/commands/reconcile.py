@@ -3,6 +3,9 @@ the drift and optionally repair it (:mod:`aggregator.operations.reconcile`)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import TYPE_CHECKING
+
 import click
 
 from aggregator.cli.options import (
@@ -13,6 +16,9 @@ from aggregator.cli.options import (
     table_option,
 )
 from aggregator.cli.output import console
+
+if TYPE_CHECKING:
+    from aggregator.operations.reconcile import Drift
 
 
 @click.command("reconcile", short_help="Recount the rules from a scan and report any drift.")
@@ -45,7 +51,9 @@ def reconcile_cmd(
     """Recompute the rules from a strongly consistent scan and compare with the stored
     aggregates: a table of drifting keys (expected, stored, difference) and totals; exit 1 on
     drift (with --repair: on drift that could not be repaired). A key that moved during the check
-    is reported as moving, never repaired. The top lists of leaderboard_store: list rules are
+    is reported as moving, never repaired. Keys of target rules whose target item does not exist
+    (an expected state: their deltas go to the rule's ledger) are counted on a line of their
+    own, not drift, and never waited on. The top lists of leaderboard_store: list rules are
     then checked against their aggregates (and with --repair written again from them)."""
     from rich.table import Table
 
@@ -84,6 +92,8 @@ def reconcile_cmd(
         f"{counts['repaired']} repaired",
         highlight=False,
     )
+    if report.missing_targets:
+        console.print(missing_targets_line(report.missing_targets), highlight=False)
     if report.lists_checked:
         if report.list_drifts:
             lists = Table()
@@ -103,3 +113,26 @@ def reconcile_cmd(
         )
     if not report.clean:
         raise SystemExit(1)
+
+
+def missing_targets_line(missing: list[Drift]) -> str:
+    """The line counting the keys whose target item does not exist, per rule: an expected
+    state, not drift.
+
+    >>> from decimal import Decimal
+    >>> from aggregator.operations.reconcile import Drift
+    >>> gone = Drift("like_tally", "POST#gone#META", Decimal(2), Decimal(0), "no target")
+    >>> print(missing_targets_line([gone, gone]))
+    reconcile: 2 key(s) of like_tally whose target item does not exist: expected, not drift (their deltas go to the ledger: aggregator query list like_tally)
+    """  # noqa: E501
+    per_rule = Counter(d.rule for d in missing)
+    counted = " and ".join(
+        f"{n} key(s) of {name}" if i == 0 else f"{n} of {name}"
+        for i, (name, n) in enumerate(per_rule.items())
+    )
+    where = "the ledger" if len(per_rule) == 1 else "the ledgers"
+    listed = next(iter(per_rule)) if len(per_rule) == 1 else "RULE"
+    return (
+        f"reconcile: {counted} whose target item does not exist: expected, not drift (their "
+        f"deltas go to {where}: aggregator query list {listed})"
+    )

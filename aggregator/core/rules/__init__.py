@@ -29,7 +29,12 @@ from aggregator.core.rules.loader import (
     RuleFileLimitError,
     RuleLoader,
 )
-from aggregator.core.rules.loading import MAX_RULE_FILE_BYTES, load_rules, rule_files_in
+from aggregator.core.rules.loading import (
+    MAX_RULE_FILE_BYTES,
+    declared_layout,
+    load_rules,
+    rule_files_in,
+)
 from aggregator.core.rules.model import (
     AUTO_WRITE_SHARDS,
     BUCKET_TEXT_BYTES,
@@ -72,6 +77,7 @@ __all__ = [
     "RuleSet",
     "Target",
     "Window",
+    "declared_layout",
     "derived_attribute_indexes",
     "derived_attribute_problems",
     "escape_key_part",

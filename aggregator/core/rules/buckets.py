@@ -4,6 +4,7 @@ retention) and the :class:`Bucket` of one windowed aggregate item."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -13,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from aggregator.core.conditions import MISSING
 from aggregator.core.exceptions import EvaluationError, FailureCause
+from aggregator.core.rules.messages import type_word
 from aggregator.core.text import quote
 from aggregator.core.windows import (
     EVENT_TIME_UNITS,
@@ -24,6 +26,9 @@ from aggregator.core.windows import (
 )
 
 GranularityField = Annotated[Granularity, BeforeValidator(Granularity.parse)]
+
+_SEVERAL = re.compile(r"[\s,;\[\]]")
+"""What separates several granularities in one text: ``"hour, minute"``, ``"[hour, minute]"``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +82,8 @@ class Window(BaseModel):
         One of :data:`aggregator.core.windows.EVENT_TIME_UNITS`. ISO 8601 times need a UTC offset.
     granularities
         One or more bucket sizes (``minute``, ``hour``, ``day`` or whole seconds), finest last
-        after validation sorts them coarsest first; each size must be a multiple of every smaller
+        after validation sorts them coarsest first (one may be written alone, ``granularities:
+        hour``, for ``[hour]``); each size must be a multiple of every smaller
         one so that window queries can combine them.
     retention
         Seconds a bucket is kept after its end: its items get ``ttl = bucket end + retention``
@@ -104,7 +110,16 @@ class Window(BaseModel):
     @field_validator("granularities", mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str | int | Decimal) else value
+        """One granularity written alone (``granularities: hour``) is the list of it; text that
+        holds several (``"hour, minute"``) is refused, pointing at the list."""
+        if isinstance(value, bool) or not isinstance(value, str | int | Decimal):
+            return value  # a list, or a type the tuple's own validation refuses
+        if isinstance(value, str) and _SEVERAL.search(value.strip()):
+            raise ValueError(
+                f"expected a list such as [hour, minute], got {type_word(value)}; write each "
+                "granularity as an item of a YAML list"
+            )
+        return [Granularity.parse(value)]  # its error names the field, not an item [0]
 
     @field_validator("granularities")
     @classmethod

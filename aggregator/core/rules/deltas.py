@@ -3,6 +3,7 @@ attribute, always an exact ``Decimal``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -11,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from aggregator.core.conditions import MISSING, dynamodb_number_problem
 from aggregator.core.exceptions import EvaluationError, FailureCause
-from aggregator.core.rules.messages import plain_number
+from aggregator.core.rules.messages import plain_number, type_word
 from aggregator.core.text import quote
 
 
@@ -22,7 +23,9 @@ def _to_decimal(value: Any) -> Decimal:
         try:
             number = Decimal(str(value))
         except InvalidOperation:
-            raise ValueError(f"expected a number, got {quote(value)}") from None
+            raise ValueError(
+                f"expected a number, got {quote(value)}{_attribute_hint(value)}"
+            ) from None
         if not number.is_finite():
             raise ValueError(f"expected a finite number, got {quote(value)}")
         problem = dynamodb_number_problem(number)
@@ -30,6 +33,19 @@ def _to_decimal(value: Any) -> Decimal:
             raise ValueError(problem)
         return number
     raise ValueError(f"expected a number, got {type(value).__name__}")
+
+
+_ATTRIBUTE_LIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,99}")
+"""Text that reads as an attribute name, for the hint of a word given as a constant."""
+
+
+def _attribute_hint(value: Any) -> str:
+    """``"; to sum the attribute score, write delta: {attribute: score}"`` for a word that could
+    name an attribute (else nothing): ``delta: score`` is read as a constant."""
+    if not isinstance(value, str) or not _ATTRIBUTE_LIKE.fullmatch(value.strip()):
+        return ""
+    name = value.strip()
+    return f"; to aggregate the attribute {name}, write delta: {{attribute: {name}}}"
 
 
 class DeltaSpec(BaseModel):
@@ -57,9 +73,22 @@ class DeltaSpec(BaseModel):
     def _constant(cls, value: Any) -> Any:
         return None if value is None else _to_decimal(value)
 
+    @field_validator("attribute", mode="before")
+    @classmethod
+    def _attribute(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        hint = ""
+        if isinstance(value, Decimal | int) and not isinstance(value, bool):
+            # YAML reads `attribute: 5` as a number; an attribute named 5 is written quoted
+            hint = f"; quote it for an attribute named {value}: {{attribute: '{value}'}}"
+        raise ValueError(f"expected an attribute name (text), got {type_word(value)}{hint}")
+
     @model_validator(mode="after")
     def _exactly_one(self) -> DeltaSpec:
-        if (self.constant is None) == (self.attribute is None):
+        if self.constant is None and self.attribute is None:
+            raise ValueError("give a number (delta: 1) or {attribute: NAME}")
+        if self.constant is not None and self.attribute is not None:
             raise ValueError("give either a number (delta: 1) or {attribute: NAME}, not both")
         if self.attribute is not None and not self.attribute:
             raise ValueError("attribute name must not be empty")

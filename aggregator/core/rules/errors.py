@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from aggregator.core.conditions import ConditionSyntaxError
-from aggregator.core.rules.messages import one_line, rule_name
+from aggregator.core.rules.messages import one_line, rule_name, type_word
 from aggregator.core.rules.model import FieldError, Rule
 from aggregator.core.text import MAX_QUOTED_CHARS, quote
 
@@ -84,23 +84,6 @@ def _field_names(parent: object = None) -> list[str]:
     return sorted(names)
 
 
-def _type_word(value: Any) -> str:
-    """What a YAML value is, in the words of YAML: a mapping, a list, text, a number..."""
-    from decimal import Decimal
-
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, str):
-        return f"text {quote(value)}"
-    if isinstance(value, Decimal | int | float):
-        return f"the number {value}"
-    return "nothing" if value is None else type(value).__name__
-
-
 def _plain_input(value: Any) -> str:
     return quote(value) if isinstance(value, str) else str(value)
 
@@ -115,13 +98,17 @@ def _message(err: Any) -> str:
         parent = loc[-2] if len(loc) >= 2 else None
         known = [n for n in _field_names(parent) if n != field]
         close = difflib.get_close_matches(field, known, n=1, cutoff=0.6)
-        return "unknown field" + (f"; did you mean {close[0]!r}?" if close else "")
+        if close:
+            return f"unknown field; did you mean {close[0]!r}?"
+        if len(loc) == 1:  # a key of the file's own, such as a YAML anchor to share
+            return f"unknown field; keys of your own start with 'x-' ({quote('x-' + field)})"
+        return "unknown field"
     if kind in ("tuple_type", "list_type"):
-        return f"expected a list, got {_type_word(err.get('input'))}"
+        return f"expected a list, got {type_word(err.get('input'))}"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"expected a mapping, got {_type_word(err.get('input'))}"
+        return f"expected a mapping, got {type_word(err.get('input'))}"
     if kind in ("bool_type", "bool_parsing"):
-        return f"expected true or false, got {_type_word(err.get('input'))}"
+        return f"expected true or false, got {type_word(err.get('input'))}"
     if kind == "literal_error" and field == "version":
         return (
             f"version {_plain_input(err.get('input'))} is not known; this release reads version 1"
@@ -151,6 +138,20 @@ def _error_locations(
             yield loc, _message(err)
 
 
+MAX_RULES_NAMED = 10
+"""Most rules one line names when several share a problem (then how many more)."""
+
+
+def _rules_phrase(whos: list[str]) -> str:
+    """``rule 'a'``, or ``rules 'a', 'b' and 'c'`` (at most :data:`MAX_RULES_NAMED` named)."""
+    if len(whos) == 1:
+        return f"rule {whos[0]}"
+    if len(whos) > MAX_RULES_NAMED:
+        named = whos[:MAX_RULES_NAMED]
+        return f"rules {', '.join(named)} and {len(whos) - len(named)} more"
+    return f"rules {', '.join(whos[:-1])} and {whos[-1]}"
+
+
 def format_errors(
     exc: ValidationError,
     source: str,
@@ -158,10 +159,14 @@ def format_errors(
     prefix: tuple[Any, ...] = (),
 ) -> str:
     """One line per problem: ``<source>: rule 'x', field 'f': <message>`` (``rule #n`` for a
-    rule without a usable name; ``<source>: field 'f': ...`` outside the rules). At most
-    :data:`MAX_PROBLEMS_PER_FILE` lines, then one counting the rest."""
-    lines = []
+    rule without a usable name; ``<source>: field 'f': ...`` outside the rules). The same
+    problem (field and message) in several rules, such as a typo in a YAML anchor that they
+    all merge, is one line naming them: ``<source>: rules 'a', 'b' and 'c', field 'f': ...``.
+    At most :data:`MAX_PROBLEMS_PER_FILE` lines, then one counting the rest."""
     rules_data = data.get("rules") if isinstance(data, Mapping) else None
+    # (in a rule?, field, message) -> the rules that have it (none outside the rules), in the
+    # order the problems come
+    found: dict[tuple[bool, str, str], list[str]] = {}
     for loc, msg in _error_locations(exc, source, prefix):
         if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
             index = loc[1]
@@ -170,12 +175,16 @@ def format_errors(
                 raw = rules_data[index]
                 if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
                     name = raw["name"]
-            who = f"rule {rule_name(name)}" if name else f"rule #{index + 1}"
-            field = _field_path(loc[2:]) or "(rule)"
-            lines.append(one_line(f"{source}: {who}, field '{field}': {msg}"))
+            who = rule_name(name) if name else f"#{index + 1}"
+            whos = found.setdefault((True, _field_path(loc[2:]) or "(rule)", msg), [])
+            if who not in whos:
+                whos.append(who)
         else:
-            field = _field_path(loc) or "(top level)"
-            lines.append(one_line(f"{source}: field '{field}': {msg}"))
+            found.setdefault((False, _field_path(loc) or "(top level)", msg), [])
+    lines = []
+    for (in_rule, field, msg), whos in found.items():
+        who = f"{_rules_phrase(whos)}, " if in_rule else ""
+        lines.append(one_line(f"{source}: {who}field '{field}': {msg}"))
     if len(lines) > MAX_PROBLEMS_PER_FILE:
         rest = len(lines) - MAX_PROBLEMS_PER_FILE
         lines[MAX_PROBLEMS_PER_FILE:] = [f"{source}: … and {rest} more problem(s)"]

@@ -173,6 +173,18 @@ def _load_file(path: Path) -> tuple[list[Rule], TableLayout | None]:
     return list(ruleset.rules), ruleset.layout if "table" in data else None
 
 
+def declared_layout(path: str | Path) -> TableLayout | None:
+    """The table layout one rule file declares in its ``table:`` section, or ``None`` when it
+    has none (the file is validated whole, as :func:`load_rules` reads it).
+
+    Raises
+    ------
+    RuleError
+        When the file is not a valid rule file.
+    """
+    return _load_file(Path(path))[1]
+
+
 @dataclass(frozen=True, slots=True)
 class _Stub:
     """The name and source of a rule whose file failed to validate: enough to check the

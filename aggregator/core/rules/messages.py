@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 from aggregator.core.text import MAX_QUOTED_CHARS, MAX_REASON_CHARS, quote
@@ -14,6 +15,25 @@ def plain_number(value: Any) -> str:
     """A number for a message: as it is (``1E+20``) when short, else a bounded quote."""
     text = str(value)
     return text if len(text) <= MAX_QUOTED_CHARS else quote(text)
+
+
+def type_word(value: Any) -> str:
+    """What a YAML value is, in the words of YAML: a mapping, a list, text, a number...
+
+    >>> type_word([1]), type_word("hour"), type_word(Decimal(5)), type_word(None)
+    ('a list', "text 'hour'", 'the number 5', 'nothing')
+    """
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, str):
+        return f"text {quote(value)}"
+    if isinstance(value, Decimal | int | float):
+        return f"the number {plain_number(value)}"
+    return "nothing" if value is None else type(value).__name__
 
 
 def rule_name(name: Any) -> str:

@@ -495,7 +495,7 @@ def test_the_prebuilt_artifact_is_the_code(synthesized: Synthesized) -> None:
 @pytest.mark.parametrize(
     ("stack", "rules", "boto3"),
     [
-        ("orders-aggregates", ["example.yaml"], True),
+        ("orders-aggregates", ["example.yaml", "table.yaml"], True),  # as init writes them
         ("sharded", ["likes.yaml"], False),
         ("pk-only", sorted(p.name for p in PK_ONLY), True),
     ],

@@ -33,7 +33,7 @@ from aggregator.cli.project.build import (
     function_runtime,
     lambda_requirements,
 )
-from aggregator.cli.project.scaffold import PROJECT_FILES, init_project, project_file
+from aggregator.cli.project.scaffold import PROJECT_FILES, init_project, parse_keys, project_file
 from aggregator.cli.template import check_template_regions
 from aggregator.core.exceptions import ConfigError, RuleError
 from aggregator.core.rules import load_rules
@@ -90,8 +90,10 @@ def test_init_writes_a_project_rendered_for_its_starter_rules(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     project = tmp_path / "shop"
     assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()) == [
+        ".gitignore",
         "Makefile",
         "rules/example.yaml",
+        "rules/table.yaml",
         "samconfig.toml",
         "template.yaml",
     ]
@@ -101,10 +103,12 @@ def test_init_writes_a_project_rendered_for_its_starter_rules(tmp_path: Path) ->
     assert (project / "Makefile").read_text() == project_file("Makefile")
     assert "build_in_source = true" in (project / "samconfig.toml").read_text()
     lines = result.output.splitlines()
-    assert (
-        lines[0]
-        == f"wrote template.yaml, Makefile, samconfig.toml, rules/example.yaml in {project}"
+    assert lines[0] == (
+        "wrote template.yaml, Makefile, samconfig.toml, rules/example.yaml, rules/table.yaml, "
+        f".gitignore in {project}"
     )
+    assert lines[1] == "table keys: partition key pk, sort key sk (rules/table.yaml)"
+    assert rules.layout.partition_key == "pk" and rules.layout.sort_key == "sk"
     assert "sam build && sam deploy --guided" in result.output
 
 
@@ -113,7 +117,7 @@ def test_init_twice_changes_nothing(tmp_path: Path) -> None:
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     again = init_project(tmp_path)
     assert again.written == ()
-    assert again.unchanged == PROJECT_FILES
+    assert again.unchanged == (*PROJECT_FILES, ".gitignore")  # rules/ holds rules now
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
@@ -139,7 +143,7 @@ def test_init_never_overwrites_other_content_unless_forced(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[:5] == [
-        f"wrote samconfig.toml, rules/example.yaml in {tmp_path}",
+        f"wrote samconfig.toml, rules/example.yaml, rules/table.yaml, .gitignore in {tmp_path}",
         "left alone: template.yaml (there with other content; --force replaces it)",
         "left alone: Makefile (there with other content; --force replaces it)",
         "note: your Makefile needs the target sam build runs: add the lines of `aggregator "
@@ -147,12 +151,165 @@ def test_init_never_overwrites_other_content_unless_forced(tmp_path: Path) -> No
         "note: template.yaml is your own: `aggregator template -d rules` renders its regions "
         "(between '# aggregator:begin' and '# aggregator:end' lines)",
     ]
-    assert lines[5:7] == ["next:", f"  cd {tmp_path}"]
+    assert lines[5:8] == [
+        "table keys: partition key pk, sort key sk (rules/table.yaml)",
+        "next:",
+        f"  cd {tmp_path}",
+    ]
     assert (tmp_path / "Makefile").read_text() == "all:\n\techo mine\n"
     assert (tmp_path / "template.yaml").read_text() == "Resources: {}\n"
     forced = _invoke("init", str(tmp_path), "--force")
     assert forced.exit_code == 0, forced.output
     assert (tmp_path / "Makefile").read_text() == project_file("Makefile")
+
+
+def test_init_keys_writes_the_table_section_and_renders_the_template_for_it(
+    tmp_path: Path,
+) -> None:
+    """``--keys PK/SK``: rules/table.yaml declares them, every rule file reads them, and the
+    template's table, role and filters are rendered for them; ``--keys id``: no sort key."""
+    project = tmp_path / "game"
+    result = _invoke("init", str(project), "--keys", "PK/SK")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1] == (
+        "table keys: partition key PK, sort key SK (rules/table.yaml)"
+    )
+    assert (
+        (project / "rules" / "table.yaml")
+        .read_text()
+        .endswith("version: 1\ntable:\n  partition_key: PK\n  sort_key: SK\n")
+    )
+    rules = load_rules(project / "rules")
+    assert (rules.layout.partition_key, rules.layout.sort_key) == ("PK", "SK")
+    assert check_template_regions(project / "template.yaml", rules)
+    template = cfn_yaml_loads((project / "template.yaml").read_text(), "template.yaml")
+    keys = template["Resources"]["Table"]["Properties"]["KeySchema"]
+    assert [(k["AttributeName"], k["KeyType"]) for k in keys] == [("PK", "HASH"), ("SK", "RANGE")]
+    # the keys change: init's own table.yaml and template.yaml are rendered again, nothing else
+    # (the user's rules stay)
+    (project / "rules" / "example.yaml").write_text(ORDERS_RULES)
+    result = _invoke("init", str(project), "--keys", "id")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[:3] == [
+        f"wrote template.yaml, rules/table.yaml in {project}",
+        "already as written: Makefile, samconfig.toml, .gitignore",
+        "table keys: partition key id, no sort key (rules/table.yaml)",
+    ]
+    assert (project / "rules" / "example.yaml").read_text() == ORDERS_RULES
+    rules = load_rules(project / "rules")
+    assert (rules.layout.partition_key, rules.layout.sort_key) == ("id", None)
+    assert check_template_regions(project / "template.yaml", rules)
+    template = cfn_yaml_loads((project / "template.yaml").read_text(), "template.yaml")
+    keys = template["Resources"]["Table"]["Properties"]["KeySchema"]
+    assert [k["AttributeName"] for k in keys] == ["id"]
+    # init without --keys leaves the keys as they are
+    again = init_project(project)
+    assert again.written == () and again.keys == ("id", None)
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ("PK/SK", ("PK", "SK")),
+        ("id", ("id", None)),
+        ("user id/sort.key", ("user id", "sort.key")),  # DynamoDB allows both
+        ("null/true", ("null", "true")),  # written quoted: still text
+        ("Pk\u00e9/S#k", ("Pk\u00e9", "S#k")),
+    ],
+)
+def test_init_keys_accepts_names_dynamodb_accepts(
+    tmp_path: Path, keys: str, expected: tuple[str, str | None]
+) -> None:
+    done = init_project(tmp_path, keys=parse_keys(keys))
+    assert done.keys == expected
+    layout = load_rules(tmp_path / "rules").layout
+    assert (layout.partition_key, layout.sort_key) == expected
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (
+            "PK/",
+            "the sort key name is empty; for a table with only a partition key, write --keys PK",
+        ),
+        ("/SK", "the partition key name is empty"),
+        ("PK/SK/X", "give PARTITION/SORT (e.g. PK/SK), or PARTITION alone"),
+        ("PK/ SK", "the sort key name ' SK' has spaces at its ends"),
+        ("P\tK", "holds a control character"),
+        ("K" * 256, "is 256 bytes, over DynamoDB's 255-byte limit for key attribute names"),
+        ("PK/PK", "partition_key and sort_key are both 'PK'"),
+        ("value/SK", "partition_key 'value' is also the value_attribute the framework writes"),
+        ("PK/ck#1", "names starting with 'c#' or 'ck#' are checkpoints"),
+    ],
+)
+def test_init_keys_refuses_names_in_one_line(tmp_path: Path, keys: str, message: str) -> None:
+    result = _invoke("init", str(tmp_path / "p"), "--keys", keys)
+    assert result.exit_code == 2
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert line.startswith("Error: Invalid value for '--keys': ") and message in line, line
+    assert not (tmp_path / "p").exists()  # nothing written
+
+
+def test_init_keys_agrees_with_a_table_section_of_ones_own(tmp_path: Path) -> None:
+    """Rules of one's own that declare the table: the same keys write nothing more; other keys
+    are refused, naming the file (one file of a rule set declares the layout)."""
+    (tmp_path / "rules").mkdir()
+    own = tmp_path / "rules" / "orders.yaml"
+    own.write_text("table: {partition_key: PK, sort_key: SK}\n" + ORDERS_RULES)
+    done = init_project(tmp_path, keys=("PK", "SK"))
+    assert (done.keys, done.keys_in) == (("PK", "SK"), "rules/orders.yaml")
+    assert not (tmp_path / "rules" / "table.yaml").exists()
+    result = _invoke("init", str(tmp_path), "--keys", "pk/sk")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: {own}: its table: section declares the keys PK/SK, not pk/sk; change them "
+        "there (one file of the rule set declares the table layout)"
+    )
+
+
+def test_init_keys_leaves_a_table_section_of_ones_own_alone_unless_forced(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "rules").mkdir()
+    mine = "table:\n  partition_key: PK\n  sort_key: SK\n  ttl_attribute: expiresAt\n"
+    (tmp_path / "rules" / "table.yaml").write_text(mine)
+    (tmp_path / "rules" / "orders.yaml").write_text(ORDERS_RULES)
+    result = _invoke("init", str(tmp_path), "--keys", "id")
+    assert result.exit_code == 0, result.output
+    assert "left alone: rules/table.yaml (there with other content; --force replaces it)" in (
+        result.output
+    )
+    assert "table keys: partition key PK, sort key SK (rules/table.yaml)" in result.output
+    assert "note: rules/table.yaml is your own: set its partition_key and sort_key to id there" in (
+        result.output
+    )
+    assert (tmp_path / "rules" / "table.yaml").read_text() == mine
+    rules = load_rules(tmp_path / "rules")
+    assert check_template_regions(tmp_path / "template.yaml", rules)
+
+
+def test_init_appends_the_ignore_lines_a_gitignore_lacks(tmp_path: Path) -> None:
+    """An existing .gitignore keeps every line; the missing ones are appended once (a line
+    there as '/.venv', or negated as '!.cache/', counts as there)."""
+    mine = "node_modules/\n/.venv\n!.cache/\n*.log"  # no newline at the end
+    (tmp_path / ".gitignore").write_text(mine)
+    result = _invoke("init", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "added to .gitignore: .aws-sam/, __pycache__/ (its other lines are kept)" in (
+        result.output
+    )
+    assert (tmp_path / ".gitignore").read_text() == (
+        mine
+        + "\n# What the tools create (appended by `aggregator init`)\n.aws-sam/\n__pycache__/\n"
+    )
+    again = init_project(tmp_path)
+    assert ".gitignore" in again.unchanged and again.ignored == ()
+    fresh = tmp_path / "fresh"
+    init_project(fresh)
+    assert (fresh / ".gitignore").read_text() == project_file("gitignore")
+    ignored = [line for line in project_file("gitignore").splitlines() if not line.startswith("#")]
+    assert ignored == [".aws-sam/", ".cache/", ".venv/", "__pycache__/"]
 
 
 def test_init_keeps_a_makefile_that_has_the_target(tmp_path: Path) -> None:
@@ -190,7 +347,7 @@ def test_the_wheel_carries_the_project_files() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     data = pyproject["tool"]["setuptools"]["package-data"]["aggregator.cli.project"]
     shipped = {p.relative_to(PROJECT_DATA).as_posix() for p in PROJECT_DATA.rglob("*")}
-    for name in [*PROJECT_FILES, "rules/example.yaml"]:
+    for name in [*PROJECT_FILES, "gitignore", "rules/example.yaml", "rules/table.yaml"]:
         assert name in shipped
         assert any(Path(name).match(pattern) for pattern in data), name
 
@@ -467,7 +624,10 @@ def test_the_project_makefile_runs_aggregator_build(tmp_path: Path) -> None:
         timeout=120,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert sorted(p.name for p in (out / "definitions").iterdir()) == ["example.yaml"]
+    assert sorted(p.name for p in (out / "definitions").iterdir()) == [
+        "example.yaml",
+        "table.yaml",
+    ]
     missing = subprocess.run(
         ["make", "-s", "build-AggregatorFunction", f"ARTIFACTS_DIR={out}", "AGGREGATOR=nope"],
         cwd=tmp_path,

@@ -4,7 +4,9 @@ Every file there holds one problem (YAML syntax, alias bombs, deep nesting, byte
 UTF-8, control characters, wrong types, unknown fields, bad match operators, windows, deltas and
 keys, empty rule lists, duplicate names, cycles, unknown sources, derived-rule typos, keys too
 long for DynamoDB, numbers DynamoDB cannot store...) and says what its message must contain in
-``# expect: <text>`` comment lines. A file over 1 MiB is generated into ``tmp_path``.
+``# expect: <text>`` comment lines (and, with ``# expect lines: N``, how many lines it has: a
+problem that several rules share through a YAML anchor is one line). A file over 1 MiB is
+generated into ``tmp_path``.
 
 All files run in ONE subprocess that limits its own address space (``RLIMIT_AS``, 1.5 GiB) and
 gives every file :data:`SECONDS_PER_FILE` (``signal.alarm``): the CLI's ``validate`` command is
@@ -136,6 +138,13 @@ def expectations(path: Path) -> list[str]:
     return [line.decode("utf-8") for line in found] + EXTRA_EXPECTATIONS.get(path.name, [])
 
 
+def expected_lines(path: Path) -> int | None:
+    """How many output lines the file's ``# expect lines: N`` comment allows (``None``: any),
+    for a problem that must be reported once, such as a typo in an anchor several rules merge."""
+    found = re.findall(rb"^# expect lines: ([0-9]+)$", path.read_bytes(), flags=re.MULTILINE)
+    return int(found[0]) if found else None
+
+
 def corpus_files() -> list[Path]:
     return sorted(CORPUS.glob("*.yaml"))
 
@@ -194,6 +203,9 @@ def test_every_malformed_file_gives_a_clean_error(reports):
         missing = [text for text in wanted if text not in output]
         if missing:
             problems.append(f"missing {missing}")
+        count = expected_lines(path) if path.parent == CORPUS else None
+        if count is not None and len(lines) != count:
+            problems.append(f"{len(lines)} lines, not {count}")
         if problems:
             failures.append(f"{path.name}: {'; '.join(problems)}\n    output: {output[:600]!r}")
     assert failures == []
@@ -235,3 +247,21 @@ def test_shipped_definitions_validate(reports):
 def test_whole_corpus_runs_quickly(reports):
     _, paths, seconds = reports
     assert seconds < 60, f"{len(paths)} files took {seconds:.1f} s"
+
+
+def test_one_granularity_written_alone_is_the_list_of_it(tmp_path):
+    """``granularities: hour`` is ``[hour]`` (unambiguous: it names one granularity), and
+    ``validate`` shows how it was read; text naming several is refused (the corpus)."""
+    from click.testing import CliRunner
+
+    from aggregator.cli import main
+    from aggregator.core.rules import load_rules
+
+    alone, listed = tmp_path / "alone.yaml", tmp_path / "listed.yaml"
+    rule = "rules:\n  - name: r1\n    key: K\n    window: {{time: ts, unit: epoch_seconds, {}}}\n"
+    alone.write_text(rule.format("granularities: hour"))
+    listed.write_text(rule.format("granularities: [hour]"))
+    assert load_rules(alone).get("r1") == load_rules(listed).get("r1")
+    result = CliRunner().invoke(main, ["validate", str(alone)])
+    assert result.exit_code == 0, result.output
+    assert "per hour of ts" in result.output and "1 rule(s) valid" in result.output

@@ -1,5 +1,6 @@
 """Offline checks of the SAM template (aggregator/cli/project/template.yaml, which `aggregator
-init` writes into a project; the build and init are tested in test_project.py).
+init` writes into a project; the build and init are tested in test_project.py), and of the
+repository's own template.yaml, the same rendered for definitions/ (kept current, linted).
 
 No network and no AWS credentials: cfn-lint validates the template against its bundled
 CloudFormation and SAM schemas, and the template is parsed with cfn-lint's own YAML loader,
@@ -11,6 +12,7 @@ by resolving the template's conditions and the few intrinsic functions it uses.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +46,10 @@ from tests.unit.role_policy import (
 ROOT = Path(__file__).resolve().parents[3]
 # the template `aggregator init` writes (package data), rendered for the demo rules
 TEMPLATE_PATH = ROOT / "aggregator" / "cli" / "project" / "template.yaml"
+# the repository's deployable template: this repository's own definitions/
+ROOT_TEMPLATE = ROOT / "template.yaml"
+RENDER_ROOT_TEMPLATE = "aggregator template -d definitions template.yaml"
+"""The command that renders :data:`ROOT_TEMPLATE` for definitions/, run at the repository's top."""
 
 # The reserved partition keys the handler filters; the template must drop the same ones.
 RESERVED_PARTITION_KEYS = DEFAULT_LAYOUT.reserved_partition_keys
@@ -278,13 +284,21 @@ def test_cfn_lint_reports_nothing_not_even_informational_findings(
     """``cfn-lint --include-checks I -- template.yaml``: no error, warning or informational
     finding (I3011 wants DeletionPolicy and UpdateReplacePolicy on the table and the queue,
     I3013 a MessageRetentionPeriod on the queue); the same for the template rendered for a table
-    without a sort key."""
+    without a sort key, and for the repository's own template.yaml."""
     cfn_lint = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which(
         "cfn-lint"
     )
     assert cfn_lint, "cfn-lint is a dev dependency"
     result = subprocess.run(
-        [cfn_lint, "--include-checks", "I", "--", str(TEMPLATE_PATH), str(pk_only_template)],
+        [
+            cfn_lint,
+            "--include-checks",
+            "I",
+            "--",
+            str(TEMPLATE_PATH),
+            str(pk_only_template),
+            str(ROOT_TEMPLATE),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -702,7 +716,107 @@ def _iam_string_like(pattern: str, value: str) -> bool:
 def test_the_committed_template_is_rendered_for_the_demo_rules() -> None:
     from aggregator.cli.template import check_template_regions
 
-    assert check_template_regions(TEMPLATE_PATH, load_rules(ROOT / "definitions"))
+    assert check_template_regions(TEMPLATE_PATH, load_rules(ROOT / "definitions")), (
+        f"{TEMPLATE_PATH.relative_to(ROOT)} is not rendered for the rules in definitions/; run: "
+        f"aggregator template -d definitions {TEMPLATE_PATH.relative_to(ROOT)}"
+    )
+
+
+def test_the_repository_template_deploys_its_definitions() -> None:
+    """template.yaml at the top of the repository is the package's template (what init writes)
+    rendered by `aggregator template` for this repository's definitions/: a changed definition,
+    or a changed package template, fails here, saying which command to run, until it is run."""
+    from aggregator.cli.project.scaffold import project_file
+    from aggregator.core.exceptions import ConfigError
+
+    rules = load_rules(ROOT / "definitions")
+    expected = render_template(project_file("template.yaml"), rules, source="template.yaml")
+    assert ROOT_TEMPLATE.is_file(), f"no template.yaml at the top; run: {_copy_and_render()}"
+    text = ROOT_TEMPLATE.read_text(encoding="utf-8")
+    if text == expected:
+        return
+    try:
+        regions_only = render_template(text, rules, source="template.yaml") == expected
+    except ConfigError:
+        regions_only = False
+    if regions_only:
+        pytest.fail(
+            f"template.yaml is not rendered for the rules in definitions/; run: "
+            f"{RENDER_ROOT_TEMPLATE}",
+            pytrace=False,
+        )
+    pytest.fail(
+        "template.yaml differs from the package's template (aggregator/cli/project/template.yaml) "
+        f"outside its rendered regions; run: {_copy_and_render()}",
+        pytrace=False,
+    )
+
+
+def test_the_repository_makefile_builds_its_template_function(tmp_path: Path) -> None:
+    """`sam build --build-in-source` at the top runs `make build-AggregatorFunction`: the
+    function of template.yaml with definitions/ (`aggregator build`, which checks the template
+    is rendered for them)."""
+    assert shutil.which("make"), "make is needed to check the build recipe"
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL"}}
+    out = tmp_path / "artifact"
+    ran = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-o",
+            "install",  # the virtualenv running this test is installed
+            "build-AggregatorFunction",
+            f"ARTIFACTS_DIR={out}",
+            f"BIN={Path(sys.executable).parent}",
+            "BUILD_ARGS=--no-dependencies --no-bytecode",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    shipped = sorted(p.name for p in (out / "definitions").iterdir())
+    assert shipped == sorted(p.name for p in (ROOT / "definitions").glob("*.yaml"))
+    assert (out / "aggregator" / "handler.py").is_file()
+    assert not (out / "aggregator" / "cli").exists()
+
+
+def _copy_and_render() -> str:
+    return f"aggregator init --show template.yaml > template.yaml && {RENDER_ROOT_TEMPLATE}"
+
+
+def test_a_changed_definition_makes_the_template_check_fail_with_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mechanism through the CLI, on a copy of the repository's template and definitions: a
+    definition that changes what the template renders (a rule with a target adds its policy)
+    fails `aggregator template --check`, naming the command; that command renders it."""
+    from click.testing import CliRunner
+
+    from aggregator.cli import main
+
+    shutil.copytree(ROOT / "definitions", tmp_path / "definitions")
+    shutil.copy(ROOT_TEMPLATE, tmp_path / "template.yaml")
+    monkeypatch.chdir(tmp_path)  # the repository's top, as the command is run there
+    runner = CliRunner()
+    args = ["template", "-d", "definitions", "template.yaml"]
+    assert runner.invoke(main, [*args, "--check"]).exit_code == 0
+    with (tmp_path / "definitions" / "event_counts.yaml").open("a") as rules:
+        rules.write(
+            "  - name: seen_tally\n    match: {counterKeyPrefix: {exists: true}}\n"
+            "    target: {partition_key: '{pk}', sort_key: META, attribute: seenTally}\n"
+        )
+    check = runner.invoke(main, [*args, "--check"])
+    assert check.exit_code == 1
+    assert check.stderr.strip() == (
+        f"template.yaml: not rendered for the rules in definitions; run: {RENDER_ROOT_TEMPLATE}"
+    )
+    render = runner.invoke(main, args)
+    assert render.exit_code == 0, render.output
+    assert "seenTally" in (tmp_path / "template.yaml").read_text(encoding="utf-8")
+    assert runner.invoke(main, [*args, "--check"]).exit_code == 0
 
 
 @pytest.mark.parametrize("name", sorted(DEPLOYMENTS))

@@ -675,11 +675,28 @@ def test_every_problem_is_one_bounded_line(tmp_path):
 def test_problems_per_file_are_capped(tmp_path):
     path = write(
         tmp_path,
-        "rules:\n" + "".join(f"  - {{name: r{i}, key: K, delta: x}}\n" for i in range(250)),
+        "rules:\n" + "".join(f"  - {{name: r{i}, key: K, delta: x{i}}}\n" for i in range(250)),
     )
     lines = error_of(path).splitlines()
     assert len(lines) == 201
     assert lines[-1] == f"{path}: … and 50 more problem(s)"
+
+
+def test_the_same_problem_in_several_rules_is_one_line_naming_them(tmp_path):
+    """A typo in a YAML anchor that the rules merge (or the same mistake made in each): one line,
+    naming the rules; a different problem in one of them keeps a line of its own."""
+    path = write(
+        tmp_path,
+        "x-base: &base {key: K, delta: lots}\n"
+        "rules:\n"
+        + "".join(f"  - {{name: r{i}, <<: *base}}\n" for i in range(3))
+        + "  - {name: r3, key: K, delta: lots, leaderboard: 2}\n",
+    )
+    assert error_of(path).splitlines() == [
+        f"{path}: rules 'r0', 'r1', 'r2' and 'r3', field 'delta': expected a number, got "
+        "'lots'; to aggregate the attribute lots, write delta: {attribute: lots}",
+        f"{path}: rule 'r3', field 'leaderboard': expected true or false, got the number 2",
+    ]
 
 
 def test_unknown_rule_names_and_sources_list_a_bounded_number_of_rules():

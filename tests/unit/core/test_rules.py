@@ -139,7 +139,8 @@ MALFORMED = [
             key: K
             delta: lots
         """,
-        "{f}: rule 'r1', field 'delta': expected a number, got 'lots'",
+        "{f}: rule 'r1', field 'delta': expected a number, got 'lots'; to aggregate the "
+        "attribute lots, write delta: {{attribute: lots}}",
     ),
     (
         "delta-both-forms",
