@@ -124,7 +124,7 @@ __all__ = [
     "rule",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def __getattr__(name: str) -> Any:
