@@ -141,6 +141,16 @@ class Manifest:
         self.layout = layout
         self.key = layout.item_key(layout.control_pk, MANIFEST_SORT_KEY)
 
+    def _write_if(self, update: Update) -> bool:
+        """Send ``update`` to the manifest item; ``False`` when its condition does not hold."""
+        try:
+            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
     def _item(self) -> dict[str, Any]:
         item: dict[str, Any] = (
             self.client.get_item(TableName=self.table_name, Key=self.key, ConsistentRead=True).get(
@@ -295,13 +305,7 @@ class Manifest:
             Update().set("genesis", value), self.layout, self.layout.control_pk
         )
         update = update.where_missing("genesis")
-        try:
-            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        return self._write_if(update)
 
     def set_leaderboard(
         self,
@@ -319,13 +323,7 @@ class Manifest:
         update = update.where_exists(("rules", name))
         if only_if_unrecorded:
             update = update.where_missing(("rules", name, attribute))
-        try:
-            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        return self._write_if(update)
 
     def _take_up(self, state: RuleState, clock: int) -> RuleState:
         """A handler with a requested generation's definition starts counting it: ``requested``
@@ -402,13 +400,7 @@ class Manifest:
         # generation 1 serves also where no pointer was ever written
         alternatives = (Update().where_missing(pointer), serving) if old_number == 1 else (serving,)
         update = update.where_any(*alternatives)
-        try:
-            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return self._write_if(update)
 
     def remove(self, storage_name: str) -> None:
         """Delete a generation's entry (the end of ``aggregator drop-rule``), and its rule's
@@ -482,15 +474,11 @@ class Manifest:
             update = update.set(("rules", name, "status"), {"S": "active"})
             update = update.set(("rules", name, "active_since"), {"N": str(int(now))})
             update = update.where_equals(("rules", name, "status"), {"S": "pending"})
-        try:
-            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            if len(names) == 1:
-                return []
-            return [n for name in names for n in self.activate([name], now=now)]
-        return list(names)
+        if self._write_if(update):
+            return list(names)
+        if len(names) == 1:
+            return []
+        return [n for name in names for n in self.activate([name], now=now)]
 
     def set_state(self, state: RuleState, *, expected_status: str | None = None) -> bool:
         """Replace one rule's state; with ``expected_status``, only if its status is still that.
@@ -500,13 +488,7 @@ class Manifest:
         update = Update().set(("rules", state.name), _state_value(state))
         if expected_status is not None:
             update = update.where_equals(("rules", state.name, "status"), {"S": expected_status})
-        try:
-            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return self._write_if(update)
 
 
 class FenceStore:
