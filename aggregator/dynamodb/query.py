@@ -490,6 +490,16 @@ class AggregateStore:
         stored = self.storage_name(rule)  # (re)reads the manifest first when due
         return self._statuses.get(stored)
 
+    def deployed(self, rule: str) -> bool | None:
+        """Whether a handler (or ``aggregator run``) has registered ``rule`` in the manifest:
+        ``None`` when the manifest lists no rule at all (nothing deployed with a manifest, or
+        ``generations`` given), so that nothing can be said; from the same cached read as
+        :meth:`serving_status`."""
+        stored = self.storage_name(rule)
+        if not self._statuses:
+            return None
+        return stored in self._statuses
+
     def index_complete(self, rule: str) -> bool:
         """Whether ``rule``'s leaderboard index holds every aggregate of its serving
         generation: not when the flag was turned on after aggregates were written, until

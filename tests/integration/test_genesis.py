@@ -124,6 +124,9 @@ def test_a_rule_deployed_after_the_first_batch_needs_a_backfill(dynamodb_local, 
     _write_paths(ddb, "genesis-later")
     assert _cli("run", *common, "-d", str(first))[0] == 0
     assert _statuses(common, first) == {"total_paths_found": "active"}
+    # before anything ran with it, a query says the rule is not deployed (nothing counts it)
+    _, out, err = _cli("query", "get", "paths_per_player", "bob", *common, "-d", str(later))
+    assert err.startswith("warning: rule 'paths_per_player' is not deployed yet"), err
     # the second rule meets a shard whose first batch it was not part of
     ddb.put_item(TableName="genesis-later", Item=ddb_json({"pk": "carol", "sk": "PATH#0"}))
     assert _cli("run", *common, "-d", str(later))[0] == 0

@@ -46,6 +46,14 @@ def _store(table_name: str, definitions: RuleSources, endpoint_url: str | None, 
             markup=False,
             highlight=False,
         )
+    elif known and store.deployed(rule) is False:
+        err_console.print(
+            f"warning: rule {rule!r} is not deployed yet: no handler (nor aggregator run) has "
+            "started with it, so nothing is counted for it (aggregator status --table "
+            f"{table_name})",
+            markup=False,
+            highlight=False,
+        )
     elif status in ("requested", "pending", "backfilling"):
         err_console.print(
             f"warning: rule {rule!r} is {status}: its aggregates do not count the items "
