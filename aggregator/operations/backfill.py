@@ -567,6 +567,8 @@ class Backfill:
         self._leased_at = 0.0
         self._fences: dict[str, dict[str, str]] = {}
         self.carried: list[str] = []
+        self.skipped: list[tuple[str, str]] = []
+        """Pending derived rules left out, each with the reason (see :meth:`_select`)."""
         self.rule_names = self._select(states, rule_names)
         self.states = {n: states[n] for n in (*self.rule_names, *self.carried)}
         targets = [n for n in self.rule_names if self.rules.get(n).target is not None]
@@ -585,16 +587,35 @@ class Backfill:
 
     def _select(self, states: dict[str, RuleState], names: Iterable[str] | None) -> list[str]:
         """The base rules to scan for; derived rules whose source is among them ride along
-        (:attr:`carried`)."""
+        (:attr:`carried`), named or not: once their source is active nothing could complete
+        them. Without ``names`` (every pending rule), a derived rule whose source is not
+        backfilled with it is left out and named in :attr:`skipped`; named, it is refused."""
         known = {r.name for r in self.rules}
         chosen = self._chosen(states) if names is None else list(dict.fromkeys(names))
         base = [n for n in chosen if n in known and not self.rules.get(n).is_derived]
         self.carried = []
+        self.skipped = []
         for name in chosen:
             self._check_selectable(name, known, states)
-            if self._rides_along(name, base):
-                self.carried.append(name)
+            try:
+                if self._rides_along(name, base):
+                    self.carried.append(name)
+            except ConfigError as refused:
+                if names is not None:
+                    raise
+                self.skipped.append((name, str(refused)))
+        for r in self.rules:  # pending derived rules of the backfilled sources, not named
+            state = states.get(r.name)
+            if (
+                r.source in base
+                and r.name not in self.carried
+                and state is not None
+                and state.status in ("pending", "backfilling")
+            ):
+                self.carried.append(r.name)
         if not base:
+            if self.skipped:
+                raise ConfigError(self.skipped[0][1])
             raise ConfigError("name at least one base rule to backfill")
         return base
 

@@ -131,3 +131,39 @@ def test_a_page_too_large_to_store_names_the_option_that_shrinks_it(
     monkeypatch.setattr(backfill_module, "MAX_PAGE_RECORD_BYTES", 10)
     with pytest.raises(ConfigError, match=r"progress record, over 10 .*--page-items"):
         Backfill(rules, ddb, streams, name, arn, stream_lag_seconds=0).run()
+
+
+def test_a_derived_rule_rides_along_with_its_source_and_one_that_cannot_is_skipped(
+    ddb, streams, table
+):
+    name, arn = table
+    put(ddb, name, {"pk": "P1", "sk": "a", "owner": "ann"})
+    put(ddb, name, {"pk": "P2", "sk": "b", "owner": "ann"})
+    rules = RuleSet.of(R1, R2, HIST)
+    deploy(ddb, streams, name, arn, rules)
+    # naming the source alone still backfills its pending derived rule: once the source is
+    # active, nothing could complete it
+    backfill = Backfill(rules, ddb, streams, name, arn, rule_names=["r2"], stream_lag_seconds=0)
+    assert (backfill.rule_names, backfill.carried) == (["r2"], ["hist"])
+    backfill.run()
+    states = Manifest(ddb, name, rules.layout).load()
+    assert {n: s.status for n, s in states.items()} == {
+        "r1": "pending",
+        "r2": "active",
+        "hist": "active",
+    }
+    # a new derived rule of the active source cannot be backfilled: every other pending rule
+    # still is, and the derived one is named in what was skipped
+    late = rule("late_hist", source="r2", key="{value}")
+    more = RuleSet.of(R1, R2, HIST, late)
+    deploy(ddb, streams, name, arn, more)
+    backfill = Backfill(more, ddb, streams, name, arn, stream_lag_seconds=0)
+    assert backfill.rule_names == ["r1"]
+    assert [n for n, _ in backfill.skipped] == ["late_hist"]
+    assert "'late_hist' is derived from 'r2'" in backfill.skipped[0][1]
+    backfill.run()
+    states = Manifest(ddb, name, rules.layout).load()
+    assert (states["r1"].status, states["late_hist"].status) == ("active", "pending")
+    # named, it is refused as before
+    with pytest.raises(ConfigError, match="'late_hist' is derived from 'r2'"):
+        Backfill(more, ddb, streams, name, arn, rule_names=["late_hist"])

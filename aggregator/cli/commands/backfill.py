@@ -18,7 +18,7 @@ from aggregator.cli.options import (
     rules_option,
     table_option,
 )
-from aggregator.cli.output import console
+from aggregator.cli.output import console, err_console
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -209,3 +209,5 @@ def backfill_cmd(
         console.print(str(done), highlight=False)
         return
     print_backfill_summary(stats, ", ".join([*backfill.rule_names, *backfill.carried]))
+    for _, reason in backfill.skipped:
+        err_console.print(f"skipped: {reason}", markup=False, highlight=False)
