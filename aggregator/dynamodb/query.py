@@ -568,6 +568,11 @@ class AggregateStore:
             values = list(key)
         if template.is_literal and values in ([], [template.template]):
             values = []
+        if template.is_literal and values:
+            raise QueryError(
+                f"rule {rule!r} has one aggregate, under the fixed key {template.template!r}: "
+                f"give no key (or {template.template!r}), not {', '.join(map(str, values))!r}"
+            )
         if len(values) != len(template.placeholders):
             raise QueryError(
                 f"rule {rule!r}: key template {template.template!r} takes "

@@ -233,6 +233,17 @@ def test_get_refuses_key_text_that_does_not_split_in_one_way(key, message):
     assert client.requests == []  # nothing is read for a key that is not one
 
 
+@pytest.mark.parametrize("key", ["all", "TOTALS", ["x", "y"]])
+def test_a_fixed_key_takes_no_other(key):
+    client = GetStub()
+    with pytest.raises(QueryError) as refused:
+        AggregateStore(client, "t", RULES).get("total", key)
+    assert str(refused.value).startswith(
+        "rule 'total' has one aggregate, under the fixed key 'TOTAL': give no key (or 'TOTAL')"
+    )
+    assert client.requests == []
+
+
 def test_window_takes_the_key_as_displayed():
     client = GetStub()
     result = AggregateStore(client, "t", RULES).window(
