@@ -672,10 +672,13 @@ class AggregateStore:
         consumption for Query": eventually consistent), each probe half an RCU per started 4 KB.
         A key beyond the sample is found only by its prefix.
 
+        For a windowed rule the sample's keys are read from its bucket items (``<key>#<granularity>
+        #<bucket>``), and no prefix is probed (a probe would need a bucket).
+
         Returns
         -------
         KeySuggestions
-            Nothing for a literal key, a windowed rule or one with a ``target``.
+            Nothing for a literal key or a rule with a ``target``.
 
         Raises
         ------
@@ -684,8 +687,9 @@ class AggregateStore:
         """
         definition = self._rule(rule)
         template = definition.key
-        if definition.window is not None or definition.target is not None or template.is_literal:
+        if definition.target is not None or template.is_literal:
             return KeySuggestions([])
+        windowed = definition.window is not None
         single = len(template.placeholders) == 1
         values = self._key_values(rule, key)
         asked = str(values[0]) if single else self._rendered_key(rule, key)[1]
@@ -693,8 +697,10 @@ class AggregateStore:
         before = self.requests
         per_value = definition.kind.per_value
         displayed: list[str] = []
+        # the parts after the key: a bucket's granularity and start, a kind's value
+        after_key = (2 if windowed else 0) + (1 if per_value else 0)
         for sk in self._key_page(f"{stored}#", SUGGESTION_SAMPLE):
-            head = sk.rpartition("#")[0] if per_value else sk
+            head = sk.rsplit("#", after_key)[0] if after_key else sk
             text = unescape_key_part(head[len(stored) + 1 :])
             if text not in displayed:
                 displayed.append(text)
@@ -705,7 +711,7 @@ class AggregateStore:
             except ValueError:  # a value holding a separator: shown as listed
                 continue
         found = [a for a in arguments if _resembles(a, asked)]
-        if not found and single:
+        if not found and single and not windowed:
             for prefix in _prefixes(arguments)[:SUGGESTION_PROBES]:
                 candidate = f"{prefix}{asked}"
                 sk = self.sort_key(rule, candidate, storage_name=stored)

@@ -381,3 +381,20 @@ def test_get_of_a_value_without_its_prefix_suggests_the_key(setup: Setup) -> Non
     )
     result = setup.query("get", "paths_per_player", "alice")
     assert result.stdout == "paths_per_player alice: no aggregate (nothing counted yet)\n"
+
+
+def test_window_of_a_key_without_buckets_suggests_the_key(setup: Setup) -> None:
+    """``jfk`` has no bucket; ``JFK`` has: the window answers 0 and says which key was meant."""
+    result = setup.query(
+        "window", "departures", "jfk", "--last", "2h", "--now", "2013-01-01T07:00:00Z"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert {c[0]: c[1] for c in rows(result.stdout) if c[0]}["value"] == "0"
+    assert result.stderr == (
+        "note: departures jfk has no bucket in this range; did you mean JFK?\n"
+    )
+    # the key meant has buckets there: no note
+    meant = setup.query(
+        "window", "departures", "JFK", "--last", "2h", "--now", "2013-01-01T07:00:00Z"
+    )
+    assert (meant.stderr, {c[0]: c[1] for c in rows(meant.stdout) if c[0]}["value"]) == ("", "5")

@@ -636,6 +636,14 @@ def query_window(
             }
         )
         return
+    if result.items_read == 0:  # no bucket of the key in range: perhaps not the key meant
+        hint = _not_found_hint(store, rule, values)
+        if hint:
+            err_console.print(
+                f"note: {rule} {result.key} has no bucket in this range{hint}",
+                markup=False,
+                highlight=False,
+            )
     table = Table(title=f"{rule} {result.key}", title_justify="left", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
