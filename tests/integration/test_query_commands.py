@@ -398,3 +398,17 @@ def test_window_of_a_key_without_buckets_suggests_the_key(setup: Setup) -> None:
         "window", "departures", "JFK", "--last", "2h", "--now", "2013-01-01T07:00:00Z"
     )
     assert (meant.stderr, {c[0]: c[1] for c in rows(meant.stdout) if c[0]}["value"]) == ("", "5")
+
+
+def test_percentile_and_histogram_of_a_key_without_values_suggest_the_key(setup: Setup) -> None:
+    """``lga`` holds no delays; ``LGA`` does: both commands say which key was meant."""
+    percentile = setup.query("percentile", "delays", "lga")
+    assert (percentile.exit_code, percentile.stdout) == (
+        1,
+        "delays lga: no values (none counted, or all removed); did you mean LGA?\n",
+    )
+    histogram = setup.query("histogram", "delays", "lga")
+    assert (histogram.exit_code, histogram.stdout) == (
+        0,
+        "delays lga: no values (none counted, or all removed); did you mean LGA?\n",
+    )

@@ -490,7 +490,10 @@ def query_percentile(
         return
     if result.count == 0:
         console.print(
-            f"{rule} {' '.join(values)}: no values (none counted, or all removed)", markup=False
+            f"{rule} {' '.join(values)}: no values (none counted, or all removed)"
+            + _not_found_hint(store, rule, values),
+            markup=False,
+            highlight=False,
         )
         raise SystemExit(1)
     accuracy = (
@@ -560,6 +563,14 @@ def query_histogram(
     table.add_column(second, justify="right")
     table.add_column("")
     if not rows:
+        if values:  # a distribution's key: perhaps not the key meant
+            console.print(
+                f"{rule} {' '.join(values)}: no values (none counted, or all removed)"
+                + _not_found_hint(store, rule, values),
+                markup=False,
+                highlight=False,
+            )
+            return
         console.print(f"{rule}: no aggregates (nothing counted yet)", highlight=False)
         return
     peak = max((r.count for r in rows), default=0)
