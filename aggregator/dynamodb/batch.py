@@ -83,8 +83,7 @@ class UnprocessedKeysError(AggregatorError, RuntimeError):
 
     def __init__(self, table_name: str, unprocessed: Sequence[dict[str, Any]]) -> None:
         super().__init__(
-            f"BatchGetItem left {len(unprocessed)} key(s) unprocessed "
-            f"{MAX_ROUNDS} times in a row (table {table_name!r})"
+            f"BatchGetItem left {len(unprocessed)} key(s) unprocessed {MAX_ROUNDS} times in a row"
         )
         self.table_name = table_name
         self.unprocessed = list(unprocessed)
