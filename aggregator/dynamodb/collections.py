@@ -19,43 +19,31 @@ unprocessed).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aggregator.core.layout import TableLayout
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
-
+from aggregator.dynamodb.batch import (
+    BATCH_GET_KEYS,
+    UnprocessedKeysError,
+    WhenUnprocessed,
+    batch_get,
+    client_call,
+    key_ident,
+)
 
 __all__ = [
     "BATCH_GET_KEYS",
     "CollectionPage",
+    "UnprocessedKeysError",
     "batch_get_items",
     "client_call",
     "query_collection",
 ]
 
-BATCH_GET_KEYS = 100
-"""Most keys one ``BatchGetItem`` reads (DynamoDB API Reference, "BatchGetItem")."""
-
-_MAX_UNPROCESSED_ROUNDS = 8
-
 CollectionPage = list[dict[str, Any]]
 """One page of items (DynamoDB JSON), in key order."""
-
-
-def client_call(client: DynamoDBClient) -> Callable[..., dict[str, Any]]:
-    """``call(operation, **request)`` for :func:`query_collection` on a plain boto3 client: the
-    client's method by name, nothing counted or translated."""
-
-    def call(operation: str, **request: Any) -> dict[str, Any]:
-        response: dict[str, Any] = getattr(client, operation)(**request)
-        return response
-
-    return call
 
 
 def query_collection(
@@ -98,8 +86,8 @@ def query_collection(
 
     Raises
     ------
-    Whatever ``call`` raises; ``RuntimeError`` when ``BatchGetItem`` leaves keys unprocessed
-    eight times in a row.
+    Whatever ``call`` raises; :class:`~aggregator.dynamodb.batch.UnprocessedKeysError` (a
+    ``RuntimeError``) when ``BatchGetItem`` leaves keys unprocessed eight times in a row.
     """
     if begins_with is not None and between is not None:
         raise ValueError("give begins_with or between, not both")
@@ -178,37 +166,20 @@ def batch_get_items(
     """The items of ``keys`` (primary keys in DynamoDB JSON, repeats allowed), in the same
     order, ``None`` for an item that does not exist: strongly consistent ``BatchGetItem``
     requests of at most 100 distinct keys (DynamoDB API Reference, "BatchGetItem"), retrying
-    ``UnprocessedKeys`` with backoff.
+    ``UnprocessedKeys`` with backoff (:func:`aggregator.dynamodb.batch.batch_get`, policy
+    :attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RAISE`).
 
     Raises
     ------
-    RuntimeError
-        When DynamoDB leaves keys unprocessed several rounds in a row.
+    UnprocessedKeysError
+        When DynamoDB leaves keys unprocessed several rounds in a row (also a
+        ``RuntimeError``, as raised before).
+    Exception
+        Whatever ``call`` raises.
     """
-
-    def ident(key: dict[str, Any]) -> str:
-        return json.dumps(key, sort_keys=True)
-
-    found: dict[str, dict[str, Any]] = {}
-    # a request may not name one key twice (ValidationException): each distinct key once
-    unique = list({ident(key): key for key in keys}.values())
-    for offset in range(0, len(unique), BATCH_GET_KEYS):
-        pending: list[dict[str, Any]] = unique[offset : offset + BATCH_GET_KEYS]
-        names = {name for key in pending for name in key}
-        for attempt in range(_MAX_UNPROCESSED_ROUNDS):
-            response = call(
-                "batch_get_item",
-                RequestItems={table_name: {"Keys": pending, "ConsistentRead": True}},
-            )
-            for item in response.get("Responses", {}).get(table_name, []):
-                found[ident({n: item[n] for n in names if n in item})] = item
-            pending = response.get("UnprocessedKeys", {}).get(table_name, {}).get("Keys", [])
-            if not pending:
-                break
-            sleep(0.05 * 2**attempt)  # DynamoDB API Reference, "BatchGetItem": back off
-        else:
-            raise RuntimeError(
-                f"BatchGetItem left {len(pending)} key(s) unprocessed "
-                f"{_MAX_UNPROCESSED_ROUNDS} times in a row"
-            )
-    return [found.get(ident(key)) for key in keys]
+    read = batch_get(
+        call, table_name, keys, consistent=True, when_unprocessed=WhenUnprocessed.RAISE, sleep=sleep
+    )
+    names = {name for key in keys for name in key}
+    found = {key_ident({n: item[n] for n in names if n in item}): item for item in read.items}
+    return [found.get(key_ident(key)) for key in keys]

@@ -510,6 +510,8 @@ def letter_states(
     ------
     botocore.exceptions.ClientError
         When DynamoDB refuses the reads.
+    aggregator.dynamodb.batch.UnprocessedKeysError
+        When DynamoDB leaves keys unprocessed eight requests in a row.
     """
     engine = Engine(rules, layout) if rules is not None else None
     names = {r.name for r in rules} if rules is not None else set()

@@ -59,11 +59,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.layout import TableLayout
+from aggregator.dynamodb.batch import BATCH_GET_KEYS, WhenUnprocessed, batch_get, client_call
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update, with_collection
 
@@ -91,8 +92,6 @@ index for complete above it. Adding entries needs no wait: more entries never mi
 MAX_PARTITIONS = 10_000
 """Index partitions whose floor and count of new entries a writer keeps (time buckets bring new
 ones every bucket); past it the memory is cleared, which costs reads, never correctness."""
-_BATCH_GET_KEYS = 100
-"""``BatchGetItem`` reads at most 100 items a request (DynamoDB API Reference, BatchGetItem)."""
 
 
 def floor_sort_key(partition: str) -> str:
@@ -158,8 +157,8 @@ class IndexFloors:
                 for p in set(partitions)
                 if p not in self._known or now - self._known[p][2] >= self.refresh_seconds
             )
-        for start in range(0, len(stale), _BATCH_GET_KEYS):
-            chunk = stale[start : start + _BATCH_GET_KEYS]
+        for start in range(0, len(stale), BATCH_GET_KEYS):  # a failed request loses one chunk
+            chunk = stale[start : start + BATCH_GET_KEYS]
             try:
                 found = self._read(chunk)
             except (ClientError, BotoCoreError):
@@ -176,21 +175,25 @@ class IndexFloors:
                     self._known[partition] = (floor, raised, now)
 
     def _read(self, partitions: list[str]) -> dict[str, tuple[Decimal, float]]:
+        """``{partition: (floor, raised_at)}`` of the floor items found among ``partitions``
+        (at most :data:`~aggregator.dynamodb.batch.BATCH_GET_KEYS`); a floor whose key stays
+        unprocessed is left out, as a missing one: unknown, index everything
+        (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RETURN`)."""
         lay = self.layout
-        keys = [self._key(p) for p in partitions]
+        read = batch_get(
+            client_call(self.client),
+            self.table_name,
+            [self._key(p) for p in partitions],
+            consistent=False,
+            when_unprocessed=WhenUnprocessed.RETURN,
+        )
         found: dict[str, tuple[Decimal, float]] = {}
-        request: dict[str, Any] = {self.table_name: {"Keys": keys}}
-        for _ in range(8):  # unprocessed keys are retried a few times, then left unknown
-            response = self.client.batch_get_item(RequestItems=request)
-            for item in response.get("Responses", {}).get(self.table_name, []):
-                partition = item.get(lay.leaderboard_attribute, {}).get("S")
-                value = item.get(lay.value_attribute, {}).get("N")
-                raised = item.get("raised_at", {}).get("N", "0")
-                if partition is not None and value is not None:
-                    found[partition] = (Decimal(value), float(raised))
-            request = response.get("UnprocessedKeys") or {}
-            if not request:
-                break
+        for item in read.items:
+            partition = item.get(lay.leaderboard_attribute, {}).get("S")
+            value = item.get(lay.value_attribute, {}).get("N")
+            raised = item.get("raised_at", {}).get("N", "0")
+            if partition is not None and value is not None:
+                found[partition] = (Decimal(value), float(raised))
         return found
 
     def get(self, partition: str) -> Decimal | None:

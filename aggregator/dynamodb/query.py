@@ -62,6 +62,7 @@ from aggregator.core.sortable import number_from_sortable
 from aggregator.core.toplist import TopList
 from aggregator.core.toplist import exact_top as exact_top_listed
 from aggregator.core.windows import Granularity, RangePart, bucket_text, plan_range
+from aggregator.dynamodb.batch import UnprocessedKeysError, WhenUnprocessed, batch_get
 from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import MANIFEST_SORT_KEY
 from aggregator.dynamodb.toplists import decode as decode_top_list
@@ -1032,7 +1033,7 @@ class AggregateStore:
                 descending=descending,
                 page_items=page_items,
             )
-        except RuntimeError as exc:  # keys left unprocessed again and again
+        except UnprocessedKeysError as exc:  # keys left unprocessed again and again
             raise QueryError(f"reading {self.table_name!r}: {exc}") from None
 
     def top(
@@ -1186,26 +1187,25 @@ class AggregateStore:
     ) -> builtins.list[Aggregate] | None:
         """The top ``n`` from the top lists of index partitions ``names`` (one eventually
         consistent ``BatchGetItem``; :mod:`aggregator.dynamodb.toplists`), or ``None`` when
-        they do not prove it (:func:`aggregator.core.toplist.exact_top`)."""
+        they do not prove it (:func:`aggregator.core.toplist.exact_top`) or stay unprocessed
+        (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RETURN`)."""
         lay = self.layout
         keys = [lay.item_key(lay.control_pk, top_sort_key(name)) for name in names]
         lists = {name: TopList() for name in names}
-        request: dict[str, Any] = {self.table_name: {"Keys": keys}}
-        for attempt in range(8):
-            if attempt:  # keys left unprocessed (throttling): back off a little
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-            response = self._send(
-                "batch_get_item", RequestItems=request, ReturnConsumedCapacity="TOTAL"
-            )
-            for item in response.get("Responses", {}).get(self.table_name, []):
-                partition = item.get("partition", {}).get("S")
-                if partition in lists:
-                    lists[partition] = decode_top_list(item)[0]
-            request = response.get("UnprocessedKeys") or {}
-            if not request:
-                break
-        else:
-            return None  # lists left unread: the caller reads every aggregate
+        read = batch_get(
+            self._send,
+            self.table_name,
+            keys,
+            consistent=False,
+            when_unprocessed=WhenUnprocessed.RETURN,  # lists left unread: read every aggregate
+            return_consumed_capacity=True,
+        )
+        if read.unprocessed:
+            return None
+        for item in read.items:
+            partition = item.get("partition", {}).get("S")
+            if partition in lists:
+                lists[partition] = decode_top_list(item)[0]
         top = exact_top_listed(lists.values(), n, order=unescape_key_part)
         if top is None:
             return None

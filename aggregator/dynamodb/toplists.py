@@ -43,6 +43,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.exceptions import WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.toplist import KEEP, TopList, merge
+from aggregator.dynamodb.batch import WhenUnprocessed, batch_get, client_call
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update, with_collection
 from aggregator.dynamodb.writer import typed_item_size, write_units
@@ -70,8 +71,6 @@ again): each failure means another process wrote the item in between."""
 MAX_REMEMBERED = 10_000
 """Lists whose last known state a process keeps; past it the memory is cleared (each list is
 then read once more), never a correctness matter."""
-_BATCH_GET_KEYS = 100
-"""``BatchGetItem`` reads at most 100 items a request (DynamoDB API Reference, BatchGetItem)."""
 
 _TOP, _FLOOR, _VERSION, _PARTITION = "top", "floor", "v", "partition"
 
@@ -156,29 +155,23 @@ class TopLists:
 
         Raises
         ------
-        botocore.exceptions.ClientError
-            When a request fails, or keys stay unprocessed after 8 requests.
+        aggregator.dynamodb.batch.UnprocessedKeysError
+            When keys stay unprocessed after 8 requests
+            (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RAISE`).
+        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+            When a request fails.
         """
         wanted = sorted(set(partitions))
         found: dict[str, TopList] = dict.fromkeys(wanted, TopList())
-        for start in range(0, len(wanted), _BATCH_GET_KEYS):
-            request: dict[str, Any] = {
-                self.table_name: {
-                    "Keys": [self._key(p) for p in wanted[start : start + _BATCH_GET_KEYS]]
-                }
-            }
-            for _ in range(8):
-                response = self.client.batch_get_item(RequestItems=request)
-                for item in response.get("Responses", {}).get(self.table_name, []):
-                    found[item[_PARTITION]["S"]] = decode(item)[0]
-                request = response.get("UnprocessedKeys") or {}
-                if not request:
-                    break
-            else:
-                raise ClientError(
-                    {"Error": {"Code": "UnprocessedKeys", "Message": "top lists left unread"}},
-                    "BatchGetItem",
-                )
+        read = batch_get(
+            client_call(self.client),
+            self.table_name,
+            [self._key(p) for p in wanted],
+            consistent=False,
+            when_unprocessed=WhenUnprocessed.RAISE,
+        )
+        for item in read.items:
+            found[item[_PARTITION]["S"]] = decode(item)[0]
         return found
 
     def _read_consistent(self, partition: str) -> tuple[TopList, int]:
