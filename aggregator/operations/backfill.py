@@ -287,9 +287,9 @@ class _Bound:
     A ``LATEST`` iterator, taken when the read begins, points just after the shard's most recent
     record (DynamoDB Streams API reference, ``GetShardIterator``); :meth:`poll` reads it, one
     record at most per call, until it returns a record, whose sequence number is the bound. An
-    expired iterator is renewed at ``LATEST`` (:func:`~aggregator.dynamodb.streams.
-    get_records_page`): the shard's end then is a bound as good, every record readable when the
-    read began still coming before it.
+    expired iterator is renewed at ``LATEST``
+    (:func:`~aggregator.dynamodb.streams.get_records_page`): the shard's end then is a bound as
+    good, every record readable when the read began still coming before it.
     """
 
     def __init__(self, streams: DynamoDBStreamsClient, stream_arn: str, shard_id: str) -> None:
