@@ -28,16 +28,16 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
 from aggregator.core.exceptions import ConfigError, RunnerError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.streams import (
     GET_RECORDS_LIMIT,
+    StreamTrimmedError,
+    get_records_page,
     is_closed,
     list_shards,
-    to_lambda_record,
+    ready_shards,
 )
 from aggregator.dynamodb.writer import WriteStats
 from aggregator.runtime.processor import BatchOutcome, StreamProcessor
@@ -305,17 +305,13 @@ class StreamRunner:
             known.closed = is_closed(shard)
 
     def _ready(self) -> list[_Shard]:
-        """Unfinished shards whose parent is finished or no longer listed, parents first."""
-        return [
-            s
-            for s in self._shards.values()
-            if not s.finished
-            and (
-                s.parent_id is None
-                or s.parent_id not in self._shards
-                or self._shards[s.parent_id].finished
-            )
+        """Unfinished shards whose parent is finished or no longer listed, parents first
+        (:func:`~aggregator.dynamodb.streams.ready_shards` over every shard seen)."""
+        known: list[dict[str, Any]] = [
+            {"ShardId": s.shard_id, "ParentShardId": s.parent_id} for s in self._shards.values()
         ]
+        finished = {s.shard_id for s in self._shards.values() if s.finished}
+        return [self._shards[s["ShardId"]] for s in ready_shards(known, finished)]
 
     def _load(self, shard: _Shard) -> None:
         if shard.loaded:
@@ -332,44 +328,34 @@ class StreamRunner:
                 self.stream_arn, shard.shard_id, shard.position, shard.window_start, shard.state
             )
 
-    def _iterator(self, shard: _Shard) -> str:
-        kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": shard.shard_id}
-        after = shard.read_position or shard.position  # never re-read what is buffered
-        if after is not None:
-            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=after)
-        else:
-            kwargs["ShardIteratorType"] = "TRIM_HORIZON"
-        iterator: str = self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
-        return iterator
-
     def _fill(self, shard: _Shard) -> int:
         """Read ``GetRecords`` pages into the shard's buffer; returns records kept.
 
         ``GetRecords`` may return an empty page in the middle of a shard (DynamoDB Streams API
         reference: "it might take multiple calls to get to a portion of the shard that contains
         stream records"), so a closed shard is followed until a page has records or the shard
-        ends; an open shard's empty page means caught up for now.
+        ends; an open shard's empty page means caught up for now. Pages come from
+        :func:`~aggregator.dynamodb.streams.get_records_page`, which renews an expired iterator
+        after the last record read; records past the stream's retention leave the iterator to
+        be taken again at the next read.
         """
         if shard.exhausted or len(shard.buffer) >= self.batch_size:
             return 0
         records: list[dict[str, Any]] = []
         for _ in range(EMPTY_PAGES_FOLLOWED if shard.closed else 1):
-            if shard.iterator is None:
-                shard.iterator = self._iterator(shard)
             try:
-                response = self.streams.get_records(
-                    ShardIterator=shard.iterator, Limit=GET_RECORDS_LIMIT
+                page = get_records_page(
+                    self.streams,
+                    self.stream_arn,
+                    shard.shard_id,
+                    shard.iterator,
+                    after=shard.read_position or shard.position,  # never re-read the buffer
                 )
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] in (
-                    "ExpiredIteratorException",
-                    "TrimmedDataAccessException",
-                ):
-                    shard.iterator = None
-                    return 0
-                raise
-            records = [to_lambda_record(r, self.stream_arn) for r in response.get("Records", [])]
-            shard.iterator = response.get("NextShardIterator")
+            except StreamTrimmedError:
+                shard.iterator = None
+                return 0
+            records = page.records
+            shard.iterator = page.next_iterator
             if shard.iterator is None:
                 shard.exhausted = True
             if records or shard.exhausted:

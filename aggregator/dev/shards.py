@@ -50,7 +50,12 @@ from typing import Any
 
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.dev.runner import RunnerFaults, RunStats, StreamRunner
-from aggregator.dynamodb.streams import is_closed, list_shards, to_lambda_record
+from aggregator.dynamodb.streams import (
+    get_records_page,
+    is_closed,
+    list_shards,
+    parents_first,
+)
 from aggregator.runtime.processor import StreamProcessor
 
 __all__ = [
@@ -192,37 +197,42 @@ class ShardTwin:
         self._order = 0
         self._next_sequence_number = FIRST_SEQUENCE_NUMBER
         self._latest_arrival: dict[str, float] = {}  # item key text -> its last arrival
-        self._real: dict[str, tuple[str | None, bool]] = {}  # real shard -> (iterator, done)
+        # real shard -> (iterator, done, last sequence number read)
+        self._real: dict[str, tuple[str | None, bool, str | None]] = {}
         self.records_read = 0
 
     # -- the real stream -----------------------------------------------------------------------
 
     def _read_real(self) -> list[dict[str, Any]]:
-        """New records of the real stream, parents' before children's."""
+        """New records of the real stream, parents' before children's (the framework's stream
+        reader, :mod:`aggregator.dynamodb.streams`): each shard from its start, then after what
+        the last call read; a closed shard through up to 50 empty pages in a row, an open one
+        up to its first empty page."""
         out: list[dict[str, Any]] = []
-        for shard in list_shards(self.streams, self.stream_arn):
+        for shard in parents_first(list_shards(self.streams, self.stream_arn)):
             shard_id = shard["ShardId"]
-            iterator, done = self._real.get(shard_id, (None, False))
+            iterator, done, last = self._real.get(shard_id, (None, False, None))
             if done:
                 continue
-            if iterator is None:
-                iterator = self.streams.get_shard_iterator(
-                    StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-                )["ShardIterator"]
             closed = is_closed(shard)
             empty_pages = 0
-            while iterator is not None:
-                response = self.streams.get_records(ShardIterator=iterator, Limit=1000)
-                records = response.get("Records", [])
-                iterator = response.get("NextShardIterator")
-                out += [to_lambda_record(r, self.stream_arn) for r in records]
-                if records:
+            while True:
+                page = get_records_page(
+                    self.streams, self.stream_arn, shard_id, iterator, after=last
+                )
+                iterator = page.next_iterator
+                out += page.records
+                if page.records:
+                    last = page.records[-1]["dynamodb"]["SequenceNumber"]
+                if iterator is None:
+                    break
+                if page.records:
                     empty_pages = 0
                     continue
                 empty_pages += 1
                 if not closed or empty_pages >= 50:
                     break
-            self._real[shard_id] = (iterator, iterator is None)
+            self._real[shard_id] = (iterator, iterator is None, last)
         return out
 
     def _arrival_of(self, record: dict[str, Any]) -> float:

@@ -142,10 +142,12 @@ from aggregator.core.records import Image, StreamRecord, pad_sequence_number
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.manifest import FenceStore, Manifest
 from aggregator.dynamodb.streams import (
-    GET_RECORDS_LIMIT,
+    StreamTrimmedError,
+    get_records_page,
     is_closed,
     list_shards,
-    to_lambda_record,
+    parents_first,
+    shard_iterator,
 )
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
 from aggregator.dynamodb.updates import Update
@@ -284,7 +286,10 @@ class _Bound:
 
     A ``LATEST`` iterator, taken when the read begins, points just after the shard's most recent
     record (DynamoDB Streams API reference, ``GetShardIterator``); :meth:`poll` reads it, one
-    record at most per call, until it returns a record, whose sequence number is the bound.
+    record at most per call, until it returns a record, whose sequence number is the bound. An
+    expired iterator is renewed at ``LATEST``
+    (:func:`~aggregator.dynamodb.streams.get_records_page`): the shard's end then is a bound as
+    good, every record readable when the read began still coming before it.
     """
 
     def __init__(self, streams: DynamoDBStreamsClient, stream_arn: str, shard_id: str) -> None:
@@ -295,29 +300,22 @@ class _Bound:
         self.iterator: str | None = self._latest()
 
     def _latest(self) -> str:
-        return self.streams.get_shard_iterator(
-            StreamArn=self.stream_arn, ShardId=self.shard_id, ShardIteratorType="LATEST"
-        )["ShardIterator"]
+        return shard_iterator(self.streams, self.stream_arn, self.shard_id, latest=True)
 
     def poll(self) -> str | None:
         """The bound (a 40-digit sequence number), or ``None`` while no record has come after
         the read began (one ``GetRecords`` call per poll until one has)."""
         if self.sequence_number is not None or self.iterator is None:
             return self.sequence_number
-        try:
-            response = self.streams.get_records(ShardIterator=self.iterator, Limit=1)
-        except ClientError as exc:
-            if error_code(exc) != "ExpiredIteratorException":
-                raise
-            # the shard's end now is a bound as good: every record readable when the read
-            # began still comes before it
-            self.iterator = self._latest()
-            return None
-        records = response.get("Records", [])
-        if records:
-            self.sequence_number = pad_sequence_number(records[0]["dynamodb"]["SequenceNumber"])
+        page = get_records_page(
+            self.streams, self.stream_arn, self.shard_id, self.iterator, latest=True, limit=1
+        )
+        if page.records:
+            self.sequence_number = pad_sequence_number(
+                page.records[0]["dynamodb"]["SequenceNumber"]
+            )
         else:
-            self.iterator = response.get("NextShardIterator")  # None: the shard has closed
+            self.iterator = page.next_iterator  # None: the shard has closed
         return self.sequence_number
 
 
@@ -342,7 +340,8 @@ def read_shard(
 
     ``GetRecords`` may return empty pages before a shard's records (DynamoDB Streams API
     reference, ``GetRecords``): towards a known end (a closed shard's, or a bound) the read
-    follows them, up to :data:`CLOSED_SHARD_EMPTY_PAGES`.
+    follows them, up to :data:`CLOSED_SHARD_EMPTY_PAGES`. Pages come from the framework's stream
+    reader (:func:`~aggregator.dynamodb.streams.get_records_page`).
 
     Raises
     ------
@@ -358,35 +357,22 @@ def read_shard(
     bound = None if is_closed(shard) else _Bound(streams, stream_arn, shard_id)
     empty = 0
     while True:
-        if iterator == "":
-            kwargs: dict[str, Any] = {"StreamArn": stream_arn, "ShardId": shard_id}
-            if shard_id in last:
-                kwargs.update(
-                    ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=last[shard_id]
-                )
-            else:
-                kwargs["ShardIteratorType"] = "TRIM_HORIZON"
-            iterator = streams.get_shard_iterator(**kwargs)["ShardIterator"]
         try:
-            response = streams.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
-        except ClientError as exc:
-            code = error_code(exc)
-            if code == "ExpiredIteratorException":
-                iterator = ""
-                continue
-            if code == "TrimmedDataAccessException":
-                raise ConfigError(
-                    f"shard {shard_id}: the stream no longer holds records the backfill "
-                    "needs (older than 24 hours); deploy the rules under new names and "
-                    "backfill those"
-                ) from None
-            raise
-        records = response.get("Records", [])
-        iterator = response.get("NextShardIterator")
+            page = get_records_page(
+                streams, stream_arn, shard_id, iterator or None, after=last.get(shard_id)
+            )
+        except StreamTrimmedError:
+            raise ConfigError(
+                f"shard {shard_id}: the stream no longer holds records the backfill "
+                "needs (older than 24 hours); deploy the rules under new names and "
+                "backfill those"
+            ) from None
+        records = page.records
+        iterator = page.next_iterator
         iterators[shard_id] = iterator
         for record in records:
             last[shard_id] = record["dynamodb"]["SequenceNumber"]
-            yield to_lambda_record(record, stream_arn)
+            yield record
         if iterator is None:  # a closed shard's end
             return
         empty = 0 if records else empty + 1
@@ -428,7 +414,7 @@ class _ChangedItems:
             progressed = True
             while progressed:
                 progressed = False
-                for shard in shards:
+                for shard in parents_first(shards):
                     shard_id = shard["ShardId"]
                     parent = shard.get("ParentShardId")
                     if shard_id in self.done or (parent in listed and parent not in self.done):

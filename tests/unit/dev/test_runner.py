@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from botocore.exceptions import ClientError
+
 from aggregator.dev.runner import StreamRunner
 from aggregator.runtime.processor import BatchOutcome
 from tests.factories import stream_record
@@ -46,6 +48,26 @@ def test_empty_pages_in_a_closed_shard_do_not_end_it():
 
 def test_expired_iterator_is_renewed_without_losing_or_repeating_records():
     fake = FakeStreams({"s": (None, False, records(1, 2, 3))}, expire_once=True)
+    recorder = Recorder()
+    StreamRunner(
+        recorder, fake, ARN, batch_size=2, tumbling_window_seconds=None, poll_interval=0
+    ).run()
+    assert recorder.seen == ["001", "002", "003"]
+
+
+def test_trimmed_records_leave_the_iterator_to_be_taken_again():
+    class TrimmedOnce(FakeStreams):
+        trimmed = True
+
+        def get_records(self, ShardIterator, Limit):
+            if self.trimmed:
+                self.trimmed = False
+                raise ClientError(
+                    {"Error": {"Code": "TrimmedDataAccessException", "Message": "x"}}, "GetRecords"
+                )
+            return super().get_records(ShardIterator, Limit)
+
+    fake = TrimmedOnce({"s": (None, False, records(1, 2, 3))})
     recorder = Recorder()
     StreamRunner(
         recorder, fake, ARN, batch_size=2, tumbling_window_seconds=None, poll_interval=0

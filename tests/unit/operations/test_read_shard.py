@@ -5,7 +5,9 @@ between the reader's calls)."""
 from __future__ import annotations
 
 import pytest
+from botocore.exceptions import ClientError
 
+from aggregator.core.exceptions import ConfigError
 from aggregator.operations.backfill import OPEN_SHARD_EMPTY_PAGES, read_shard
 from tests.factories import stream_record
 from tests.fakes import FakeStreams
@@ -105,3 +107,26 @@ def test_empty_pages_before_the_bound_are_followed_to_it():
     read = sequence_numbers(read_shard(streams, ARN, shard, {}, {}))
     assert read[:4] == [1, 2, 3, 4]  # the first record after the read began is its bound
     assert streams.iterator_types.count("LATEST") == 1
+
+
+class TrimmedStreams(FakeStreams):
+    def get_records(self, ShardIterator, Limit):
+        raise ClientError(
+            {"Error": {"Code": "TrimmedDataAccessException", "Message": "gone"}}, "GetRecords"
+        )
+
+
+def test_records_past_the_retention_are_a_one_line_config_error():
+    streams = TrimmedStreams({"s": (None, True, records(1, 2))})
+    shard = streams.describe_stream(StreamArn=ARN)["StreamDescription"]["Shards"][0]
+    with pytest.raises(ConfigError, match="shard s: the stream no longer holds records"):
+        list(read_shard(streams, ARN, shard, {}, {}))
+
+
+def test_an_expired_iterator_is_renewed_after_the_last_record_read():
+    streams = FakeStreams({"s": (None, True, records(1, 2, 3, 4, 5))}, page=2)
+    shard = streams.describe_stream(StreamArn=ARN)["StreamDescription"]["Shards"][0]
+    read = read_shard(streams, ARN, shard, {}, {})
+    first = [next(read), next(read)]
+    streams.expire_once = True
+    assert sequence_numbers(first + list(read)) == [1, 2, 3, 4, 5]
