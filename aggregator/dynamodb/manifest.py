@@ -27,7 +27,7 @@ active and past :data:`~aggregator.core.lifecycle.FENCE_RETENTION_SECONDS` cost 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,14 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
-__all__ = ["FenceStore", "Manifest", "RuleLifecycle"]
+__all__ = [
+    "MANIFEST_SORT_KEY",
+    "FenceStore",
+    "Manifest",
+    "RuleLifecycle",
+    "manifest_generations",
+    "manifest_states",
+]
 
 MANIFEST_SORT_KEY = "manifest"
 
@@ -88,11 +95,17 @@ def _state_value(state: RuleState) -> dict[str, Any]:
     return {"M": value}
 
 
-def _states(item: dict[str, Any]) -> dict[str, RuleState]:
+def manifest_states(item: Mapping[str, Any]) -> dict[str, RuleState]:
+    """Every generation's state by storage name in a manifest item (DynamoDB JSON, ``{}`` for
+    none): its ``rules`` map parsed. The one parser of the item, used by :class:`Manifest` and by
+    the readers' cache of the serving generations
+    (:class:`~aggregator.dynamodb.query.generations.ServingGenerations`)."""
     return {name: _state_of(name, v) for name, v in item.get("rules", {}).get("M", {}).items()}
 
 
-def _generations(item: dict[str, Any]) -> dict[str, int]:
+def manifest_generations(item: Mapping[str, Any]) -> dict[str, int]:
+    """The serving generation of each rule rebuilt at least once (``{rule: generation}``) in a
+    manifest item (DynamoDB JSON): its ``generations`` map parsed."""
     return {name: int(v["N"]) for name, v in item.get("generations", {}).get("M", {}).items()}
 
 
@@ -163,14 +176,14 @@ class Manifest:
     def load(self) -> dict[str, RuleState]:
         """Every generation's state by storage name (strongly consistent read); ``{}`` when
         nothing is deployed yet."""
-        return _states(self._item())
+        return manifest_states(self._item())
 
     def load_all(self) -> tuple[dict[str, RuleState], dict[str, int]]:
         """The states (as :meth:`load`) and the serving generation of each rule rebuilt at
         least once (``{rule: generation}``; a rule not listed serves generation 1), from one
         strongly consistent read."""
         item = self._item()
-        return _states(item), _generations(item)
+        return manifest_states(item), manifest_generations(item)
 
     def register(
         self,
@@ -199,7 +212,7 @@ class Manifest:
         """
         clock = int(time.time() if now is None else now)
         item = self._item()
-        states = _states(item)
+        states = manifest_states(item)
         genesis = _genesis(item)
         if genesis is None and genesis_stream_arn:
             self.record_genesis(genesis_stream_arn, "stack")

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from decimal import ROUND_HALF_EVEN, Context, Decimal
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from click.shell_completion import get_completion_class
 from click.testing import CliRunner, Result
 
 import aggregator.cli.clients as clients
-import aggregator.dynamodb.query as query_module
+import aggregator.dynamodb.query.keys as query_keys
 from aggregator.cli import main
 from aggregator.core.rules import load_rules
 from aggregator.core.sortable import sortable_number
@@ -360,7 +361,7 @@ def test_last_just_after_a_bucket_edge_covers_the_past_hour(stub, defs):
 
 
 def test_last_without_now_reads_the_clock(stub, defs, monkeypatch):
-    monkeypatch.setattr(query_module.time, "time", lambda: T + 3600 + 27.25)
+    monkeypatch.setattr(time, "time", lambda: T + 3600 + 27.25)
     cells = window_cells(query(defs, "window", "hourly", "p1", "--last", "1h"))
     assert cells["range"] == "[2013-01-01T05:00:00Z, 2013-01-01T07:00:00Z)"
     # the clock's now rounds up to the second: 06:00:28
@@ -466,8 +467,8 @@ def test_get_of_a_value_without_its_prefix_suggests_the_key_that_exists(stub, de
     )
     # its cost: the GetItem of the key asked, then one Query page of at most 100 keys
     operations = [(op, r.get("Limit")) for op, r in stub.requests]
-    assert operations == [("get_item", None), ("query", query_module.SUGGESTION_SAMPLE)]
-    assert query_module.SUGGESTION_SAMPLE == 100
+    assert operations == [("get_item", None), ("query", query_keys.SUGGESTION_SAMPLE)]
+    assert query_keys.SUGGESTION_SAMPLE == 100
     assert query(defs, "get", "scores", "PLAYER#p13").stdout == "scores PLAYER#p13: 7\n"
     # another case
     result = query(defs, "get", "scores", "player#P13")
@@ -476,7 +477,7 @@ def test_get_of_a_value_without_its_prefix_suggests_the_key_that_exists(stub, de
 
 def test_a_key_beyond_the_sample_is_found_by_its_prefix(stub, defs, monkeypatch):
     # a sample of one key (PLAYER#p1) does not hold PLAYER#p13: its prefix PLAYER# is tried
-    monkeypatch.setattr(query_module, "SUGGESTION_SAMPLE", 1)
+    monkeypatch.setattr(query_keys, "SUGGESTION_SAMPLE", 1)
     result = query(defs, "get", "scores", "p13")
     assert result.stdout.endswith("; did you mean PLAYER#p13?\n")
     assert [op for op, _ in stub.requests] == ["get_item", "query", "get_item"]
@@ -487,7 +488,7 @@ def test_no_suggestion_when_nothing_alike_exists_and_the_reads_are_bounded(stub,
     result = query(defs, "get", "scores", "nobody")
     assert result.stdout == "scores nobody: no aggregate (nothing counted yet)\n"
     # the GetItem asked, one Query page, and at most SUGGESTION_PROBES prefixes tried
-    assert len(stub.requests) <= 2 + query_module.SUGGESTION_PROBES
+    assert len(stub.requests) <= 2 + query_keys.SUGGESTION_PROBES
     assert [r["Key"]["sk"]["S"] for op, r in stub.requests[2:]] == ["scores#PLAYER%23nobody"]
 
 
@@ -504,7 +505,7 @@ def test_a_kind_with_one_item_per_value_is_probed_by_a_query_of_one_item(monkeyp
         }
     )
     monkeypatch.setattr(clients, "make_client", lambda service, endpoint_url=None: client)
-    monkeypatch.setattr(query_module, "SUGGESTION_SAMPLE", 1)
+    monkeypatch.setattr(query_keys, "SUGGESTION_SAMPLE", 1)
     result = query(str(path), "get", "best", "p13")
     assert result.stdout.endswith("; did you mean PLAYER#p13?\n"), result.stdout
     probe = client.requests[-1][1]

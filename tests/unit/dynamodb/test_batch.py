@@ -23,6 +23,7 @@ from aggregator.dynamodb.batch import (
 from aggregator.dynamodb.collections import batch_get_items
 from aggregator.dynamodb.floors import IndexFloors, floor_sort_key
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.query.top import top_from_lists
 from aggregator.dynamodb.toplists import TopLists, top_sort_key
 
 TABLE = "t"
@@ -305,12 +306,12 @@ RULES = RuleSet.of(rule("r", key="{pk}", leaderboard=True))
 def test_store_top_lists_fall_back_when_keys_stay_unprocessed(no_waits):
     stub = KeyedStub(keyed(top_item("r", {"a": 3, "b": 2})), leave=never())
     store = AggregateStore(stub, TABLE, RULES, generations={})  # type: ignore[arg-type]
-    assert store._top_from_lists("r", "r", "", None, ["r"], 1) is None
+    assert top_from_lists(store.reader, "r", "r", "", None, ["r"], 1) is None
     assert store.requests == MAX_ROUNDS  # each request counted by the store's sender
     assert store.read_units == Decimal("0.5") * MAX_ROUNDS
     served = KeyedStub(keyed(top_item("r", {"a": 3, "b": 2})))
     store = AggregateStore(served, TABLE, RULES, generations={})  # type: ignore[arg-type]
-    (top,) = store._top_from_lists("r", "r", "", None, ["r"], 1) or []
+    (top,) = top_from_lists(store.reader, "r", "r", "", None, ["r"], 1) or []
     assert (top.key, top.value) == ("a", 3)
     assert (store.requests, store.read_units) == (1, Decimal("0.5"))
 
@@ -323,5 +324,5 @@ def test_store_top_lists_turn_a_request_error_into_a_query_error(code):
     stub = KeyedStub({}, error=failure)
     store = AggregateStore(stub, TABLE, RULES, generations={})  # type: ignore[arg-type]
     with pytest.raises(QueryError) as caught:
-        store._top_from_lists("r", "r", "", None, ["r"], 1)
+        top_from_lists(store.reader, "r", "r", "", None, ["r"], 1)
     assert caught.value.__cause__ is failure

@@ -91,3 +91,31 @@ def test_readers_follow_the_serving_generation_read_once_per_cache_period():
     fresh.get("total")
     fresh.get("total")
     assert fresh.manifest_reads == 2
+
+
+def test_the_first_question_about_a_rule_is_answered_from_the_manifest_it_reads():
+    """The serving generation's state comes from the same read as its name, even on the first
+    call (a store that has not read the manifest yet), parsed by the manifest's own parser."""
+    rules = RuleSet.of(V1)  # no leaderboard
+    entry = {
+        "M": {
+            "fingerprint": {"S": rule_fingerprint(V2)},
+            "status": {"S": "pending"},
+            "registered_at": {"N": "0"},
+            "leaderboard": {"BOOL": True},
+        }
+    }
+    items = {"manifest": {"rules": {"M": {"delay": entry}}}}
+    assert AggregateStore(AggregatesStub(items), "t", rules).serving_status("delay") == "pending"
+    assert AggregateStore(AggregatesStub(items), "t", rules).deployed("delay") is True
+    assert AggregateStore(AggregatesStub(items), "t", rules).deployed("other") is False
+    assert AggregateStore(AggregatesStub({}), "t", rules).deployed("delay") is None
+    # V1 has no leaderboard where the stored generation was indexed: not complete
+    assert AggregateStore(AggregatesStub(items), "t", rules).index_complete("delay") is False
+    # built from V2, read with V1
+    assert AggregateStore(AggregatesStub(items), "t", rules).definition_changed("delay") is True
+    same = RuleSet.of(V2)
+    assert AggregateStore(AggregatesStub(items), "t", same).definition_changed("delay") is False
+    store = AggregateStore(AggregatesStub(items), "t", rules)
+    assert store.serving_status("delay") == "pending"
+    assert store.manifest_reads == 1

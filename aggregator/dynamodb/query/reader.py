@@ -1,0 +1,135 @@
+"""What every read of :class:`~aggregator.dynamodb.query.AggregateStore` shares: the client and
+its request counting, the rules, the serving generations, and the pages of the ``AGGREGATES``
+collection with their modelled read units."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from aggregator.core.exceptions import QueryError, RuleError
+from aggregator.core.layout import TableLayout
+from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.batch import UnprocessedKeysError
+from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.query.generations import ServingGenerations
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["StoreReader"]
+
+
+class StoreReader:
+    """The shared state of one store's reads (internal: the parts of
+    :mod:`aggregator.dynamodb.query` take it).
+
+    Attributes
+    ----------
+    requests
+        Requests sent (manifest reads aside).
+    read_units
+        Read capacity the endpoint reported for the requests that asked for it.
+    top_fallbacks
+        ``top`` calls the leaderboard index or top lists could not answer exactly.
+    """
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        rules: RuleSet,
+        layout: TableLayout,
+        generations: ServingGenerations,
+    ) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.rules = rules
+        self.layout = layout
+        self.generations = generations
+        self.requests = 0
+        self.read_units = Decimal(0)
+        self.top_fallbacks = 0
+
+    def rule(self, name: str) -> Rule:
+        """The rule ``name``; :class:`QueryError` when the rule set has none."""
+        try:
+            return self.rules.get(name)
+        except RuleError as exc:
+            raise QueryError(str(exc)) from None
+
+    def storage_name(self, rule: str) -> str:
+        """The name ``rule``'s serving generation is stored under."""
+        return self.generations.storage_name(rule)
+
+    def call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`send` to this store's table."""
+        return self.send(operation, TableName=self.table_name, **kwargs)
+
+    def send(self, operation: str, **request: Any) -> dict[str, Any]:
+        """Send one complete request, counting it and turning errors into ``QueryError``."""
+        self.requests += 1
+        try:
+            response: dict[str, Any] = getattr(self.client, operation)(**request)
+        except (ClientError, BotoCoreError) as exc:
+            raise QueryError(f"{operation} on {self.table_name!r} failed: {exc}") from exc
+        consumed = response.get("ConsumedCapacity") or {}
+        for part in consumed if isinstance(consumed, list) else [consumed]:  # BatchGetItem: a list
+            self.read_units += Decimal(str(part.get("CapacityUnits", 0)))
+        return response
+
+    def pages(
+        self,
+        *,
+        begins_with: str | None = None,
+        between: tuple[str, str] | None = None,
+        descending: bool = False,
+        page_items: int | None = None,
+    ) -> Iterator[list[Any]]:
+        """Pages of the aggregates collection whose sort key text begins with ``begins_with``
+        or lies in ``between``: raw DynamoDB-JSON items, read as
+        :func:`aggregator.dynamodb.collections.query_collection` states (strongly consistent
+        with a sort key; through the collection index without one)."""
+        try:
+            yield from query_collection(
+                self.send,
+                self.table_name,
+                self.layout,
+                self.layout.aggregates_pk,
+                begins_with=begins_with,
+                between=between,
+                descending=descending,
+                page_items=page_items,
+            )
+        except UnprocessedKeysError as exc:  # keys left unprocessed again and again
+            raise QueryError(f"reading {self.table_name!r}: {exc}") from None
+
+    def range(self, low: str, high: str) -> tuple[list[dict[str, Any]], int, int]:
+        """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``
+        (:meth:`page_units`)."""
+        items: list[dict[str, Any]] = []
+        before = self.requests
+        units = 0
+        for page in self.pages(between=(low, high)):
+            units += self.page_units(page)
+            items.extend(page)
+        return items, self.requests - before, units
+
+    def page_units(self, page: Sequence[Mapping[str, Any]]) -> int:
+        """Modelled RCU of one page of :meth:`pages`. With a sort key a page costs 1 RCU per
+        started 4 KB of its items' total size (strongly consistent ``Query``); without one, each
+        item read by ``BatchGetItem`` costs 1 RCU per started 4 KB of its own size, plus half an
+        RCU per started 4 KB of the index page's keys (eventually consistent; Developer Guide,
+        "Read consumption")."""
+        from aggregator.dynamodb.writer import typed_item_size
+
+        if self.layout.has_sort_key:
+            return max(1, math.ceil(sum(typed_item_size(i) for i in page) / 4096))
+        keys = [self.layout.aggregate_key(self.layout.sort_key_of(i) or "") for i in page]
+        key_bytes = sum(typed_item_size(k) for k in keys)
+        units = max(1, math.ceil(math.ceil(key_bytes / 4096) / 2))
+        return units + sum(math.ceil(typed_item_size(i) / 4096) for i in page)
