@@ -54,6 +54,7 @@ from aggregator.core.rules import (
     Bucket,
     Rule,
     RuleSet,
+    WriteSpec,
     derived_attribute_problems,
 )
 from aggregator.core.text import bound
@@ -266,6 +267,40 @@ class CoalescedDelta:
     per_value: bool = False
     target_attribute: str | None = None
     auto_shards: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        spec: WriteSpec,
+        ref: AggregateRef,
+        amount: Decimal,
+        first_sequence_number: str,
+        parts: list[tuple[str, Decimal]],
+        *,
+        count: Decimal = Decimal(0),
+        count_parts: list[tuple[str, Decimal]] | None = None,
+    ) -> CoalescedDelta:
+        """The delta of ``ref``'s item with its rule's write facts from ``spec``
+        (:attr:`Rule.write_spec <aggregator.core.rules.Rule.write_spec>`): the one constructor
+        of the engine, a backfill and reconcile. A partial (``ref.partial``) carries no
+        leaderboard entry and no target attribute (its roll-up writes those); ``count_parts``
+        are kept only for a kind that keeps a count."""
+        whole = not ref.partial
+        return cls(
+            ref,
+            amount,
+            first_sequence_number,
+            parts,
+            spec.indexed and whole,
+            spec.index_partitions,
+            spec.write_shards,
+            count=count,
+            count_parts=list(count_parts or ()) if spec.keeps_count else [],
+            keeps_count=spec.keeps_count,
+            per_value=spec.per_value,
+            target_attribute=spec.target_attribute if whole else None,
+            auto_shards=spec.auto_shards,
+        )
 
     def amount_after(self, sequence_number: str) -> Decimal:
         """Sum of the parts whose sequence number is greater than ``sequence_number``."""
@@ -941,22 +976,14 @@ class Engine:
         current = batch.deltas.get(sk)
         keeps_count = rule.kind.keeps_count
         if current is None:
-            batch.deltas[sk] = CoalescedDelta(
+            batch.deltas[sk] = CoalescedDelta.of(
+                rule.write_spec,
                 d.ref,
                 totals[0],
                 d.sequence_number,
                 [(d.sequence_number, d.amount)],
-                rule.indexed and not d.ref.partial,
-                rule.leaderboard_partitions,
-                rule.partial_slots,
                 count=totals[1],
-                count_parts=[(d.sequence_number, d.count)] if keeps_count else [],
-                keeps_count=keeps_count,
-                per_value=rule.kind.per_value,
-                target_attribute=(
-                    rule.target.attribute if rule.target is not None and not d.ref.partial else None
-                ),
-                auto_shards=rule.auto_shards,
+                count_parts=[(d.sequence_number, d.count)],
             )
             return
         current.amount, current.count = totals

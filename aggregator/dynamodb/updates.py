@@ -35,6 +35,8 @@ __all__ = [
     "Path",
     "Update",
     "added_amounts",
+    "aggregate_attributes",
+    "aggregate_counters",
     "aggregate_update",
     "index_partition",
     "prune_update",
@@ -276,6 +278,45 @@ def index_partition(delta: CoalescedDelta) -> str:
     )
 
 
+def aggregate_counters(
+    layout: TableLayout, delta: CoalescedDelta, amount: Decimal, count: Decimal | None = None
+) -> dict[str, Decimal]:
+    """The counters an update of ``delta``'s item ``ADD``s to: ``{value attribute: amount}``
+    and, for a kind that keeps a count, ``{"count": count}`` (``count`` defaults to
+    ``delta.count``)."""
+    counters = {layout.value_attribute: amount}
+    if delta.keeps_count:
+        counters[COUNT_ATTRIBUTE] = delta.count if count is None else count
+    return counters
+
+
+def aggregate_attributes(layout: TableLayout, delta: CoalescedDelta) -> dict[str, AttributeValue]:
+    """The descriptive attributes an update of ``delta``'s item ``SET``s (DynamoDB JSON), in the
+    order the update writes them: ``rule``, ``key``; ``target``, the application item's key
+    values, on a partial of a target rule (its ledger items carry none); the collection
+    attribute on a table without a sort key; the leaderboard attribute for a leaderboard rule's
+    item (:func:`index_partition`); ``granularity``, ``bucket`` and the TTL attribute for a time
+    bucket. The one list of both the update (:func:`aggregate_update`) and the size the writer
+    models for it (:mod:`aggregator.dynamodb.writer`)."""
+    attributes: dict[str, AttributeValue] = {
+        "rule": {"S": delta.ref.rule},
+        "key": {"S": delta.ref.display_key},
+    }
+    if delta.ref.target is not None:  # a target rule's partial: where its roll-up goes
+        attributes["target"] = {"L": [{"S": v} for v in delta.ref.target]}
+    if not layout.has_sort_key:
+        attributes[layout.collection_attribute] = {"S": layout.aggregates_pk}
+    if delta.leaderboard:
+        attributes[layout.leaderboard_attribute] = {"S": index_partition(delta)}
+    bucket = delta.ref.bucket
+    if bucket is not None:
+        attributes["granularity"] = {"S": bucket.granularity}
+        attributes["bucket"] = {"S": bucket.text}
+        if bucket.expires is not None:
+            attributes[layout.ttl_attribute] = {"N": str(bucket.expires)}
+    return attributes
+
+
 def aggregate_update(
     layout: TableLayout,
     delta: CoalescedDelta,
@@ -293,32 +334,23 @@ def aggregate_update(
     same on every update of the item, so repeating an update never changes them. A value item of
     a kind with one item per value (``delta.per_value``, not in a time bucket) also loses the
     TTL its count falling to zero gave it
-    (:meth:`aggregator.dynamodb.writer.BaseWriter._expire_if_empty`).
+    (:meth:`aggregator.dynamodb.writer.BaseWriter._expire_if_empty`). The attributes are
+    :func:`aggregate_counters` and :func:`aggregate_attributes`.
 
     ``index`` is what happens to the leaderboard attribute of a leaderboard rule's item:
     ``"set"`` (the default, and always without a floor), ``"keep"`` (left alone) or
     ``"remove"``. With a floor (:mod:`aggregator.dynamodb.floors`) whether the item belongs in
     the index depends on its new value, known only once the update returns: the writers guess
     from the value they saw last and check afterwards."""
-    update = Update().add(layout.value_attribute, amount)
-    if delta.keeps_count:
-        update = update.add(COUNT_ATTRIBUTE, delta.count if count is None else count)
-    update = update.set("rule", {"S": delta.ref.rule}).set("key", {"S": delta.ref.display_key})
-    if delta.ref.target is not None:  # a target rule's partial: where its roll-up goes
-        update = update.set("target", {"L": [{"S": v} for v in delta.ref.target]})
-    update = with_collection(update, layout, layout.aggregates_pk)
-    if delta.leaderboard and index == "set":
-        update = update.set(layout.leaderboard_attribute, {"S": index_partition(delta)})
-    elif delta.leaderboard and index == "remove":
+    update = Update()
+    for attribute, added in aggregate_counters(layout, delta, amount, count).items():
+        update = update.add(attribute, added)
+    for attribute, value in aggregate_attributes(layout, delta).items():
+        if attribute != layout.leaderboard_attribute or index == "set":
+            update = update.set(attribute, value)
+    if delta.leaderboard and index == "remove":
         update = update.remove(layout.leaderboard_attribute)
-    bucket = delta.ref.bucket
-    if bucket is not None:
-        update = update.set("granularity", {"S": bucket.granularity}).set(
-            "bucket", {"S": bucket.text}
-        )
-        if bucket.expires is not None:
-            update = update.set(layout.ttl_attribute, {"N": str(bucket.expires)})
-    elif delta.per_value:
+    if delta.ref.bucket is None and delta.per_value:
         update = update.remove(layout.ttl_attribute)
     return update
 

@@ -40,18 +40,24 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
 from aggregator.core.exceptions import ConfigError
-from aggregator.core.kinds import COUNT_ATTRIBUTE
 from aggregator.core.layout import (
     DEFAULT_LAYOUT,
     PARTIAL_PREFIX,
     TableLayout,
 )
 from aggregator.core.numbers import add
-from aggregator.core.records import pad_sequence_number
+from aggregator.core.records import deserialize_value, pad_sequence_number
 from aggregator.dynamodb.errors import THROTTLING_ERRORS, error_code
 from aggregator.dynamodb.floors import IndexFloors
 from aggregator.dynamodb.routing import ShardRouting
-from aggregator.dynamodb.updates import IndexAction, Update, aggregate_update, index_partition
+from aggregator.dynamodb.updates import (
+    IndexAction,
+    Update,
+    aggregate_attributes,
+    aggregate_counters,
+    aggregate_update,
+    index_partition,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -420,30 +426,21 @@ class BaseWriter:
     def _new_attributes(
         self, delta: CoalescedDelta, amount: Decimal, extra: Mapping[str, Any] | None
     ) -> dict[str, Any]:
-        """The attributes an update of ``delta``'s item writes (deserialized), its key included."""
+        """The attributes an update of ``delta``'s item writes (deserialized), its key included:
+        those of :func:`~aggregator.dynamodb.updates.aggregate_update`
+        (:func:`~aggregator.dynamodb.updates.aggregate_counters` and
+        :func:`~aggregator.dynamodb.updates.aggregate_attributes`) and ``extra``."""
         lay = self.layout
-        key = {
-            name: value["S"] for name, value in self._key(delta).items()
-        }  # the item's key attributes, as written
         item: dict[str, Any] = {
-            **key,
-            lay.value_attribute: amount,
-            "rule": delta.ref.rule,
-            "key": delta.ref.display_key,
+            **{name: value["S"] for name, value in self._key(delta).items()},
+            **aggregate_counters(lay, delta, amount),
+            **{
+                name: deserialize_value(value)
+                for name, value in aggregate_attributes(lay, delta).items()
+            },
         }
-        if not lay.has_sort_key:
-            item[lay.collection_attribute] = lay.aggregates_pk
-        if delta.leaderboard:
-            item[lay.leaderboard_attribute] = index_partition(delta)
         if delta.slot is not None:
             item.pop(lay.collection_attribute, None)
-        if delta.keeps_count:
-            item[COUNT_ATTRIBUTE] = delta.count
-        bucket = delta.ref.bucket
-        if bucket is not None:
-            item.update(granularity=bucket.granularity, bucket=bucket.text)
-            if bucket.expires is not None:
-                item[lay.ttl_attribute] = Decimal(bucket.expires)
         if extra:
             item.update(extra)
         return item

@@ -788,20 +788,14 @@ class Backfill:
         seq = str(sequence)
         batch = BatchDeltas(first_sequence_number=seq, last_sequence_number=seq)
         for ref, (amount, count) in amounts.items():
-            rule = self.rules.get(ref.rule)
-            keeps_count = rule.kind.keeps_count
-            batch.deltas[ref.sort_key] = CoalescedDelta(
+            batch.deltas[ref.sort_key] = CoalescedDelta.of(
+                self.rules.get(ref.rule).write_spec,
                 ref,
                 amount,
                 seq,
                 [(seq, amount)],
-                rule.indexed,
-                rule.leaderboard_partitions,
                 count=count,
-                count_parts=[(seq, count)] if keeps_count else [],
-                keeps_count=keeps_count,
-                per_value=rule.kind.per_value,
-                target_attribute=None if rule.target is None else rule.target.attribute,
+                count_parts=[(seq, count)],
             )
         return batch
 

@@ -544,17 +544,14 @@ def _repair(
         return _repair_target(checker, rule, expected, stored, row, ref)
     if ref is None:  # no item counts for it any more: the stored item's own description
         ref = AggregateRef(rule, sort_key.partition("#")[2], display)
-    definition = checker.rules.get(rule)
     difference = subtract(expected[0], stored[0])
-    delta = CoalescedDelta(
+    delta = CoalescedDelta.of(
+        checker.rules.get(rule).write_spec,
         ref,
         difference,
         "0",
         [],
-        definition.indexed,
-        definition.leaderboard_partitions,
         count=subtract(expected[1], stored[1]),
-        keeps_count=definition.kind.keeps_count,
     )
     update = aggregate_update(layout, delta, difference)
     if row is None:

@@ -7,6 +7,7 @@ The package re-exports the names of its modules:
 * :mod:`~aggregator.core.rules.keys`: :class:`KeyTemplate` and the key text of values;
 * :mod:`~aggregator.core.rules.targets`: :class:`Target` (a sum kept on an application item);
 * :mod:`~aggregator.core.rules.deltas`: :class:`DeltaSpec`;
+* :mod:`~aggregator.core.rules.writes`: :class:`WriteSpec` (what the writers need of a rule);
 * :mod:`~aggregator.core.rules.buckets`: :class:`Window` and :class:`Bucket`;
 * :mod:`~aggregator.core.rules.loading`: :func:`load_rules` (files and directories);
 * :mod:`~aggregator.core.rules.loader`: :class:`RuleLoader`, the YAML loader, and its limits;
@@ -54,6 +55,7 @@ from aggregator.core.rules.ruleset import (
     target_problems,
 )
 from aggregator.core.rules.targets import Target
+from aggregator.core.rules.writes import WriteSpec
 
 __all__ = [
     "AUTO_WRITE_SHARDS",
@@ -77,6 +79,7 @@ __all__ = [
     "RuleSet",
     "Target",
     "Window",
+    "WriteSpec",
     "declared_layout",
     "derived_attribute_indexes",
     "derived_attribute_problems",

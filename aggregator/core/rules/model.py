@@ -36,6 +36,7 @@ from aggregator.core.rules.buckets import Bucket, Window
 from aggregator.core.rules.deltas import DeltaSpec
 from aggregator.core.rules.keys import KeyTemplate
 from aggregator.core.rules.targets import Target, target_key_template
+from aggregator.core.rules.writes import WriteSpec
 
 RULE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"
 
@@ -330,6 +331,21 @@ class Rule(BaseModel):
         """How many partials an aggregate has when its writers write partials
         (:data:`AUTO_WRITE_SHARDS` for ``auto``; 1 for a rule without write sharding)."""
         return AUTO_WRITE_SHARDS if self.write_shards == "auto" else self.write_shards
+
+    @property
+    def write_spec(self) -> WriteSpec:
+        """What the writers need to know of the rule (:class:`WriteSpec`): one value for every
+        path that builds a :class:`~aggregator.core.engine.CoalescedDelta` (the engine, a
+        backfill, reconcile)."""
+        return WriteSpec(
+            indexed=self.indexed,
+            index_partitions=self.leaderboard_partitions,
+            write_shards=self.partial_slots,
+            auto_shards=self.auto_shards,
+            keeps_count=self.kind.keeps_count,
+            per_value=self.kind.per_value,
+            target_attribute=None if self.target is None else self.target.attribute,
+        )
 
     def attributes(self) -> frozenset[str]:
         """Names of every image attribute this rule reads (match, key or target, delta and
