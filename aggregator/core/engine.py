@@ -73,6 +73,7 @@ __all__ = [
     "RecordFailure",
     "TopObservation",
     "add_amounts",
+    "merge_batches",
 ]
 
 
@@ -302,6 +303,27 @@ class CoalescedDelta:
             auto_shards=spec.auto_shards,
         )
 
+    @property
+    def spec(self) -> WriteSpec:
+        """The write facts this delta carries, as :meth:`of` takes them: ``of(d.spec, ...)``
+        builds a delta with the same facts (a partial's missing leaderboard entry and target
+        attribute are what :meth:`of` gives a partial anyway)."""
+        return WriteSpec(
+            indexed=self.leaderboard,
+            index_partitions=self.index_partitions,
+            write_shards=self.write_shards,
+            auto_shards=self.auto_shards,
+            keeps_count=self.keeps_count,
+            per_value=self.per_value,
+            target_attribute=self.target_attribute,
+        )
+
+    def take_first(self, sequence_number: str) -> None:
+        """Lower :attr:`first_sequence_number` to ``sequence_number`` when it is smaller (by
+        value: :func:`~aggregator.core.records.pad_sequence_number`)."""
+        if pad_sequence_number(sequence_number) < pad_sequence_number(self.first_sequence_number):
+            self.first_sequence_number = sequence_number
+
     def amount_after(self, sequence_number: str) -> Decimal:
         """Sum of the parts whose sequence number is greater than ``sequence_number``."""
         return _sum_after(self.parts, sequence_number)
@@ -321,6 +343,52 @@ def _widen_bounds(batch: BatchDeltas, sequence_number: str) -> None:
         batch.first_sequence_number = sequence_number
     if last is None or padded > pad_sequence_number(last):
         batch.last_sequence_number = sequence_number
+
+
+def merge_batches(into: BatchDeltas, batch: BatchDeltas) -> BatchDeltas:
+    """Fold ``batch`` (later records of the same shard) into ``into``; returns ``into``.
+
+    What the ``window`` flush does with each batch (:mod:`aggregator.runtime.processor`): the
+    batch's first and last widen ``into``'s (as :meth:`Engine.process` widens them per record);
+    a delta of an aggregate new to ``into`` is copied in (:meth:`CoalescedDelta.of`, with its
+    own lists); for one already there, each part and count part whose sequence number the
+    delta does not hold yet is appended and added to ``amount`` and ``count`` (a redelivered
+    record must not count twice), and the first sequence number is the smaller one. Only the
+    deltas and the two bounds are merged; ``batch``'s counters and failures are not.
+
+    Raises
+    ------
+    decimal.Inexact
+        When a sum passes 38 significant digits (:func:`aggregator.core.numbers.add`).
+    """
+    for sequence_number in (batch.first_sequence_number, batch.last_sequence_number):
+        if sequence_number is not None:
+            _widen_bounds(into, sequence_number)
+    for sk, d in batch.deltas.items():
+        current = into.deltas.get(sk)
+        if current is None:
+            into.deltas[sk] = CoalescedDelta.of(
+                d.spec,
+                d.ref,
+                d.amount,
+                d.first_sequence_number,
+                list(d.parts),
+                count=d.count,
+                count_parts=d.count_parts,
+            )
+            continue
+        known = {s for s, _ in current.parts}
+        for s, a in d.parts:
+            if s not in known:
+                current.parts.append((s, a))
+                current.amount = add(current.amount, a)
+        counted = {s for s, _ in current.count_parts}
+        for s, c in d.count_parts:
+            if s not in counted:
+                current.count_parts.append((s, c))
+                current.count = add(current.count, c)
+        current.take_first(d.first_sequence_number)
+    return into
 
 
 def _sum_after(parts: list[tuple[str, Decimal]], sequence_number: str) -> Decimal:
@@ -990,7 +1058,4 @@ class Engine:
         current.parts.append((d.sequence_number, d.amount))
         if keeps_count:
             current.count_parts.append((d.sequence_number, d.count))
-        if pad_sequence_number(d.sequence_number) < pad_sequence_number(
-            current.first_sequence_number
-        ):
-            current.first_sequence_number = d.sequence_number
+        current.take_first(d.sequence_number)

@@ -23,17 +23,16 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.batch_state import decode_batch, encode_batch
-from aggregator.core.engine import BatchDeltas, Engine
+from aggregator.core.engine import BatchDeltas, Engine, merge_batches
 from aggregator.core.exceptions import ConfigError, EventError, WriteError
 from aggregator.core.layout import TableLayout
-from aggregator.core.numbers import add
 from aggregator.core.records import MalformedRecord, StreamRecord, pad_sequence_number, parse_event
 from aggregator.core.rules import RuleSet
 from aggregator.core.text import bound, quote
@@ -136,36 +135,6 @@ def _event_source_arn(event: dict[str, Any]) -> str | None:
         arn = records[0].get("eventSourceARN")
         return arn if isinstance(arn, str) else None
     return None
-
-
-def _merge(into: BatchDeltas, batch: BatchDeltas) -> BatchDeltas:
-    """Fold ``batch`` (later records) into ``into``; returns ``into``."""
-    for end in ("first_sequence_number", "last_sequence_number"):
-        ours, theirs = getattr(into, end), getattr(batch, end)
-        if theirs is None:
-            continue
-        pick = min if end.startswith("first") else max
-        chosen = theirs if ours is None else pick(ours, theirs, key=pad_sequence_number)
-        setattr(into, end, chosen)
-    for sk, d in batch.deltas.items():
-        current = into.deltas.get(sk)
-        if current is None:
-            into.deltas[sk] = replace(d, parts=list(d.parts), count_parts=list(d.count_parts))
-            continue
-        known = {s for s, _ in current.parts}
-        for s, a in d.parts:
-            if s not in known:  # a redelivered record must not count twice in the state
-                current.parts.append((s, a))
-                current.amount = add(current.amount, a)
-        counted = {s for s, _ in current.count_parts}
-        for s, c in d.count_parts:
-            if s not in counted:
-                current.count_parts.append((s, c))
-                current.count = add(current.count, c)
-        current.first_sequence_number = min(
-            current.first_sequence_number, d.first_sequence_number, key=pad_sequence_number
-        )
-    return into
 
 
 class StreamProcessor:
@@ -448,7 +417,7 @@ class StreamProcessor:
 
     def _window(self, event: dict[str, Any], batch: BatchDeltas, outcome: BatchOutcome) -> None:
         state = dict(event.get("state") or {})
-        pending = _merge(decode_batch(state.get(STATE_KEY)), batch)
+        pending = merge_batches(decode_batch(state.get(STATE_KEY)), batch)
         encoded = encode_batch(pending)
         final = bool(event.get("isFinalInvokeForWindow") or event.get("isWindowTerminatedEarly"))
         flushing = final or len(encoded.encode()) > self.state_limit_bytes
