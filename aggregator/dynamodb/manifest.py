@@ -215,8 +215,10 @@ class Manifest:
         states = manifest_states(item)
         genesis = _genesis(item)
         if genesis is None and genesis_stream_arn:
-            self.record_genesis(genesis_stream_arn, "stack")
-            genesis = self.genesis()
+            if self.record_genesis(genesis_stream_arn, "stack"):
+                genesis = Genesis(stream_label(genesis_stream_arn), "stack")
+            else:  # another container recorded one first: the one in force
+                genesis = self.genesis()
         # a new rule on a stream that holds every write of its table may need no backfill
         candidate = genesis is not None and genesis.holds(None, clock)
         chosen: dict[str, RuleState] = {}
@@ -611,6 +613,8 @@ class RuleLifecycle:
         self.clock = clock
         self._streams_factory = streams
         self._streams: DynamoDBStreamsClient | None = None
+        # read once: a genesis is written once, when the table is created, and never changes
+        self._genesis: Genesis | None = None
         self.states = self.manifest.register(
             rules, now=clock(), genesis_stream_arn=genesis_stream_arn
         )
@@ -680,16 +684,19 @@ class RuleLifecycle:
         record of every shard of ``stream_arn``, while the manifest's genesis holds for that
         stream (:mod:`aggregator.core.lifecycle`, "Rules that need no backfill"); returns them.
 
-        Costs, each time this container reaches a new shard while candidates remain: one
-        strongly consistent manifest read, ``DescribeStream`` (a page per 100 shards) and one
-        strongly consistent ``GetItem`` per shard. Without a Streams client (``streams``) it
+        Costs, each time this container reaches a new shard while candidates remain:
+        ``DescribeStream`` (a page per 100 shards) and one strongly consistent ``GetItem`` per
+        shard; the first time also one strongly consistent manifest read (the genesis, written
+        once, is kept). Without a Streams client (``streams``) it
         does nothing. Every change is conditional on the rule still being ``pending``, so
         containers promoting at once, or a backfill starting, are harmless.
         """
         if self._streams_factory is None:
             return []
         now = self.clock()
-        genesis = self.manifest.genesis()
+        if self._genesis is None:
+            self._genesis = self.manifest.genesis()
+        genesis = self._genesis
         if genesis is None or not genesis.holds(stream_arn, now):
             # the proof cannot be taken any more in this container: the rules stay pending
             for name in self.candidates():
