@@ -65,6 +65,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.layout import TableLayout
 from aggregator.dynamodb.batch import BATCH_GET_KEYS, WhenUnprocessed, batch_get, client_call
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update, with_collection
 
@@ -232,7 +233,8 @@ class IndexFloors:
         one's value, on condition that the stored floor is lower. Returns the modelled WCU of
         the floor's write (0 when none)."""
         lay = self.layout
-        response = self.client.query(
+        response = requests_of(self.client).send(
+            "query",
             TableName=self.table_name,
             IndexName=lay.leaderboard_index,
             KeyConditionExpression="#lb = :p",
@@ -265,7 +267,9 @@ class IndexFloors:
             update = update.set(lay.ttl_attribute, {"N": str(expires)})
         update = update.where_missing_or_below(lay.value_attribute, {"N": str(candidate)})
         try:
-            self.client.update_item(TableName=self.table_name, Key=key, **update.render())
+            requests_of(self.client).send(
+                "update_item", TableName=self.table_name, Key=key, **update.render()
+            )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise

@@ -52,6 +52,7 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.records import pad_sequence_number
 from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.streams import list_shards
 from aggregator.dynamodb.updates import Update, with_collection
 from aggregator.dynamodb.writer import error_code
@@ -157,7 +158,9 @@ class Manifest:
     def _write_if(self, update: Update) -> bool:
         """Send ``update`` to the manifest item; ``False`` when its condition does not hold."""
         try:
-            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+            requests_of(self.client).send(
+                "update_item", TableName=self.table_name, Key=self.key, **update.render()
+            )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
@@ -166,9 +169,9 @@ class Manifest:
 
     def _item(self) -> dict[str, Any]:
         item: dict[str, Any] = (
-            self.client.get_item(TableName=self.table_name, Key=self.key, ConsistentRead=True).get(
-                "Item"
-            )
+            requests_of(self.client)
+            .send("get_item", TableName=self.table_name, Key=self.key, ConsistentRead=True)
+            .get("Item")
             or {}
         )
         return item
@@ -421,7 +424,8 @@ class Manifest:
         """Delete a generation's entry (the end of ``aggregator drop-rule``), and its rule's
         serving pointer when it was the last generation."""
         rule_name = generation_of(storage_name)[0]
-        self.client.update_item(
+        requests_of(self.client).send(
+            "update_item",
             TableName=self.table_name,
             Key=self.key,
             **Update().remove(("rules", storage_name)).render(),
@@ -430,7 +434,9 @@ class Manifest:
         if not any(generation_of(s)[0] == rule_name for s in states):
             try:
                 update = Update().remove(("generations", rule_name)).where_exists("generations")
-                self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+                requests_of(self.client).send(
+                    "update_item", TableName=self.table_name, Key=self.key, **update.render()
+                )
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
@@ -442,7 +448,9 @@ class Manifest:
             Update().set_if_missing("rules", {"M": {}}).set_if_missing("generations", {"M": {}})
         )
         update = with_collection(update, self.layout, self.layout.control_pk)
-        self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+        requests_of(self.client).send(
+            "update_item", TableName=self.table_name, Key=self.key, **update.render()
+        )
 
     def _add(self, new: list[RuleState]) -> dict[str, RuleState]:
         """Add the rules' states unless present (one request for all of them when no other
@@ -453,7 +461,9 @@ class Manifest:
             update = update.set(("rules", state.name), _state_value(state))
             update = update.where_missing(("rules", state.name))
         try:
-            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+            requests_of(self.client).send(
+                "update_item", TableName=self.table_name, Key=self.key, **update.render()
+            )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
@@ -473,7 +483,9 @@ class Manifest:
             try:
                 update = Update().set(("rules", name, "unfenced"), {"BOOL": True})
                 update = update.where_exists(("rules", name))
-                self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+                requests_of(self.client).send(
+                    "update_item", TableName=self.table_name, Key=self.key, **update.render()
+                )
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
@@ -536,9 +548,13 @@ class FenceStore:
     def opening(self, shard_id: str) -> ShardOpening:
         """Where the first batch a handler processed in ``shard_id`` began, and the shard's
         fences (one strongly consistent read)."""
-        item = self.client.get_item(
-            TableName=self.table_name, Key=self._key(shard_id), ConsistentRead=True
-        ).get("Item")
+        item = (
+            requests_of(self.client)
+            .send(
+                "get_item", TableName=self.table_name, Key=self._key(shard_id), ConsistentRead=True
+            )
+            .get("Item")
+        )
         opened = (item or {}).get("opened_after", {}).get("S")
         return ShardOpening(opened, self._fences(shard_id, item))
 
@@ -560,13 +576,16 @@ class FenceStore:
         if opened_after is not None:
             maps = maps.set_if_missing("opened_after", {"S": pad_sequence_number(opened_after)})
         maps = with_collection(maps, self.layout, self.layout.control_pk)
-        self.client.update_item(TableName=self.table_name, Key=key, **maps.render())
+        requests_of(self.client).send(
+            "update_item", TableName=self.table_name, Key=key, **maps.render()
+        )
         update = Update()
         for fence in fences:
             after = {"S": pad_sequence_number(fence.after)}
             update = update.set_if_missing(("after", fence.rule), after)
             update = update.set_if_missing(("set_by", fence.rule), {"S": fence.set_by})
-        response = self.client.update_item(
+        response = requests_of(self.client).send(
+            "update_item",
             TableName=self.table_name,
             Key=key,
             ReturnValues="ALL_NEW",

@@ -66,6 +66,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from aggregator.core.engine import BatchDeltas
 from aggregator.core.layout import TableLayout
 from aggregator.core.routing import moved_at, next_switch_seconds
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update
 
@@ -311,8 +312,8 @@ class ShardRouting:
             known = self._memory.get(shard_id)
             return None if known is None else {r: list(s) for r, s in known.items()}
         self.reads += 1
-        response = self.client.get_item(
-            TableName=self.table_name, Key=self._key(shard_id), ConsistentRead=True
+        response = requests_of(self.client).send(
+            "get_item", TableName=self.table_name, Key=self._key(shard_id), ConsistentRead=True
         )
         item = response.get("Item")
         return None if item is None else self._switches(shard_id, item)
@@ -341,8 +342,8 @@ class ShardRouting:
         update = update.where_missing(self.layout.partition_key)  # no such item yet
         self.modelled_wcu += 1
         try:
-            self.client.update_item(
-                TableName=self.table_name, Key=self._key(shard_id), **update.render()
+            requests_of(self.client).send(
+                "update_item", TableName=self.table_name, Key=self._key(shard_id), **update.render()
             )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
@@ -440,8 +441,8 @@ class ShardRouting:
             update = update.where_equals(count, {"N": str(made)})
         self.modelled_wcu += 1
         try:
-            self.client.update_item(
-                TableName=self.table_name, Key=self._key(shard_id), **update.render()
+            requests_of(self.client).send(
+                "update_item", TableName=self.table_name, Key=self._key(shard_id), **update.render()
             )
         except (ClientError, BotoCoreError):
             # a lost condition: another invocation of the shard decided first, and what it

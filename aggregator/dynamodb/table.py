@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.text import quote
+from aggregator.dynamodb.client import requests_of
+from aggregator.dynamodb.errors import wrap_error
 from aggregator.dynamodb.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -175,16 +177,20 @@ def create_table(
     validate_table_name(table_name)
     created = True
     try:
-        client.create_table(TableName=table_name, **table_definition(layout))
+        requests_of(client).send("create_table", TableName=table_name, **table_definition(layout))
     except ClientError as exc:
         if not (exist_ok and exc.response["Error"]["Code"] == "ResourceInUseException"):
             raise
         created = False
-    client.get_waiter("table_exists").wait(
-        TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
-    )
     try:
-        client.update_time_to_live(
+        client.get_waiter("table_exists").wait(
+            TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
+        )
+    except BotoCoreError as exc:  # WaiterError: the table never became ACTIVE
+        raise wrap_error(exc, "DescribeTable") from exc
+    try:
+        requests_of(client).send(
+            "update_time_to_live",
             TableName=table_name,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": layout.ttl_attribute},
         )
@@ -210,7 +216,7 @@ def table_stream_arn(client: DynamoDBClient, table_name: str) -> str:
     botocore.exceptions.ClientError
         When ``DescribeTable`` fails (e.g. ``ResourceNotFoundException`` for a missing table).
     """
-    description = client.describe_table(TableName=table_name)["Table"]
+    description = requests_of(client).send("describe_table", TableName=table_name)["Table"]
     arn: str | None = description.get("LatestStreamArn")
     if not arn:
         raise NoStreamError(

@@ -44,6 +44,7 @@ from aggregator.core.exceptions import WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.toplist import KEEP, TopList, merge
 from aggregator.dynamodb.batch import WhenUnprocessed, batch_get, client_call
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update, with_collection
 from aggregator.dynamodb.writer import typed_item_size, write_units
@@ -175,8 +176,8 @@ class TopLists:
         return found
 
     def _read_consistent(self, partition: str) -> tuple[TopList, int]:
-        response = self.client.get_item(
-            TableName=self.table_name, Key=self._key(partition), ConsistentRead=True
+        response = requests_of(self.client).send(
+            "get_item", TableName=self.table_name, Key=self._key(partition), ConsistentRead=True
         )
         return decode(response.get("Item"))
 
@@ -208,7 +209,8 @@ class TopLists:
             if version
             else update.where_missing(_VERSION)
         )
-        response = self.client.update_item(
+        response = requests_of(self.client).send(
+            "update_item",
             TableName=self.table_name,
             Key=self._key(partition),
             ReturnValues="ALL_OLD",

@@ -47,6 +47,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import PARTIAL_PREFIX
 from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
@@ -199,7 +200,8 @@ class DropRule:
         names.update({"#a": attribute, "#m": lay.target_checkpoints_attribute})
         prefix = rule_token(storage_name)
         cleared = 0
-        for page in self.client.get_paginator("scan").paginate(
+        for page in requests_of(self.client).pages(
+            "scan",
             TableName=self.table_name,
             ConsistentRead=True,
             ProjectionExpression=", ".join(names),
@@ -209,8 +211,8 @@ class DropRule:
                 total = lay.partial_total(item)
                 if total is not None and total.startswith(f"{storage_name}#"):
                     # a partial of the rule (write_shards): its sums roll up into the targets
-                    self.client.delete_item(
-                        TableName=self.table_name, Key={k: item[k] for k in keys}
+                    requests_of(self.client).send(
+                        "delete_item", TableName=self.table_name, Key={k: item[k] for k in keys}
                     )
                     continue
                 if lay.is_reserved(item):
@@ -248,8 +250,11 @@ class DropRule:
             for entry in entries:
                 update = update.remove((checkpoints, entry))
         try:
-            self.client.update_item(
-                TableName=self.table_name, Key={k: item[k] for k in keys}, **update.render()
+            requests_of(self.client).send(
+                "update_item",
+                TableName=self.table_name,
+                Key={k: item[k] for k in keys},
+                **update.render(),
             )
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
@@ -263,9 +268,9 @@ class DropRule:
         lay = self.layout
         if lay.sort_key is None:
             return []
-        paginator = self.client.get_paginator("query")
         keys = []
-        for page in paginator.paginate(
+        for page in requests_of(self.client).pages(
+            "query",
             TableName=self.table_name,
             KeyConditionExpression="#pk = :pk AND begins_with(#sk, :partial)",
             ExpressionAttributeNames={"#pk": lay.partition_key, "#sk": lay.sort_key},
@@ -299,7 +304,8 @@ class DropRule:
                     partition = item.get(attribute, {}).get("S", "")
                     if partition != storage_name and not partition.startswith(f"{storage_name}#"):
                         continue  # another rule's whose name starts with this one's
-                    self.client.delete_item(
+                    requests_of(self.client).send(
+                        "delete_item",
                         TableName=self.table_name,
                         Key=lay.item_key(lay.control_pk, lay.sort_key_of(item) or ""),
                     )
@@ -322,6 +328,8 @@ class DropRule:
                     self.layout.control_pk, self.layout.sort_key_of(item) or ""
                 )
                 update = Update().remove(("after", storage_name)).remove(("set_by", storage_name))
-                self.client.update_item(TableName=self.table_name, Key=key, **update.render())
+                requests_of(self.client).send(
+                    "update_item", TableName=self.table_name, Key=key, **update.render()
+                )
                 removed += 1
         return removed

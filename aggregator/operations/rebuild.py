@@ -53,6 +53,7 @@ from aggregator.core.lifecycle import (
     rule_fingerprint,
 )
 from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import Update
@@ -291,8 +292,11 @@ def reindex_leaderboard(
                 update = update.remove(layout.leaderboard_attribute)
             update = update.where_exists(layout.partition_key)
             try:
-                client.update_item(
-                    TableName=table_name, Key=layout.aggregate_key(sort_key), **update.render()
+                requests_of(client).send(
+                    "update_item",
+                    TableName=table_name,
+                    Key=layout.aggregate_key(sort_key),
+                    **update.render(),
                 )
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":

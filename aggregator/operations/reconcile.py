@@ -73,6 +73,7 @@ from aggregator.core.numbers import subtract
 from aggregator.core.records import Image
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.checkpoint import is_checkpoint_attribute
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import Update, aggregate_update
@@ -179,7 +180,7 @@ class _Checker:
         too); the second part: the sort keys of the target rules whose target item exists
         (holding the attribute or not)."""
         out, present = self._stored_targets()
-        call: Callable[..., dict[str, Any]] = lambda op, **kw: getattr(self.client, op)(**kw)  # noqa: E731
+        call = requests_of(self.client).send
         for name in self.names:
             if name in self.targets:
                 continue
@@ -227,7 +228,7 @@ class _Checker:
             }
             if start:
                 kwargs["ExclusiveStartKey"] = start
-            page = self.client.scan(**kwargs)
+            page = requests_of(self.client).send("scan", **kwargs)
             for item in page.get("Items", []):
                 if lay.is_reserved(item):
                     continue
@@ -264,7 +265,7 @@ class _Checker:
             kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
             if start:
                 kwargs["ExclusiveStartKey"] = start
-            page = self.client.scan(**kwargs)
+            page = requests_of(self.client).send("scan", **kwargs)
             for item in page.get("Items", []):
                 if self.layout.is_reserved(item):
                     continue
@@ -560,8 +561,11 @@ def _repair(
         for attribute, kind, value in row[1] or ():
             update = update.where_equals(attribute, {kind: value})
     try:
-        checker.client.update_item(
-            TableName=checker.table_name, Key=layout.aggregate_key(sort_key), **update.render()
+        requests_of(checker.client).send(
+            "update_item",
+            TableName=checker.table_name,
+            Key=layout.aggregate_key(sort_key),
+            **update.render(),
         )
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
@@ -598,7 +602,9 @@ def _repair_target(
         else:
             update = update.where_missing(attribute)
     try:
-        checker.client.update_item(TableName=checker.table_name, Key=key, **update.render())
+        requests_of(checker.client).send(
+            "update_item", TableName=checker.table_name, Key=key, **update.render()
+        )
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
             return "moving"
