@@ -57,14 +57,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.layout import TableLayout
-from aggregator.dynamodb.batch import BATCH_GET_KEYS, WhenUnprocessed, batch_get, client_call
+from aggregator.dynamodb.batch import BATCH_GET_KEYS, WhenUnprocessed, batch_get
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update, with_collection
@@ -126,9 +127,10 @@ class IndexFloors:
         check_every: int = CHECK_EVERY,
         refresh_seconds: float = REFRESH_SECONDS,
         removal_grace_seconds: float = REMOVAL_GRACE_SECONDS,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = time.time,
     ) -> None:
         self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.keep = keep
@@ -182,7 +184,7 @@ class IndexFloors:
         (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RETURN`)."""
         lay = self.layout
         read = batch_get(
-            client_call(self.client),
+            self.requests.send,
             self.table_name,
             [self._key(p) for p in partitions],
             consistent=False,
@@ -233,7 +235,7 @@ class IndexFloors:
         one's value, on condition that the stored floor is lower. Returns the modelled WCU of
         the floor's write (0 when none)."""
         lay = self.layout
-        response = requests_of(self.client).send(
+        response = self.requests.send(
             "query",
             TableName=self.table_name,
             IndexName=lay.leaderboard_index,
@@ -267,9 +269,7 @@ class IndexFloors:
             update = update.set(lay.ttl_attribute, {"N": str(expires)})
         update = update.where_missing_or_below(lay.value_attribute, {"N": str(candidate)})
         try:
-            requests_of(self.client).send(
-                "update_item", TableName=self.table_name, Key=key, **update.render()
-            )
+            self.requests.send("update_item", TableName=self.table_name, Key=key, **update.render())
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise

@@ -56,13 +56,14 @@ import hashlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.engine import BatchDeltas
 from aggregator.core.layout import TableLayout
 from aggregator.core.routing import moved_at, next_switch_seconds
@@ -262,12 +263,13 @@ class ShardRouting:
         layout: TableLayout,
         rules: Iterable[str],
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = time.time,
         hot_wcu_per_second: float = HOT_WCU_PER_SECOND,
         cool_wcu_per_second: float = COOL_WCU_PER_SECOND,
         start_hot_deltas_per_second: float = START_HOT_DELTAS_PER_SECOND,
     ) -> None:
         self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.rules = tuple(sorted(set(rules)))
@@ -302,7 +304,7 @@ class ShardRouting:
 
         Raises
         ------
-        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+        aggregator.dynamodb.errors.AwsError
             When the routing item cannot be read: nothing of the batch may be evaluated then
             (the invocation fails and Lambda delivers the batch again).
         """
@@ -312,7 +314,7 @@ class ShardRouting:
             known = self._memory.get(shard_id)
             return None if known is None else {r: list(s) for r, s in known.items()}
         self.reads += 1
-        response = requests_of(self.client).send(
+        response = self.requests.send(
             "get_item", TableName=self.table_name, Key=self._key(shard_id), ConsistentRead=True
         )
         item = response.get("Item")
@@ -326,7 +328,7 @@ class ShardRouting:
 
         Raises
         ------
-        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+        aggregator.dynamodb.errors.AwsError
             When the item can be neither created nor read.
         """
         hot = sorted(set(hot) & set(self.rules))
@@ -342,7 +344,7 @@ class ShardRouting:
         update = update.where_missing(self.layout.partition_key)  # no such item yet
         self.modelled_wcu += 1
         try:
-            requests_of(self.client).send(
+            self.requests.send(
                 "update_item", TableName=self.table_name, Key=self._key(shard_id), **update.render()
             )
         except ClientError as exc:
@@ -441,7 +443,7 @@ class ShardRouting:
             update = update.where_equals(count, {"N": str(made)})
         self.modelled_wcu += 1
         try:
-            requests_of(self.client).send(
+            self.requests.send(
                 "update_item", TableName=self.table_name, Key=self._key(shard_id), **update.render()
             )
         except (ClientError, BotoCoreError):

@@ -168,9 +168,9 @@ def create_table(
     ConfigError
         When ``table_name`` breaks DynamoDB's naming rules (see :func:`validate_table_name`);
         checked before any request is sent.
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsRequestError
         For any error other than an existing table with ``exist_ok``.
-    botocore.exceptions.BotoCoreError
+    aggregator.dynamodb.errors.AwsConnectionError
         When the endpoint cannot be reached, the waiter gives up, or the SDK is misconfigured
         (no region, no credentials).
     """
@@ -213,7 +213,7 @@ def table_stream_arn(client: DynamoDBClient, table_name: str) -> str:
     ------
     NoStreamError
         When the table has no stream enabled (a ``ConfigError`` and a ``ValueError``).
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When ``DescribeTable`` fails (e.g. ``ResourceNotFoundException`` for a missing table).
     """
     description = requests_of(client).send("describe_table", TableName=table_name)["Table"]

@@ -151,7 +151,7 @@ def check_table(client: DynamoDBClient, table_name: str, rules: RuleSet) -> list
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When the table does not exist (``ResourceNotFoundException``) or cannot be described.
     """
     layout = rules.layout
@@ -353,7 +353,7 @@ def prepare_table(
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When DynamoDB refuses a change.
     """
     changes: list[str] = []

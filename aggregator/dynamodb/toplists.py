@@ -43,7 +43,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.exceptions import WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.toplist import KEEP, TopList, merge
-from aggregator.dynamodb.batch import WhenUnprocessed, batch_get, client_call
+from aggregator.dynamodb.batch import WhenUnprocessed, batch_get
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update, with_collection
@@ -137,6 +137,7 @@ class TopLists:
         self, client: DynamoDBClient, table_name: str, layout: TableLayout, *, keep: int = KEEP
     ) -> None:
         self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.keep = keep
@@ -159,13 +160,13 @@ class TopLists:
         aggregator.dynamodb.batch.UnprocessedKeysError
             When keys stay unprocessed after 8 requests
             (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RAISE`).
-        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+        aggregator.dynamodb.errors.AwsError
             When a request fails.
         """
         wanted = sorted(set(partitions))
         found: dict[str, TopList] = dict.fromkeys(wanted, TopList())
         read = batch_get(
-            client_call(self.client),
+            self.requests.send,
             self.table_name,
             [self._key(p) for p in wanted],
             consistent=False,
@@ -176,7 +177,7 @@ class TopLists:
         return found
 
     def _read_consistent(self, partition: str) -> tuple[TopList, int]:
-        response = requests_of(self.client).send(
+        response = self.requests.send(
             "get_item", TableName=self.table_name, Key=self._key(partition), ConsistentRead=True
         )
         return decode(response.get("Item"))
@@ -186,7 +187,7 @@ class TopLists:
     ) -> tuple[int, dict[str, Any], dict[str, Any]]:
         """Write ``new`` as ``partition``'s list on condition that its version is ``version``
         (0: no list yet). Returns ``(new version, item before, item after)``; raises
-        ``ClientError`` (``ConditionalCheckFailedException`` with the item as it is)."""
+        ``AwsRequestError`` (``ConditionalCheckFailedException`` with the item as it is)."""
         lay = self.layout
         following = version + 1 if version else secrets.randbits(48) + 1
         written: dict[str, Any] = {
@@ -209,7 +210,7 @@ class TopLists:
             if version
             else update.where_missing(_VERSION)
         )
-        response = requests_of(self.client).send(
+        response = self.requests.send(
             "update_item",
             TableName=self.table_name,
             Key=self._key(partition),
@@ -232,7 +233,7 @@ class TopLists:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsError
             ``ConditionalCheckFailedException`` when the list changed since, or any other
             failure of the request.
         """
@@ -255,7 +256,7 @@ class TopLists:
         ------
         WriteError
             When :data:`MERGE_ATTEMPTS` conditional writes all found the item changed.
-        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+        aggregator.dynamodb.errors.AwsError
             When a request fails (the caller fails the batch, which is delivered again).
         """
         result = MergeResult()

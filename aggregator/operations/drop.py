@@ -48,7 +48,7 @@ from aggregator.core.layout import PARTIAL_PREFIX
 from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
-from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.targets import rule_token
@@ -116,6 +116,7 @@ class DropRule:
         self.rules = rules
         self.layout = rules.layout
         self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.rule_name = rule_name
         self.on_deleted = on_deleted
@@ -147,7 +148,7 @@ class DropRule:
     def _pages(self, storage_name: str) -> Iterator[list[dict[str, Any]]]:
         """Pages of a generation's aggregate items."""
         return query_collection(
-            client_call(self.client),
+            self.requests.send,
             self.table_name,
             self.layout,
             self.layout.aggregates_pk,
@@ -200,7 +201,7 @@ class DropRule:
         names.update({"#a": attribute, "#m": lay.target_checkpoints_attribute})
         prefix = rule_token(storage_name)
         cleared = 0
-        for page in requests_of(self.client).pages(
+        for page in self.requests.pages(
             "scan",
             TableName=self.table_name,
             ConsistentRead=True,
@@ -211,7 +212,7 @@ class DropRule:
                 total = lay.partial_total(item)
                 if total is not None and total.startswith(f"{storage_name}#"):
                     # a partial of the rule (write_shards): its sums roll up into the targets
-                    requests_of(self.client).send(
+                    self.requests.send(
                         "delete_item", TableName=self.table_name, Key={k: item[k] for k in keys}
                     )
                     continue
@@ -250,7 +251,7 @@ class DropRule:
             for entry in entries:
                 update = update.remove((checkpoints, entry))
         try:
-            requests_of(self.client).send(
+            self.requests.send(
                 "update_item",
                 TableName=self.table_name,
                 Key={k: item[k] for k in keys},
@@ -269,7 +270,7 @@ class DropRule:
         if lay.sort_key is None:
             return []
         keys = []
-        for page in requests_of(self.client).pages(
+        for page in self.requests.pages(
             "query",
             TableName=self.table_name,
             KeyConditionExpression="#pk = :pk AND begins_with(#sk, :partial)",
@@ -294,7 +295,7 @@ class DropRule:
             (TOP_PREFIX, "partition"),
         ):
             for page in query_collection(
-                client_call(self.client),
+                self.requests.send,
                 self.table_name,
                 lay,
                 lay.control_pk,
@@ -304,7 +305,7 @@ class DropRule:
                     partition = item.get(attribute, {}).get("S", "")
                     if partition != storage_name and not partition.startswith(f"{storage_name}#"):
                         continue  # another rule's whose name starts with this one's
-                    requests_of(self.client).send(
+                    self.requests.send(
                         "delete_item",
                         TableName=self.table_name,
                         Key=lay.item_key(lay.control_pk, lay.sort_key_of(item) or ""),
@@ -315,7 +316,7 @@ class DropRule:
     def _remove_fences(self, storage_name: str) -> int:
         removed = 0
         for page in query_collection(
-            client_call(self.client),
+            self.requests.send,
             self.table_name,
             self.layout,
             self.layout.control_pk,
@@ -328,7 +329,7 @@ class DropRule:
                     self.layout.control_pk, self.layout.sort_key_of(item) or ""
                 )
                 update = Update().remove(("after", storage_name)).remove(("set_by", storage_name))
-                requests_of(self.client).send(
+                self.requests.send(
                     "update_item", TableName=self.table_name, Key=key, **update.render()
                 )
                 removed += 1

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.exceptions import ConfigError, RuleError
 from aggregator.core.layout import leaderboard_partition
 from aggregator.core.lifecycle import (
@@ -142,7 +143,7 @@ class Rebuild:
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
         poll_seconds: float = 5.0,
         on_wait: Callable[[str, float], None] | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = time.time,
         sleep: Callable[[float], None] = time.sleep,
         **backfill_options: Any,
     ) -> None:
@@ -263,7 +264,7 @@ def reindex_leaderboard(
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         As DynamoDB raises it (a conditional failure is a dropped aggregate, skipped).
     """
     layout = rules.layout

@@ -51,13 +51,14 @@ consistent) and four reads of the rules' aggregates; one ``UpdateItem`` per repa
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.engine import (
     NO_AMOUNTS,
     AggregateRef,
@@ -289,7 +290,7 @@ def reconcile(
     rule_names: Iterable[str] | None = None,
     repair: bool = False,
     settle_seconds: float = 90.0,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = time.time,
 ) -> ReconcileReport:
     """Compare the rules' aggregates with the rules over the table's items (module docstring).
 
@@ -453,7 +454,7 @@ def _refuse_unchecked(rules: RuleSet, states: dict[str, RuleState], names: list[
             )
 
 
-def _check(checker: _Checker, report: ReconcileReport, clock: Callable[[], float]) -> _Check:
+def _check(checker: _Checker, report: ReconcileReport, clock: Clock) -> _Check:
     """Read the stored aggregates, scan for the expected values, read the aggregates again, and
     count the check (and its items scanned) in ``report``."""
     now = clock()
