@@ -96,11 +96,11 @@ class DeadLetterWriter:
         last_resort: LastResort | None = None,
         clock: Clock = time.time,
     ) -> None:
-        self.client = client
-        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.last_resort = last_resort
+        self.client = client
+        self.requests = requests_of(client)
         self._clock = clock
 
     def sort_key(self, failure: RecordFailure, shard: str, digest: str) -> str:

@@ -107,9 +107,9 @@ class IndexFloors:
     Parameters
     ----------
     client
-        A boto3 DynamoDB client.
+        The DynamoDB client (boto3's, or a :class:`~aggregator.dynamodb.client.RequestClient`).
     table_name, layout
-        The user's table and the framework's layout in it.
+        Where the floors live: the user's table, under ``layout.control_pk``.
     keep, check_every, refresh_seconds, removal_grace_seconds
         :data:`KEEP`, :data:`CHECK_EVERY`, :data:`REFRESH_SECONDS`,
         :data:`REMOVAL_GRACE_SECONDS`.

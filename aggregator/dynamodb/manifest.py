@@ -459,14 +459,7 @@ class Manifest:
         )
         states, _ = self.load_all()
         if not any(generation_of(s)[0] == rule_name for s in states):
-            try:
-                update = Update().remove(("generations", rule_name)).where_exists("generations")
-                self.requests.send(
-                    "update_item", TableName=self.table_name, Key=self.key, **update.render()
-                )
-            except ClientError as exc:
-                if error_code(exc) != "ConditionalCheckFailedException":
-                    raise
+            self._write_if(Update().remove(("generations", rule_name)).where_exists("generations"))
 
     def _ensure_maps(self) -> None:
         """Create the manifest item's maps (``rules``, ``generations``) where missing, and on a
@@ -487,35 +480,22 @@ class Manifest:
         for state in new:
             update = update.set(("rules", state.name), _state_value(state))
             update = update.where_missing(("rules", state.name))
-        try:
-            self.requests.send(
-                "update_item", TableName=self.table_name, Key=self.key, **update.render()
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            if len(new) > 1:  # another container registered some: one at a time
-                out: dict[str, RuleState] = {}
-                for state in new:
-                    out.update(self._add([state]))
-                return out
-            stored = self.load()
-            return {new[0].name: stored.get(new[0].name, new[0])}
-        return {state.name: state for state in new}
+        if self._write_if(update):
+            return {state.name: state for state in new}
+        if len(new) > 1:  # another container registered some: one at a time
+            out: dict[str, RuleState] = {}
+            for state in new:
+                out.update(self._add([state]))
+            return out
+        stored = self.load()
+        return {new[0].name: stored.get(new[0].name, new[0])}
 
     def mark_unfenced(self, names: Iterable[str]) -> None:
         """Record that a handler counts these rules without fences (its events name no shard):
         a backfill of them could not be exact, and refuses to start."""
         for name in names:
-            try:
-                update = Update().set(("rules", name, "unfenced"), {"BOOL": True})
-                update = update.where_exists(("rules", name))
-                self.requests.send(
-                    "update_item", TableName=self.table_name, Key=self.key, **update.render()
-                )
-            except ClientError as exc:
-                if error_code(exc) != "ConditionalCheckFailedException":
-                    raise
+            update = Update().set(("rules", name, "unfenced"), {"BOOL": True})
+            self._write_if(update.where_exists(("rules", name)))
 
     def activate(self, names: list[str], *, now: float) -> list[str]:
         """Turn the ``pending`` rules ``names`` ``active`` since ``now`` (epoch seconds) without a
