@@ -129,7 +129,6 @@ class IndexFloors:
         removal_grace_seconds: float = REMOVAL_GRACE_SECONDS,
         clock: Clock = time.time,
     ) -> None:
-        self.client = client
         self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout

@@ -136,7 +136,6 @@ class TopLists:
     def __init__(
         self, client: DynamoDBClient, table_name: str, layout: TableLayout, *, keep: int = KEEP
     ) -> None:
-        self.client = client
         self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from aggregator.core.exceptions import QueryError, RuleError
@@ -32,6 +31,9 @@ class StoreReader:
     ----------
     requester
         The request client every read of the store goes through (manifest reads aside).
+    counts
+        What it sent (:class:`~aggregator.dynamodb.client.RequestCounts`): ``requests``, and
+        ``read_units`` the endpoint reported for the requests that asked for it.
     top_fallbacks
         ``top`` calls the leaderboard index or top lists could not answer exactly.
     """
@@ -46,29 +48,12 @@ class StoreReader:
     ) -> None:
         self.client = client
         self.requester = RequestClient(client)
+        self.counts = self.requester.counts
         self.table_name = table_name
         self.rules = rules
         self.layout = layout
         self.generations = generations
         self.top_fallbacks = 0
-
-    @property
-    def requests(self) -> int:
-        """Requests sent (manifest reads aside)."""
-        return self.requester.counts.requests
-
-    @requests.setter
-    def requests(self, value: int) -> None:
-        self.requester.counts.requests = value
-
-    @property
-    def read_units(self) -> Decimal:
-        """Read capacity the endpoint reported for the requests that asked for it."""
-        return self.requester.counts.read_units
-
-    @read_units.setter
-    def read_units(self, value: Decimal) -> None:
-        self.requester.counts.read_units = value
 
     def rule(self, name: str) -> Rule:
         """The rule ``name``; :class:`QueryError` when the rule set has none."""
@@ -125,12 +110,12 @@ class StoreReader:
         """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``
         (:meth:`page_units`)."""
         items: list[dict[str, Any]] = []
-        before = self.requests
+        before = self.counts.requests
         units = 0
         for page in self.pages(between=(low, high)):
             units += self.page_units(page)
             items.extend(page)
-        return items, self.requests - before, units
+        return items, self.counts.requests - before, units
 
     def page_units(self, page: Sequence[Mapping[str, Any]]) -> int:
         """Modelled RCU of one page of :meth:`pages`. With a sort key a page costs 1 RCU per

@@ -37,11 +37,14 @@ from aggregator.dynamodb.errors import (
 from aggregator.dynamodb.floors import IndexFloors
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.streams import get_records_page, list_shards
+from aggregator.dynamodb.table import table_stream_arn
 from aggregator.dynamodb.tablecheck import check_key_schema
 from aggregator.dynamodb.toplists import TopLists
 from aggregator.operations.reconcile import reconcile
 from aggregator.operations.status import table_status
+from aggregator.operations.toplists import check_top_lists
 
 TABLE = "t"
 THROTTLED = "ProvisionedThroughputExceededException"
@@ -332,6 +335,19 @@ def key_schema_check(fake: FakeClient) -> Any:
     return check_key_schema(fake, TABLE, DEFAULT_LAYOUT)  # type: ignore[arg-type]
 
 
+def routing_read(fake: FakeClient) -> Any:
+    return ShardRouting(fake, TABLE, DEFAULT_LAYOUT, ["r"]).read("shard")  # type: ignore[arg-type]
+
+
+def stream_arn(fake: FakeClient) -> Any:
+    return table_stream_arn(fake, TABLE)  # type: ignore[arg-type]
+
+
+def top_lists_check(fake: FakeClient) -> Any:
+    rules = RuleSet.of(rule("r", key="{pk}", leaderboard=True, leaderboard_store="list"))
+    return check_top_lists(fake, TABLE, rules, ["r"])  # type: ignore[arg-type]
+
+
 PATHS: dict[str, tuple[Callable[[FakeClient], Any], type[Exception]]] = {
     # path: (call, the error a failed request raises there)
     "query get": (store_get, QueryError),
@@ -348,6 +364,9 @@ PATHS: dict[str, tuple[Callable[[FakeClient], Any], type[Exception]]] = {
     "reconcile": (reconcile_rules, AwsRequestError),
     "status": (status_of_table, AwsRequestError),
     "table check": (key_schema_check, AwsRequestError),
+    "table stream": (stream_arn, AwsRequestError),
+    "routing": (routing_read, AwsRequestError),
+    "top lists check": (top_lists_check, AwsRequestError),
 }
 
 
