@@ -183,10 +183,10 @@ def create_table(
             raise
         created = False
     try:
-        client.get_waiter("table_exists").wait(
+        requests_of(client).client.get_waiter("table_exists").wait(
             TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
         )
-    except BotoCoreError as exc:  # WaiterError: the table never became ACTIVE
+    except (ClientError, BotoCoreError) as exc:  # WaiterError: the table never became ACTIVE
         raise wrap_error(exc, "DescribeTable") from exc
     try:
         requests_of(client).send(
