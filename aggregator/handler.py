@@ -49,11 +49,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
-from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.deadletters import SqsLastResort
+from aggregator.dynamodb.errors import AwsError
 from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.dynamodb.tablecheck import check_key_schema
 from aggregator.runtime.processor import StreamProcessor, create_processor
@@ -211,7 +211,7 @@ def build_processor(
     if check_table:
         try:
             problems = check_key_schema(client, settings.table_name, rules.layout)
-        except (ClientError, BotoCoreError) as exc:
+        except AwsError as exc:
             raise ConfigError(f"cannot describe table {settings.table_name!r}: {exc}") from exc
         if problems:
             raise ConfigError(

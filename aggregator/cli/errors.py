@@ -46,7 +46,7 @@ from aggregator.cli.options import META_TABLE
 from aggregator.cli.output import err_console
 from aggregator.core.exceptions import AggregatorError
 from aggregator.core.text import bound, quote
-from aggregator.dynamodb.errors import THROTTLING_ERRORS
+from aggregator.dynamodb.errors import THROTTLING_ERRORS, AwsError
 
 DEBUG_ENV = "AGGREGATOR_DEBUG"
 """Environment variable: ``1`` lets unexpected exceptions propagate with their traceback."""
@@ -80,11 +80,15 @@ _SERVER_CODES = frozenset(
 def _aws_cause(exc: BaseException) -> ClientError | BotoCoreError | None:
     """The AWS SDK error ``exc`` is, or wraps through ``raise ... from`` (``__cause__``, any
     depth), if any. An error merely raised while another was handled (``__context__``) is not
-    taken as wrapping it: its own message is the deliberate one."""
+    taken as wrapping it: its own message is the deliberate one. The request client's wrappers
+    (:class:`~aggregator.dynamodb.errors.AwsError`, a ``ClientError`` or ``BotoCoreError``
+    themselves) give way to botocore's error they carry, so the line is the one botocore's
+    error gives."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, ClientError | BotoCoreError):
+        wrapper = isinstance(current, AwsError) and current.__cause__ is not None
+        if isinstance(current, ClientError | BotoCoreError) and not wrapper:
             return current
         seen.add(id(current))
         current = current.__cause__

@@ -26,9 +26,12 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from aggregator.core.exceptions import AggregatorError
+from aggregator.dynamodb.client import Backoff, requests_of
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+
+    from aggregator.dynamodb.client import RequestClient
 
 
 __all__ = [
@@ -48,13 +51,14 @@ BATCH_GET_KEYS = 100
 single operation can retrieve up to 16 MB of data, which can contain as many as 100 items")."""
 MAX_ROUNDS = 8
 """Requests sent for one chunk of keys before the keys still unprocessed are given up on."""
-_FIRST_BACKOFF = 0.05
-_MAX_BACKOFF = 1.0
+_ROUNDS_BACKOFF = Backoff()
+"""Waits between the rounds of one chunk: the request client's one backoff (0.05 s, doubling,
+at most 1 s)."""
 
 Sender = Callable[..., dict[str, Any]]
 """``call(operation, **request)``: sends one complete request (here ``"batch_get_item"``) and
-returns the response; a boto3 client's method by name (:func:`client_call`) or a wrapper that
-counts requests and capacity and translates errors (``AggregateStore._send``)."""
+returns the response: :meth:`aggregator.dynamodb.client.RequestClient.send` (which counts
+requests and capacity and raises the project's errors), as :func:`client_call` gives it."""
 
 
 class WhenUnprocessed(Enum):
@@ -99,15 +103,11 @@ class BatchGetResult:
     unprocessed: list[dict[str, Any]] = field(default_factory=list)
 
 
-def client_call(client: DynamoDBClient) -> Sender:
-    """A :data:`Sender` over a plain boto3 client: the client's method by name, nothing counted
-    or translated."""
-
-    def call(operation: str, **request: Any) -> dict[str, Any]:
-        response: dict[str, Any] = getattr(client, operation)(**request)
-        return response
-
-    return call
+def client_call(client: DynamoDBClient | RequestClient) -> Sender:
+    """A :data:`Sender` over a boto3 client or a request client: the send of
+    :func:`~aggregator.dynamodb.client.requests_of` ``client`` (the project's errors, counted
+    there)."""
+    return requests_of(client).send
 
 
 def key_ident(key: dict[str, Any]) -> str:
@@ -162,11 +162,12 @@ def batch_get(
     ------
     UnprocessedKeysError
         Under :attr:`WhenUnprocessed.RAISE`, when a chunk's keys stay unprocessed.
-    Exception
+    aggregator.dynamodb.errors.AwsError
         Whatever ``call`` raises, unchanged and at once (no retry here: a throttling error is
-        one that outlasted botocore's own retries; an ``AccessDeniedException`` is final).
-        A plain boto3 client's ``botocore.exceptions.ClientError`` or ``BotoCoreError``; the
-        items of earlier chunks are lost with it.
+        one that outlasted the sender's retries; an ``AccessDeniedException`` is final):
+        :class:`~aggregator.dynamodb.errors.AwsRequestError` or
+        :class:`~aggregator.dynamodb.errors.AwsConnectionError` from a request client's send;
+        the items of earlier chunks are lost with it.
     """
     wait = time.sleep if sleep is None else sleep
     unique = list({key_ident(key): key for key in keys}.values())
@@ -175,7 +176,7 @@ def batch_get(
         pending: list[dict[str, Any]] = unique[offset : offset + BATCH_GET_KEYS]
         for attempt in range(MAX_ROUNDS):
             if attempt:  # keys left unprocessed (throughput exceeded): back off
-                wait(min(_FIRST_BACKOFF * 2 ** (attempt - 1), _MAX_BACKOFF))
+                wait(_ROUNDS_BACKOFF.delay(attempt - 1))
             request: dict[str, Any] = {"Keys": pending}
             if consistent:
                 request["ConsistentRead"] = True

@@ -19,7 +19,6 @@ unprocessed).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -56,7 +55,7 @@ def query_collection(
     between: tuple[str, str] | None = None,
     descending: bool = False,
     page_items: int | None = None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
 ) -> Iterator[CollectionPage]:
     """Pages of the items under the reserved ``partition`` whose sort key text begins with
     ``begins_with`` or lies in ``between`` (inclusive), or all of them.
@@ -147,7 +146,7 @@ def _fetch(
     table_name: str,
     layout: TableLayout,
     index_items: list[dict[str, Any]],
-    sleep: Callable[[float], None],
+    sleep: Callable[[float], None] | None,
 ) -> list[dict[str, Any]]:
     """The items behind a page of the keys-only index, in the page's order; items deleted since
     the index was read are left out."""
@@ -161,7 +160,7 @@ def batch_get_items(
     table_name: str,
     keys: list[dict[str, Any]],
     *,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
 ) -> list[dict[str, Any] | None]:
     """The items of ``keys`` (primary keys in DynamoDB JSON, repeats allowed), in the same
     order, ``None`` for an item that does not exist: strongly consistent ``BatchGetItem``

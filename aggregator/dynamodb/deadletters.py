@@ -63,41 +63,34 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from aggregator.core.engine import RECORD_RULE, BatchDeltas, Engine, RecordFailure
+from aggregator.core.clock import Clock
+from aggregator.core.engine import RECORD_RULE, BatchDeltas, Engine
 from aggregator.core.exceptions import FailureCause, RuleError, WriteError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
-from aggregator.core.records import (
-    Image,
-    MalformedRecord,
-    json_digest,
-    pad_sequence_number,
-    parse_record,
-    record_json,
-)
+from aggregator.core.records import Image, MalformedRecord, parse_record
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.core.text import bound
-from aggregator.dynamodb.collections import batch_get_items, client_call, query_collection
-from aggregator.dynamodb.writer import (
-    MAX_ITEM_BYTES,
-    WriteStats,
-    add_update,
-    error_code,
-    item_size,
+from aggregator.dynamodb.client import RequestClient, requests_of
+from aggregator.dynamodb.collections import batch_get_items, query_collection
+from aggregator.dynamodb.deadletter_writer import (
+    REJECTED_ITEM_ERRORS,
+    DeadLetterWriter,
+    LastResort,
+    SqsLastResort,
 )
+from aggregator.dynamodb.errors import AwsRequestError
+from aggregator.dynamodb.writer import add_update
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
-    from mypy_boto3_sqs import SQSClient
 
 
 __all__ = [
+    "REJECTED_ITEM_ERRORS",
     "DeadLetter",
     "DeadLetterWriter",
     "LastResort",
@@ -116,42 +109,6 @@ plus an hour, after which Lambda can no longer deliver their record again."""
 
 RECORD_FORMS = ("json", "zlib", "keys", "digest")
 """How a dead letter keeps its record, most complete first (module docstring)."""
-
-REJECTED_ITEM_ERRORS = frozenset(
-    {"ValidationException", "ItemCollectionSizeLimitExceededException"}
-)
-"""Error codes meaning DynamoDB refuses this item for good (its size or contents, a full item
-collection): only these take the fallback path (minimal form, then the last-resort queue).
-Everything else (throttling, 5xx, the network, and configuration errors such as
-``AccessDeniedException`` or ``ResourceNotFoundException``, which the last resort would only
-hide) fails the batch, and Lambda retries it."""
-
-_ITEM_MARGIN_BYTES = 1024
-"""Kept free under the 400 KB limit: the size model is DynamoDB's, but a margin costs nothing."""
-
-
-class LastResort(Protocol):
-    """Where a dead letter goes when DynamoDB rejects even its minimal form."""
-
-    def send(self, message: dict[str, Any]) -> None:
-        """Deliver ``message`` (a small JSON-serializable mapping) or raise."""
-        ...
-
-
-class SqsLastResort:
-    """Sends last-resort dead letters to an SQS queue (the template's on-failure queue).
-
-    Messages are JSON objects: ``{"source": "ddb-aggregator", "kind": "dead-letter", "table",
-    "shard_id", "sequence_number", "rule", "cause", "reason", "record_sha256", "record_bytes",
-    "keys"}`` (``keys`` only when small), far below SQS's message size limit.
-    """
-
-    def __init__(self, client: SQSClient, queue_url: str) -> None:
-        self.client = client
-        self.queue_url = queue_url
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.client.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps(message))
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,205 +190,6 @@ class ReplayResult:
     still_failing: list[str] = field(default_factory=list)
 
 
-class DeadLetterWriter:
-    """Writes dead letters (module docstring) with DynamoDB ``PutItem``.
-
-    Parameters
-    ----------
-    client
-        A boto3 DynamoDB client.
-    table_name, layout
-        Where the dead letters go (``layout.dead_letters_pk``).
-    last_resort
-        Optional :class:`LastResort` (e.g. :class:`SqsLastResort`).
-    clock
-        Epoch seconds for ``failed_at``.
-    """
-
-    def __init__(
-        self,
-        client: DynamoDBClient,
-        table_name: str,
-        *,
-        layout: TableLayout = DEFAULT_LAYOUT,
-        last_resort: LastResort | None = None,
-        clock: Any = time.time,
-    ) -> None:
-        self.client = client
-        self.table_name = table_name
-        self.layout = layout
-        self.last_resort = last_resort
-        self._clock = clock
-
-    def sort_key(self, failure: RecordFailure, shard: str, digest: str) -> str:
-        position = (
-            pad_sequence_number(failure.sequence_number)
-            if failure.sequence_number is not None
-            else f"unsequenced-{digest[:40]}"
-        )
-        return f"{shard}#{position}#{failure.rule}"
-
-    def items(self, failure: RecordFailure, shard: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``(item, minimal item)`` for one failure, as plain values (``str``, ``bytes``,
-        ``bool``, ``Decimal``); the item keeps the record in the first form that fits."""
-        lay = self.layout
-        text = record_json(failure.record)
-        digest = json_digest(text)  # of the same text: the record is serialized once
-        size = len(text.encode("utf-8", "surrogatepass"))
-        base: dict[str, Any] = {
-            **lay.item_fields(lay.dead_letters_pk, self.sort_key(failure, shard, digest)),
-            "rule": failure.rule,
-            "cause": str(failure.cause),
-            "reason": bound(failure.reason),
-            "shard_id": shard,
-            "failed_at": datetime.fromtimestamp(self._clock(), UTC).isoformat(),
-            "record_sha256": digest,
-            "record_bytes": Decimal(size),
-        }
-        if failure.sequence_number is not None:
-            base["sequence_number"] = failure.sequence_number
-        if failure.image is not None:
-            base["image"] = failure.image
-        minimal = {**base, "reason": bound(failure.reason, 200), "record_form": "digest"}
-        minimal["replayable"] = False
-        budget = MAX_ITEM_BYTES - _ITEM_MARGIN_BYTES
-        candidates: list[dict[str, Any]] = [{"record_form": "json", "record": text}]
-        if size > budget // 2:
-            packed = zlib.compress(text.encode("utf-8", "surrogatepass"), 6)
-            candidates.append({"record_form": "zlib", "record_zlib": packed})
-        keys = _keys_only(failure.record)
-        if keys is not None:
-            candidates.append({"record_form": "keys", "record_keys": record_json(keys)})
-        for extra in candidates:
-            item = {**base, **extra}
-            item["replayable"] = (
-                failure.replayable
-                and failure.image is None
-                and extra["record_form"] in ("json", "zlib")
-            )
-            if item_size(item) <= budget:
-                return item, minimal
-        return minimal, minimal
-
-    def write(self, failures: list[RecordFailure], *, shard_id: str | None = None) -> WriteStats:
-        """Write one dead letter per failure.
-
-        Returns
-        -------
-        WriteStats
-            ``dead_letters`` written (to the table or the last-resort queue), and
-            ``dead_letters_compacted``, ``dead_letter_fallbacks``, ``dead_letters_to_queue``.
-
-        Raises
-        ------
-        WriteError
-            When a dead letter could not be recorded anywhere, or DynamoDB failed transiently:
-            the batch must then be retried (nothing of it has been applied yet).
-        """
-        stats = WriteStats()
-        shard = shard_id or "unknown-shard"
-        for failure in failures:
-            item, minimal = self.items(failure, shard)
-            if item["record_form"] != "json":
-                stats.dead_letters_compacted += 1
-            rejected: ClientError | None = None
-            for attempt, candidate in enumerate((item, minimal)):  # minimal: after a rejection
-                try:
-                    self._put(candidate, stats)
-                except ClientError as exc:
-                    if error_code(exc) not in REJECTED_ITEM_ERRORS:
-                        raise self._error(failure, exc) from exc
-                    stats.dead_letter_fallbacks += attempt == 0
-                    rejected = exc
-                    continue
-                except BotoCoreError as exc:
-                    raise self._error(failure, exc) from exc
-                stats.dead_letters += 1
-                rejected = None
-                break
-            if rejected is not None:
-                self._send_last_resort(failure, minimal, rejected, stats)
-        return stats
-
-    def _put(self, item: dict[str, Any], stats: WriteStats) -> None:
-        stats.requests += 1
-        self.client.put_item(TableName=self.table_name, Item=_to_dynamodb(item))
-
-    def _send_last_resort(
-        self,
-        failure: RecordFailure,
-        minimal: dict[str, Any],
-        exc: BaseException,
-        stats: WriteStats,
-    ) -> None:
-        if self.last_resort is None:
-            raise WriteError(
-                f"could not dead-letter record {failure.sequence_number} (rule {failure.rule!r}) "
-                f"and no last-resort queue is configured: {bound(str(exc), 300)}"
-            ) from exc
-        keys = _keys_only(failure.record)
-        message = {
-            "source": "ddb-aggregator",
-            "kind": "dead-letter",
-            "table": self.table_name,
-            "shard_id": minimal["shard_id"],
-            "sequence_number": failure.sequence_number,
-            "rule": failure.rule,
-            "cause": str(failure.cause),
-            "reason": minimal["reason"],
-            "record_sha256": minimal["record_sha256"],
-            "record_bytes": int(minimal["record_bytes"]),
-            "dynamodb_error": bound(str(exc), 300),
-        }
-        keys_text = None if keys is None else record_json(keys)
-        if keys_text is not None and len(keys_text) <= 4096:
-            message["keys"] = json.loads(keys_text)
-        try:
-            self.last_resort.send(message)
-        except (ClientError, BotoCoreError) as sent:
-            raise WriteError(
-                f"could not dead-letter record {failure.sequence_number} (rule {failure.rule!r}) "
-                f"in the table or the last-resort queue: {bound(str(sent), 300)}"
-            ) from sent
-        stats.dead_letters += 1
-        stats.dead_letters_to_queue += 1
-
-    @staticmethod
-    def _error(failure: RecordFailure, exc: BaseException) -> WriteError:
-        return WriteError(
-            f"could not dead-letter record {failure.sequence_number} "
-            f"(rule {failure.rule!r}): {bound(str(exc), 300)}"
-        )
-
-
-def _keys_only(raw: Any) -> dict[str, Any] | None:
-    """The identifying part of a record, or ``None`` when it has none."""
-    if not isinstance(raw, dict):
-        return None
-    dynamodb = raw.get("dynamodb")
-    out: dict[str, Any] = {"eventName": raw.get("eventName"), "eventID": raw.get("eventID")}
-    if isinstance(dynamodb, dict):
-        out["dynamodb"] = {
-            "Keys": dynamodb.get("Keys"),
-            "SequenceNumber": dynamodb.get("SequenceNumber"),
-        }
-    return out
-
-
-def _to_dynamodb(item: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in item.items():
-        if isinstance(value, bool):
-            out[name] = {"BOOL": value}
-        elif isinstance(value, Decimal):
-            out[name] = {"N": str(value)}
-        elif isinstance(value, bytes):
-            out[name] = {"B": value}
-        else:
-            out[name] = {"S": value}
-    return out
-
-
 def _stored_record(item: dict[str, Any]) -> Any:
     if "record" in item:
         return json.loads(item["record"]["S"])
@@ -448,7 +206,8 @@ def list_dead_letters(
     """Every dead letter, in shard and sequence order (paginated ``Query``; on a table without a
     sort key through the collection index, :mod:`aggregator.dynamodb.collections`)."""
 
-    for page in query_collection(client_call(client), table_name, layout, layout.dead_letters_pk):
+    pages = query_collection(requests_of(client).send, table_name, layout, layout.dead_letters_pk)
+    for page in pages:
         for item in page:
             form = item.get("record_form", {}).get("S", "json")
             if item.get("record_truncated", {}).get("BOOL"):  # written before record_form
@@ -508,7 +267,7 @@ def letter_states(
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When DynamoDB refuses the reads.
     aggregator.dynamodb.batch.UnprocessedKeysError
         When DynamoDB leaves keys unprocessed eight requests in a row.
@@ -533,7 +292,7 @@ def letter_states(
             out[at] = LetterState(letter, "unknown", f"rule {letter.rule!r} is not defined")
         else:
             probe.append((at, key))
-    items = batch_get_items(client_call(client), table_name, [key for _, key in probe])
+    items = batch_get_items(requests_of(client).send, table_name, [key for _, key in probe])
     for (at, _), item in zip(probe, items, strict=True):
         letter = letters[at]
         if item is None:
@@ -564,18 +323,21 @@ def clear_healed_dead_letters(
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When DynamoDB refuses a read or a delete.
     """
     layout = rules.layout if layout is None else layout
     if letters is None:
         letters = list(list_dead_letters(client, table_name, layout=layout))
+    requests = requests_of(client)
     cleared = 0
     for state in letter_states(client, table_name, letters, rules, layout=layout):
         if state.state != "healed":
             continue
-        client.delete_item(
-            TableName=table_name, Key=layout.item_key(layout.dead_letters_pk, state.letter.sort_key)
+        requests.send(
+            "delete_item",
+            TableName=table_name,
+            Key=layout.item_key(layout.dead_letters_pk, state.letter.sort_key),
         )
         cleared += 1
     return cleared, len(letters) - cleared
@@ -588,7 +350,7 @@ def replay_dead_letters(
     *,
     layout: TableLayout | None = None,
     min_age_seconds: float = DEFAULT_REPLAY_MIN_AGE_SECONDS,
-    clock: Any = time.time,
+    clock: Clock = time.time,
 ) -> ReplayResult:
     """Re-apply every dead letter of which nothing applied and whose rule now evaluates,
     exactly once (on ``layout``, default the rule set's). Letters of bad item images are never
@@ -703,7 +465,10 @@ def _replay_actions(
 
 
 def _apply_replay(
-    client: DynamoDBClient, actions: list[dict[str, Any]], result: ReplayResult, where: str
+    client: DynamoDBClient | RequestClient,
+    actions: list[dict[str, Any]],
+    result: ReplayResult,
+    where: str,
 ) -> None:
     """Run one replay's transaction and count it in ``result`` (replayed, no change, or already
     replayed when the dead letter was gone).
@@ -714,8 +479,10 @@ def _apply_replay(
         When the transaction fails for another reason than the dead letter being gone.
     """
     try:
-        client.transact_write_items(TransactItems=cast("list[TransactWriteItemTypeDef]", actions))
-    except ClientError as exc:
+        requests_of(client).send(
+            "transact_write_items", TransactItems=cast("list[TransactWriteItemTypeDef]", actions)
+        )
+    except AwsRequestError as exc:
         reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
         if reasons and reasons[-1] == "ConditionalCheckFailed":
             result.already_replayed += 1

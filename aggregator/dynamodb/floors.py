@@ -57,14 +57,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.layout import TableLayout
-from aggregator.dynamodb.batch import BATCH_GET_KEYS, WhenUnprocessed, batch_get, client_call
+from aggregator.dynamodb.batch import BATCH_GET_KEYS, WhenUnprocessed, batch_get
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update, with_collection
 
@@ -105,9 +107,9 @@ class IndexFloors:
     Parameters
     ----------
     client
-        A boto3 DynamoDB client.
+        The DynamoDB client (boto3's, or a :class:`~aggregator.dynamodb.client.RequestClient`).
     table_name, layout
-        The user's table and the framework's layout in it.
+        Where the floors live: the user's table, under ``layout.control_pk``.
     keep, check_every, refresh_seconds, removal_grace_seconds
         :data:`KEEP`, :data:`CHECK_EVERY`, :data:`REFRESH_SECONDS`,
         :data:`REMOVAL_GRACE_SECONDS`.
@@ -125,9 +127,9 @@ class IndexFloors:
         check_every: int = CHECK_EVERY,
         refresh_seconds: float = REFRESH_SECONDS,
         removal_grace_seconds: float = REMOVAL_GRACE_SECONDS,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = time.time,
     ) -> None:
-        self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.keep = keep
@@ -181,7 +183,7 @@ class IndexFloors:
         (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RETURN`)."""
         lay = self.layout
         read = batch_get(
-            client_call(self.client),
+            self.requests.send,
             self.table_name,
             [self._key(p) for p in partitions],
             consistent=False,
@@ -232,7 +234,8 @@ class IndexFloors:
         one's value, on condition that the stored floor is lower. Returns the modelled WCU of
         the floor's write (0 when none)."""
         lay = self.layout
-        response = self.client.query(
+        response = self.requests.send(
+            "query",
             TableName=self.table_name,
             IndexName=lay.leaderboard_index,
             KeyConditionExpression="#lb = :p",
@@ -265,7 +268,7 @@ class IndexFloors:
             update = update.set(lay.ttl_attribute, {"N": str(expires)})
         update = update.where_missing_or_below(lay.value_attribute, {"N": str(candidate)})
         try:
-            self.client.update_item(TableName=self.table_name, Key=key, **update.render())
+            self.requests.send("update_item", TableName=self.table_name, Key=key, **update.render())
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise

@@ -28,18 +28,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import (
     Fence,
     Genesis,
     RuleState,
-    ShardOpening,
     counted_from_start,
     fence_before,
     generation_name,
@@ -50,11 +50,12 @@ from aggregator.core.lifecycle import (
     storage_rules,
     stream_label,
 )
-from aggregator.core.records import pad_sequence_number
 from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.client import requests_of
+from aggregator.dynamodb.errors import error_code
+from aggregator.dynamodb.fences import FenceStore
 from aggregator.dynamodb.streams import list_shards
 from aggregator.dynamodb.updates import Update, with_collection
-from aggregator.dynamodb.writer import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -135,6 +136,83 @@ def _genesis(item: dict[str, Any]) -> Genesis | None:
     return Genesis(value["stream_label"]["S"], value.get("set_by", {}).get("S", "create-table"))
 
 
+@dataclass(slots=True)
+class _Resolution:
+    """What :meth:`Manifest.register` found for each rule: the live generation ``chosen`` (by
+    storage name), the ``new`` rules' states, the rules refused (``changed``, ``moved``,
+    ``gone``), and the leaderboard flags to record (``unrecorded``, ``running``)."""
+
+    chosen: dict[str, RuleState] = field(default_factory=dict)
+    new: list[RuleState] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    unrecorded: list[tuple[str, bool]] = field(default_factory=list)
+    running: list[tuple[str, bool]] = field(default_factory=list)
+
+    def refuse(self) -> None:
+        """Raise :class:`ConfigError` for the refused rules, if any (:meth:`Manifest.register`)."""
+        if self.changed:
+            raise ConfigError(
+                f"rule(s) {', '.join(self.changed)} changed definition under the same name: "
+                "their aggregates were built with the old one, and mixing two definitions in one "
+                "aggregate is silent corruption; run `aggregator rebuild RULE` with the new "
+                "definition before deploying it (or give the changed rule a new name)"
+            )
+        if self.moved:
+            raise ConfigError(
+                f"rule(s) {', '.join(self.moved)}: only where the ranking is kept changed "
+                "(leaderboard_store): the aggregates keep their values, but each generation "
+                "keeps its ranking in one store; run `aggregator rebuild RULE` with the new "
+                "definition before deploying it (it builds a generation with the new store and "
+                "switches readers to it)"
+            )
+        if self.gone:
+            raise ConfigError(
+                f"rule(s) {', '.join(self.gone)}: this definition's aggregates were retired by a "
+                "rebuild or are being dropped; deploy the current definition, or run `aggregator "
+                "rebuild RULE` to build this one again"
+            )
+
+
+def _resolve(
+    rules: RuleSet, states: dict[str, RuleState], clock: int, candidate: bool
+) -> _Resolution:
+    """Each rule's generation among ``states`` (:meth:`Manifest.register`), nothing written."""
+    found = _Resolution()
+    for r in rules:
+        fingerprint = rule_fingerprint(r)
+        family = generations_of(r.name, states)
+        if not family:
+            found.new.append(
+                RuleState(
+                    r.name,
+                    fingerprint,
+                    "pending",
+                    clock,
+                    leaderboard=r.leaderboard,
+                    handler_leaderboard=r.leaderboard,
+                    target_attribute=None if r.target is None else r.target.attribute,
+                    genesis=candidate,
+                )
+            )
+            continue
+        state = live_generation(r, states)
+        if state is not None:
+            found.chosen[state.name] = state
+            if state.leaderboard is None:
+                found.unrecorded.append((state.name, r.leaderboard))
+            if state.handler_leaderboard != r.leaderboard:
+                found.running.append((state.name, r.leaderboard))
+        elif any(s.fingerprint == fingerprint for s in family):
+            found.gone.append(r.name)
+        elif _store_moved(r, family):
+            found.moved.append(r.name)
+        else:
+            found.changed.append(r.name)
+    return found
+
+
 class Manifest:
     """The deployed rules' states (module docstring).
 
@@ -150,6 +228,7 @@ class Manifest:
 
     def __init__(self, client: DynamoDBClient, table_name: str, layout: TableLayout) -> None:
         self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.key = layout.item_key(layout.control_pk, MANIFEST_SORT_KEY)
@@ -157,7 +236,9 @@ class Manifest:
     def _write_if(self, update: Update) -> bool:
         """Send ``update`` to the manifest item; ``False`` when its condition does not hold."""
         try:
-            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+            self.requests.send(
+                "update_item", TableName=self.table_name, Key=self.key, **update.render()
+            )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
@@ -165,13 +246,11 @@ class Manifest:
         return True
 
     def _item(self) -> dict[str, Any]:
-        item: dict[str, Any] = (
-            self.client.get_item(TableName=self.table_name, Key=self.key, ConsistentRead=True).get(
-                "Item"
-            )
-            or {}
-        )
-        return item
+        where: dict[str, Any] = {"TableName": self.table_name, "Key": self.key}
+        item: dict[str, Any] | None = self.requests.send(
+            "get_item", ConsistentRead=True, **where
+        ).get("Item")
+        return item or {}
 
     def load(self) -> dict[str, RuleState]:
         """Every generation's state by storage name (strongly consistent read); ``{}`` when
@@ -212,7 +291,32 @@ class Manifest:
         """
         clock = int(time.time() if now is None else now)
         item = self._item()
-        states = manifest_states(item)
+        candidate = self._genesis_candidate(item, genesis_stream_arn, clock)
+        found = _resolve(rules, manifest_states(item), clock, candidate)
+        found.refuse()
+        chosen = found.chosen
+        # only once nothing is refused: a taken-up generation must be counted from now on
+        for name, state in list(chosen.items()):
+            if state.status == "requested":
+                chosen[name] = self._take_up(state, clock)
+        if found.new:
+            chosen.update(self._add(found.new))
+        # entries from before the flag was recorded: their aggregates were written under this
+        # definition's flag as far as anyone can tell; from now on a change of it shows
+        for name, flag in found.unrecorded:
+            if self.set_leaderboard(name, flag, only_if_unrecorded=True):
+                chosen[name] = replace(chosen[name], leaderboard=flag)
+        # the flag this handler indexes with, where it changed (a write only then)
+        for name, flag in found.running:
+            if self.set_leaderboard(name, flag, attribute="handler_leaderboard"):
+                chosen[name] = replace(chosen[name], handler_leaderboard=flag)
+        return chosen
+
+    def _genesis_candidate(
+        self, item: dict[str, Any], genesis_stream_arn: str | None, clock: int
+    ) -> bool:
+        """Whether a new rule is a genesis candidate: the manifest's genesis (recorded here
+        from ``genesis_stream_arn`` when it holds none) holds at ``clock``."""
         genesis = _genesis(item)
         if genesis is None and genesis_stream_arn:
             if self.record_genesis(genesis_stream_arn, "stack"):
@@ -220,81 +324,7 @@ class Manifest:
             else:  # another container recorded one first: the one in force
                 genesis = self.genesis()
         # a new rule on a stream that holds every write of its table may need no backfill
-        candidate = genesis is not None and genesis.holds(None, clock)
-        chosen: dict[str, RuleState] = {}
-        new: list[RuleState] = []
-        changed: list[str] = []
-        moved: list[str] = []
-        gone: list[str] = []
-        unrecorded: list[tuple[str, bool]] = []
-        running: list[tuple[str, bool]] = []
-        for r in rules:
-            fingerprint = rule_fingerprint(r)
-            family = generations_of(r.name, states)
-            if not family:
-                new.append(
-                    RuleState(
-                        r.name,
-                        fingerprint,
-                        "pending",
-                        clock,
-                        leaderboard=r.leaderboard,
-                        handler_leaderboard=r.leaderboard,
-                        target_attribute=None if r.target is None else r.target.attribute,
-                        genesis=candidate,
-                    )
-                )
-                continue
-            state = live_generation(r, states)
-            if state is not None:
-                chosen[state.name] = state
-                if state.leaderboard is None:
-                    unrecorded.append((state.name, r.leaderboard))
-                if state.handler_leaderboard != r.leaderboard:
-                    running.append((state.name, r.leaderboard))
-            elif any(s.fingerprint == fingerprint for s in family):
-                gone.append(r.name)
-            elif _store_moved(r, family):
-                moved.append(r.name)
-            else:
-                changed.append(r.name)
-        if changed:
-            raise ConfigError(
-                f"rule(s) {', '.join(changed)} changed definition under the same name: their "
-                "aggregates were built with the old one, and mixing two definitions in one "
-                "aggregate is silent corruption; run `aggregator rebuild RULE` with the new "
-                "definition before deploying it (or give the changed rule a new name)"
-            )
-        if moved:
-            raise ConfigError(
-                f"rule(s) {', '.join(moved)}: only where the ranking is kept changed "
-                "(leaderboard_store): the aggregates keep their values, but each generation "
-                "keeps its ranking in one store; run `aggregator rebuild RULE` with the new "
-                "definition before deploying it (it builds a generation with the new store and "
-                "switches readers to it)"
-            )
-        if gone:
-            raise ConfigError(
-                f"rule(s) {', '.join(gone)}: this definition's aggregates were retired by a "
-                "rebuild or are being dropped; deploy the current definition, or run `aggregator "
-                "rebuild RULE` to build this one again"
-            )
-        # only once nothing is refused: a taken-up generation must be counted from now on
-        for name, state in list(chosen.items()):
-            if state.status == "requested":
-                chosen[name] = self._take_up(state, clock)
-        if new:
-            chosen.update(self._add(new))
-        # entries from before the flag was recorded: their aggregates were written under this
-        # definition's flag as far as anyone can tell; from now on a change of it shows
-        for name, flag in unrecorded:
-            if self.set_leaderboard(name, flag, only_if_unrecorded=True):
-                chosen[name] = replace(chosen[name], leaderboard=flag)
-        # the flag this handler indexes with, where it changed (a write only then)
-        for name, flag in running:
-            if self.set_leaderboard(name, flag, attribute="handler_leaderboard"):
-                chosen[name] = replace(chosen[name], handler_leaderboard=flag)
-        return chosen
+        return genesis is not None and genesis.holds(None, clock)
 
     def genesis(self) -> Genesis | None:
         """The stream recorded as created together with the table, if any (strongly
@@ -309,7 +339,7 @@ class Manifest:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsError
             For any error but an existing genesis.
         """
         label = stream_label(stream_arn)
@@ -421,19 +451,15 @@ class Manifest:
         """Delete a generation's entry (the end of ``aggregator drop-rule``), and its rule's
         serving pointer when it was the last generation."""
         rule_name = generation_of(storage_name)[0]
-        self.client.update_item(
+        self.requests.send(
+            "update_item",
             TableName=self.table_name,
             Key=self.key,
             **Update().remove(("rules", storage_name)).render(),
         )
         states, _ = self.load_all()
         if not any(generation_of(s)[0] == rule_name for s in states):
-            try:
-                update = Update().remove(("generations", rule_name)).where_exists("generations")
-                self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
-            except ClientError as exc:
-                if error_code(exc) != "ConditionalCheckFailedException":
-                    raise
+            self._write_if(Update().remove(("generations", rule_name)).where_exists("generations"))
 
     def _ensure_maps(self) -> None:
         """Create the manifest item's maps (``rules``, ``generations``) where missing, and on a
@@ -442,7 +468,9 @@ class Manifest:
             Update().set_if_missing("rules", {"M": {}}).set_if_missing("generations", {"M": {}})
         )
         update = with_collection(update, self.layout, self.layout.control_pk)
-        self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
+        self.requests.send(
+            "update_item", TableName=self.table_name, Key=self.key, **update.render()
+        )
 
     def _add(self, new: list[RuleState]) -> dict[str, RuleState]:
         """Add the rules' states unless present (one request for all of them when no other
@@ -452,31 +480,22 @@ class Manifest:
         for state in new:
             update = update.set(("rules", state.name), _state_value(state))
             update = update.where_missing(("rules", state.name))
-        try:
-            self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            if len(new) > 1:  # another container registered some: one at a time
-                out: dict[str, RuleState] = {}
-                for state in new:
-                    out.update(self._add([state]))
-                return out
-            stored = self.load()
-            return {new[0].name: stored.get(new[0].name, new[0])}
-        return {state.name: state for state in new}
+        if self._write_if(update):
+            return {state.name: state for state in new}
+        if len(new) > 1:  # another container registered some: one at a time
+            out: dict[str, RuleState] = {}
+            for state in new:
+                out.update(self._add([state]))
+            return out
+        stored = self.load()
+        return {new[0].name: stored.get(new[0].name, new[0])}
 
     def mark_unfenced(self, names: Iterable[str]) -> None:
         """Record that a handler counts these rules without fences (its events name no shard):
         a backfill of them could not be exact, and refuses to start."""
         for name in names:
-            try:
-                update = Update().set(("rules", name, "unfenced"), {"BOOL": True})
-                update = update.where_exists(("rules", name))
-                self.client.update_item(TableName=self.table_name, Key=self.key, **update.render())
-            except ClientError as exc:
-                if error_code(exc) != "ConditionalCheckFailedException":
-                    raise
+            update = Update().set(("rules", name, "unfenced"), {"BOOL": True})
+            self._write_if(update.where_exists(("rules", name)))
 
     def activate(self, names: list[str], *, now: float) -> list[str]:
         """Turn the ``pending`` rules ``names`` ``active`` since ``now`` (epoch seconds) without a
@@ -504,75 +523,6 @@ class Manifest:
         if expected_status is not None:
             update = update.where_equals(("rules", state.name, "status"), {"S": expected_status})
         return self._write_if(update)
-
-
-class FenceStore:
-    """Fences per shard under ``layout.control_pk``: one item ``fence#<shardId>`` whose map
-    attributes ``after`` and ``set_by`` are keyed by rule name (module docstring)."""
-
-    def __init__(self, client: DynamoDBClient, table_name: str, layout: TableLayout) -> None:
-        self.client = client
-        self.table_name = table_name
-        self.layout = layout
-
-    def _key(self, shard_id: str) -> dict[str, Any]:
-        return self.layout.item_key(self.layout.control_pk, f"fence#{shard_id}")
-
-    @staticmethod
-    def _fences(shard_id: str, item: dict[str, Any] | None) -> dict[str, Fence]:
-        if not item:
-            return {}
-        after = item.get("after", {}).get("M", {})
-        set_by = item.get("set_by", {}).get("M", {})
-        return {
-            rule: Fence(rule, shard_id, value["S"], set_by.get(rule, {}).get("S", "handler"))
-            for rule, value in after.items()
-        }
-
-    def get(self, shard_id: str) -> dict[str, Fence]:
-        """The fences written for ``shard_id``, by rule (strongly consistent read)."""
-        return dict(self.opening(shard_id).fences)
-
-    def opening(self, shard_id: str) -> ShardOpening:
-        """Where the first batch a handler processed in ``shard_id`` began, and the shard's
-        fences (one strongly consistent read)."""
-        item = self.client.get_item(
-            TableName=self.table_name, Key=self._key(shard_id), ConsistentRead=True
-        ).get("Item")
-        opened = (item or {}).get("opened_after", {}).get("S")
-        return ShardOpening(opened, self._fences(shard_id, item))
-
-    def put_if_absent(
-        self, fences: list[Fence], *, opened_after: str | None = None
-    ) -> dict[str, Fence]:
-        """Write the fences (all of one shard) whose rule has none there yet; returns every
-        fence of the shard in force afterwards. Two requests: one that creates the item's maps
-        if missing, one ``SET after.<rule> = if_not_exists(after.<rule>, :fence)`` per rule.
-
-        ``opened_after`` (the handler's: the fence before its batch's first record) is recorded
-        once, by the first handler batch that reaches the shard: where any handler began
-        processing it (:class:`~aggregator.core.lifecycle.ShardOpening`)."""
-        if not fences:
-            return {}
-        shard_id = fences[0].shard_id
-        key = self._key(shard_id)
-        maps = Update().set_if_missing("after", {"M": {}}).set_if_missing("set_by", {"M": {}})
-        if opened_after is not None:
-            maps = maps.set_if_missing("opened_after", {"S": pad_sequence_number(opened_after)})
-        maps = with_collection(maps, self.layout, self.layout.control_pk)
-        self.client.update_item(TableName=self.table_name, Key=key, **maps.render())
-        update = Update()
-        for fence in fences:
-            after = {"S": pad_sequence_number(fence.after)}
-            update = update.set_if_missing(("after", fence.rule), after)
-            update = update.set_if_missing(("set_by", fence.rule), {"S": fence.set_by})
-        response = self.client.update_item(
-            TableName=self.table_name,
-            Key=key,
-            ReturnValues="ALL_NEW",
-            **update.render(),
-        )
-        return self._fences(shard_id, response.get("Attributes"))
 
 
 class RuleLifecycle:
@@ -604,7 +554,7 @@ class RuleLifecycle:
         client: DynamoDBClient,
         table_name: str,
         *,
-        clock: Any = time.time,
+        clock: Clock = time.time,
         streams: Callable[[], DynamoDBStreamsClient] | None = None,
         genesis_stream_arn: str | None = None,
     ) -> None:

@@ -56,16 +56,18 @@ import hashlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.engine import BatchDeltas
 from aggregator.core.layout import TableLayout
 from aggregator.core.routing import moved_at, next_switch_seconds
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update
 
@@ -261,12 +263,13 @@ class ShardRouting:
         layout: TableLayout,
         rules: Iterable[str],
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = time.time,
         hot_wcu_per_second: float = HOT_WCU_PER_SECOND,
         cool_wcu_per_second: float = COOL_WCU_PER_SECOND,
         start_hot_deltas_per_second: float = START_HOT_DELTAS_PER_SECOND,
     ) -> None:
         self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.rules = tuple(sorted(set(rules)))
@@ -301,7 +304,7 @@ class ShardRouting:
 
         Raises
         ------
-        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+        aggregator.dynamodb.errors.AwsError
             When the routing item cannot be read: nothing of the batch may be evaluated then
             (the invocation fails and Lambda delivers the batch again).
         """
@@ -311,8 +314,8 @@ class ShardRouting:
             known = self._memory.get(shard_id)
             return None if known is None else {r: list(s) for r, s in known.items()}
         self.reads += 1
-        response = self.client.get_item(
-            TableName=self.table_name, Key=self._key(shard_id), ConsistentRead=True
+        response = self.requests.send(
+            "get_item", TableName=self.table_name, Key=self._key(shard_id), ConsistentRead=True
         )
         item = response.get("Item")
         return None if item is None else self._switches(shard_id, item)
@@ -325,7 +328,7 @@ class ShardRouting:
 
         Raises
         ------
-        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+        aggregator.dynamodb.errors.AwsError
             When the item can be neither created nor read.
         """
         hot = sorted(set(hot) & set(self.rules))
@@ -341,8 +344,8 @@ class ShardRouting:
         update = update.where_missing(self.layout.partition_key)  # no such item yet
         self.modelled_wcu += 1
         try:
-            self.client.update_item(
-                TableName=self.table_name, Key=self._key(shard_id), **update.render()
+            self.requests.send(
+                "update_item", TableName=self.table_name, Key=self._key(shard_id), **update.render()
             )
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
@@ -440,8 +443,8 @@ class ShardRouting:
             update = update.where_equals(count, {"N": str(made)})
         self.modelled_wcu += 1
         try:
-            self.client.update_item(
-                TableName=self.table_name, Key=self._key(shard_id), **update.render()
+            self.requests.send(
+                "update_item", TableName=self.table_name, Key=self._key(shard_id), **update.render()
             )
         except (ClientError, BotoCoreError):
             # a lost condition: another invocation of the shard decided first, and what it

@@ -17,13 +17,14 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from botocore.exceptions import ClientError
-
 from aggregator.core.exceptions import AggregatorError
-from aggregator.dynamodb.errors import error_code
+from aggregator.dynamodb.client import RequestClient, requests_of
+from aggregator.dynamodb.errors import AwsRequestError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+
+    StreamsClient = DynamoDBStreamsClient | RequestClient
 
 
 __all__ = [
@@ -94,7 +95,7 @@ def to_lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, An
     return out
 
 
-def list_shards(streams_client: DynamoDBStreamsClient, stream_arn: str) -> list[dict[str, Any]]:
+def list_shards(streams_client: StreamsClient, stream_arn: str) -> list[dict[str, Any]]:
     """Every shard ``DescribeStream`` lists for the stream (following
     ``LastEvaluatedShardId``), as the API returns them (``ShardId``, ``ParentShardId``,
     ``SequenceNumberRange``)."""
@@ -104,7 +105,9 @@ def list_shards(streams_client: DynamoDBStreamsClient, stream_arn: str) -> list[
         kwargs: dict[str, Any] = {"StreamArn": stream_arn}
         if start:
             kwargs["ExclusiveStartShardId"] = start
-        description = streams_client.describe_stream(**kwargs)["StreamDescription"]
+        description = requests_of(streams_client).send("describe_stream", **kwargs)[
+            "StreamDescription"
+        ]
         shards += [dict(shard) for shard in description.get("Shards", [])]
         start = description.get("LastEvaluatedShardId")
         if not start:
@@ -117,7 +120,7 @@ def is_closed(shard: Mapping[str, Any]) -> bool:
     return "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
 
 
-def open_shard_ids(streams_client: DynamoDBStreamsClient, stream_arn: str) -> list[str]:
+def open_shard_ids(streams_client: StreamsClient, stream_arn: str) -> list[str]:
     """The ids of the stream's open shards (:func:`list_shards`, less the closed ones)."""
     return [s["ShardId"] for s in list_shards(streams_client, stream_arn) if not is_closed(s)]
 
@@ -171,7 +174,7 @@ def ready_shards(shards: Iterable[_Shard], done: Collection[str]) -> list[_Shard
 
 
 def shard_iterator(
-    streams_client: DynamoDBStreamsClient,
+    streams_client: StreamsClient,
     stream_arn: str,
     shard_id: str,
     *,
@@ -182,14 +185,17 @@ def shard_iterator(
     (``AFTER_SEQUENCE_NUMBER``), else at the shard's most recent record with ``latest``
     (``LATEST``: only records written from now on), else at its oldest (``TRIM_HORIZON``).
 
-    Errors of the request (a botocore ``ClientError``) are not translated.
+    Errors of the request raise :class:`~aggregator.dynamodb.errors.AwsRequestError` or
+    :class:`~aggregator.dynamodb.errors.AwsConnectionError`.
     """
     kwargs: dict[str, Any] = {"StreamArn": stream_arn, "ShardId": shard_id}
     if after is not None:
         kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=after)
     else:
         kwargs["ShardIteratorType"] = "LATEST" if latest else "TRIM_HORIZON"
-    iterator: str = streams_client.get_shard_iterator(**kwargs)["ShardIterator"]
+    iterator: str = requests_of(streams_client).send("get_shard_iterator", **kwargs)[
+        "ShardIterator"
+    ]
     return iterator
 
 
@@ -211,7 +217,7 @@ class RecordsPage:
 
 
 def get_records_page(
-    streams_client: DynamoDBStreamsClient,
+    streams_client: StreamsClient,
     stream_arn: str,
     shard_id: str,
     iterator: str | None,
@@ -243,20 +249,21 @@ def get_records_page(
     ------
     StreamTrimmedError
         ``TrimmedDataAccessException``: the records are past the stream's retention.
-    botocore.exceptions.ClientError
-        Any other error of the requests, and an iterator still expired after
-        :data:`ITERATOR_RENEWALS` renewals.
+    aggregator.dynamodb.errors.AwsRequestError
+        Any other error of the requests (``code``: the AWS error code), and an iterator still
+        expired after :data:`ITERATOR_RENEWALS` renewals.
+    aggregator.dynamodb.errors.AwsConnectionError
+        A request got no answer.
     """
+    requests = requests_of(streams_client)
     renewals = 0
     while True:
         if iterator is None:
-            iterator = shard_iterator(
-                streams_client, stream_arn, shard_id, after=after, latest=latest
-            )
+            iterator = shard_iterator(requests, stream_arn, shard_id, after=after, latest=latest)
         try:
-            response = streams_client.get_records(ShardIterator=iterator, Limit=limit)
-        except ClientError as exc:
-            code = error_code(exc)
+            response = requests.send("get_records", ShardIterator=iterator, Limit=limit)
+        except AwsRequestError as exc:
+            code = exc.code
             if code == "TrimmedDataAccessException":
                 raise StreamTrimmedError(shard_id) from exc
             if code != "ExpiredIteratorException" or renewals >= ITERATOR_RENEWALS:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.text import quote
+from aggregator.dynamodb.client import requests_of
+from aggregator.dynamodb.errors import wrap_error
 from aggregator.dynamodb.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -166,25 +168,29 @@ def create_table(
     ConfigError
         When ``table_name`` breaks DynamoDB's naming rules (see :func:`validate_table_name`);
         checked before any request is sent.
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsRequestError
         For any error other than an existing table with ``exist_ok``.
-    botocore.exceptions.BotoCoreError
+    aggregator.dynamodb.errors.AwsConnectionError
         When the endpoint cannot be reached, the waiter gives up, or the SDK is misconfigured
         (no region, no credentials).
     """
     validate_table_name(table_name)
     created = True
     try:
-        client.create_table(TableName=table_name, **table_definition(layout))
+        requests_of(client).send("create_table", TableName=table_name, **table_definition(layout))
     except ClientError as exc:
         if not (exist_ok and exc.response["Error"]["Code"] == "ResourceInUseException"):
             raise
         created = False
-    client.get_waiter("table_exists").wait(
-        TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
-    )
     try:
-        client.update_time_to_live(
+        requests_of(client).client.get_waiter("table_exists").wait(
+            TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
+        )
+    except (ClientError, BotoCoreError) as exc:  # WaiterError: the table never became ACTIVE
+        raise wrap_error(exc, "DescribeTable") from exc
+    try:
+        requests_of(client).send(
+            "update_time_to_live",
             TableName=table_name,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": layout.ttl_attribute},
         )
@@ -207,10 +213,10 @@ def table_stream_arn(client: DynamoDBClient, table_name: str) -> str:
     ------
     NoStreamError
         When the table has no stream enabled (a ``ConfigError`` and a ``ValueError``).
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When ``DescribeTable`` fails (e.g. ``ResourceNotFoundException`` for a missing table).
     """
-    description = client.describe_table(TableName=table_name)["Table"]
+    description = requests_of(client).send("describe_table", TableName=table_name)["Table"]
     arn: str | None = description.get("LatestStreamArn")
     if not arn:
         raise NoStreamError(

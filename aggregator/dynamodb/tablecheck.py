@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.table import collection_index, leaderboard_index
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ def check_key_schema(
 ) -> list[TableProblem]:
     """The key-schema part of :func:`check_table` (one ``DescribeTable``): what the handler
     checks at cold start, so a table it cannot write correctly is refused before any batch."""
-    description = client.describe_table(TableName=table_name)["Table"]
+    description = requests_of(client).send("describe_table", TableName=table_name)["Table"]
     return key_schema_problems(table_name, description, layout)
 
 
@@ -150,11 +151,11 @@ def check_table(client: DynamoDBClient, table_name: str, rules: RuleSet) -> list
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When the table does not exist (``ResourceNotFoundException``) or cannot be described.
     """
     layout = rules.layout
-    description = client.describe_table(TableName=table_name)["Table"]
+    description = requests_of(client).send("describe_table", TableName=table_name)["Table"]
     problems = key_schema_problems(table_name, description, layout)
 
     stream: Mapping[str, Any] = description.get("StreamSpecification") or {}
@@ -188,7 +189,11 @@ def check_table(client: DynamoDBClient, table_name: str, rules: RuleSet) -> list
     if any(
         (r.window is not None and r.window.retention is not None) or r.kind.per_value for r in rules
     ):
-        ttl = client.describe_time_to_live(TableName=table_name).get("TimeToLiveDescription", {})
+        ttl = (
+            requests_of(client)
+            .send("describe_time_to_live", TableName=table_name)
+            .get("TimeToLiveDescription", {})
+        )
         status, attribute = ttl.get("TimeToLiveStatus"), ttl.get("AttributeName")
         if status in ("ENABLED", "ENABLING") and attribute != layout.ttl_attribute:
             problems.append(
@@ -348,7 +353,7 @@ def prepare_table(
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When DynamoDB refuses a change.
     """
     changes: list[str] = []
@@ -372,14 +377,17 @@ def prepare_table(
 
 
 def _status(client: DynamoDBClient, table_name: str) -> str:
-    return str(client.describe_table(TableName=table_name)["Table"].get("TableStatus"))
+    return str(
+        requests_of(client).send("describe_table", TableName=table_name)["Table"].get("TableStatus")
+    )
 
 
 def _apply(
     client: DynamoDBClient, table_name: str, layout: TableLayout, problem: TableProblem
 ) -> str:
     if problem.part == "stream":
-        client.update_table(
+        requests_of(client).send(
+            "update_table",
             TableName=table_name,
             StreamSpecification={"StreamEnabled": True, "StreamViewType": VIEW_TYPE},
         )
@@ -390,8 +398,9 @@ def _apply(
             if problem.part == "leaderboard index"
             else _collection_spec(layout)
         )
-        description = client.describe_table(TableName=table_name)["Table"]
-        client.update_table(
+        description = requests_of(client).send("describe_table", TableName=table_name)["Table"]
+        requests_of(client).send(
+            "update_table",
             TableName=table_name,
             AttributeDefinitions=[
                 {"AttributeName": attribute, "AttributeType": kind}
@@ -402,7 +411,8 @@ def _apply(
         described = ", ".join(f"{attribute} {kind}" for attribute, kind in spec.types.items())
         return f"created index {spec.create['IndexName']!r} ({described}, keys only)"
     assert problem.part == "ttl"
-    client.update_time_to_live(
+    requests_of(client).send(
+        "update_time_to_live",
         TableName=table_name,
         TimeToLiveSpecification={"Enabled": True, "AttributeName": layout.ttl_attribute},
     )
@@ -414,7 +424,7 @@ def _wait_active(
 ) -> None:
     deadline = time.monotonic() + 3600
     while time.monotonic() < deadline:
-        table = client.describe_table(TableName=table_name)["Table"]
+        table = requests_of(client).send("describe_table", TableName=table_name)["Table"]
         indexes = table.get("GlobalSecondaryIndexes", [])
         if table.get("TableStatus") == "ACTIVE" and all(
             i.get("IndexStatus") == "ACTIVE" for i in indexes

@@ -43,7 +43,8 @@ from botocore.exceptions import ClientError
 from aggregator.core.exceptions import WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.toplist import KEEP, TopList, merge
-from aggregator.dynamodb.batch import WhenUnprocessed, batch_get, client_call
+from aggregator.dynamodb.batch import WhenUnprocessed, batch_get
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update, with_collection
 from aggregator.dynamodb.writer import typed_item_size, write_units
@@ -135,7 +136,7 @@ class TopLists:
     def __init__(
         self, client: DynamoDBClient, table_name: str, layout: TableLayout, *, keep: int = KEEP
     ) -> None:
-        self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.keep = keep
@@ -158,13 +159,13 @@ class TopLists:
         aggregator.dynamodb.batch.UnprocessedKeysError
             When keys stay unprocessed after 8 requests
             (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RAISE`).
-        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+        aggregator.dynamodb.errors.AwsError
             When a request fails.
         """
         wanted = sorted(set(partitions))
         found: dict[str, TopList] = dict.fromkeys(wanted, TopList())
         read = batch_get(
-            client_call(self.client),
+            self.requests.send,
             self.table_name,
             [self._key(p) for p in wanted],
             consistent=False,
@@ -175,8 +176,8 @@ class TopLists:
         return found
 
     def _read_consistent(self, partition: str) -> tuple[TopList, int]:
-        response = self.client.get_item(
-            TableName=self.table_name, Key=self._key(partition), ConsistentRead=True
+        response = self.requests.send(
+            "get_item", TableName=self.table_name, Key=self._key(partition), ConsistentRead=True
         )
         return decode(response.get("Item"))
 
@@ -185,7 +186,7 @@ class TopLists:
     ) -> tuple[int, dict[str, Any], dict[str, Any]]:
         """Write ``new`` as ``partition``'s list on condition that its version is ``version``
         (0: no list yet). Returns ``(new version, item before, item after)``; raises
-        ``ClientError`` (``ConditionalCheckFailedException`` with the item as it is)."""
+        ``AwsRequestError`` (``ConditionalCheckFailedException`` with the item as it is)."""
         lay = self.layout
         following = version + 1 if version else secrets.randbits(48) + 1
         written: dict[str, Any] = {
@@ -208,7 +209,8 @@ class TopLists:
             if version
             else update.where_missing(_VERSION)
         )
-        response = self.client.update_item(
+        response = self.requests.send(
+            "update_item",
             TableName=self.table_name,
             Key=self._key(partition),
             ReturnValues="ALL_OLD",
@@ -230,7 +232,7 @@ class TopLists:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsError
             ``ConditionalCheckFailedException`` when the list changed since, or any other
             failure of the request.
         """
@@ -253,7 +255,7 @@ class TopLists:
         ------
         WriteError
             When :data:`MERGE_ATTEMPTS` conditional writes all found the item changed.
-        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
+        aggregator.dynamodb.errors.AwsError
             When a request fails (the caller fails the batch, which is delivered again).
         """
         result = MergeResult()

@@ -47,13 +47,14 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import PARTIAL_PREFIX
 from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
-from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.client import requests_of
+from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.targets import rule_token
 from aggregator.dynamodb.toplists import TOP_PREFIX
 from aggregator.dynamodb.updates import Update
-from aggregator.dynamodb.writer import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -115,6 +116,7 @@ class DropRule:
         self.rules = rules
         self.layout = rules.layout
         self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.rule_name = rule_name
         self.on_deleted = on_deleted
@@ -146,7 +148,7 @@ class DropRule:
     def _pages(self, storage_name: str) -> Iterator[list[dict[str, Any]]]:
         """Pages of a generation's aggregate items."""
         return query_collection(
-            client_call(self.client),
+            self.requests.send,
             self.table_name,
             self.layout,
             self.layout.aggregates_pk,
@@ -199,7 +201,8 @@ class DropRule:
         names.update({"#a": attribute, "#m": lay.target_checkpoints_attribute})
         prefix = rule_token(storage_name)
         cleared = 0
-        for page in self.client.get_paginator("scan").paginate(
+        for page in self.requests.pages(
+            "scan",
             TableName=self.table_name,
             ConsistentRead=True,
             ProjectionExpression=", ".join(names),
@@ -209,8 +212,8 @@ class DropRule:
                 total = lay.partial_total(item)
                 if total is not None and total.startswith(f"{storage_name}#"):
                     # a partial of the rule (write_shards): its sums roll up into the targets
-                    self.client.delete_item(
-                        TableName=self.table_name, Key={k: item[k] for k in keys}
+                    self.requests.send(
+                        "delete_item", TableName=self.table_name, Key={k: item[k] for k in keys}
                     )
                     continue
                 if lay.is_reserved(item):
@@ -248,8 +251,11 @@ class DropRule:
             for entry in entries:
                 update = update.remove((checkpoints, entry))
         try:
-            self.client.update_item(
-                TableName=self.table_name, Key={k: item[k] for k in keys}, **update.render()
+            self.requests.send(
+                "update_item",
+                TableName=self.table_name,
+                Key={k: item[k] for k in keys},
+                **update.render(),
             )
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
@@ -263,9 +269,9 @@ class DropRule:
         lay = self.layout
         if lay.sort_key is None:
             return []
-        paginator = self.client.get_paginator("query")
         keys = []
-        for page in paginator.paginate(
+        for page in self.requests.pages(
+            "query",
             TableName=self.table_name,
             KeyConditionExpression="#pk = :pk AND begins_with(#sk, :partial)",
             ExpressionAttributeNames={"#pk": lay.partition_key, "#sk": lay.sort_key},
@@ -289,7 +295,7 @@ class DropRule:
             (TOP_PREFIX, "partition"),
         ):
             for page in query_collection(
-                client_call(self.client),
+                self.requests.send,
                 self.table_name,
                 lay,
                 lay.control_pk,
@@ -299,7 +305,8 @@ class DropRule:
                     partition = item.get(attribute, {}).get("S", "")
                     if partition != storage_name and not partition.startswith(f"{storage_name}#"):
                         continue  # another rule's whose name starts with this one's
-                    self.client.delete_item(
+                    self.requests.send(
+                        "delete_item",
                         TableName=self.table_name,
                         Key=lay.item_key(lay.control_pk, lay.sort_key_of(item) or ""),
                     )
@@ -309,7 +316,7 @@ class DropRule:
     def _remove_fences(self, storage_name: str) -> int:
         removed = 0
         for page in query_collection(
-            client_call(self.client),
+            self.requests.send,
             self.table_name,
             self.layout,
             self.layout.control_pk,
@@ -322,6 +329,8 @@ class DropRule:
                     self.layout.control_pk, self.layout.sort_key_of(item) or ""
                 )
                 update = Update().remove(("after", storage_name)).remove(("set_by", storage_name))
-                self.client.update_item(TableName=self.table_name, Key=key, **update.render())
+                self.requests.send(
+                    "update_item", TableName=self.table_name, Key=key, **update.render()
+                )
                 removed += 1
         return removed

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.exceptions import ConfigError, RuleError
 from aggregator.core.layout import leaderboard_partition
 from aggregator.core.lifecycle import (
@@ -53,10 +54,11 @@ from aggregator.core.lifecycle import (
     rule_fingerprint,
 )
 from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import Update
-from aggregator.dynamodb.writer import error_code
 from aggregator.operations.backfill import Backfill, BackfillStats
 
 if TYPE_CHECKING:
@@ -141,7 +143,7 @@ class Rebuild:
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
         poll_seconds: float = 5.0,
         on_wait: Callable[[str, float], None] | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = time.time,
         sleep: Callable[[float], None] = time.sleep,
         **backfill_options: Any,
     ) -> None:
@@ -262,7 +264,7 @@ def reindex_leaderboard(
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         As DynamoDB raises it (a conditional failure is a dropped aggregate, skipped).
     """
     layout = rules.layout
@@ -291,8 +293,11 @@ def reindex_leaderboard(
                 update = update.remove(layout.leaderboard_attribute)
             update = update.where_exists(layout.partition_key)
             try:
-                client.update_item(
-                    TableName=table_name, Key=layout.aggregate_key(sort_key), **update.render()
+                requests_of(client).send(
+                    "update_item",
+                    TableName=table_name,
+                    Key=layout.aggregate_key(sort_key),
+                    **update.render(),
                 )
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":

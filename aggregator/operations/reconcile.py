@@ -51,13 +51,14 @@ consistent) and four reads of the rules' aggregates; one ``UpdateItem`` per repa
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.engine import (
     NO_AMOUNTS,
     AggregateRef,
@@ -73,10 +74,11 @@ from aggregator.core.numbers import subtract
 from aggregator.core.records import Image
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.checkpoint import is_checkpoint_attribute
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import Update, aggregate_update
-from aggregator.dynamodb.writer import error_code
 from aggregator.operations.toplists import ListDrift, check_top_lists
 
 if TYPE_CHECKING:
@@ -179,7 +181,7 @@ class _Checker:
         too); the second part: the sort keys of the target rules whose target item exists
         (holding the attribute or not)."""
         out, present = self._stored_targets()
-        call: Callable[..., dict[str, Any]] = lambda op, **kw: getattr(self.client, op)(**kw)  # noqa: E731
+        call = requests_of(self.client).send
         for name in self.names:
             if name in self.targets:
                 continue
@@ -227,7 +229,7 @@ class _Checker:
             }
             if start:
                 kwargs["ExclusiveStartKey"] = start
-            page = self.client.scan(**kwargs)
+            page = requests_of(self.client).send("scan", **kwargs)
             for item in page.get("Items", []):
                 if lay.is_reserved(item):
                     continue
@@ -264,7 +266,7 @@ class _Checker:
             kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
             if start:
                 kwargs["ExclusiveStartKey"] = start
-            page = self.client.scan(**kwargs)
+            page = requests_of(self.client).send("scan", **kwargs)
             for item in page.get("Items", []):
                 if self.layout.is_reserved(item):
                     continue
@@ -288,7 +290,7 @@ def reconcile(
     rule_names: Iterable[str] | None = None,
     repair: bool = False,
     settle_seconds: float = 90.0,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = time.time,
 ) -> ReconcileReport:
     """Compare the rules' aggregates with the rules over the table's items (module docstring).
 
@@ -452,7 +454,7 @@ def _refuse_unchecked(rules: RuleSet, states: dict[str, RuleState], names: list[
             )
 
 
-def _check(checker: _Checker, report: ReconcileReport, clock: Callable[[], float]) -> _Check:
+def _check(checker: _Checker, report: ReconcileReport, clock: Clock) -> _Check:
     """Read the stored aggregates, scan for the expected values, read the aggregates again, and
     count the check (and its items scanned) in ``report``."""
     now = clock()
@@ -560,8 +562,11 @@ def _repair(
         for attribute, kind, value in row[1] or ():
             update = update.where_equals(attribute, {kind: value})
     try:
-        checker.client.update_item(
-            TableName=checker.table_name, Key=layout.aggregate_key(sort_key), **update.render()
+        requests_of(checker.client).send(
+            "update_item",
+            TableName=checker.table_name,
+            Key=layout.aggregate_key(sort_key),
+            **update.render(),
         )
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
@@ -598,7 +603,9 @@ def _repair_target(
         else:
             update = update.where_missing(attribute)
     try:
-        checker.client.update_item(TableName=checker.table_name, Key=key, **update.render())
+        requests_of(checker.client).send(
+            "update_item", TableName=checker.table_name, Key=key, **update.render()
+        )
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
             return "moving"

@@ -444,7 +444,7 @@ def table_status(
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         As DynamoDB raises it.
     """
     read = _read_table(rules, client, table_name, dead_letters, open_shards, now)

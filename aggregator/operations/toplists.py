@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.clock import Clock
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.core.toplist import TopList, merge, placement
 from aggregator.dynamodb.collections import client_call, query_collection
@@ -134,7 +135,7 @@ def check_top_lists(
     *,
     repair: bool = False,
     settle_seconds: float = 90.0,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[int, list[ListDrift]]:
     """Check the top lists of the rules ``names`` (storage names in ``rules``; rules without
@@ -147,7 +148,7 @@ def check_top_lists(
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When a read fails, or a repair fails for another reason than its condition.
     """
     listed = [rules.get(n) for n in names if rules.get(n).top_listed]
@@ -197,7 +198,7 @@ def settle_top_lists(
     names: Iterable[str],
     *,
     attempts: int = 8,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = time.time,
 ) -> tuple[int, int]:
     """Write each top list of the rules ``names`` that disagrees with its aggregates again from
     them (on condition of the version read before them, as a repair does), read again, and so
@@ -213,7 +214,7 @@ def settle_top_lists(
 
     Raises
     ------
-    botocore.exceptions.ClientError
+    aggregator.dynamodb.errors.AwsError
         When a read fails, or a write fails for another reason than its condition.
     """
     listed = [rules.get(n) for n in names if rules.get(n).top_listed]

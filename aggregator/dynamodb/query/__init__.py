@@ -156,20 +156,20 @@ class AggregateStore:
     @property
     def requests(self) -> int:
         """Requests sent so far (reads of the manifest aside: :attr:`manifest_reads`)."""
-        return self.reader.requests
+        return self.reader.counts.requests
 
     @requests.setter
     def requests(self, value: int) -> None:
-        self.reader.requests = value
+        self.reader.counts.requests = value
 
     @property
     def read_units(self) -> Decimal:
         """Read capacity the endpoint reported for the requests that asked for it (``top``)."""
-        return self.reader.read_units
+        return self.reader.counts.read_units
 
     @read_units.setter
     def read_units(self, value: Decimal) -> None:
-        self.reader.read_units = value
+        self.reader.counts.read_units = value
 
     @property
     def top_fallbacks(self) -> int:

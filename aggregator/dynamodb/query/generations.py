@@ -13,11 +13,11 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from aggregator.core.exceptions import QueryError
 from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import RuleState, generation_name
+from aggregator.dynamodb.client import requests_of
+from aggregator.dynamodb.errors import AwsError
 from aggregator.dynamodb.manifest import (
     MANIFEST_SORT_KEY,
     manifest_generations,
@@ -59,6 +59,7 @@ class ServingGenerations:
         cache_seconds: float = 60.0,
     ) -> None:
         self.client = client
+        self.requester = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.cache_seconds = cache_seconds
@@ -102,14 +103,15 @@ class ServingGenerations:
     def _read(self) -> dict[str, int]:
         self.reads += 1
         try:
-            item = self.client.get_item(
+            item = self.requester.send(
+                "get_item",
                 TableName=self.table_name,
                 Key=self.layout.item_key(self.layout.control_pk, MANIFEST_SORT_KEY),
                 ProjectionExpression="#g, #r",
                 ExpressionAttributeNames={"#g": "generations", "#r": "rules"},
                 ConsistentRead=True,
             ).get("Item")
-        except (ClientError, BotoCoreError) as exc:
+        except AwsError as exc:
             raise QueryError(f"reading the rule manifest of {self.table_name!r}: {exc}") from exc
         self._states = manifest_states(item or {})
         return manifest_generations(item or {})

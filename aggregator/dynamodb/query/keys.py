@@ -134,7 +134,7 @@ def suggest_keys(reader: StoreReader, rule: str, key: KeyArgument) -> KeySuggest
     values = key_values(definition, key)
     asked = str(values[0]) if single else rendered_key(definition, key)[1]
     stored = reader.storage_name(rule)
-    before = reader.requests
+    before = reader.counts.requests
     per_value = definition.kind.per_value
     displayed: list[str] = []
     # the parts after the key: a bucket's granularity and start, a kind's value
@@ -157,7 +157,9 @@ def suggest_keys(reader: StoreReader, rule: str, key: KeyArgument) -> KeySuggest
             sk = sort_key(reader, rule, candidate, storage_name=stored)
             if exists(reader, sk, per_value):
                 found.append(candidate)
-    return KeySuggestions(found[:SUGGESTIONS_SHOWN], reader.requests - before, len(displayed))
+    return KeySuggestions(
+        found[:SUGGESTIONS_SHOWN], reader.counts.requests - before, len(displayed)
+    )
 
 
 def key_page(reader: StoreReader, prefix: str, limit: int) -> list[str]:

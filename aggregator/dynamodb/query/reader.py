@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
-
-from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.exceptions import QueryError, RuleError
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.batch import UnprocessedKeysError
+from aggregator.dynamodb.client import RequestClient
 from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.errors import AwsError
 from aggregator.dynamodb.query.generations import ServingGenerations
 
 if TYPE_CHECKING:
@@ -30,10 +29,11 @@ class StoreReader:
 
     Attributes
     ----------
-    requests
-        Requests sent (manifest reads aside).
-    read_units
-        Read capacity the endpoint reported for the requests that asked for it.
+    requester
+        The request client every read of the store goes through (manifest reads aside).
+    counts
+        What it sent (:class:`~aggregator.dynamodb.client.RequestCounts`): ``requests``, and
+        ``read_units`` the endpoint reported for the requests that asked for it.
     top_fallbacks
         ``top`` calls the leaderboard index or top lists could not answer exactly.
     """
@@ -47,12 +47,12 @@ class StoreReader:
         generations: ServingGenerations,
     ) -> None:
         self.client = client
+        self.requester = RequestClient(client)
+        self.counts = self.requester.counts
         self.table_name = table_name
         self.rules = rules
         self.layout = layout
         self.generations = generations
-        self.requests = 0
-        self.read_units = Decimal(0)
         self.top_fallbacks = 0
 
     def rule(self, name: str) -> Rule:
@@ -71,16 +71,14 @@ class StoreReader:
         return self.send(operation, TableName=self.table_name, **kwargs)
 
     def send(self, operation: str, **request: Any) -> dict[str, Any]:
-        """Send one complete request, counting it and turning errors into ``QueryError``."""
-        self.requests += 1
+        """Send one complete request through :attr:`requester` (counted there), turning its
+        errors into ``QueryError`` whose ``__cause__`` is botocore's error (with the AWS code),
+        as the query layer raised before the request client."""
         try:
-            response: dict[str, Any] = getattr(self.client, operation)(**request)
-        except (ClientError, BotoCoreError) as exc:
-            raise QueryError(f"{operation} on {self.table_name!r} failed: {exc}") from exc
-        consumed = response.get("ConsumedCapacity") or {}
-        for part in consumed if isinstance(consumed, list) else [consumed]:  # BatchGetItem: a list
-            self.read_units += Decimal(str(part.get("CapacityUnits", 0)))
-        return response
+            return self.requester.send(operation, **request)
+        except AwsError as exc:
+            message = f"{operation} on {self.table_name!r} failed: {exc}"
+            raise QueryError(message) from exc.__cause__ or exc
 
     def pages(
         self,
@@ -112,12 +110,12 @@ class StoreReader:
         """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``
         (:meth:`page_units`)."""
         items: list[dict[str, Any]] = []
-        before = self.requests
+        before = self.counts.requests
         units = 0
         for page in self.pages(between=(low, high)):
             units += self.page_units(page)
             items.extend(page)
-        return items, self.requests - before, units
+        return items, self.counts.requests - before, units
 
     def page_units(self, page: Sequence[Mapping[str, Any]]) -> int:
         """Modelled RCU of one page of :meth:`pages`. With a sort key a page costs 1 RCU per

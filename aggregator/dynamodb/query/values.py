@@ -203,7 +203,7 @@ def percentiles(
         )
     stored = reader.storage_name(rule)
     sk = sort_key(reader, rule, key, storage_name=stored)
-    before = reader.requests
+    before = reader.counts.requests
     found_values, items_read, units = value_items(reader, sk, kind, every=True)
     found, total = kind.percentiles(found_values, wanted)
     return Percentiles(
@@ -212,7 +212,7 @@ def percentiles(
         dict(zip(wanted, found, strict=True)),
         total,
         kind.percentile_accuracy,
-        reader.requests - before,
+        reader.counts.requests - before,
         items_read,
         units,
     )
