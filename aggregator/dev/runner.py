@@ -44,6 +44,9 @@ from aggregator.runtime.processor import BatchOutcome, StreamProcessor
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+
+    from aggregator.dev.faults import FaultInjectingClient
 
 __all__ = [
     "PositionStore",
@@ -91,7 +94,7 @@ class RunnerFaults:
     bisect_on_error: bool = False
     kill_after_batches: int | None = None
     transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    client: Any | None = None
+    client: FaultInjectingClient | None = None
     log: list[str] = field(default_factory=list)
 
     @staticmethod
@@ -255,7 +258,7 @@ class StreamRunner:
     def __init__(
         self,
         processor: StreamProcessor,
-        streams_client: Any,
+        streams_client: DynamoDBStreamsClient,
         stream_arn: str,
         *,
         batch_size: int = 100,
