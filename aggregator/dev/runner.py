@@ -442,9 +442,8 @@ class StreamRunner:
             stats.add(outcome)
             if self.on_batch is not None:
                 self.on_batch(outcome)
-            failures = outcome.response.get("batchItemFailures") or []
-            if failures:
-                return self._partial_failure(shard, records, stats, outcome, failures)
+            if outcome.response.get("batchItemFailures"):
+                return self._partial_failure(shard, records, stats, outcome)
             return self._delivered(shard, records, stats, event, outcome)
 
     def _arm_crash(self) -> None:
@@ -471,12 +470,7 @@ class StreamRunner:
         """
         stats.function_errors += 1
         self.faults.log.append(f"delivery {self._deliveries}: function error {exc!r}")
-        shard.attempts += 1
-        if shard.attempts > self.max_retries:
-            raise RunnerError(
-                f"shard {shard.shard_id}: invocation still failing after "
-                f"{self.max_retries} retries: {exc!r}"
-            ) from exc
+        self._attempt_again(shard, "invocation", repr(exc), cause=exc)
         stats.retries += 1
         self._disarm()
         if self.faults.bisect_on_error and len(records) > 1:
@@ -485,13 +479,25 @@ class StreamRunner:
             records = records[:half]
         return records
 
+    def _attempt_again(
+        self, shard: _Shard, failing: str, detail: str, *, cause: Exception | None = None
+    ) -> None:
+        """Count one more attempt of the shard's batch (``failing``: what still fails).
+
+        Raises
+        ------
+        RunnerError
+            When the shard's attempts exceed ``max_retries`` (``detail`` says why the last failed).
+        """
+        shard.attempts += 1
+        if shard.attempts > self.max_retries:
+            raise RunnerError(
+                f"shard {shard.shard_id}: {failing} still failing after "
+                f"{self.max_retries} retries: {detail}"
+            ) from cause
+
     def _partial_failure(
-        self,
-        shard: _Shard,
-        records: list[dict[str, Any]],
-        stats: RunStats,
-        outcome: BatchOutcome,
-        failures: list[dict[str, Any]],
+        self, shard: _Shard, records: list[dict[str, Any]], stats: RunStats, outcome: BatchOutcome
     ) -> list[dict[str, Any]]:
         """Accept the records before the lowest ``batchItemFailures`` entry, back off, and return
         the records from it on.
@@ -501,18 +507,16 @@ class StreamRunner:
         RunnerError
             When the shard's attempts exceed ``max_retries``.
         """
+        failures = outcome.response["batchItemFailures"]
         retry_from = pad_sequence_number(
             min((f["itemIdentifier"] for f in failures), key=pad_sequence_number)
         )
         done = [r for r in records if pad_sequence_number(_seq(r)) < retry_from]
         rest = [r for r in records if pad_sequence_number(_seq(r)) >= retry_from]
-        shard.attempts += 1
         stats.retries += 1
-        if shard.attempts > self.max_retries:
-            raise RunnerError(
-                f"shard {shard.shard_id}: batch from {retry_from.lstrip('0')} still "
-                f"failing after {self.max_retries} retries: {'; '.join(outcome.errors[:3])}"
-            )
+        self._attempt_again(
+            shard, f"batch from {retry_from.lstrip('0')}", "; ".join(outcome.errors[:3])
+        )
         self._accept(shard, done, outcome)
         time.sleep(min(1.0, 0.02 * 2**shard.attempts))
         return rest
