@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aggregator.core.exceptions import ConfigError, RunnerError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
@@ -46,8 +46,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
-    from aggregator.dev.faults import FaultInjectingClient
-
 __all__ = [
     "PositionStore",
     "RunStats",
@@ -61,6 +59,15 @@ class SimulatedCrash(Exception):
     """The function or the runner "died": raised by
     :class:`~aggregator.dev.faults.FaultInjectingClient` to abort an invocation, and by the runner
     when :attr:`RunnerFaults.kill_after_batches` is reached."""
+
+
+class CrashingClient(Protocol):
+    """A client the runner arms to crash during a delivery
+    (:class:`aggregator.dev.faults.FaultInjectingClient`)."""
+
+    def arm(self, crash_after_updates: int) -> None: ...
+
+    def disarm(self) -> None: ...
 
 
 @dataclass
@@ -94,7 +101,7 @@ class RunnerFaults:
     bisect_on_error: bool = False
     kill_after_batches: int | None = None
     transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    client: FaultInjectingClient | None = None
+    client: CrashingClient | None = None
     log: list[str] = field(default_factory=list)
 
     @staticmethod
