@@ -150,10 +150,12 @@ def make_client(
         session = boto3.session.Session()
         if session.get_credentials() is None:
             kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
-    client: DynamoDBClient | DynamoDBStreamsClient = (
-        boto3.client("dynamodb", **kwargs)
-        if service == "dynamodb"
-        else boto3.client("dynamodbstreams", **kwargs)
-    )
+    client: DynamoDBClient | DynamoDBStreamsClient
+    if service == "dynamodb":
+        client = boto3.client("dynamodb", **kwargs)
+    elif service == "dynamodbstreams":
+        client = boto3.client("dynamodbstreams", **kwargs)
+    else:  # the overloads name the two services; anything else is a programming error
+        raise ValueError(f"make_client: no client for service {service!r}")
     _remember_client(service, client)
     return client
