@@ -1,8 +1,14 @@
 """ddb-aggregator: live aggregates inside one DynamoDB table, maintained from its stream.
 
-Public API::
+Public API: the names in ``__all__``, importable from the package itself::
 
-    from aggregator import load_rules, rule, RuleSet, Engine, AggregateStore
+    from aggregator import load_rules, rule, RuleSet, AggregateStore, StreamProcessor, make_writer
+
+The public modules are this package, :mod:`aggregator.handler` (the Lambda entry point) and
+:mod:`aggregator.cdk` (the CDK construct); every other module is internal and may change in any
+release. Names this package used to export that are internal (the engine's batch types, the
+concrete writer classes, the writer's counters) still resolve, with a ``DeprecationWarning``
+naming the module they live in (:data:`_DEPRECATED`).
 
 See the documentation (``docs/``, ``make docs``) for the rule reference and the guarantees of
 each write mode.
@@ -11,16 +17,11 @@ each write mode.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names as type checkers see them; at run time, __getattr__ below
-    from aggregator.core.engine import (
-        AggregateRef,
-        BatchDeltas,
-        CoalescedDelta,
-        Engine,
-        RecordFailure,
-    )
+    from aggregator.core.engine import Engine
     from aggregator.core.exceptions import (
         AggregatorError,
         ConfigError,
@@ -39,19 +40,15 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time, __getattr
     from aggregator.deploy.filters import check_template, filter_criteria
     from aggregator.dynamodb.modes import make_writer
     from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
-    from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteResult, WriteStats
+    from aggregator.dynamodb.writer import Writer, WriteResult
     from aggregator.runtime.processor import BatchOutcome, StreamProcessor
 
 _EXPORTS: dict[str, str] = {
     "Aggregate": "aggregator.dynamodb.query",
-    "AggregateRef": "aggregator.core.engine",
     "AggregateStore": "aggregator.dynamodb.query",
     "AggregatorError": "aggregator.core.exceptions",
-    "AtLeastOnceWriter": "aggregator.dynamodb.writer",
-    "BatchDeltas": "aggregator.core.engine",
     "BatchOutcome": "aggregator.runtime.processor",
     "Bucket": "aggregator.core.rules",
-    "CoalescedDelta": "aggregator.core.engine",
     "ConfigError": "aggregator.core.exceptions",
     "DEFAULT_LAYOUT": "aggregator.core.layout",
     "DynamoDBLocalError": "aggregator.core.exceptions",
@@ -61,7 +58,6 @@ _EXPORTS: dict[str, str] = {
     "Granularity": "aggregator.core.windows",
     "HistogramBucket": "aggregator.dynamodb.query",
     "QueryError": "aggregator.core.exceptions",
-    "RecordFailure": "aggregator.core.engine",
     "Rule": "aggregator.core.rules",
     "RuleError": "aggregator.core.exceptions",
     "RuleSet": "aggregator.core.rules",
@@ -73,7 +69,7 @@ _EXPORTS: dict[str, str] = {
     "WindowResult": "aggregator.dynamodb.query",
     "WriteError": "aggregator.core.exceptions",
     "WriteResult": "aggregator.dynamodb.writer",
-    "WriteStats": "aggregator.dynamodb.writer",
+    "Writer": "aggregator.dynamodb.writer",
     "check_template": "aggregator.deploy.filters",
     "filter_criteria": "aggregator.deploy.filters",
     "load_rules": "aggregator.core.rules",
@@ -84,17 +80,27 @@ _EXPORTS: dict[str, str] = {
 """Where each public name lives: imported on first use (PEP 562), so importing one part of
 the package (the Lambda handler, :mod:`aggregator.handler`) loads only what that part uses."""
 
+_DEPRECATED: dict[str, tuple[str, str]] = {
+    "AggregateRef": ("aggregator.core.engine", ""),
+    "AtLeastOnceWriter": (
+        "aggregator.dynamodb.writer",
+        "; to get a writer, call aggregator.make_writer('at-least-once', ...)",
+    ),
+    "BatchDeltas": ("aggregator.core.engine", ""),
+    "CoalescedDelta": ("aggregator.core.engine", ""),
+    "RecordFailure": ("aggregator.core.engine", ""),
+    "WriteStats": ("aggregator.dynamodb.writer", ""),
+}
+"""Names the package used to export that are internal: each still resolves, with a
+``DeprecationWarning`` naming its module (and, where there is one, the public way instead)."""
+
 __all__ = [
     "DEFAULT_LAYOUT",
     "Aggregate",
-    "AggregateRef",
     "AggregateStore",
     "AggregatorError",
-    "AtLeastOnceWriter",
-    "BatchDeltas",
     "BatchOutcome",
     "Bucket",
-    "CoalescedDelta",
     "ConfigError",
     "DynamoDBLocalError",
     "Engine",
@@ -103,7 +109,6 @@ __all__ = [
     "Granularity",
     "HistogramBucket",
     "QueryError",
-    "RecordFailure",
     "Rule",
     "RuleError",
     "RuleSet",
@@ -115,7 +120,7 @@ __all__ = [
     "WindowResult",
     "WriteError",
     "WriteResult",
-    "WriteStats",
+    "Writer",
     "check_template",
     "filter_criteria",
     "load_rules",
@@ -128,13 +133,23 @@ __version__ = "0.3.0"
 
 
 def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (and cached in this module)."""
+    """A public name, imported from its module on first use (and cached in this module); a
+    deprecated one (:data:`_DEPRECATED`), with a ``DeprecationWarning``."""
     module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aggregator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+    if name in _DEPRECATED:  # not cached, so every use warns
+        module, instead = _DEPRECATED[name]
+        warnings.warn(
+            f"aggregator.{name} is internal and no longer exported: "
+            f"import it from {module} (from {module} import {name}){instead}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module 'aggregator' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

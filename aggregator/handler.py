@@ -59,7 +59,9 @@ from aggregator.dynamodb.tablecheck import check_key_schema
 from aggregator.runtime.processor import StreamProcessor, create_processor
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools import Tracer
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
     from mypy_boto3_sqs import SQSClient
 
 
@@ -86,11 +88,12 @@ def tracing_wanted(environ: Mapping[str, str]) -> bool:
 
 
 _Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+tracer: Tracer | None
 if tracing_wanted(os.environ):
     from aws_lambda_powertools import Tracer
 
     # X-Ray through Powertools (the template's Tracing parameter Active)
-    tracer: Any = Tracer(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
+    tracer = Tracer(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
     _traced: Callable[[_Handler], _Handler] = tracer.capture_lambda_handler(capture_response=False)
 else:
     tracer = None
@@ -165,8 +168,8 @@ def build_processor(
     *,
     client: DynamoDBClient | None = None,
     sqs_client: SQSClient | None = None,
-    metrics: Any | None = None,
-    logger: Any | None = None,
+    metrics: Metrics | None = None,
+    logger: Logger | None = None,
     check_table: bool = True,
 ) -> StreamProcessor:
     """Load the rules and wire engine, writer and dead letters for ``settings``, on the rule
@@ -237,7 +240,7 @@ def build_processor(
     )
 
 
-def _streams_client(endpoint_url: str | None) -> Any:
+def _streams_client(endpoint_url: str | None) -> DynamoDBStreamsClient:
     """A ``dynamodbstreams`` client (built when a new rule's genesis proof is first checked:
     :meth:`~aggregator.dynamodb.manifest.RuleLifecycle.promote`)."""
     import boto3

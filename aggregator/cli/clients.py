@@ -21,6 +21,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.text import quote
 
 if TYPE_CHECKING:
+    from botocore.client import BaseClient
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
@@ -82,7 +83,7 @@ def _check_local_endpoint(endpoint_url: str) -> None:
         raise EndpointConnectionError(endpoint_url=endpoint_url, error=exc) from exc
 
 
-def _remember_client(service: str, client: Any) -> None:
+def _remember_client(service: str, client: BaseClient) -> None:
     """Note the client's region and endpoint in the click context, for error messages."""
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
@@ -104,11 +105,11 @@ def make_client(
 ) -> DynamoDBStreamsClient: ...
 
 
-@overload
-def make_client(service: str, endpoint_url: str | None, region: str | None = None) -> Any: ...
-
-
-def make_client(service: str, endpoint_url: str | None, region: str | None = None) -> Any:
+def make_client(
+    service: Literal["dynamodb", "dynamodbstreams"],
+    endpoint_url: str | None,
+    region: str | None = None,
+) -> DynamoDBClient | DynamoDBStreamsClient:
     """A boto3 client; with an ``endpoint_url`` (DynamoDB Local) dummy credentials are used
     when none are configured, and the region defaults to ``us-east-1``.
 
@@ -149,7 +150,12 @@ def make_client(service: str, endpoint_url: str | None, region: str | None = Non
         session = boto3.session.Session()
         if session.get_credentials() is None:
             kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
-    # boto3-stubs' overloads take only literal service names; the client is Any here by design
-    client = boto3.client(service, **kwargs)  # type: ignore[call-overload]
+    client: DynamoDBClient | DynamoDBStreamsClient
+    if service == "dynamodb":
+        client = boto3.client("dynamodb", **kwargs)
+    elif service == "dynamodbstreams":
+        client = boto3.client("dynamodbstreams", **kwargs)
+    else:  # the overloads name the two services; anything else is a programming error
+        raise ValueError(f"make_client: no client for service {service!r}")
     _remember_client(service, client)
     return client

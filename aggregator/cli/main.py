@@ -4,7 +4,7 @@ Commands: ``init``, ``build``, ``validate``, ``filter-criteria``, ``template``, 
 ``create-table``, ``check-table``, ``prepare-table``, ``run``, ``backfill``, ``reconcile``,
 ``rebuild``, ``drop-rule``, ``status``, ``explain``, ``query get|list|top|histogram|window``,
 ``dead-letters``, ``replay-dead-letters``, ``demo``.
-Every command runs through :class:`~aggregator.cli.errors.AggregatorGroup`, which turns any error
+Every command runs through :class:`~aggregator.cli.boundary.AggregatorGroup`, which turns any error
 into one line on stderr and an exit code.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import click
 
+from aggregator.cli.boundary import AggregatorGroup
 from aggregator.cli.commands.backfill import backfill_cmd
 from aggregator.cli.commands.deadletters import dead_letters_cmd, replay_dead_letters_cmd
 from aggregator.cli.commands.demo import demo
@@ -25,7 +26,6 @@ from aggregator.cli.commands.rules import filter_criteria_cmd, template_cmd, val
 from aggregator.cli.commands.run import run
 from aggregator.cli.commands.status import status_cmd
 from aggregator.cli.commands.table import check_table_cmd, prepare_table_cmd
-from aggregator.cli.errors import AggregatorGroup
 
 
 @click.group(cls=AggregatorGroup)

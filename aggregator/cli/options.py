@@ -1,12 +1,12 @@
 """The click options commands share (``--table``, ``--definitions``, ``--endpoint-url``,
-``--mode``, ``--window-seconds``) and the checks that run on their values before a command
-starts."""
+``--mode``, ``--window-seconds``, ``--rules``, durations in seconds) and the checks that run on
+their values before a command starts."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
@@ -16,6 +16,8 @@ from aggregator.core.text import quote
 
 if TYPE_CHECKING:
     from aggregator.core.layout import TableLayout
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 META_TABLE = "aggregator.table"
 """Key of the click context's ``meta`` holding the ``--table`` name, for error messages."""
@@ -147,16 +149,36 @@ def rule_sources(
     return found
 
 
-def definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
+def rule_paths_option(
+    help: str,
+    *,
+    dest: str = "definitions",
+    envvar: str | None = None,
+    callback: Callable[[click.Context, click.Parameter, tuple[Path, ...]], Any] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``-d``/``--definitions``: rule files or directories, repeatable; passed as ``dest``
+    (paths, or what ``callback`` makes of them)."""
     return click.option(
         "--definitions",
         "-d",
-        envvar="AGGREGATOR_DEFINITIONS",
+        dest,
+        envvar=envvar,
         multiple=True,
-        callback=rule_sources,
+        callback=callback,
         type=click.Path(path_type=Path),
-        help="Rule file or directory, repeatable (default: ./rules, else ./definitions) "
-        "[env AGGREGATOR_DEFINITIONS, several separated by ':']",
+        help=help,
+    )
+
+
+_DEFINITIONS_ENV = " [env AGGREGATOR_DEFINITIONS, several separated by ':']"
+
+
+def definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return rule_paths_option(
+        "Rule file or directory, repeatable (default: ./rules, else ./definitions)"
+        + _DEFINITIONS_ENV,
+        envvar="AGGREGATOR_DEFINITIONS",
+        callback=rule_sources,
     )(f)
 
 
@@ -169,16 +191,12 @@ def _optional_rule_sources(
 def layout_definitions_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``-d`` for commands that need only the table layout (the rules' ``table:`` section):
     optional, the default layout without it."""
-    return click.option(
-        "--definitions",
-        "-d",
+    return rule_paths_option(
+        "Rule file or directory whose table: section gives the layout, repeatable "
+        "(default: ./rules or ./definitions if one exists, else pk/sk and the default names)"
+        + _DEFINITIONS_ENV,
         envvar="AGGREGATOR_DEFINITIONS",
-        multiple=True,
         callback=_optional_rule_sources,
-        type=click.Path(path_type=Path),
-        help="Rule file or directory whose table: section gives the layout, repeatable "
-        "(default: ./rules or ./definitions if one exists, else pk/sk and the default names) "
-        "[env AGGREGATOR_DEFINITIONS, several separated by ':']",
     )(f)
 
 
@@ -241,3 +259,20 @@ def rules_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[...,
         return click.option("--rules", "rule_names", callback=_rule_list, help=help_text)(f)
 
     return decorate
+
+
+def table_rules_options(rules_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``-d``, ``--table`` and ``--rules`` (with ``rules_help``), in this order: the rules of a
+    table that a command (backfill, reconcile) works on, all or some of them."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        return definitions_option(table_option(rules_option(rules_help)(f)))
+
+    return decorate
+
+
+def seconds_option(flag: str, dest: str, *, default: float, help: str) -> Callable[[_F], _F]:
+    """A duration in seconds, 0 or more (a float), its default shown in ``--help``."""
+    return click.option(
+        flag, dest, type=click.FloatRange(min=0), default=default, show_default=True, help=help
+    )

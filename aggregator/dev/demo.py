@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from boto3.dynamodb.types import TypeSerializer
 
@@ -28,6 +28,19 @@ from aggregator.runtime.processor import BatchOutcome, create_processor
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+
+
+class ClientFactory(Protocol):
+    """``(service, endpoint_url) -> boto3 client`` (:func:`aggregator.cli.clients.make_client`)."""
+
+    @overload
+    def __call__(self, service: Literal["dynamodb"], endpoint_url: str, /) -> DynamoDBClient: ...
+
+    @overload
+    def __call__(
+        self, service: Literal["dynamodbstreams"], endpoint_url: str, /
+    ) -> DynamoDBStreamsClient: ...
+
 
 __all__ = ["DemoResult", "replay_flights", "run_demo"]
 
@@ -131,7 +144,7 @@ def run_demo(
     endpoint_url: str | None = None,
     top: int = 5,
     progress: Any | None = None,
-    client_factory: Callable[[str, str], Any],
+    client_factory: ClientFactory,
     on_ready: Callable[[DemoResult], None] | None = None,
 ) -> DemoResult:
     """Replay flights scheduled in ``[start, end]`` and aggregate them through the stream.

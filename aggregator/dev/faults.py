@@ -8,7 +8,7 @@ updates landed, throttling, batches delivered twice, bisected retries, a runner 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -16,6 +16,10 @@ from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 
 # the runner's fault plan and crash signal live with the runner (what ships never imports dev)
 from aggregator.dev.runner import RunnerFaults, SimulatedCrash
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import UpdateItemOutputTypeDef
 
 __all__ = ["FaultInjectingClient", "RunnerFaults", "SimulatedCrash"]
 
@@ -39,7 +43,7 @@ class FaultInjectingClient:
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         *,
         crash_after_updates: int | None = None,
         throttle: dict[str, int] | None = None,
@@ -65,7 +69,7 @@ class FaultInjectingClient:
             self.crash_after_updates = None
             self.crashed = False
 
-    def update_item(self, **kwargs: Any) -> Any:
+    def update_item(self, **kwargs: Any) -> UpdateItemOutputTypeDef:
         sort_key = self.layout.sort_key_of(kwargs["Key"]) or ""
         with self._lock:
             self.update_calls += 1

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aggregator.core.exceptions import ConfigError, RunnerError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
@@ -44,6 +44,7 @@ from aggregator.runtime.processor import BatchOutcome, StreamProcessor
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 __all__ = [
     "PositionStore",
@@ -58,6 +59,15 @@ class SimulatedCrash(Exception):
     """The function or the runner "died": raised by
     :class:`~aggregator.dev.faults.FaultInjectingClient` to abort an invocation, and by the runner
     when :attr:`RunnerFaults.kill_after_batches` is reached."""
+
+
+class CrashingClient(Protocol):
+    """A client the runner arms to crash during a delivery
+    (:class:`aggregator.dev.faults.FaultInjectingClient`)."""
+
+    def arm(self, crash_after_updates: int) -> None: ...
+
+    def disarm(self) -> None: ...
 
 
 @dataclass
@@ -91,7 +101,7 @@ class RunnerFaults:
     bisect_on_error: bool = False
     kill_after_batches: int | None = None
     transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    client: Any | None = None
+    client: CrashingClient | None = None
     log: list[str] = field(default_factory=list)
 
     @staticmethod
@@ -255,7 +265,7 @@ class StreamRunner:
     def __init__(
         self,
         processor: StreamProcessor,
-        streams_client: Any,
+        streams_client: DynamoDBStreamsClient,
         stream_arn: str,
         *,
         batch_size: int = 100,
@@ -439,9 +449,8 @@ class StreamRunner:
             stats.add(outcome)
             if self.on_batch is not None:
                 self.on_batch(outcome)
-            failures = outcome.response.get("batchItemFailures") or []
-            if failures:
-                return self._partial_failure(shard, records, stats, outcome, failures)
+            if outcome.response.get("batchItemFailures"):
+                return self._partial_failure(shard, records, stats, outcome)
             return self._delivered(shard, records, stats, event, outcome)
 
     def _arm_crash(self) -> None:
@@ -468,12 +477,7 @@ class StreamRunner:
         """
         stats.function_errors += 1
         self.faults.log.append(f"delivery {self._deliveries}: function error {exc!r}")
-        shard.attempts += 1
-        if shard.attempts > self.max_retries:
-            raise RunnerError(
-                f"shard {shard.shard_id}: invocation still failing after "
-                f"{self.max_retries} retries: {exc!r}"
-            ) from exc
+        self._attempt_again(shard, "invocation", repr(exc), cause=exc)
         stats.retries += 1
         self._disarm()
         if self.faults.bisect_on_error and len(records) > 1:
@@ -482,13 +486,25 @@ class StreamRunner:
             records = records[:half]
         return records
 
+    def _attempt_again(
+        self, shard: _Shard, failing: str, detail: str, *, cause: Exception | None = None
+    ) -> None:
+        """Count one more attempt of the shard's batch (``failing``: what still fails).
+
+        Raises
+        ------
+        RunnerError
+            When the shard's attempts exceed ``max_retries`` (``detail`` says why the last failed).
+        """
+        shard.attempts += 1
+        if shard.attempts > self.max_retries:
+            raise RunnerError(
+                f"shard {shard.shard_id}: {failing} still failing after "
+                f"{self.max_retries} retries: {detail}"
+            ) from cause
+
     def _partial_failure(
-        self,
-        shard: _Shard,
-        records: list[dict[str, Any]],
-        stats: RunStats,
-        outcome: BatchOutcome,
-        failures: list[dict[str, Any]],
+        self, shard: _Shard, records: list[dict[str, Any]], stats: RunStats, outcome: BatchOutcome
     ) -> list[dict[str, Any]]:
         """Accept the records before the lowest ``batchItemFailures`` entry, back off, and return
         the records from it on.
@@ -498,18 +514,16 @@ class StreamRunner:
         RunnerError
             When the shard's attempts exceed ``max_retries``.
         """
+        failures = outcome.response["batchItemFailures"]
         retry_from = pad_sequence_number(
             min((f["itemIdentifier"] for f in failures), key=pad_sequence_number)
         )
         done = [r for r in records if pad_sequence_number(_seq(r)) < retry_from]
         rest = [r for r in records if pad_sequence_number(_seq(r)) >= retry_from]
-        shard.attempts += 1
         stats.retries += 1
-        if shard.attempts > self.max_retries:
-            raise RunnerError(
-                f"shard {shard.shard_id}: batch from {retry_from.lstrip('0')} still "
-                f"failing after {self.max_retries} retries: {'; '.join(outcome.errors[:3])}"
-            )
+        self._attempt_again(
+            shard, f"batch from {retry_from.lstrip('0')}", "; ".join(outcome.errors[:3])
+        )
         self._accept(shard, done, outcome)
         time.sleep(min(1.0, 0.02 * 2**shard.attempts))
         return rest

@@ -46,7 +46,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.dev.runner import RunnerFaults, RunStats, StreamRunner
@@ -57,6 +57,9 @@ from aggregator.dynamodb.streams import (
     parents_first,
 )
 from aggregator.runtime.processor import StreamProcessor
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 __all__ = [
     "EventSourceTwin",
@@ -177,7 +180,7 @@ class ShardTwin:
 
     def __init__(
         self,
-        streams_client: Any,
+        streams_client: DynamoDBStreamsClient,
         stream_arn: str,
         plan: ShardPlan,
         clock: SimulatedClock,
@@ -433,7 +436,9 @@ class EventSourceTwin:
         self.runners = [
             StreamRunner(
                 processor,
-                twin.view(p),
+                # the view answers the calls the stream reader makes (DescribeStream,
+                # GetShardIterator, GetRecords)
+                cast("DynamoDBStreamsClient", twin.view(p)),
                 twin.stream_arn,
                 batch_size=batch_size,
                 tumbling_window_seconds=tumbling_window_seconds,

@@ -6,23 +6,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from aggregator.cli import clients
-from aggregator.cli.options import (
-    RuleSources,
-    definitions_option,
-    endpoint_option,
-    rules_option,
-    table_option,
-)
+from aggregator.cli.options import RuleSources, endpoint_option, seconds_option, table_rules_options
 from aggregator.cli.output import console, err_console
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
+    from aggregator.core.rules import RuleSet
     from aggregator.operations.backfill import BackfillStats
 
 
@@ -67,18 +64,51 @@ def backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 type=click.FloatRange(min=0, min_open=True),
                 help="Write at most this many (modelled) WCU per second.",
             ),
-            click.option(
+            seconds_option(
                 "--stream-lag",
                 "stream_lag_seconds",
-                type=click.FloatRange(min=0),
                 default=5.0,
-                show_default=True,
                 help="Seconds a write may take to appear in the stream (waited after each page).",
             ),
         ]
     ):
         wrapped = option(wrapped)
     return wrapped
+
+
+@dataclass(frozen=True, slots=True)
+class LiveTable:
+    """A table the application writes, its rules and its stream: what a backfill scans (and a
+    rebuild's backfill)."""
+
+    rules: RuleSet
+    client: DynamoDBClient
+    table_name: str
+    stream_arn: str
+    endpoint_url: str | None
+
+    @classmethod
+    def open(cls, table_name: str, definitions: RuleSources, endpoint_url: str | None) -> LiveTable:
+        """The rules (loaded first), a client, and the table's stream ARN (``DescribeTable``).
+
+        Raises
+        ------
+        RuleError, ConfigError
+            As :func:`~aggregator.cli.tables.rules_for_table`; ``ConfigError`` too when the
+            table has no stream.
+        """
+        from aggregator.cli.tables import rules_for_table
+        from aggregator.dynamodb.table import table_stream_arn
+
+        client, rules = rules_for_table(table_name, definitions, endpoint_url)
+        return cls(rules, client, table_name, table_stream_arn(client, table_name), endpoint_url)
+
+    def scan_arguments(self) -> tuple[RuleSet, DynamoDBClient, DynamoDBStreamsClient, str, str]:
+        """The first arguments of :class:`~aggregator.operations.backfill.Backfill` and
+        :class:`~aggregator.operations.rebuild.Rebuild`: rules, client, a new streams client,
+        table name and stream ARN."""
+        streams = clients.make_client("dynamodbstreams", self.endpoint_url)
+        return self.rules, self.client, streams, self.table_name, self.stream_arn
 
 
 @contextmanager
@@ -168,9 +198,7 @@ def print_backfill_summary(stats: BackfillStats, names: str) -> None:
 
 
 @click.command("backfill", short_help="Count the items already in the table for pending rules.")
-@definitions_option
-@table_option
-@rules_option("Comma-separated rules to backfill (default: every rule pending a backfill).")
+@table_rules_options("Comma-separated rules to backfill (default: every rule pending a backfill).")
 @backfill_options
 @endpoint_option
 def backfill_cmd(
@@ -186,20 +214,13 @@ def backfill_cmd(
     Deploy the rules first (the handler, or `aggregator run`, records them as pending), then
     run this. Progress is kept in the table under the control partition.
     """
-    from aggregator.cli.tables import rules_for_table
-    from aggregator.dynamodb.table import table_stream_arn
     from aggregator.operations.backfill import Backfill, NothingToBackfill
 
-    client, rules = rules_for_table(table_name, definitions, endpoint_url)
-    stream_arn = table_stream_arn(client, table_name)
+    table = LiveTable.open(table_name, definitions, endpoint_url)
     try:
-        with backfill_progress(client, table_name) as on_page:
+        with backfill_progress(table.client, table_name) as on_page:
             backfill = Backfill(
-                rules,
-                client,
-                clients.make_client("dynamodbstreams", endpoint_url),
-                table_name,
-                stream_arn,
+                *table.scan_arguments(),
                 rule_names=rule_names,
                 on_page=on_page,
                 **backfill_options,

@@ -8,7 +8,7 @@ import sys
 import time
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.text import Text as _RichText
@@ -22,6 +22,12 @@ from aggregator.cli.options import (
 )
 from aggregator.cli.output import console
 from aggregator.core.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from aggregator.core.engine import CoalescedDelta
+    from aggregator.core.explain import RecordExplanation, RuleExplanation
+    from aggregator.core.layout import TableLayout
+    from aggregator.core.rules import RuleSet
 
 
 def Text(text: str) -> _RichText:
@@ -97,7 +103,7 @@ def to_image(item: Any, source: str) -> dict[str, Any]:
 
 def _live_item(
     table_name: str, keys: tuple[str, ...], definitions: RuleSources, endpoint_url: str | None
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], RuleSet]:
     """``(DynamoDB-JSON item, rules)`` read with a strongly consistent ``GetItem``."""
     from aggregator.cli.tables import rules_for_table
 
@@ -122,13 +128,13 @@ def _live_item(
     return item, rules
 
 
-def _target_text(layout: Any, values: Any) -> str:
+def _target_text(layout: TableLayout, values: tuple[str, ...]) -> str:
     """An application item's key as ``PK=POST#1, SK=META``."""
     names = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
     return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=False))
 
 
-def _rule_tree(parent: Tree, explanations: list[Any], layout: Any) -> None:
+def _rule_tree(parent: Tree, explanations: list[RuleExplanation], layout: TableLayout) -> None:
     for e in explanations:
         # a kind other than sum is named: its amounts go to value items or to a count too
         name = e.rule if e.kind == "sum" else f"{e.rule} ({e.kind})"
@@ -148,7 +154,7 @@ def _rule_tree(parent: Tree, explanations: list[Any], layout: Any) -> None:
                 node.add(Text(f"key {c.key} (sort key {c.sort_key}{bucket}): {c.amount:+}"))
 
 
-def _update_text(layout: Any, change: Any) -> str:
+def _update_text(layout: TableLayout, change: CoalescedDelta) -> str:
     from aggregator.dynamodb.updates import aggregate_update, resolved
 
     if change.target_attribute is not None:  # the application's item (dynamodb.targets)
@@ -246,7 +252,7 @@ def _image_to_explain(
     keys: tuple[str, ...],
     definitions: RuleSources,
     endpoint_url: str | None,
-) -> tuple[dict[str, Any], Any, str]:
+) -> tuple[dict[str, Any], RuleSet, str]:
     """``(DynamoDB-JSON item, rules, where it comes from)``: the live item of ``table_name``,
     else the ITEM file's."""
     from aggregator.core.rules import load_rules
@@ -261,7 +267,7 @@ def _image_to_explain(
 
 
 def _explain_item(
-    image_raw: dict[str, Any], rules: Any, source: str, as_json: bool, now: float
+    image_raw: dict[str, Any], rules: RuleSet, source: str, as_json: bool, now: float
 ) -> None:
     """Explain one item: per rule, as a tree or JSON."""
     from aggregator.core.engine import Engine
@@ -319,7 +325,7 @@ def explain_cmd(
     _explain_item(image_raw, rules, source, as_json, now)
 
 
-def _record_json(explained: Any, layout: Any) -> dict[str, Any]:
+def _record_json(explained: RecordExplanation, layout: TableLayout) -> dict[str, Any]:
     return {
         "record": {
             "event_name": explained.event_name,
@@ -348,7 +354,7 @@ def _record_json(explained: Any, layout: Any) -> dict[str, Any]:
     }
 
 
-def _print_record(explained: Any, layout: Any) -> None:
+def _print_record(explained: RecordExplanation, layout: TableLayout) -> None:
     keys = ", ".join(f"{k}={next(iter(v.values()))}" for k, v in explained.keys.items())
     tree = Tree(Text(f"{explained.event_name} record {explained.sequence_number} of item {keys}"))
     for label, explanations in (("OldImage", explained.old), ("NewImage", explained.new)):
@@ -368,7 +374,9 @@ def _print_record(explained: Any, layout: Any) -> None:
             )
         node = changes.add(Text(f"{c.ref.rule} {c.ref.display_key}{partial}: {c.amount:+}"))
         where = (
-            _target_text(layout, c.ref.target) if c.target_attribute is not None else c.ref.sort_key
+            _target_text(layout, c.ref.target or ())
+            if c.target_attribute is not None
+            else c.ref.sort_key
         )
         node.add(Text(f"UpdateItem {where}: {_update_text(layout, c)}"))
     for f in explained.failures:

@@ -8,13 +8,19 @@ from typing import Any
 
 import click
 
-from aggregator.cli import clients
 from aggregator.cli.commands.backfill import (
+    LiveTable,
     backfill_options,
     backfill_progress,
     print_backfill_summary,
 )
-from aggregator.cli.options import RuleSources, definitions_option, endpoint_option, table_option
+from aggregator.cli.options import (
+    RuleSources,
+    definitions_option,
+    endpoint_option,
+    seconds_option,
+    table_option,
+)
 from aggregator.cli.output import console
 
 
@@ -23,12 +29,10 @@ from aggregator.cli.output import console
 @definitions_option
 @table_option
 @backfill_options
-@click.option(
+@seconds_option(
     "--wait",
     "wait_seconds",
-    type=click.FloatRange(min=0),
     default=3600.0,
-    show_default=True,
     help="Seconds to wait for a handler (or `aggregator run`) to start with the new definition "
     "before giving up; 0 requests the new generation and returns.",
 )
@@ -50,12 +54,9 @@ def rebuild_cmd(
     as of the deployment. Run again to resume; the old generation stays until
     `aggregator drop-rule RULE`.
     """
-    from aggregator.cli.tables import rules_for_table
-    from aggregator.dynamodb.table import table_stream_arn
     from aggregator.operations.rebuild import Rebuild, generation_label
 
-    client, rules = rules_for_table(table_name, definitions, endpoint_url)
-    stream_arn = table_stream_arn(client, table_name)
+    table = LiveTable.open(table_name, definitions, endpoint_url)
     announced = False
 
     def on_wait(target: str, waited: float) -> None:
@@ -69,13 +70,9 @@ def rebuild_cmd(
             )
             announced = True
 
-    with backfill_progress(client, table_name) as on_page:
+    with backfill_progress(table.client, table_name) as on_page:
         rebuild = Rebuild(
-            rules,
-            client,
-            clients.make_client("dynamodbstreams", endpoint_url),
-            table_name,
-            stream_arn,
+            *table.scan_arguments(),
             rule_name,
             wait_seconds=wait_seconds,
             on_wait=on_wait,
@@ -101,7 +98,7 @@ def rebuild_cmd(
         )
         return
     if result.outcome == "reindexed":
-        done = "written for" if rules.get(rule_name).leaderboard else "removed from"
+        done = "written for" if table.rules.get(rule_name).leaderboard else "removed from"
         console.print(
             f"rebuild {rule_name}: {generation_label(result.serving)} is built with this "
             f"definition; leaderboard index entries {done} its {result.reindexed:,} existing "

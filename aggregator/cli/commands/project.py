@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from aggregator.cli.options import rule_paths_option
 from aggregator.cli.output import console
 
 _NEXT_STEPS = """\
@@ -118,14 +119,7 @@ def init_cmd(
 
 
 @click.command("build", short_help="Build the Lambda function's artifact for sam build.")
-@click.option(
-    "--definitions",
-    "-d",
-    "definitions",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Rule file or directory to ship (repeat for several) [default: rules]",
-)
+@rule_paths_option("Rule file or directory to ship (repeat for several) [default: rules]")
 @click.option(
     "--output",
     envvar="ARTIFACTS_DIR",

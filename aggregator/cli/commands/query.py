@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
@@ -26,43 +29,8 @@ from aggregator.cli.output import (
 )
 from aggregator.core.exceptions import AggregatorError
 
-
-def _store(table_name: str, definitions: RuleSources, endpoint_url: str | None, rule: str) -> Any:
-    """The store, after a warning on stderr when ``rule``'s serving generation was built from
-    another definition, or does not count the table's older items yet (pending or being
-    backfilled); both from the store's own manifest read."""
-    from aggregator.cli.tables import rules_for_table
+if TYPE_CHECKING:
     from aggregator.dynamodb.query import AggregateStore
-
-    client, rules = rules_for_table(table_name, definitions, endpoint_url)
-    store = AggregateStore(client, table_name, rules)
-    known = any(r.name == rule for r in rules)
-    status = store.serving_status(rule) if known else None
-    if known and store.definition_changed(rule):
-        err_console.print(
-            f"warning: rule {rule!r} was changed since its aggregates were built: they count "
-            "its deployed definition, not this one (aggregator rebuild "
-            f"{rule} --table {table_name})",
-            markup=False,
-            highlight=False,
-        )
-    elif known and store.deployed(rule) is False:
-        err_console.print(
-            f"warning: rule {rule!r} is not deployed yet: no handler (nor aggregator run) has "
-            "started with it, so nothing is counted for it (aggregator status --table "
-            f"{table_name})",
-            markup=False,
-            highlight=False,
-        )
-    elif status in ("requested", "pending", "backfilling"):
-        err_console.print(
-            f"warning: rule {rule!r} is {status}: its aggregates do not count the items "
-            "from before its fences yet, so they are incomplete (aggregator status --table "
-            f"{table_name}; aggregator backfill --table {table_name})",
-            markup=False,
-            highlight=False,
-        )
-    return store
 
 
 _json_option = click.option(
@@ -82,6 +50,80 @@ _digits_option = click.option(
     "rounded half-even; whole numbers show as integers, and a column's numbers share their "
     "places. Text output only: --json is exact",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """The options of every query command: the table and rules to read (``--table``,
+    ``--definitions``, ``--endpoint-url``) and how to print (``--json``, ``--digits``)."""
+
+    table_name: str
+    definitions: RuleSources
+    endpoint_url: str | None
+    as_json: bool
+    digits: int
+
+    def store(self, rule: str) -> AggregateStore:
+        """The store, after a warning on stderr when ``rule``'s serving generation was built from
+        another definition, or does not count the table's older items yet (pending or being
+        backfilled); both from the store's own manifest read."""
+        from aggregator.cli.tables import rules_for_table
+        from aggregator.dynamodb.query import AggregateStore
+
+        client, rules = rules_for_table(self.table_name, self.definitions, self.endpoint_url)
+        store = AggregateStore(client, self.table_name, rules)
+        known = any(r.name == rule for r in rules)
+        status = store.serving_status(rule) if known else None
+        if known and store.definition_changed(rule):
+            err_console.print(
+                f"warning: rule {rule!r} was changed since its aggregates were built: they count "
+                "its deployed definition, not this one (aggregator rebuild "
+                f"{rule} --table {self.table_name})",
+                markup=False,
+                highlight=False,
+            )
+        elif known and store.deployed(rule) is False:
+            err_console.print(
+                f"warning: rule {rule!r} is not deployed yet: no handler (nor aggregator run) has "
+                "started with it, so nothing is counted for it (aggregator status --table "
+                f"{self.table_name})",
+                markup=False,
+                highlight=False,
+            )
+        elif status in ("requested", "pending", "backfilling"):
+            err_console.print(
+                f"warning: rule {rule!r} is {status}: its aggregates do not count the items "
+                "from before its fences yet, so they are incomplete (aggregator status --table "
+                f"{self.table_name}; aggregator backfill --table {self.table_name})",
+                markup=False,
+                highlight=False,
+            )
+        return store
+
+
+def _reading_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add the options of :class:`_Reading` (after the command's own) and pass them to
+    ``command`` as one keyword argument, ``reading``."""
+
+    @functools.wraps(command)
+    def run(
+        *args: Any,
+        table_name: str,
+        definitions: RuleSources,
+        endpoint_url: str | None,
+        as_json: bool,
+        digits: int,
+        **kwargs: Any,
+    ) -> None:
+        reading = _Reading(table_name, definitions, endpoint_url, as_json, digits)
+        command(*args, reading=reading, **kwargs)
+
+    decorated: Callable[..., None] = run
+    # applied last to first, so --help lists them in this order: table, definitions, endpoint,
+    # json, digits
+    for option in (_digits_option, _json_option, endpoint_option, definitions_option, table_option):
+        decorated = option(decorated)
+    return decorated
 
 
 def _aggregate_json(a: Any) -> dict[str, Any]:
@@ -161,20 +203,8 @@ def query() -> None:
 @query.command("get", short_help="One aggregate of RULE, by its key.")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
-@table_option
-@definitions_option
-@endpoint_option
-@_json_option
-@_digits_option
-def query_get(
-    rule: str,
-    values: tuple[str, ...],
-    table_name: str,
-    definitions: RuleSources,
-    endpoint_url: str | None,
-    as_json: bool,
-    digits: int,
-) -> None:
+@_reading_options
+def query_get(rule: str, values: tuple[str, ...], reading: _Reading) -> None:
     """One aggregate: RULE and its key, as query list shows it (JFK#LAX) or as the key's
     placeholder values in order (JFK LAX); nothing for a literal key.
 
@@ -183,10 +213,10 @@ def query_get(
     an aggregate gets a "did you mean" when keys like it exist (PLAYER#p13 for p13), found by
     reading at most 100 of the rule's keys and trying up to 3 of their prefixes (at most 4
     small eventually consistent reads; not with --json)."""
-    store = _store(table_name, definitions, endpoint_url, rule)
+    store = reading.store(rule)
     # key text is the same for a string and a number attribute (numbers render in plain form)
     aggregate = store.get(rule, _key(values))
-    if as_json:
+    if reading.as_json:
         _echo_json(
             {"rule": rule, "aggregate": None if aggregate is None else _aggregate_json(aggregate)}
         )
@@ -209,31 +239,22 @@ def query_get(
         )
         raise SystemExit(1)
     where = "" if target is None else f" ({target.attribute} of the target item)"
-    console.print(f"{rule} {aggregate.key}: {_fields_text(aggregate, digits)}{where}", markup=False)
+    console.print(
+        f"{rule} {aggregate.key}: {_fields_text(aggregate, reading.digits)}{where}", markup=False
+    )
 
 
 @query.command("list", short_help="Every aggregate of RULE, in key order.")
 @click.argument("rule")
-@table_option
-@definitions_option
-@endpoint_option
-@_json_option
-@_digits_option
-def query_list(
-    rule: str,
-    table_name: str,
-    definitions: RuleSources,
-    endpoint_url: str | None,
-    as_json: bool,
-    digits: int,
-) -> None:
+@_reading_options
+def query_list(rule: str, reading: _Reading) -> None:
     """Every aggregate of RULE, in key order, with the fields of its kind (value; mean, sum and
     count; min; max; count, min, p50, p90, p99 and max); a windowed rule's with their
     granularity and bucket start; for a rule with a target, the deltas that found no target
     item."""
-    store = _store(table_name, definitions, endpoint_url, rule)
+    store = reading.store(rule)
     aggregates = list(store.list(rule))
-    if as_json:
+    if reading.as_json:
         _echo_json({"rule": rule, "aggregates": [_aggregate_json(a) for a in aggregates]})
         return
     target = store.rules.get(rule).target
@@ -242,9 +263,11 @@ def query_list(
             f"{rule}: deltas that found no target item (its {target.attribute} sums are on the "
             "items themselves: query get)"
         )
-        _print_rule_aggregates(store, rule, title, [a for a in aggregates if a.value], digits)
+        _print_rule_aggregates(
+            store, rule, title, [a for a in aggregates if a.value], reading.digits
+        )
         return
-    _print_rule_aggregates(store, rule, rule, aggregates, digits)
+    _print_rule_aggregates(store, rule, rule, aggregates, reading.digits)
 
 
 @query.command("top", short_help="The N largest aggregates of RULE.")
@@ -263,31 +286,19 @@ def query_list(
     help="Windowed rule: the bucket holding this time (ISO 8601 with offset, or epoch s); "
     "default now",
 )
-@table_option
-@definitions_option
-@endpoint_option
-@_json_option
-@_digits_option
+@_reading_options
 def query_top(
-    rule: str,
-    n: int,
-    granularity: str | None,
-    at: str | None,
-    table_name: str,
-    definitions: RuleSources,
-    endpoint_url: str | None,
-    as_json: bool,
-    digits: int,
+    rule: str, n: int, granularity: str | None, at: str | None, reading: _Reading
 ) -> None:
     """The N largest aggregates of RULE (leaderboard index when the rule has one); for a
     windowed rule, of one time bucket (--granularity, --at)."""
-    store = _store(table_name, definitions, endpoint_url, rule)
+    store = reading.store(rule)
     when = _instant(at)
     if when is None and store.rules.get(rule).window is not None:
         when = int(time.time())  # one instant for the bucket read and the bucket named
     bucket = store.top_bucket(rule, granularity, when)
     top = store.top(rule, n, granularity=granularity, at=when)
-    if as_json:
+    if reading.as_json:
         data: dict[str, Any] = {"rule": rule, "n": n}
         if bucket is not None:
             data.update(granularity=bucket[0], bucket=bucket[1])
@@ -296,7 +307,7 @@ def query_top(
     title = f"top {n}: {rule}"
     if bucket is not None:
         title += f" ({bucket[0]} bucket {bucket[1]})"
-    _print_rule_aggregates(store, rule, title, top, digits)
+    _print_rule_aggregates(store, rule, title, top, reading.digits)
 
 
 def _instant(value: str | None) -> int | None:
@@ -333,8 +344,23 @@ def _now_instant(value: str) -> int:
     return seconds + (1 if datetime.fromisoformat(text).microsecond else 0)
 
 
-def _range_options(command: Any) -> Any:
-    """``--last``, ``--now``, ``--start``, ``--end``: a time range of a windowed rule."""
+def _range_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--last``, ``--now``, ``--start``, ``--end``: a time range of a windowed rule, passed to
+    ``command`` as ``window_range``, the arguments of :meth:`AggregateStore.window`
+    (:func:`_range`; a bad combination or value is refused before anything is read)."""
+
+    @functools.wraps(command)
+    def run(
+        *args: Any,
+        last: str | None,
+        now: str | None,
+        start: str | None,
+        end: str | None,
+        **kwargs: Any,
+    ) -> None:
+        command(*args, window_range=_range(last, now, start, end), **kwargs)
+
+    decorated: Callable[..., None] = run
     for option in reversed(
         (
             click.option(
@@ -365,8 +391,8 @@ def _range_options(command: Any) -> Any:
             ),
         )
     ):
-        command = option(command)
-    return command
+        decorated = option(decorated)
+    return decorated
 
 
 def _range(
@@ -437,24 +463,13 @@ def _percent_list(ctx: click.Context, param: click.Parameter, value: str) -> lis
     help="Percentiles, comma-separated, from 0 to 100 (nearest rank)",
 )
 @_range_options
-@table_option
-@definitions_option
-@endpoint_option
-@_json_option
-@_digits_option
+@_reading_options
 def query_percentile(
     rule: str,
     values: tuple[str, ...],
     ps: list[Decimal],
-    last: str | None,
-    now: str | None,
-    start: str | None,
-    end: str | None,
-    table_name: str,
-    definitions: RuleSources,
-    endpoint_url: str | None,
-    as_json: bool,
-    digits: int,
+    window_range: dict[str, int | None],
+    reading: _Reading,
 ) -> None:
     """Percentiles of one key of a distribution RULE (each within the rule's relative
     accuracy), or exact ones of a min/max rule; the key as for query get.
@@ -464,10 +479,9 @@ def query_percentile(
     query window reads it."""
     from aggregator.core.windows import bucket_text
 
-    window_range = _range(last, now, start, end)
-    store = _store(table_name, definitions, endpoint_url, rule)
+    store = reading.store(rule)
     result = store.percentiles(rule, _key(values), ps, **window_range)
-    if as_json:
+    if reading.as_json:
         _echo_json(
             {
                 "rule": rule,
@@ -511,13 +525,14 @@ def query_percentile(
     )
     table.add_column("p", justify="right")
     table.add_column("value", justify="right")
-    texts = column_texts(list(result.values.values()), digits)
+    texts = column_texts(list(result.values.values()), reading.digits)
     for p, text in zip(result.values, texts, strict=True):
         table.add_row(f"p{p}", text)
     console.print(table)
     asked = _asked_text(result)
-    if asked is not None:
-        finest = store.rules.get(rule).window.finest.label
+    window = store.rules.get(rule).window
+    if asked is not None and window is not None:  # a range is asked only of a windowed rule
+        finest = window.finest.label
         console.print(
             f"asked {asked}, widened to whole {finest} buckets", highlight=False, markup=False
         )
@@ -530,30 +545,18 @@ def query_percentile(
 @query.command("histogram", short_help="How many source keys have each value.")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
-@table_option
-@definitions_option
-@endpoint_option
-@_json_option
-@_digits_option
-def query_histogram(
-    rule: str,
-    values: tuple[str, ...],
-    table_name: str,
-    definitions: RuleSources,
-    endpoint_url: str | None,
-    as_json: bool,
-    digits: int,
-) -> None:
+@_reading_options
+def query_histogram(rule: str, values: tuple[str, ...], reading: _Reading) -> None:
     """How many source keys have each value: RULE is a derived rule keyed by "{value}" (any
     other rule shows its keys and values, with bars). For a distribution rule give a key: its
     bins (each bin's reported value and how many values it holds)."""
-    store = _store(table_name, definitions, endpoint_url, rule)
+    store = reading.store(rule)
     rows = store.histogram(rule, _key(values) if values else None)
     derived = store.rules.get(rule).is_derived or store.rules.get(rule).kind.per_value
     # a derived rule's key is its source's value, its value a count of source keys; any other
     # rule's rows are its own keys and values
     first, second = ("value", "count") if derived else ("key", "value")
-    if as_json:
+    if reading.as_json:
         _echo_json(
             {"rule": rule, "rows": [{first: str(r.value), second: str(r.count)} for r in rows]}
         )
@@ -578,9 +581,11 @@ def query_histogram(
     # a column of numbers (a distribution's bins, a derived rule's numeric keys) for people;
     # text keys as they are
     firsts = (
-        column_texts(numbers, digits) if len(numbers) == len(rows) else [str(r.value) for r in rows]
+        column_texts(numbers, reading.digits)
+        if len(numbers) == len(rows)
+        else [str(r.value) for r in rows]
     )
-    counts = column_texts([r.count for r in rows], digits)
+    counts = column_texts([r.count for r in rows], reading.digits)
     for r, first, count in zip(rows, firsts, counts, strict=True):
         bar = "#" * (int(40 * r.count / peak) if peak > 0 and r.count > 0 else 0)
         table.add_row(Text(first), count, bar)
@@ -591,23 +596,9 @@ def query_histogram(
 @click.argument("rule")
 @click.argument("values", nargs=-1)
 @_range_options
-@table_option
-@definitions_option
-@endpoint_option
-@_json_option
-@_digits_option
+@_reading_options
 def query_window(
-    rule: str,
-    values: tuple[str, ...],
-    last: str | None,
-    now: str | None,
-    start: str | None,
-    end: str | None,
-    table_name: str,
-    definitions: RuleSources,
-    endpoint_url: str | None,
-    as_json: bool,
-    digits: int,
+    rule: str, values: tuple[str, ...], window_range: dict[str, int | None], reading: _Reading
 ) -> None:
     """Count or sum (or the rule's kind: mean, min, max, percentiles) of a windowed RULE for one
     key (its placeholder values, or the key as query list shows it) over --last D, ending now
@@ -619,10 +610,9 @@ def query_window(
     current one). Both ranges are printed ("range", and "asked" when wider; --json: start, end,
     asked_start, asked_end). Buckets are judged expired at the current time, with --now
     too."""
-    window_range = _range(last, now, start, end)
-    store = _store(table_name, definitions, endpoint_url, rule)
+    store = reading.store(rule)
     result = store.window(rule, _key(values), **window_range)
-    if as_json:
+    if reading.as_json:
         _echo_json(
             {
                 "rule": rule,
@@ -664,9 +654,9 @@ def query_window(
         table.add_row("asked", asked)
     if set(result.fields) - {"value"}:  # a kind's fields: mean, sum, count; min; ...
         for name, number in result.fields.items():
-            table.add_row(name, number_text(number, digits))
+            table.add_row(name, number_text(number, reading.digits))
     else:
-        table.add_row("value", number_text(result.value, digits))
+        table.add_row("value", number_text(result.value, reading.digits))
     runs = ", ".join(f"{p.buckets} {p.granularity.label}" for p in result.parts or [])
     table.add_row("buckets", runs or "none")
     table.add_row(

@@ -8,13 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from aggregator.cli.options import (
-    RuleSources,
-    definitions_option,
-    endpoint_option,
-    rules_option,
-    table_option,
-)
+from aggregator.cli.options import RuleSources, endpoint_option, seconds_option, table_rules_options
 from aggregator.cli.output import console
 
 if TYPE_CHECKING:
@@ -22,19 +16,15 @@ if TYPE_CHECKING:
 
 
 @click.command("reconcile", short_help="Recount the rules from a scan and report any drift.")
-@definitions_option
-@table_option
-@rules_option(
+@table_rules_options(
     "Comma-separated base rules to check (default: every base rule; all must be active in the "
     "manifest, or there is no manifest)."
 )
 @click.option("--repair", is_flag=True, help="Add each stable drift's difference, once.")
-@click.option(
+@seconds_option(
     "--settle",
     "settle_seconds",
-    type=click.FloatRange(min=0),
     default=90.0,
-    show_default=True,
     help="Seconds between the two checks of a differing key: longer than the handler takes to "
     "apply a change (the template's tumbling window is 60 s); doubled when a checked rule has "
     "write_shards.",

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from aggregator.cli.options import RuleSources, definitions_option
+from aggregator.cli.options import RuleSources, definitions_option, rule_paths_option
 from aggregator.cli.output import console, err_console
 
 
@@ -76,13 +76,8 @@ def _unversioned(paths: tuple[Path, ...]) -> list[str]:
 
 @click.command(short_help="Check rule files; print their rules or their errors.")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option(
-    "--definitions",
-    "-d",
-    "more",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Rule file or directory, as the other commands take it (repeatable)",
+@rule_paths_option(
+    "Rule file or directory, as the other commands take it (repeatable)", dest="more"
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rules as JSON")
 def validate(paths: tuple[Path, ...], more: tuple[Path, ...], as_json: bool) -> None:

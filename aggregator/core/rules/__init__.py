@@ -9,32 +9,27 @@ The package re-exports the names of its modules:
 * :mod:`~aggregator.core.rules.deltas`: :class:`DeltaSpec`;
 * :mod:`~aggregator.core.rules.writes`: :class:`WriteSpec` (what the writers need of a rule);
 * :mod:`~aggregator.core.rules.buckets`: :class:`Window` and :class:`Bucket`;
-* :mod:`~aggregator.core.rules.loading`: :func:`load_rules` (files and directories);
-* :mod:`~aggregator.core.rules.loader`: :class:`RuleLoader`, the YAML loader, and its limits;
-* :mod:`~aggregator.core.rules.errors` and :mod:`~aggregator.core.rules.messages`: one-line
-  problem messages.
+* :mod:`~aggregator.core.rules.files`: :func:`load_rules` (reading, parsing and validating rule
+  files and directories);
+* :mod:`~aggregator.core.rules.yaml_parser`: :class:`RuleLoader`, the strict YAML parser of rule
+  files, and its limits;
+* :mod:`~aggregator.core.rules.problems` (validation problems as one line each) and
+  :mod:`~aggregator.core.rules.messages` (the words of those lines).
 """
 
 from aggregator.core.rules.buckets import Bucket, GranularityField, Window
 from aggregator.core.rules.deltas import DeltaSpec
-from aggregator.core.rules.errors import MAX_PROBLEMS_PER_FILE
+from aggregator.core.rules.files import (
+    MAX_RULE_FILE_BYTES,
+    declared_layout,
+    load_rules,
+    rule_files_in,
+)
 from aggregator.core.rules.keys import (
     KeyTemplate,
     escape_key_part,
     format_key_value,
     unescape_key_part,
-)
-from aggregator.core.rules.loader import (
-    MAX_YAML_DEPTH,
-    MAX_YAML_NODES,
-    RuleFileLimitError,
-    RuleLoader,
-)
-from aggregator.core.rules.loading import (
-    MAX_RULE_FILE_BYTES,
-    declared_layout,
-    load_rules,
-    rule_files_in,
 )
 from aggregator.core.rules.model import (
     AUTO_WRITE_SHARDS,
@@ -46,6 +41,7 @@ from aggregator.core.rules.model import (
     MatchField,
     Rule,
 )
+from aggregator.core.rules.problems import MAX_PROBLEMS_PER_FILE
 from aggregator.core.rules.ruleset import (
     RuleSet,
     derived_attribute_indexes,
@@ -56,6 +52,12 @@ from aggregator.core.rules.ruleset import (
 )
 from aggregator.core.rules.targets import Target
 from aggregator.core.rules.writes import WriteSpec
+from aggregator.core.rules.yaml_parser import (
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    RuleFileLimitError,
+    RuleLoader,
+)
 
 __all__ = [
     "AUTO_WRITE_SHARDS",

@@ -21,9 +21,9 @@ from pydantic import (
 from aggregator.core.exceptions import RuleError
 from aggregator.core.kinds import Sum
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
-from aggregator.core.rules.errors import RuleSetProblems, format_errors
 from aggregator.core.rules.messages import rule_name, rule_names
 from aggregator.core.rules.model import Rule
+from aggregator.core.rules.problems import RuleSetProblems, format_errors
 from aggregator.core.text import quote
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import aggregator.core.rules.loader as loader_module
+import aggregator.core.rules.yaml_parser as yaml_parser
 from aggregator.core import engine as engine_module
 from aggregator.core.conditions import MAX_MATCH_DEPTH, ConditionSyntaxError, parse_match
 from aggregator.core.exceptions import EvaluationError, RuleError
@@ -191,7 +191,7 @@ def test_anchors_aliases_and_merge_keys_still_work(tmp_path):
 
 
 def test_node_limit_counts_every_alias_with_its_expansion(monkeypatch):
-    monkeypatch.setattr(loader_module, "MAX_YAML_NODES", 45)
+    monkeypatch.setattr(yaml_parser, "MAX_YAML_NODES", 45)
 
     def doc(aliases: int) -> str:  # 1 root + 4 for a + 4 per alias (key, sequence, 2 items)
         return "a: &x [1, 2]\n" + "".join(f"k{i}: *x\n" for i in range(aliases))
@@ -204,7 +204,7 @@ def test_node_limit_counts_every_alias_with_its_expansion(monkeypatch):
 
 
 def test_node_limit_without_aliases_stops_composing(monkeypatch):
-    monkeypatch.setattr(loader_module, "MAX_YAML_NODES", 40)
+    monkeypatch.setattr(yaml_parser, "MAX_YAML_NODES", 40)
     items = ", ".join(["1"] * 37)  # 1 root + 1 key + 1 sequence + 37
     assert len(load(f"a: [{items}]")["a"]) == 37
     with pytest.raises(yaml.YAMLError) as info:
@@ -216,7 +216,7 @@ def test_node_limit_without_aliases_stops_composing(monkeypatch):
 
 
 def test_merge_keys_count_like_aliases(monkeypatch):
-    monkeypatch.setattr(loader_module, "MAX_YAML_NODES", 23)
+    monkeypatch.setattr(yaml_parser, "MAX_YAML_NODES", 23)
     base = "b: &b {x: 1, y: 2}\n"  # root, key and 5 nodes of b: 7
     # each of c and d: key, mapping, '<<' and the 5 nodes of b: 8
     assert load(base + "c: {<<: *b}\nd: {<<: *b}\n")["d"] == {"x": D(1), "y": D(2)}  # 23

@@ -8,9 +8,9 @@ field.
 
 Loading is hardened against hostile or broken files: a file over :data:`MAX_RULE_FILE_BYTES`, a
 file that is not UTF-8, control characters, a document expanding to more than
-:data:`~aggregator.core.rules.loader.MAX_YAML_NODES` nodes through aliases or merge keys
+:data:`~aggregator.core.rules.yaml_parser.MAX_YAML_NODES` nodes through aliases or merge keys
 ("billion laughs"), a recursive alias, or nesting deeper than
-:data:`~aggregator.core.rules.loader.MAX_YAML_DEPTH` is rejected in bounded time and memory,
+:data:`~aggregator.core.rules.yaml_parser.MAX_YAML_DEPTH` is rejected in bounded time and memory,
 with one line per problem naming the file (and the line and column, or the rule and field).
 """
 
@@ -27,10 +27,9 @@ from pydantic import ValidationError
 
 from aggregator.core.exceptions import RuleError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
-from aggregator.core.rules.errors import format_errors
-from aggregator.core.rules.loader import RuleFileLimitError, RuleLoader
 from aggregator.core.rules.messages import one_line, rule_name
 from aggregator.core.rules.model import Rule
+from aggregator.core.rules.problems import format_errors
 from aggregator.core.rules.ruleset import (
     RuleSet,
     derived_attribute_indexes,
@@ -38,6 +37,7 @@ from aggregator.core.rules.ruleset import (
     reading_field,
     target_problems,
 )
+from aggregator.core.rules.yaml_parser import RuleFileLimitError, RuleLoader
 from aggregator.core.text import MAX_REASON_CHARS
 
 MAX_RULE_FILE_BYTES = 1024 * 1024

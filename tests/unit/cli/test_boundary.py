@@ -29,8 +29,8 @@ from click.testing import CliRunner, Result
 import aggregator.cli.clients as clients
 import aggregator.dev.local
 from aggregator.cli import main
+from aggregator.cli.boundary import MESSAGE_CHARS, describe_error
 from aggregator.cli.clients import make_client
-from aggregator.cli.errors import MESSAGE_CHARS, describe_error
 from aggregator.core.exceptions import ConfigError, QueryError, RunnerError, WriteError
 from aggregator.dev.local import find_free_port
 from aggregator.dynamodb.table import create_table, validate_table_name
