@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time, __getattr
     from aggregator.core.rules import Bucket, Rule, RuleSet, Window, load_rules, rule
     from aggregator.core.windows import Granularity, parse_duration
     from aggregator.deploy.filters import check_template, filter_criteria
+    from aggregator.dynamodb.batch import UnprocessedKeysError
+    from aggregator.dynamodb.errors import AwsConnectionError, AwsError, AwsRequestError
     from aggregator.dynamodb.modes import make_writer
     from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
     from aggregator.dynamodb.writer import Writer, WriteResult
@@ -45,6 +47,10 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time, __getattr
 
 _EXPORTS: dict[str, str] = {
     "Aggregate": "aggregator.dynamodb.query",
+    "AwsConnectionError": "aggregator.dynamodb.errors",
+    "AwsError": "aggregator.dynamodb.errors",
+    "AwsRequestError": "aggregator.dynamodb.errors",
+    "UnprocessedKeysError": "aggregator.dynamodb.batch",
     "AggregateStore": "aggregator.dynamodb.query",
     "AggregatorError": "aggregator.core.exceptions",
     "BatchOutcome": "aggregator.runtime.processor",
@@ -99,6 +105,9 @@ __all__ = [
     "Aggregate",
     "AggregateStore",
     "AggregatorError",
+    "AwsConnectionError",
+    "AwsError",
+    "AwsRequestError",
     "BatchOutcome",
     "Bucket",
     "ConfigError",
@@ -116,6 +125,7 @@ __all__ = [
     "StreamProcessor",
     "StreamRecord",
     "TableLayout",
+    "UnprocessedKeysError",
     "Window",
     "WindowResult",
     "WriteError",

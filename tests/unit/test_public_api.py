@@ -54,6 +54,10 @@ PUBLIC = {
     "QueryError",
     "RunnerError",
     "DynamoDBLocalError",
+    "AwsError",
+    "AwsRequestError",
+    "AwsConnectionError",
+    "UnprocessedKeysError",
 }
 
 DEPRECATED = {

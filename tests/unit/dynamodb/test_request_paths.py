@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from aggregator.cli.errors import describe_error
+from aggregator.cli.boundary import describe_error
 from aggregator.core.engine import RecordFailure
 from aggregator.core.exceptions import AggregatorError, QueryError, WriteError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
