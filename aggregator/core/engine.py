@@ -48,7 +48,6 @@ from decimal import Decimal
 from aggregator.core.coalescing import coalesce_record, drop_expired, merge_batches, widen_bounds
 from aggregator.core.deltas import (
     NO_AMOUNTS,
-    PARTIAL_MARK,
     RECORD_RULE,
     AggregateRef,
     Amounts,
@@ -73,21 +72,18 @@ from aggregator.core.rules import (
 )
 from aggregator.core.toplist import placement
 
-# The value types of a batch (aggregator.core.deltas) and merge_batches
-# (aggregator.core.coalescing) are re-exported: importers name them from here.
+# Re-exported for the modules that import them from here (the values are defined in
+# aggregator.core.deltas, merge_batches in aggregator.core.coalescing).
 __all__ = [
     "MAX_SORT_KEY_BYTES",
     "NO_AMOUNTS",
-    "PARTIAL_MARK",
     "RECORD_RULE",
     "AggregateRef",
     "Amounts",
     "BatchDeltas",
     "CoalescedDelta",
     "Engine",
-    "RecordDelta",
     "RecordFailure",
-    "TopObservation",
     "add_amounts",
     "merge_batches",
 ]
