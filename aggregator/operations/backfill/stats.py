@@ -15,7 +15,8 @@ __all__ = ["BackfillStats", "RateLimiter"]
 
 @dataclass(slots=True)
 class BackfillStats:
-    """Figures of one :meth:`Backfill.run` (all of it, resumed parts included where stored)."""
+    """Figures of one :meth:`Backfill.run <aggregator.operations.backfill.Backfill.run>` (all of
+    it, resumed parts included where stored)."""
 
     backfill_id: str = ""
     items_scanned: int = 0
