@@ -4,37 +4,31 @@ log group and alarms as one CDK construct.
 Everything that follows from the rules comes from the functions that render the SAM template's
 regions (:func:`aggregator.cli.template.render_regions`): the stream's ``FilterCriteria``
 (:func:`aggregator.deploy.filters.filter_criteria`), the ``dynamodb:LeadingKeys`` conditions
-of the role's item grants, and the created table's keys and indexes
-(:func:`aggregator.dynamodb.table.table_definition`). The function's code is the artifact of
-``aggregator build`` (:func:`aggregator.cli.project.build.build_function`), built on this machine
-when the app is synthesized (CDK local bundling, no Docker) or given prebuilt.
+of the role's item grants (the role's statements: :mod:`aggregator.cdk.policies`), and the
+created table's keys and indexes (:func:`aggregator.dynamodb.table.table_definition`). The
+function's code is the artifact of ``aggregator build``
+(:func:`aggregator.cli.project.build.build_function`), built on this machine when the app is
+synthesized (CDK local bundling, no Docker) or given prebuilt (:mod:`aggregator.cdk.code`).
 
 Sources: Lambda Developer Guide, "Lambda parameters for Amazon DynamoDB event source mappings"
 (batch size, bisect, retries, maximum record age, parallelization, tumbling windows, on-failure
 destinations), "Configuring partial batch response with DynamoDB and Lambda", "Lambda event
 filtering", "Types of metrics for Lambda functions" (``IteratorAge``); Amazon SQS Developer
-Guide, "Available CloudWatch metrics for Amazon SQS"; AWS CDK API reference, ``ILocalBundling``
-and ``aws_lambda.Code.from_asset`` (local bundling).
+Guide, "Available CloudWatch metrics for Amazon SQS".
 """
 
 from __future__ import annotations
 
-import filecmp
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jsii
 from aws_cdk import (
-    AssetHashType,
     Aws,
-    BundlingOptions,
     CfnResource,
-    DockerImage,
     Duration,
     Fn,
-    ILocalBundling,
     RemovalPolicy,
     Token,
 )
@@ -50,18 +44,17 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from jsii.errors import JSIIError
 
+from aggregator.cdk.code import LocalBuild, function_code
+from aggregator.cdk.policies import role_statements, target_policies
 from aggregator.cli.project.build import (
     DEFINITIONS_DIR,
     FunctionRuntime,
-    build_function,
     rule_files,
 )
-from aggregator.cli.project.scaffold import project_file
 from aggregator.cli.template import render_regions
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet, load_rules
-from aggregator.deploy.filters import parse_template
 from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.dynamodb.table import table_definition
 from aggregator.dynamodb.tablecheck import VIEW_TYPE, key_schema_problems
@@ -260,7 +253,7 @@ class AggregatorFunction(Construct):
             ),
             inline_policies={
                 "ddb-aggregator": iam.PolicyDocument(
-                    statements=_statements(
+                    statements=role_statements(
                         regions,
                         stream_arn=stream_arn,
                         table_arn=table_arn,
@@ -269,15 +262,19 @@ class AggregatorFunction(Construct):
                         tracing=tracing,
                     )
                 ),
-                **_target_policies(regions, table_arn, self.rules.layout.leaderboard_index),
+                **target_policies(regions, table_arn, self.rules.layout.leaderboard_index),
             },
         )
-        local_build = None if artifact is not None else _LocalBuild(files, boto3)
+        local_build = (
+            None
+            if artifact is not None
+            else LocalBuild(files, boto3, FunctionRuntime.of(RUNTIME.name, ARCHITECTURE.name))
+        )
         try:
             self.function = lambda_.Function(
                 self,
                 "Function",
-                code=_code(files, artifact, local_build),
+                code=function_code(files, artifact, local_build, RUNTIME),
                 handler=HANDLER,
                 runtime=RUNTIME,
                 architecture=ARCHITECTURE,
@@ -349,31 +346,23 @@ class AggregatorFunction(Construct):
         topic: sns.ITopic | None,
     ) -> tuple[cloudwatch.Alarm, ...]:
         """The SAM template's three alarms; missing data (no traffic) is not an alarm."""
-        lag = cloudwatch.Alarm(
-            self,
+        at_least = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+        lag = self._alarm(
             "IteratorAgeAlarm",
-            alarm_description=Fn.sub(
-                "${Service}: the aggregator falls behind its stream (IteratorAge above "
-                "${Threshold} ms for 5 minutes); see the function's logs and Duration",
-                {"Service": service, "Threshold": Token.as_string(iterator_age_milliseconds)},
-            ),
-            metric=self.function.metric(
-                "IteratorAge", statistic="Maximum", period=Duration.minutes(1)
-            ),
+            "${Service}: the aggregator falls behind its stream (IteratorAge above "
+            "${Threshold} ms for 5 minutes); see the function's logs and Duration",
+            {"Service": service, "Threshold": Token.as_string(iterator_age_milliseconds)},
+            self.function.metric("IteratorAge", statistic="Maximum", period=Duration.minutes(1)),
             threshold=iterator_age_milliseconds,
             evaluation_periods=5,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         )
-        dead_letters = cloudwatch.Alarm(
-            self,
+        dead_letters = self._alarm(
             "DeadLettersAlarm",
-            alarm_description=Fn.sub(
-                "${Service}: records the rules could not evaluate were dead-lettered; list "
-                "them with aggregator dead-letters --table ${Table}",
-                {"Service": service, "Table": table.table_name},
-            ),
-            metric=cloudwatch.Metric(
+            "${Service}: records the rules could not evaluate were dead-lettered; list "
+            "them with aggregator dead-letters --table ${Table}",
+            {"Service": service, "Table": table.table_name},
+            cloudwatch.Metric(
                 namespace=METRICS_NAMESPACE,
                 metric_name="DeadLetters",
                 dimensions_map={"service": service},
@@ -382,24 +371,19 @@ class AggregatorFunction(Construct):
             ),
             threshold=1,
             evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=at_least,
         )
-        failures = cloudwatch.Alarm(
-            self,
+        failures = self._alarm(
             "FailureQueueAlarm",
-            alarm_description=Fn.sub(
-                "${Service}: the on-failure queue holds messages (batches that exhausted their "
-                "retries, or dead letters DynamoDB refused); read them from ${Queue}",
-                {"Service": service, "Queue": self.queue.queue_url},
-            ),
-            metric=self.queue.metric_approximate_number_of_messages_visible(
+            "${Service}: the on-failure queue holds messages (batches that exhausted their "
+            "retries, or dead letters DynamoDB refused); read them from ${Queue}",
+            {"Service": service, "Queue": self.queue.queue_url},
+            self.queue.metric_approximate_number_of_messages_visible(
                 statistic="Maximum", period=Duration.minutes(5)
             ),
             threshold=1,
             evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=at_least,
         )
         created = (lag, dead_letters, failures)
         if topic is not None:
@@ -408,6 +392,30 @@ class AggregatorFunction(Construct):
                 alarm.add_alarm_action(action)
                 alarm.add_ok_action(action)
         return created
+
+    def _alarm(
+        self,
+        construct_id: str,
+        description: str,
+        variables: dict[str, str],
+        metric: cloudwatch.IMetric,
+        *,
+        threshold: int,
+        evaluation_periods: int,
+        comparison: cloudwatch.ComparisonOperator,
+    ) -> cloudwatch.Alarm:
+        """One alarm of the SAM template's: its description ``Fn::Sub``'d with ``variables``;
+        missing data (no traffic) is not an alarm."""
+        return cloudwatch.Alarm(
+            self,
+            construct_id,
+            alarm_description=Fn.sub(description, variables),
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=evaluation_periods,
+            comparison_operator=comparison,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
 
     @staticmethod
     def table_for_rules(
@@ -490,90 +498,6 @@ class AggregatorFunction(Construct):
             )
         )
         return table
-
-
-@jsii.implements(ILocalBundling)
-class _LocalBuild:
-    """Builds the artifact into CDK's bundling directory on this machine (no Docker): CDK calls
-    :meth:`try_bundle` through jsii when it stages the asset, before it would try Docker."""
-
-    def __init__(self, files: Sequence[Path], boto3: str) -> None:
-        self._files = tuple(f.resolve() for f in files)
-        self._boto3 = boto3
-        self.error: Exception | None = None
-        """What the build raised (jsii hands the caller a ``RuntimeError`` with its text)."""
-
-    def try_bundle(self, output_dir: str, *, image: DockerImage, **options: Any) -> bool:
-        """Build into ``output_dir``; ``True`` (built here), or raise.
-
-        Raises
-        ------
-        ConfigError
-            As :func:`aggregator.cli.project.build.build_function` (pip failing).
-        """
-        try:
-            build_function(
-                self._files,
-                Path(output_dir),
-                template=None,
-                runtime=FunctionRuntime.of(RUNTIME.name, ARCHITECTURE.name),
-                boto3=self._boto3,
-            )
-        except Exception as exc:
-            self.error = exc
-            raise
-        return True
-
-
-def _code(
-    files: Sequence[Path], artifact: str | os.PathLike[str] | None, local_build: _LocalBuild | None
-) -> lambda_.Code:
-    """The function's code: ``artifact`` as it is, or what ``local_build`` builds when CDK stages
-    the asset."""
-    if artifact is not None:
-        directory = Path(artifact)
-        _check_artifact(directory, files)
-        return lambda_.Code.from_asset(str(directory))
-    return lambda_.Code.from_asset(
-        # the asset's source: unused by the local build, which reads the rule files itself
-        str(files[0].parent.resolve()),
-        # hashed by what was built (the package, the rules and the installed dependencies), so
-        # an unchanged build deploys nothing
-        asset_hash_type=AssetHashType.OUTPUT,
-        bundling=BundlingOptions(
-            # never run: the local build always succeeds or raises
-            image=RUNTIME.bundling_image,
-            local=local_build,
-        ),
-    )
-
-
-def _check_artifact(directory: Path, files: Sequence[Path]) -> None:
-    """Refuse a directory that is not ``aggregator build``'s artifact of ``files``.
-
-    Raises
-    ------
-    ConfigError
-        When ``aggregator/handler.py`` is missing, or ``definitions/`` holds other rule files
-        (or other contents) than ``files``.
-    """
-    if not (directory / "aggregator" / "handler.py").is_file():
-        raise ConfigError(
-            f"{directory}: not an artifact of aggregator build (no aggregator/handler.py)"
-        )
-    shipped = directory / DEFINITIONS_DIR
-    found = sorted(p.name for p in shipped.iterdir()) if shipped.is_dir() else []
-    expected = sorted(f.name for f in files)
-    differ = [
-        f.name for f in files if f.name in found and not filecmp.cmp(f, shipped / f.name, False)
-    ]
-    if found != expected or differ:
-        raise ConfigError(
-            f"{directory}: built for other rules than {', '.join(map(str, files))} ("
-            f"{DEFINITIONS_DIR}/ holds {', '.join(found) or 'nothing'}"
-            + (f"; {', '.join(differ)} differ" if differ else "")
-            + "); rebuild it: aggregator build -d RULES --output DIR"
-        )
 
 
 def _paths(rules: RulePaths) -> list[Path]:
@@ -665,93 +589,3 @@ def _literal_list(value: object) -> list[Any]:
     if isinstance(value, list) and all(hasattr(v, "attribute_name") for v in value):
         return value
     return []
-
-
-def _role_actions() -> dict[str, list[str]]:
-    """The actions of each statement of the SAM template's ``AggregatorRole``, by ``Sid``, read
-    from the template this package ships (one source for both deployments; a statement under
-    ``!If`` counts by its ``Sid`` too)."""
-    template = parse_template(project_file("template.yaml"), "template.yaml")
-    policies = template["Resources"]["AggregatorRole"]["Properties"]["Policies"]
-    actions: dict[str, list[str]] = {}
-    for policy in policies:
-        for entry in policy["PolicyDocument"]["Statement"]:
-            # an !If [condition, statement, !Ref AWS::NoValue] reads as that list
-            for statement in entry if isinstance(entry, list) else [entry]:
-                if isinstance(statement, dict) and "Sid" in statement:
-                    action = statement["Action"]
-                    actions[statement["Sid"]] = [action] if isinstance(action, str) else action
-    return actions
-
-
-_ACTIONS = _role_actions()
-"""The role's statements' actions by ``Sid``, as the SAM template's ``AggregatorRole`` has
-them."""
-
-
-def _index_arn(table_arn: str, index_name: str) -> str:
-    """The ARN of the table's index ``index_name``: the table's plus ``/index/<name>`` (Service
-    Authorization Reference, Amazon DynamoDB, resource type ``index``)."""
-    if Token.is_unresolved(table_arn):
-        return Fn.sub("${TableArn}/index/" + index_name, {"TableArn": table_arn})
-    return f"{table_arn}/index/{index_name}"
-
-
-def _target_policies(
-    regions: dict[str, Any], table_arn: str, index_name: str
-) -> dict[str, iam.PolicyDocument]:
-    """The SAM template's ``target-policy`` region: the policies that depend on the rules (the
-    leaderboard index's ``Query``, on the index ``index_name``; the updates of target attributes
-    of application items), as :func:`aggregator.cli.template.render_regions` renders them."""
-    out = {}
-    for policy in regions["target-policy"]:
-        statements = [
-            iam.PolicyStatement(
-                sid=s["Sid"],
-                actions=[s["Action"]] if isinstance(s["Action"], str) else s["Action"],
-                resources=[
-                    _index_arn(table_arn, index_name)
-                    if s["Sid"] == "LeaderboardIndexFloors"
-                    else table_arn
-                ],
-                conditions=s.get("Condition"),
-            )
-            for s in policy["PolicyDocument"]["Statement"]
-        ]
-        out[policy["PolicyName"]] = iam.PolicyDocument(statements=statements)
-    return out
-
-
-def _statements(
-    regions: dict[str, Any],
-    *,
-    stream_arn: str,
-    table_arn: str,
-    queue_arn: str,
-    log_group_arn: str,
-    tracing: bool,
-) -> list[iam.PolicyStatement]:
-    """The role's statements: the SAM template's, with the rendered ``dynamodb:LeadingKeys``
-    conditions (``regions``: :func:`aggregator.cli.template.render_regions`)."""
-
-    def statement(sid: str, resource: str, region: str | None = None) -> iam.PolicyStatement:
-        return iam.PolicyStatement(
-            sid=sid,
-            actions=_ACTIONS[sid],
-            resources=[resource],
-            conditions=regions[region]["Condition"] if region else None,
-        )
-
-    statements = [
-        statement("ReadTheTablesStream", stream_arn),
-        statement("ListStreams", "*"),
-        statement("DescribeTheTable", table_arn),
-        statement("AggregatesPartitionOnly", table_arn, "aggregates-leading-keys"),
-        statement("DeadLettersPartitionOnly", table_arn, "dead-letters-leading-keys"),
-        statement("ControlPartitionOnly", table_arn, "control-leading-keys"),
-        statement("OnFailureQueue", queue_arn),
-        statement("OwnLogGroup", log_group_arn),
-    ]
-    if tracing:
-        statements.append(statement("XRayWrites", "*"))
-    return statements

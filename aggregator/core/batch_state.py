@@ -8,7 +8,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from aggregator.core.engine import PARTIAL_MARK, AggregateRef, BatchDeltas, CoalescedDelta
+from aggregator.core.deltas import PARTIAL_MARK, AggregateRef, BatchDeltas, CoalescedDelta
 from aggregator.core.numbers import add
 from aggregator.core.rules import Bucket
 

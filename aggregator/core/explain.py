@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from aggregator.core.engine import CoalescedDelta, Engine, RecordFailure
+from aggregator.core.deltas import CoalescedDelta, RecordFailure
+from aggregator.core.engine import Engine
 from aggregator.core.exceptions import EvaluationError
 from aggregator.core.records import Image, StreamRecord
 

@@ -6,7 +6,7 @@ runner in a thread, registers them pending) and an application process writes ev
 runs) and after it. Its writes insert, modify (points, owner, kind) and delete items, so they
 change every rule's aggregates. The backfill must end within :data:`AFTER_SCAN_SECONDS` of the end
 of its scan (each read of a shard ends at a bound fixed when it starts, whatever the write rate:
-``aggregator/operations/backfill.py``), and once the writer has stopped and the handler has
+``aggregator/operations/backfill/``), and once the writer has stopped and the handler has
 caught up, every aggregate equals the rules over the table's items (computed here, independently
 of the engine).
 

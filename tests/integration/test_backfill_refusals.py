@@ -121,14 +121,14 @@ def test_rules_counted_without_fences_cannot_be_backfilled(ddb, streams, table):
 def test_a_page_too_large_to_store_names_the_option_that_shrinks_it(
     ddb, streams, table, monkeypatch
 ):
-    from aggregator.operations import backfill as backfill_module
+    from aggregator.operations.backfill import segments as segments_module
 
     name, arn = table
     rules = RuleSet.of(R2)
     for i in range(5):
         put(ddb, name, {"pk": f"P{i}", "sk": "x", "owner": f"o{i}"})
     deploy(ddb, streams, name, arn, rules)
-    monkeypatch.setattr(backfill_module, "MAX_PAGE_RECORD_BYTES", 10)
+    monkeypatch.setattr(segments_module, "MAX_PAGE_RECORD_BYTES", 10)
     with pytest.raises(ConfigError, match=r"progress record, over 10 .*--page-items"):
         Backfill(rules, ddb, streams, name, arn, stream_lag_seconds=0).run()
 

@@ -37,7 +37,7 @@ def test_backfill_pages_carry_the_rules_write_facts():
         AggregateRef("max", "ann#5", "ann"): (D(1), D(0)),
         AggregateRef("tally", "P1#META", "P1#META", target=("P1", "META")): (D(4), D(0)),
     }
-    batch = Backfill._batch(SimpleNamespace(rules=RULES), amounts, 12)  # type: ignore[arg-type]
+    batch = Backfill.batch(SimpleNamespace(rules=RULES), amounts, 12)  # type: ignore[arg-type]
     facts = {
         d.ref.rule: (
             d.leaderboard,
