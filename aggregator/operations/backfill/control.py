@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.clock import Clock
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.updates import Update
 
@@ -34,7 +35,9 @@ class ControlItems:
     Parameters
     ----------
     client
-        A boto3 ``dynamodb`` client.
+        A boto3 ``dynamodb`` client (its requests go through a
+        :class:`~aggregator.dynamodb.client.RequestClient`: failures raise
+        :class:`~aggregator.dynamodb.errors.AwsRequestError`).
     table_name, layout
         The table and its layout (the control partition's key).
     clock
@@ -44,7 +47,7 @@ class ControlItems:
     def __init__(
         self, client: DynamoDBClient, table_name: str, layout: TableLayout, clock: Clock
     ) -> None:
-        self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
         self.clock = clock
@@ -58,8 +61,8 @@ class ControlItems:
 
     def get(self, sort_key: str) -> dict[str, Any] | None:
         """The control item ``sort_key`` (strongly consistent), or ``None``."""
-        item: dict[str, Any] | None = self.client.get_item(
-            TableName=self.table_name, Key=self.key(sort_key), ConsistentRead=True
+        item: dict[str, Any] | None = self.requests.send(
+            "get_item", TableName=self.table_name, Key=self.key(sort_key), ConsistentRead=True
         ).get("Item")
         return item
 
@@ -67,7 +70,7 @@ class ControlItems:
         """Write the control item ``sort_key`` with ``attributes`` (DynamoDB JSON)."""
         fields = self.layout.item_fields(self.layout.control_pk, sort_key)
         item = {**{k: {"S": v} for k, v in fields.items()}, **attributes}
-        self.client.put_item(TableName=self.table_name, Item=item)
+        self.requests.send("put_item", TableName=self.table_name, Item=item)
 
     def take_lease(self, backfill_id: str) -> None:
         """Own the backfill for :data:`LEASE_SECONDS` (a conditional write on its meta item), so
@@ -92,7 +95,8 @@ class ControlItems:
                     Update().where_equals("owner", me),
                 )
             )
-            self.client.update_item(
+            self.requests.send(
+                "update_item",
                 TableName=self.table_name,
                 Key=self.key(f"backfill#{backfill_id}#meta"),
                 **update.render(),

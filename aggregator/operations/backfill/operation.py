@@ -28,6 +28,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.lifecycle import Fence, changed_definitions, resolved_rules
 from aggregator.core.records import Image, pad_sequence_number
 from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.manifest import FenceStore, Manifest
 from aggregator.dynamodb.streams import list_shards
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
@@ -163,6 +164,7 @@ class Backfill:
             rule_names = [renamed.get(n, n) for n in rule_names]
         self.layout = rules.layout
         self.client = client
+        self.requests = requests_of(client)
         self.streams = streams_client
         self.table_name = table_name
         self.stream_arn = stream_arn

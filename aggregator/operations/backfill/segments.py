@@ -25,7 +25,7 @@ from aggregator.operations.backfill.stats import BackfillStats, RateLimiter
 from aggregator.operations.backfill.stream import ChangedItems, item_digest
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
+    from aggregator.dynamodb.client import RequestClient
 
 __all__ = ["MAX_PAGE_RECORD_BYTES", "Carry", "ScanningBackfill", "SegmentScan", "read_units"]
 
@@ -64,7 +64,7 @@ class ScanningBackfill(Protocol):
     """What a segment's scan uses of its backfill (a :class:`~aggregator.operations.backfill.
     Backfill`): its settings, figures, control items, and how it counts and applies amounts."""
 
-    client: DynamoDBClient
+    requests: RequestClient
     table_name: str
     layout: TableLayout
     segments: int
@@ -176,7 +176,7 @@ class SegmentScan:
         }
         if start:
             kwargs["ExclusiveStartKey"] = start
-        response = self.b.client.scan(**kwargs)
+        response = self.b.requests.send("scan", **kwargs)
         return response.get("Items", []), response.get("LastEvaluatedKey")
 
     def _charge(self, items: list[dict[str, Any]]) -> None:
