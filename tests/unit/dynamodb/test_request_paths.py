@@ -42,6 +42,7 @@ from aggregator.dynamodb.streams import get_records_page, list_shards
 from aggregator.dynamodb.table import table_stream_arn
 from aggregator.dynamodb.tablecheck import check_key_schema
 from aggregator.dynamodb.toplists import TopLists
+from aggregator.operations.backfill.control import ControlItems
 from aggregator.operations.reconcile import reconcile
 from aggregator.operations.status import table_status
 from aggregator.operations.toplists import check_top_lists
@@ -348,6 +349,14 @@ def top_lists_check(fake: FakeClient) -> Any:
     return check_top_lists(fake, TABLE, rules, ["r"])  # type: ignore[arg-type]
 
 
+def backfill_control(fake: FakeClient) -> Any:
+    return ControlItems(fake, TABLE, DEFAULT_LAYOUT, lambda: 0.0).get("backfill#b#meta")  # type: ignore[arg-type]
+
+
+def backfill_lease(fake: FakeClient) -> Any:
+    return ControlItems(fake, TABLE, DEFAULT_LAYOUT, lambda: 0.0).take_lease("b")  # type: ignore[arg-type]
+
+
 PATHS: dict[str, tuple[Callable[[FakeClient], Any], type[Exception]]] = {
     # path: (call, the error a failed request raises there)
     "query get": (store_get, QueryError),
@@ -367,6 +376,8 @@ PATHS: dict[str, tuple[Callable[[FakeClient], Any], type[Exception]]] = {
     "table stream": (stream_arn, AwsRequestError),
     "routing": (routing_read, AwsRequestError),
     "top lists check": (top_lists_check, AwsRequestError),
+    "backfill control item": (backfill_control, AwsRequestError),
+    "backfill lease": (backfill_lease, AwsRequestError),
 }
 
 
