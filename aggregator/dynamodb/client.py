@@ -27,13 +27,22 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.dynamodb.errors import THROTTLING_ERRORS, AwsError, error_code, wrap_error
 
-__all__ = ["Backoff", "RequestClient", "RequestCounts", "requests_of"]
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["AwsClient", "Backoff", "RequestClient", "RequestCounts", "requests_of"]
+
+AwsClient: TypeAlias = "DynamoDBClient | DynamoDBStreamsClient | SQSClient"
+"""The boto3 clients a :class:`RequestClient` wraps: DynamoDB, DynamoDB Streams, and SQS (the
+dead letters' last-resort queue)."""
 
 WRITE_OPERATIONS = frozenset(
     {"put_item", "update_item", "delete_item", "batch_write_item", "transact_write_items"}
@@ -134,7 +143,7 @@ class RequestClient:
 
     def __init__(
         self,
-        client: Any,
+        client: AwsClient,
         *,
         backoff: Backoff | None = None,
         sleep: Callable[[float], None] | None = None,
@@ -221,6 +230,6 @@ class RequestClient:
             counts.add(**amounts)
 
 
-def requests_of(client: Any) -> RequestClient:
+def requests_of(client: AwsClient | RequestClient) -> RequestClient:
     """``client`` if it is a :class:`RequestClient`, else a new one over the boto3 ``client``."""
     return client if isinstance(client, RequestClient) else RequestClient(client)

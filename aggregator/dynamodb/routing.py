@@ -269,7 +269,7 @@ class ShardRouting:
         start_hot_deltas_per_second: float = START_HOT_DELTAS_PER_SECOND,
     ) -> None:
         self.client = client
-        self.requests = requests_of(client)
+        self.requests = requests_of(client) if client is not None else None
         self.table_name = table_name
         self.layout = layout
         self.rules = tuple(sorted(set(rules)))
@@ -310,7 +310,7 @@ class ShardRouting:
         """
         if not self.rules or not shard_id:
             return {}
-        if self.client is None:
+        if self.requests is None:
             known = self._memory.get(shard_id)
             return None if known is None else {r: list(s) for r, s in known.items()}
         self.reads += 1
@@ -332,7 +332,7 @@ class ShardRouting:
             When the item can be neither created nor read.
         """
         hot = sorted(set(hot) & set(self.rules))
-        if self.client is None:
+        if self.requests is None:
             known = self._memory.setdefault(shard_id, {name: [0] for name in hot})
             return {r: list(s) for r, s in known.items()}
         expires = int(self._clock()) + ROUTING_RETENTION_SECONDS
@@ -390,7 +390,7 @@ class ShardRouting:
                 continue  # a switch is still to come: wait for it
             if not self.wants_switch(shard_id, name, moved_at(switches, now), now):
                 continue
-            at = next_switch_seconds(now) if self.client is not None else int(now)
+            at = next_switch_seconds(now) if self.requests is not None else int(now)
             if self._persist(shard_id, name, switches, at):
                 made += 1
         self.switches += made
@@ -423,11 +423,11 @@ class ShardRouting:
 
     def _persist(self, shard_id: str, rule: str, switches: list[int], at: int) -> bool:
         made, read = self._read.get((shard_id, rule), (None, list(switches)))
-        kept = list(read if self.client is not None else switches)  # the list the count goes with
+        kept = list(read if self.requests is not None else switches)  # the list the count goes with
         horizon = at - SWITCH_HORIZON_SECONDS
         while len(kept) >= 2 and kept[1] < horizon:
             kept = kept[2:]  # a pair that no deliverable record is past: parity unchanged
-        if self.client is None:
+        if self.requests is None:
             self._memory.setdefault(shard_id, {})[rule] = [*kept, at]
             return True
         count = COUNT_PREFIX + rule

@@ -69,10 +69,11 @@ from aggregator.core.engine import (
 )
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.kinds import COUNT_ATTRIBUTE
+from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import RuleState, changed_definitions, resolved_rules
 from aggregator.core.numbers import subtract
 from aggregator.core.records import Image
-from aggregator.core.rules import RuleSet
+from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.checkpoint import is_checkpoint_attribute
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import query_collection
@@ -613,12 +614,14 @@ def _repair_target(
     return "repaired"
 
 
-def target_sort_key(rule: Any, item: dict[str, Any], layout: Any) -> str | None:
+def target_sort_key(rule: Rule, item: dict[str, Any], layout: TableLayout) -> str | None:
     """The sort key (``<rule>#<key>``) under which ``rule`` counts toward the application item
     ``item`` (DynamoDB JSON) as its target, or ``None`` when no image could target it: each key
     template's values are read back from the item's key (``KeyTemplate.split_display``), and
     a placeholder in both templates must agree."""
     target = rule.target
+    if target is None:
+        return None
     texts = [item.get(layout.partition_key, {}).get("S")]
     templates = [target.partition_key]
     if target.sort_key is not None:
