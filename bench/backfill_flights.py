@@ -33,6 +33,7 @@ from aggregator.dev.flights import read_flights, replay_steps
 from aggregator.dev.local import DynamoDBLocal
 from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.table import table_definition, table_stream_arn
 from aggregator.dynamodb.tablecheck import prepare_table
 from aggregator.operations.backfill import DEFAULT_CARRY_PAGES, Backfill
@@ -86,10 +87,7 @@ def run(days: int, mode: str, segments: int, carry_pages: int = DEFAULT_CARRY_PA
                     "backfill",
                     Backfill(
                         rules,
-                        ddb,
-                        streams,
-                        name,
-                        arn,
+                        TableStream(ddb, streams, name, arn),
                         segments=segments,
                         stream_lag_seconds=1.0,
                         carry_pages=carry_pages,

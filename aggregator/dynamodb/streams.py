@@ -22,6 +22,7 @@ from aggregator.dynamodb.client import RequestClient, requests_of
 from aggregator.dynamodb.errors import AwsRequestError
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
     StreamsClient = DynamoDBStreamsClient | RequestClient
@@ -32,6 +33,7 @@ __all__ = [
     "ITERATOR_RENEWALS",
     "RecordsPage",
     "StreamTrimmedError",
+    "TableStream",
     "get_records_page",
     "is_closed",
     "list_shards",
@@ -50,6 +52,26 @@ ITERATOR_RENEWALS = 3
 """Expired iterators renewed for one page before the ``ExpiredIteratorException`` is let
 through (a shard iterator is valid 15 minutes: DynamoDB Streams API reference,
 ``GetShardIterator``; a fresh one expiring again means something else is wrong)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableStream:
+    """A table and its stream, with a client for each: what the operations that read both
+    (:class:`~aggregator.operations.backfill.Backfill`,
+    :class:`~aggregator.operations.rebuild.Rebuild`) take.
+
+    Attributes
+    ----------
+    client, streams_client
+        boto3 ``dynamodb`` and ``dynamodbstreams`` clients.
+    table_name, stream_arn
+        The table and its stream (``LatestStreamArn`` of ``DescribeTable``).
+    """
+
+    client: DynamoDBClient
+    streams_client: DynamoDBStreamsClient
+    table_name: str
+    stream_arn: str
 
 
 class StreamTrimmedError(AggregatorError):

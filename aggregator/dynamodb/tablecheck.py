@@ -181,9 +181,13 @@ def check_table(client: DynamoDBClient, table_name: str, rules: RuleSet) -> list
         )
 
     if layout.sort_key is None and not any(p.part == "partition key" for p in problems):
-        problems += _index_problems(table_name, description, _collection_spec(layout))
+        problems += _index_problems(
+            table_name, description, _index_spec(layout, "collection index")
+        )
     if any(r.leaderboard for r in rules):
-        problems += _index_problems(table_name, description, _leaderboard_spec(layout))
+        problems += _index_problems(
+            table_name, description, _index_spec(layout, "leaderboard index")
+        )
 
     # time buckets with a retention, and value items whose count fell to zero, expire by TTL
     if any(
@@ -230,24 +234,38 @@ class _IndexSpec:
     renamable: str  # the table: fields naming it
 
 
-def _leaderboard_spec(layout: TableLayout) -> _IndexSpec:
-    return _IndexSpec(
-        "leaderboard index",
+@dataclass(frozen=True, slots=True)
+class _Index:
+    purpose: str
+    build: Callable[[TableLayout], dict[str, Any]]  # the Create body (:mod:`.table`)
+    key_types: tuple[ScalarAttributeTypeType, ScalarAttributeTypeType]  # (HASH, RANGE)
+    renamable: str  # the table: fields naming it
+
+
+_INDEXES: Final = {
+    "leaderboard index": _Index(
         "leaderboard rules need it for top-N",
-        leaderboard_index(layout),
-        {layout.leaderboard_attribute: "S", layout.value_attribute: "N"},
+        leaderboard_index,
+        ("S", "N"),
         "leaderboard_index / leaderboard_attribute / value_attribute",
-    )
-
-
-def _collection_spec(layout: TableLayout) -> _IndexSpec:
-    return _IndexSpec(
-        "collection index",
+    ),
+    "collection index": _Index(
         "a table without a sort key lists the framework's items through it",
-        collection_index(layout),
-        {layout.collection_attribute: "S", layout.partition_key: "S"},
+        collection_index,
+        ("S", "S"),
         "collection_index / collection_attribute",
-    )
+    ),
+}
+
+
+def _index_spec(layout: TableLayout, part: str) -> _IndexSpec:
+    """The index ``part`` names (a key of :data:`_INDEXES`) on ``layout``: its attributes are
+    those of its key schema."""
+    index = _INDEXES[part]
+    create = index.build(layout)
+    names = [key["AttributeName"] for key in create["KeySchema"]]
+    types = dict(zip(names, index.key_types, strict=True))
+    return _IndexSpec(part, index.purpose, create, types, index.renamable)
 
 
 def _index_create(
@@ -392,12 +410,8 @@ def _apply(
             StreamSpecification={"StreamEnabled": True, "StreamViewType": VIEW_TYPE},
         )
         return f"enabled the stream ({VIEW_TYPE})"
-    if problem.part in ("leaderboard index", "collection index"):
-        spec = (
-            _leaderboard_spec(layout)
-            if problem.part == "leaderboard index"
-            else _collection_spec(layout)
-        )
+    if problem.part in _INDEXES:
+        spec = _index_spec(layout, problem.part)
         description = requests_of(client).send("describe_table", TableName=table_name)["Table"]
         requests_of(client).send(
             "update_table",

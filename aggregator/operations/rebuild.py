@@ -58,12 +58,12 @@ from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import Manifest
+from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.updates import Update
 from aggregator.operations.backfill import Backfill, BackfillStats
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 __all__ = ["Rebuild", "RebuildResult", "reindex_leaderboard"]
 
@@ -108,8 +108,9 @@ class Rebuild:
     ----------
     rules
         The rule set with the new definition (the one being deployed).
-    client, streams_client, table_name, stream_arn
-        The table, its stream and boto3 clients for both.
+    table
+        The table and its stream, with a client for each
+        (:class:`~aggregator.dynamodb.streams.TableStream`).
     rule_name
         The rule to rebuild.
     wait_seconds
@@ -134,10 +135,7 @@ class Rebuild:
     def __init__(
         self,
         rules: RuleSet,
-        client: DynamoDBClient,
-        streams_client: DynamoDBStreamsClient,
-        table_name: str,
-        stream_arn: str,
+        table: TableStream,
         rule_name: str,
         *,
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
@@ -157,17 +155,14 @@ class Rebuild:
                 "have one generation; deploy the changed rule under a new name instead"
             )
         self.rules = rules
-        self.client = client
-        self.streams = streams_client
-        self.table_name = table_name
-        self.stream_arn = stream_arn
+        self.table = table
         self.wait_seconds = wait_seconds
         self.poll_seconds = poll_seconds
         self.on_wait = on_wait
         self.clock = clock
         self.sleep = sleep
         self.backfill_options = backfill_options
-        self.manifest = Manifest(client, table_name, rules.layout)
+        self.manifest = Manifest(table.client, table.table_name, rules.layout)
 
     def serving(self) -> str:
         """The storage name of the generation readers use now.
@@ -205,7 +200,7 @@ class Rebuild:
                 # aggregates the handler updates meanwhile would miss the index (or gain it)
                 return RebuildResult(name, "deploy-first", serving, serving)
             count = reindex_leaderboard(
-                self.client, self.table_name, self.rules, self.rule, serving
+                self.table.client, self.table.table_name, self.rules, self.rule, serving
             )
             self.manifest.set_leaderboard(serving, self.rule.leaderboard)
             return RebuildResult(name, "reindexed", serving, serving, reindexed=count)
@@ -224,10 +219,7 @@ class Rebuild:
         if target.status in ("pending", "backfilling"):
             backfill = Backfill(
                 self.rules,
-                self.client,
-                self.streams,
-                self.table_name,
-                self.stream_arn,
+                self.table,
                 rule_names=[name],
                 clock=self.clock,
                 **self.backfill_options,

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.manifest import Manifest
+from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.table import create_table
 from aggregator.operations.backfill import LEASE_SECONDS, Backfill
 from tests.integration.harness import (
@@ -184,10 +185,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         def backfill(hook, clock=time.time) -> Any:
             return KillableBackfill(
                 RULES,
-                ddb,
-                streams,
-                name,
-                arn,
+                TableStream(ddb, streams, name, arn),
                 segments=case["segments"],
                 page_items=case["page_items"],
                 carry_pages=case["carry_pages"],

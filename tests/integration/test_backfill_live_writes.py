@@ -29,6 +29,7 @@ import pytest
 
 from aggregator.dev.local import ACCESS_KEY, REGION, SECRET_KEY
 from aggregator.dynamodb.manifest import Manifest
+from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.table import table_definition, table_stream_arn
 from aggregator.dynamodb.tablecheck import prepare_table
 from aggregator.operations.backfill import Backfill, BackfillStats
@@ -208,10 +209,12 @@ def test_backfill_ends_within_a_bound_of_its_scan_while_the_application_writes(
             try:
                 results["stats"] = Backfill(
                     RULES,
-                    client,  # type: ignore[arg-type]
-                    AwsPacedStreams(streams),  # type: ignore[arg-type]
-                    name,
-                    arn,
+                    TableStream(
+                        client,  # type: ignore[arg-type]
+                        AwsPacedStreams(streams),  # type: ignore[arg-type]
+                        name,
+                        arn,
+                    ),
                     segments=2,
                     page_items=50,
                     stream_lag_seconds=STREAM_LAG,

@@ -12,6 +12,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.manifest import Manifest
+from aggregator.dynamodb.streams import TableStream
 from aggregator.operations.backfill import LEASE_SECONDS, Backfill
 from tests.integration.harness import deploy, pipeline, put
 
@@ -30,10 +31,12 @@ def test_rules_deployed_at_different_times_are_backfilled_apart(ddb, streams, ta
     both = RuleSet.of(R1, R2)
     deploy(ddb, streams, name, arn, both)  # r2 fenced later than r1
     with pytest.raises(ConfigError, match=r"fenced at different points.*--rules"):
-        Backfill(both, ddb, streams, name, arn, stream_lag_seconds=0).run()
+        Backfill(both, TableStream(ddb, streams, name, arn), stream_lag_seconds=0).run()
     assert {s.status for s in Manifest(ddb, name, both.layout).load().values()} == {"pending"}
     for names in (["r1"], ["r2"]):
-        Backfill(both, ddb, streams, name, arn, rule_names=names, stream_lag_seconds=0).run()
+        Backfill(
+            both, TableStream(ddb, streams, name, arn), rule_names=names, stream_lag_seconds=0
+        ).run()
     assert {s.status for s in Manifest(ddb, name, both.layout).load().values()} == {"active"}
 
 
@@ -50,24 +53,27 @@ def test_a_resume_takes_the_same_rules_and_segments_and_waits_for_the_lease(ddb,
     with pytest.raises(SimulatedCrash):
         Backfill(
             rules,
-            ddb,
-            streams,
-            name,
-            arn,
+            TableStream(ddb, streams, name, arn),
             segments=2,
             page_items=2,
             stream_lag_seconds=0,
             on_page=killed,
         ).run()
     with pytest.raises(ConfigError, match="resume it with --rules r1,r2 --segments 2"):
-        Backfill(rules, ddb, streams, name, arn, segments=3, stream_lag_seconds=0).run()
+        Backfill(
+            rules, TableStream(ddb, streams, name, arn), segments=3, stream_lag_seconds=0
+        ).run()
     with pytest.raises(ConfigError, match=r"resume it with --rules r1,r2 --segments 2"):
-        Backfill(rules, ddb, streams, name, arn, rule_names=["r1"], stream_lag_seconds=0).run()
+        Backfill(
+            rules, TableStream(ddb, streams, name, arn), rule_names=["r1"], stream_lag_seconds=0
+        ).run()
     with pytest.raises(ConfigError, match="running in another process"):
-        Backfill(rules, ddb, streams, name, arn, segments=2, stream_lag_seconds=0).run()
+        Backfill(
+            rules, TableStream(ddb, streams, name, arn), segments=2, stream_lag_seconds=0
+        ).run()
     later = lambda: time.time() + LEASE_SECONDS + 1  # noqa: E731 - the killed one's lease lapsed
     stats = Backfill(
-        rules, ddb, streams, name, arn, segments=2, stream_lag_seconds=0, clock=later
+        rules, TableStream(ddb, streams, name, arn), segments=2, stream_lag_seconds=0, clock=later
     ).run()
     assert stats.resumed
 
@@ -76,15 +82,15 @@ def test_rules_not_deployed_or_derived_without_their_source_are_refused(ddb, str
     name, arn = table
     rules = RuleSet.of(R1, R2, HIST)
     with pytest.raises(ConfigError, match="no rule is pending"):
-        Backfill(rules, ddb, streams, name, arn)
+        Backfill(rules, TableStream(ddb, streams, name, arn))
     with pytest.raises(ConfigError, match="'r1' is not deployed yet"):
-        Backfill(rules, ddb, streams, name, arn, rule_names=["r1"])
+        Backfill(rules, TableStream(ddb, streams, name, arn), rule_names=["r1"])
     deploy(ddb, streams, name, arn, rules)
     with pytest.raises(ConfigError, match="'hist' is derived from 'r2'"):
-        Backfill(rules, ddb, streams, name, arn, rule_names=["r1", "hist"])
+        Backfill(rules, TableStream(ddb, streams, name, arn), rule_names=["r1", "hist"])
     with pytest.raises(ConfigError, match="no rule named 'nope'"):
-        Backfill(rules, ddb, streams, name, arn, rule_names=["nope"])
-    stats = Backfill(rules, ddb, streams, name, arn, stream_lag_seconds=0).run()
+        Backfill(rules, TableStream(ddb, streams, name, arn), rule_names=["nope"])
+    stats = Backfill(rules, TableStream(ddb, streams, name, arn), stream_lag_seconds=0).run()
     assert not stats.resumed
     states = Manifest(ddb, name, rules.layout).load()
     assert {n: s.status for n, s in states.items()} == {
@@ -93,7 +99,7 @@ def test_rules_not_deployed_or_derived_without_their_source_are_refused(ddb, str
         "hist": "active",
     }
     with pytest.raises(ConfigError, match="'r1' is already backfilled"):
-        Backfill(rules, ddb, streams, name, arn, rule_names=["r1"])
+        Backfill(rules, TableStream(ddb, streams, name, arn), rule_names=["r1"])
 
 
 def test_rules_counted_without_fences_cannot_be_backfilled(ddb, streams, table):
@@ -115,7 +121,7 @@ def test_rules_counted_without_fences_cannot_be_backfilled(ddb, streams, table):
     runner.run()
     assert Manifest(ddb, name, rules.layout).load()["r1"].unfenced
     with pytest.raises(ConfigError, match="without fences: a backfill could not be exact"):
-        Backfill(rules, ddb, streams, name, arn, stream_lag_seconds=0).run()
+        Backfill(rules, TableStream(ddb, streams, name, arn), stream_lag_seconds=0).run()
 
 
 def test_a_page_too_large_to_store_names_the_option_that_shrinks_it(
@@ -130,7 +136,7 @@ def test_a_page_too_large_to_store_names_the_option_that_shrinks_it(
     deploy(ddb, streams, name, arn, rules)
     monkeypatch.setattr(segments_module, "MAX_PAGE_RECORD_BYTES", 10)
     with pytest.raises(ConfigError, match=r"progress record, over 10 .*--page-items"):
-        Backfill(rules, ddb, streams, name, arn, stream_lag_seconds=0).run()
+        Backfill(rules, TableStream(ddb, streams, name, arn), stream_lag_seconds=0).run()
 
 
 def test_a_derived_rule_rides_along_with_its_source_and_one_that_cannot_is_skipped(
@@ -143,7 +149,9 @@ def test_a_derived_rule_rides_along_with_its_source_and_one_that_cannot_is_skipp
     deploy(ddb, streams, name, arn, rules)
     # naming the source alone still backfills its pending derived rule: once the source is
     # active, nothing could complete it
-    backfill = Backfill(rules, ddb, streams, name, arn, rule_names=["r2"], stream_lag_seconds=0)
+    backfill = Backfill(
+        rules, TableStream(ddb, streams, name, arn), rule_names=["r2"], stream_lag_seconds=0
+    )
     assert (backfill.rule_names, backfill.carried) == (["r2"], ["hist"])
     backfill.run()
     states = Manifest(ddb, name, rules.layout).load()
@@ -157,7 +165,7 @@ def test_a_derived_rule_rides_along_with_its_source_and_one_that_cannot_is_skipp
     late = rule("late_hist", source="r2", key="{value}")
     more = RuleSet.of(R1, R2, HIST, late)
     deploy(ddb, streams, name, arn, more)
-    backfill = Backfill(more, ddb, streams, name, arn, stream_lag_seconds=0)
+    backfill = Backfill(more, TableStream(ddb, streams, name, arn), stream_lag_seconds=0)
     assert backfill.rule_names == ["r1"]
     assert [n for n, _ in backfill.skipped] == ["late_hist"]
     assert "'late_hist' is derived from 'r2'" in backfill.skipped[0][1]
@@ -166,4 +174,4 @@ def test_a_derived_rule_rides_along_with_its_source_and_one_that_cannot_is_skipp
     assert (states["r1"].status, states["late_hist"].status) == ("active", "pending")
     # named, it is refused as before
     with pytest.raises(ConfigError, match="'late_hist' is derived from 'r2'"):
-        Backfill(more, ddb, streams, name, arn, rule_names=["late_hist"])
+        Backfill(more, TableStream(ddb, streams, name, arn), rule_names=["late_hist"])

@@ -19,6 +19,7 @@ from aggregator.dev.flights import replay_steps
 from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.table import table_definition, table_stream_arn
 from aggregator.dynamodb.tablecheck import prepare_table
 from aggregator.operations.backfill import Backfill
@@ -78,10 +79,7 @@ def test_backfill_during_the_replay_equals_csv_ground_truth(ddb, streams, tmp_pa
     def backfill() -> None:
         results["backfill"] = Backfill(
             rules,
-            ddb,
-            streams,
-            name,
-            stream_arn,
+            TableStream(ddb, streams, name, stream_arn),
             segments=3,
             page_items=100,
             stream_lag_seconds=0.5,

@@ -17,6 +17,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import RuleSet, load_rules, rule
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.table import create_table
 from aggregator.operations.backfill import Backfill
 from aggregator.operations.drop import DropRule
@@ -62,7 +63,7 @@ def test_a_changed_rule_is_rebuilt_as_a_new_generation_and_readers_switch_at_onc
     name, arn = table
     writes(ddb, name, 0, 30)
     deploy(ddb, streams, name, arn, OLD)
-    Backfill(OLD, ddb, streams, name, arn, stream_lag_seconds=0).run()
+    Backfill(OLD, TableStream(ddb, streams, name, arn), stream_lag_seconds=0).run()
     writes(ddb, name, 30, 10)
     deploy(ddb, streams, name, arn, OLD)
     assert read(AggregateStore(ddb, name, OLD)) == truth(ddb, name, points=False)
@@ -71,7 +72,7 @@ def test_a_changed_rule_is_rebuilt_as_a_new_generation_and_readers_switch_at_onc
     with pytest.raises(ConfigError, match=r"per_owner changed definition.*aggregator rebuild"):
         deploy(ddb, streams, name, arn, NEW)
     rebuild = Rebuild(
-        NEW, ddb, streams, name, arn, "per_owner", wait_seconds=0, stream_lag_seconds=0
+        NEW, TableStream(ddb, streams, name, arn), "per_owner", wait_seconds=0, stream_lag_seconds=0
     )
     first = rebuild.run()
     assert (first.outcome, first.serving, first.target) == ("requested", "per_owner", "per_owner@2")
@@ -103,7 +104,9 @@ def test_a_changed_rule_is_rebuilt_as_a_new_generation_and_readers_switch_at_onc
     assert read(AggregateStore(ddb, name, NEW, generations={})) == counts_at_deploy
     with pytest.raises(ConfigError, match="retired by a rebuild"):
         deploy(ddb, streams, name, arn, OLD)
-    assert Rebuild(NEW, ddb, streams, name, arn, "per_owner").run().outcome == "unchanged"
+    assert (
+        Rebuild(NEW, TableStream(ddb, streams, name, arn), "per_owner").run().outcome == "unchanged"
+    )
 
     # drop-rule with the rule still deployed deletes the retired generation only; a killed
     # drop leaves it "dropping" (its definition refused), and running it again finishes it
@@ -145,11 +148,11 @@ def test_a_rebuild_is_refused_for_new_derived_and_unknown_rules(ddb, streams, ta
     hist = rule("by_count", source="per_owner", key="{value}")
     deploy(ddb, streams, name, arn, RuleSet.of(OTHER))
     with pytest.raises(ConfigError, match="not deployed: a new rule is backfilled"):
-        Rebuild(NEW, ddb, streams, name, arn, "per_owner").run()
+        Rebuild(NEW, TableStream(ddb, streams, name, arn), "per_owner").run()
     with pytest.raises(ConfigError, match="source of a derived rule"):
-        Rebuild(RuleSet.of(V2, hist), ddb, streams, name, arn, "per_owner")
+        Rebuild(RuleSet.of(V2, hist), TableStream(ddb, streams, name, arn), "per_owner")
     with pytest.raises(ConfigError, match="no rule named"):
-        Rebuild(NEW, ddb, streams, name, arn, "nope")
+        Rebuild(NEW, TableStream(ddb, streams, name, arn), "nope")
     with pytest.raises(ConfigError, match="no retired generation"):
         DropRule(RuleSet.of(OTHER), ddb, name, "everything")
 
@@ -238,16 +241,18 @@ def test_write_sharded_rules_rebuild_and_drop_with_their_partials(ddb, streams, 
     )
     writes(ddb, name, 0, 30)
     deploy(ddb, streams, name, arn, plain)
-    assert Rebuild(sharded, ddb, streams, name, arn, "per_owner", wait_seconds=0).run().outcome == (
-        "requested"
-    )
+    assert Rebuild(
+        sharded, TableStream(ddb, streams, name, arn), "per_owner", wait_seconds=0
+    ).run().outcome == ("requested")
     before = sorted(truth(ddb, name, points=False).values())[::-1][:2]
     deploy(ddb, streams, name, arn, sharded)  # takes generation 2 up
     # readers still read generation 1, whose index entries are not spread
     assert [a.value for a in AggregateStore(ddb, name, sharded).top("per_owner", 2)] == before
     writes(ddb, name, 30, 20)  # written through partials
     deploy(ddb, streams, name, arn, sharded)
-    rebuild = Rebuild(sharded, ddb, streams, name, arn, "per_owner", stream_lag_seconds=0)
+    rebuild = Rebuild(
+        sharded, TableStream(ddb, streams, name, arn), "per_owner", stream_lag_seconds=0
+    )
     assert rebuild.run().outcome == "switched"
     deploy(ddb, streams, name, arn, sharded)
     store = AggregateStore(ddb, name, sharded)

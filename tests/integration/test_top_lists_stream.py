@@ -21,6 +21,7 @@ from aggregator.core.rules import RuleSet
 from aggregator.deploy.filters import filter_patterns
 from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.table import create_table
 from aggregator.dynamodb.toplists import TOP_PREFIX
 from aggregator.runtime.processor import create_processor
@@ -200,7 +201,9 @@ def test_a_backfill_leaves_the_lists_exact_before_the_handler_merges_its_writes(
     runner = StreamRunner(processor, streams, arn, batch_size=10)
     assert runner.run().failures == 0  # registers the rule, pending; nothing to count yet
     assert not [i for i in table_items(ddb, name) if i["sk"]["S"].startswith(TOP_PREFIX)]
-    stats = Backfill(rules, ddb, streams, name, arn, segments=2, stream_lag_seconds=0).run()
+    stats = Backfill(
+        rules, TableStream(ddb, streams, name, arn), segments=2, stream_lag_seconds=0
+    ).run()
     assert stats.write.items_written > 0
     assert stats.top_lists_written == 2 and stats.top_lists_unsettled == 0
     store = AggregateStore(ddb, name, rules)

@@ -22,6 +22,7 @@ from aggregator.core.rules import load_rules
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.table import table_definition, table_stream_arn
 from aggregator.dynamodb.tablecheck import prepare_table
 from aggregator.operations.backfill import Backfill
@@ -170,7 +171,11 @@ def test_kinds_per_hour_and_over_ranges_are_exact_under_backfill_moves_and_fault
 
     def backfill() -> None:
         results["backfill"] = Backfill(
-            rules, ddb, streams, name, stream_arn, segments=2, page_items=40, stream_lag_seconds=0.5
+            rules,
+            TableStream(ddb, streams, name, stream_arn),
+            segments=2,
+            page_items=40,
+            stream_lag_seconds=0.5,
         ).run()
 
     threads = [

@@ -17,9 +17,9 @@ from aggregator.cli.output import console, err_console
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
     from aggregator.core.rules import RuleSet
+    from aggregator.dynamodb.streams import TableStream
     from aggregator.operations.backfill import BackfillStats
 
 
@@ -103,12 +103,14 @@ class LiveTable:
         client, rules = rules_for_table(table_name, definitions, endpoint_url)
         return cls(rules, client, table_name, table_stream_arn(client, table_name), endpoint_url)
 
-    def scan_arguments(self) -> tuple[RuleSet, DynamoDBClient, DynamoDBStreamsClient, str, str]:
-        """The first arguments of :class:`~aggregator.operations.backfill.Backfill` and
-        :class:`~aggregator.operations.rebuild.Rebuild`: rules, client, a new streams client,
-        table name and stream ARN."""
+    def table_stream(self) -> TableStream:
+        """What :class:`~aggregator.operations.backfill.Backfill` and
+        :class:`~aggregator.operations.rebuild.Rebuild` take after the rules: the table, its
+        stream, its client and a new streams client."""
+        from aggregator.dynamodb.streams import TableStream
+
         streams = clients.make_client("dynamodbstreams", self.endpoint_url)
-        return self.rules, self.client, streams, self.table_name, self.stream_arn
+        return TableStream(self.client, streams, self.table_name, self.stream_arn)
 
 
 @contextmanager
@@ -220,7 +222,8 @@ def backfill_cmd(
     try:
         with backfill_progress(table.client, table_name) as on_page:
             backfill = Backfill(
-                *table.scan_arguments(),
+                table.rules,
+                table.table_stream(),
                 rule_names=rule_names,
                 on_page=on_page,
                 **backfill_options,

@@ -72,7 +72,8 @@ def rebuild_cmd(
 
     with backfill_progress(table.client, table_name) as on_page:
         rebuild = Rebuild(
-            *table.scan_arguments(),
+            table.rules,
+            table.table_stream(),
             rule_name,
             wait_seconds=wait_seconds,
             on_wait=on_wait,

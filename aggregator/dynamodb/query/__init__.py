@@ -9,6 +9,7 @@ manifest), :mod:`~aggregator.dynamodb.query.reader` (the client, request countin
 collection), :mod:`~aggregator.dynamodb.query.keys` (keys and did-you-mean suggestions),
 :mod:`~aggregator.dynamodb.query.aggregates` (``get``, ``list``, target rules),
 :mod:`~aggregator.dynamodb.query.values` (value items: min, max, distributions, percentiles),
+:mod:`~aggregator.dynamodb.query.ranges` (the time range a window or percentiles read asks),
 :mod:`~aggregator.dynamodb.query.series` (``window``, ``histogram``),
 :mod:`~aggregator.dynamodb.query.top` (``top``: index, top lists, fallback) and
 :mod:`~aggregator.dynamodb.query.results` (the result dataclasses).
@@ -67,6 +68,7 @@ from aggregator.dynamodb.query.keys import (
     sort_key,
     suggest_keys,
 )
+from aggregator.dynamodb.query.ranges import AskedRange
 from aggregator.dynamodb.query.reader import StoreReader
 from aggregator.dynamodb.query.results import (
     Aggregate,
@@ -353,12 +355,9 @@ class AggregateStore:
             given for a rule without a window (or none for one with a window; as :meth:`window`
             for a bad range), or a failed request.
         """
-        wanted, windowed = percentiles_asked(
-            self.reader, rule, ps, start=start, end=end, last=last, now=now
-        )
-        ranged = None
-        if windowed:
-            ranged = self.window(rule, key, start=start, end=end, last=last, now=now)
+        asked = AskedRange(start, end, last, now)
+        wanted, windowed = percentiles_asked(self.reader, rule, ps, asked)
+        ranged = window(self.reader, rule, key, asked) if windowed else None
         return percentiles(self.reader, rule, key, wanted, ranged)
 
     def top(
@@ -482,4 +481,4 @@ class AggregateStore:
             not a whole number of finest buckets, ``end`` before ``start``, both or neither of
             ``start``/``last``), or a failed request.
         """
-        return window(self.reader, rule, key, start=start, end=end, last=last, now=now)
+        return window(self.reader, rule, key, AskedRange(start, end, last, now))

@@ -9,8 +9,6 @@ of buckets of one granularity (:func:`aggregator.core.windows.plan_range`), one 
 
 from __future__ import annotations
 
-import math
-import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -18,57 +16,23 @@ from aggregator.core.exceptions import QueryError
 from aggregator.core.kinds import COUNT_ATTRIBUTE, Kind, ValueCount
 from aggregator.core.numbers import add
 from aggregator.core.rules import Window, unescape_key_part
-from aggregator.core.windows import Granularity, RangePart, plan_range
+from aggregator.core.windows import RangePart, plan_range
 from aggregator.dynamodb.query.aggregates import list_aggregates
 from aggregator.dynamodb.query.keys import KeyArgument, sort_key
+from aggregator.dynamodb.query.ranges import AskedRange
 from aggregator.dynamodb.query.results import HistogramBucket, WindowResult
 from aggregator.dynamodb.query.values import value_count, value_items
 
 if TYPE_CHECKING:
     from aggregator.dynamodb.query.reader import StoreReader
 
-__all__ = ["VALUE_ITEMS_END", "histogram", "window", "window_range"]
+__all__ = ["VALUE_ITEMS_END", "histogram", "window"]
 
 VALUE_ITEMS_END = "$"
 """Appended to a time bucket's sort key, the upper bound of a ``Query`` that reads the bucket's
 value items too (``<bucket>#<value>``): ``$`` (0x24) sorts right after ``#`` (0x23), and DynamoDB
 compares string sort keys by their UTF-8 bytes (Developer Guide, "Working with queries": key
 condition expressions)."""
-
-
-def window_range(
-    finest: Granularity, start: int | None, end: int | None, last: int | None, clock: float
-) -> tuple[tuple[int, int], tuple[int, int]]:
-    """``([lo, hi), [asked start, asked end))`` of
-    :meth:`~aggregator.dynamodb.query.AggregateStore.window`: the range asked (``[start, end)``,
-    or ``[end - last, end)`` with ``end`` the clock rounded up to the second by default), and
-    the range answered, the asked one widened out to the finest granularity's boundaries (its
-    start down, its end up) so that it covers every second asked.
-
-    Raises
-    ------
-    QueryError
-        For both or neither of ``start`` and ``last``, ``last`` not a positive multiple of the
-        finest granularity, ``start`` without ``end``, or ``end`` before ``start``.
-    """
-    if (start is None) == (last is None):
-        raise QueryError("give either start (with end) or last")
-    if last is not None:
-        if last <= 0 or last % finest.seconds:
-            raise QueryError(
-                f"last must be a positive multiple of the finest granularity "
-                f"({finest.label}, {finest.seconds} s), got {last} s"
-            )
-        asked_end = math.ceil(clock) if end is None else end
-        asked = (asked_end - last, asked_end)
-    else:
-        assert start is not None  # exactly one of start and last (checked above)
-        if end is None:
-            raise QueryError("give end with start")
-        if end < start:
-            raise QueryError(f"end ({end}) is before start ({start})")
-        asked = (start, end)
-    return (finest.start(asked[0]), finest.ceil(asked[1])), asked
 
 
 def histogram(
@@ -110,30 +74,21 @@ def histogram(
     return sorted(rows, key=lambda r: str(r.value))
 
 
-def window(
-    reader: StoreReader,
-    rule: str,
-    key: KeyArgument = (),
-    *,
-    start: int | None = None,
-    end: int | None = None,
-    last: int | None = None,
-    now: float | None = None,
-) -> WindowResult:
-    """The sum of a windowed rule's buckets for one key over a time range
+def window(reader: StoreReader, rule: str, key: KeyArgument, asked: AskedRange) -> WindowResult:
+    """The sum of a windowed rule's buckets for one key over the time range ``asked``
     (:meth:`~aggregator.dynamodb.query.AggregateStore.window`)."""
     spec = reader.rule(rule).window
     if spec is None:
         raise QueryError(f"rule {rule!r} has no window; window queries need time buckets")
-    clock = time.time() if now is None else now
-    (lo, hi), asked = window_range(spec.finest, start, end, last, clock)
+    clock = asked.clock()
+    (lo, hi), (asked_start, asked_end) = asked.covering(spec.finest, clock)
     stored = reader.storage_name(rule)
     prefix = sort_key(reader, rule, key, storage_name=stored)
     template = reader.rule(rule).key
     display = (
         template.template if template.is_literal else unescape_key_part(prefix[len(stored) + 1 :])
     )
-    result = WindowResult(rule, display, lo, hi, asked_start=asked[0], asked_end=asked[1])
+    result = WindowResult(rule, display, lo, hi, asked_start=asked_start, asked_end=asked_end)
     result.parts = plan_range(spec.granularities, lo, hi)
     kind = reader.rule(rule).kind
     total = count = Decimal(0)

@@ -18,6 +18,7 @@ from aggregator.dynamodb.query.keys import KeyArgument, sort_key
 from aggregator.dynamodb.query.results import Aggregate, Percentiles, WindowResult
 
 if TYPE_CHECKING:
+    from aggregator.dynamodb.query.ranges import AskedRange
     from aggregator.dynamodb.query.reader import StoreReader
 
 __all__ = [
@@ -139,11 +140,7 @@ def percentiles_asked(
     reader: StoreReader,
     rule: str,
     ps: Sequence[Decimal | int | float | str],
-    *,
-    start: int | None,
-    end: int | None,
-    last: int | None,
-    now: float | None,
+    asked: AskedRange,
 ) -> tuple[list[Decimal], bool]:
     """``(the percentiles asked, whether they rank a time range)`` of a percentiles read
     (the arguments of :meth:`~aggregator.dynamodb.query.AggregateStore.percentiles`).
@@ -165,10 +162,9 @@ def percentiles_asked(
         wanted = percentile_list(ps)
     except ValueError as exc:
         raise QueryError(f"rule {rule!r}: {exc}") from None
-    ranged = start is not None or last is not None or end is not None or now is not None
-    if definition.window is None and ranged:
+    if definition.window is None and asked.given:
         raise QueryError(f"rule {rule!r} has no window: a time range needs time buckets")
-    if definition.window is not None and start is None and last is None:
+    if definition.window is not None and asked.start is None and asked.last is None:
         raise QueryError(
             f"rule {rule!r} counts per time bucket: give a range (last, or start and end)"
         )

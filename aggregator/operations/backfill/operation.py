@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aggregator.core.clock import Clock
 from aggregator.core.deltas import (
@@ -30,7 +30,7 @@ from aggregator.core.records import Image, pad_sequence_number
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.manifest import FenceStore, Manifest
-from aggregator.dynamodb.streams import list_shards
+from aggregator.dynamodb.streams import TableStream, list_shards
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
 from aggregator.operations.backfill.control import ControlItems
 from aggregator.operations.backfill.segments import SegmentScan
@@ -42,10 +42,6 @@ from aggregator.operations.backfill.selection import (
 from aggregator.operations.backfill.stats import BackfillStats, RateLimiter
 from aggregator.operations.backfill.stream import ChangedItems, read_shard
 from aggregator.operations.toplists import settle_top_lists
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 __all__ = [
     "DEFAULT_CARRY_KEYS",
@@ -85,10 +81,9 @@ class Backfill:
     ----------
     rules
         The deployed rule set (its layout included).
-    client, streams_client
-        boto3 ``dynamodb`` and ``dynamodbstreams`` clients.
-    table_name, stream_arn
-        The table and its stream.
+    table
+        The table and its stream, with a client for each
+        (:class:`~aggregator.dynamodb.streams.TableStream`).
     rule_names
         The rules to backfill (default: every rule pending in the manifest). A derived rule goes
         with its source: it is not scanned for, since every change of its source's aggregates
@@ -127,10 +122,7 @@ class Backfill:
     def __init__(
         self,
         rules: RuleSet,
-        client: DynamoDBClient,
-        streams_client: DynamoDBStreamsClient,
-        table_name: str,
-        stream_arn: str,
+        table: TableStream,
         *,
         rule_names: Iterable[str] | None = None,
         segments: int = 4,
@@ -145,6 +137,7 @@ class Backfill:
     ) -> None:
         if not 1 <= segments <= MAX_SEGMENTS:
             raise ConfigError(f"segments must be 1 to {MAX_SEGMENTS}, got {segments}")
+        client, table_name = table.client, table.table_name
         self.manifest = Manifest(client, table_name, rules.layout)
         states = self.manifest.load()
         # each rule under the storage name of the generation its definition builds (a rebuild
@@ -163,11 +156,9 @@ class Backfill:
         if rule_names is not None:
             rule_names = [renamed.get(n, n) for n in rule_names]
         self.layout = rules.layout
-        self.client = client
-        self.requests = requests_of(client)
-        self.streams = streams_client
+        self.table = table
         self.table_name = table_name
-        self.stream_arn = stream_arn
+        self.requests = requests_of(client)
         self.segments = segments
         self.stream_lag_seconds = stream_lag_seconds
         self.page_items = page_items
@@ -218,13 +209,13 @@ class Backfill:
 
     def shards(self) -> list[dict[str, Any]]:
         """Every shard ``DescribeStream`` lists."""
-        return list_shards(self.streams, self.stream_arn)
+        return list_shards(self.table.streams_client, self.table.stream_arn)
 
     def read_shard(
         self, shard: dict[str, Any], iterators: dict[str, str | None], last: dict[str, str]
     ) -> Iterable[dict[str, Any]]:
         """One shard's records up to its bound (:func:`read_shard`)."""
-        return read_shard(self.streams, self.stream_arn, shard, iterators, last)
+        return read_shard(self.table.streams_client, self.table.stream_arn, shard, iterators, last)
 
     def _fence_all(self) -> None:
         """Step 1: fence every listed shard at the last record read from it (up to its bound,
@@ -394,7 +385,7 @@ class Backfill:
         # the top lists of the backfilled aggregates: the handler merges their records a moment
         # later (a local run perhaps much later); written now, top is exact once they are active
         self.stats.top_lists_written, self.stats.top_lists_unsettled = settle_top_lists(
-            self.client, self.table_name, self.rules, list(self.states), clock=self.clock
+            self.table.client, self.table_name, self.rules, list(self.states), clock=self.clock
         )
         now = int(self.clock())
         # derived rules first: a kill before the base rules are marked leaves them backfilling,

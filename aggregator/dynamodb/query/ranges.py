@@ -1,0 +1,81 @@
+"""The time range a read of a windowed rule asks for, and the range it answers.
+
+:meth:`~aggregator.dynamodb.query.AggregateStore.window` and
+:meth:`~aggregator.dynamodb.query.AggregateStore.percentiles` take ``start``/``end``/``last``/
+``now`` as keywords; from there on the four travel as one :class:`AskedRange`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from aggregator.core.exceptions import QueryError
+from aggregator.core.windows import Granularity
+
+__all__ = ["AskedRange"]
+
+
+@dataclass(frozen=True, slots=True)
+class AskedRange:
+    """A time range as asked of :meth:`~aggregator.dynamodb.query.AggregateStore.window`.
+
+    Attributes
+    ----------
+    start, end
+        ``[start, end)``, epoch seconds.
+    last
+        Instead of ``start``: a duration in seconds ending at ``end`` (default ``now`` rounded
+        up to the second).
+    now
+        Epoch seconds deciding which buckets have expired; default the current time.
+    """
+
+    start: int | None = None
+    end: int | None = None
+    last: int | None = None
+    now: float | None = None
+
+    @property
+    def given(self) -> bool:
+        """Whether any of the four was given (a read of a rule without a window takes none)."""
+        return any(v is not None for v in (self.start, self.end, self.last, self.now))
+
+    def clock(self) -> float:
+        """``now``, or the current time (epoch seconds)."""
+        return time.time() if self.now is None else self.now
+
+    def covering(
+        self, finest: Granularity, clock: float
+    ) -> tuple[tuple[int, int], tuple[int, int]]:
+        """``([lo, hi), [asked start, asked end))``: the range asked (``[start, end)``, or
+        ``[end - last, end)`` with ``end`` the ``clock`` rounded up to the second by default),
+        and the range answered, the asked one widened out to the finest granularity's
+        boundaries (its start down, its end up) so that it covers every second asked.
+
+        Raises
+        ------
+        QueryError
+            For both or neither of ``start`` and ``last``, ``last`` not a positive multiple of
+            the finest granularity, ``start`` without ``end``, or ``end`` before ``start``.
+        """
+        start, end, last = self.start, self.end, self.last
+        if (start is None) == (last is None):
+            raise QueryError("give either start (with end) or last")
+        if last is not None:
+            if last <= 0 or last % finest.seconds:
+                raise QueryError(
+                    f"last must be a positive multiple of the finest granularity "
+                    f"({finest.label}, {finest.seconds} s), got {last} s"
+                )
+            asked_end = math.ceil(clock) if end is None else end
+            asked = (asked_end - last, asked_end)
+        else:
+            assert start is not None  # exactly one of start and last (checked above)
+            if end is None:
+                raise QueryError("give end with start")
+            if end < start:
+                raise QueryError(f"end ({end}) is before start ({start})")
+            asked = (start, end)
+        return (finest.start(asked[0]), finest.ceil(asked[1])), asked
