@@ -83,13 +83,10 @@ from aggregator.core.records import (
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.core.text import bound
 from aggregator.dynamodb.collections import batch_get_items, client_call, query_collection
-from aggregator.dynamodb.writer import (
-    MAX_ITEM_BYTES,
-    WriteStats,
-    add_update,
-    error_code,
-    item_size,
-)
+from aggregator.dynamodb.errors import error_code
+from aggregator.dynamodb.sizes import MAX_ITEM_BYTES, item_size
+from aggregator.dynamodb.stats import WriteStats
+from aggregator.dynamodb.updates import add_update
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

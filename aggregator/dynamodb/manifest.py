@@ -52,9 +52,9 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.records import pad_sequence_number
 from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.streams import list_shards
 from aggregator.dynamodb.updates import Update, with_collection
-from aggregator.dynamodb.writer import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -140,7 +140,11 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.records import Image, StreamRecord, pad_sequence_number
 from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import FenceStore, Manifest
+from aggregator.dynamodb.modes import TargetCheckpointWriter
+from aggregator.dynamodb.sizes import item_size
+from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.streams import (
     StreamTrimmedError,
     get_records_page,
@@ -149,9 +153,8 @@ from aggregator.dynamodb.streams import (
     parents_first,
     shard_iterator,
 )
-from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
+from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS
 from aggregator.dynamodb.updates import Update
-from aggregator.dynamodb.writer import WriteStats, error_code, item_size
 from aggregator.operations.toplists import settle_top_lists
 
 if TYPE_CHECKING:

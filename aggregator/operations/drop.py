@@ -48,12 +48,12 @@ from aggregator.core.layout import PARTIAL_PREFIX
 from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.targets import rule_token
 from aggregator.dynamodb.toplists import TOP_PREFIX
 from aggregator.dynamodb.updates import Update
-from aggregator.dynamodb.writer import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -54,9 +54,9 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import Update
-from aggregator.dynamodb.writer import error_code
 from aggregator.operations.backfill import Backfill, BackfillStats
 
 if TYPE_CHECKING:

@@ -74,9 +74,9 @@ from aggregator.core.records import Image
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.checkpoint import is_checkpoint_attribute
 from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import Update, aggregate_update
-from aggregator.dynamodb.writer import error_code
 from aggregator.operations.toplists import ListDrift, check_top_lists
 
 if TYPE_CHECKING:
