@@ -120,7 +120,7 @@ def _iso(epoch: int) -> str:
 @dataclass(slots=True)
 class RunStats(BatchCounts):
     """Totals of one :meth:`StreamRunner.run` call (times in seconds; the batches' counts as
-    :class:`~aggregator.runtime.processor.BatchCounts`)."""
+    :class:`~aggregator.runtime.outcome.BatchCounts`)."""
 
     invocations: int = 0
     batches: int = 0

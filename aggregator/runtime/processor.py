@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.batch_state import decode_batch, encode_batch
@@ -42,9 +39,10 @@ from aggregator.dynamodb.deadletters import DeadLetterWriter, LastResort
 from aggregator.dynamodb.manifest import RuleLifecycle
 from aggregator.dynamodb.modes import WriterOptions, make_writer
 from aggregator.dynamodb.routing import ShardRouting
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.toplists import TopLists, top_sort_key
 from aggregator.dynamodb.writer import Writer
+from aggregator.runtime.outcome import BatchCounts, BatchOutcome
+from aggregator.runtime.telemetry import LogSink, MetricsSink, emit_metrics
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -73,130 +71,6 @@ DEFAULT_STATE_LIMIT_BYTES = 256 * 1024
 """Flush early when the serialized window state passes this size: well below Lambda's 1 MB per
 shard (Lambda Developer Guide, "Tumbling windows"), and small enough for the local runner to keep
 it in one item (DynamoDB's 400 KB item limit)."""
-
-
-class MetricsSink(Protocol):
-    """What the processor calls on Powertools' ``Metrics`` (which satisfies it): per-batch
-    counts in CloudWatch's embedded metric format."""
-
-    @property
-    def namespace(self) -> str | None:
-        """The metrics' namespace (also of the per-cause metric)."""
-        ...
-
-    @property
-    def default_dimensions(self) -> dict[str, str]:
-        """Dimensions every metric carries (also the per-cause metric)."""
-        ...
-
-    def add_metric(self, name: str, unit: MetricUnit, value: float) -> None:
-        """Add ``value`` to metric ``name``."""
-        ...
-
-
-class LogSink(Protocol):
-    """What the processor calls on Powertools' ``Logger`` (or a :class:`logging.Logger`)."""
-
-    def warning(self, msg: object, *, extra: Mapping[str, object] | None = None) -> None:
-        """Log ``msg`` at level WARNING with ``extra`` fields."""
-        ...
-
-    def error(self, msg: object, *, extra: Mapping[str, object] | None = None) -> None:
-        """Log ``msg`` at level ERROR with ``extra`` fields."""
-        ...
-
-
-@dataclass(slots=True, kw_only=True)
-class BatchCounts:
-    """What the engine counted in batches (:class:`~aggregator.core.engine.BatchDeltas`), summed
-    by the local runner too (:class:`~aggregator.dev.runner.RunStats`).
-
-    Attributes
-    ----------
-    records, self_writes, record_deltas, aggregate_items, failures
-        Records in the batch, framework-owned records skipped, non-zero per-record deltas,
-        coalesced aggregate items, and (record, rule) evaluation failures (dead-lettered).
-    derived_inputs
-        Records of source aggregates that derived rules evaluated.
-    partial_inputs
-        Records of partial aggregates (``write_shards``) added to their aggregate.
-    expired, expired_retractions
-        Deltas skipped because their time bucket was past its retention, and how many of them
-        were retractions.
-    """
-
-    records: int = 0
-    self_writes: int = 0
-    record_deltas: int = 0
-    aggregate_items: int = 0
-    failures: int = 0
-    derived_inputs: int = 0
-    partial_inputs: int = 0
-    expired: int = 0
-    expired_retractions: int = 0
-
-    def add_counts(self, other: BatchCounts) -> None:
-        """Add ``other``'s counts to these."""
-        for name in BatchCounts.__slots__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-
-@dataclass(slots=True)
-class BatchOutcome(BatchCounts):
-    """What one invocation did (the engine's counts as :class:`BatchCounts`).
-
-    Attributes
-    ----------
-    response
-        The Lambda response: ``{"batchItemFailures": [{"itemIdentifier": seq}]}`` (empty list on
-        success) and, for tumbling-window events, ``"state"``.
-    malformed
-        Records that could not be read as stream records (dead-lettered with rule ``*``).
-    failure_causes
-        Dead-lettered (record, rule) failures per :class:`~aggregator.core.exceptions.FailureCause`.
-    write
-        The writer's counters.
-    retry_from
-        Sequence number Lambda must retry from, or ``None``.
-    errors
-        Messages of write failures.
-    flushed
-        Window mode: whether this invocation applied the window's deltas.
-    routing_switches
-        Switches of ``write_shards: auto`` rules this invocation persisted
-        (:mod:`aggregator.dynamodb.routing`).
-    top_observations
-        Records of aggregates of ``leaderboard_store: list`` rules merged into their top lists
-        (:mod:`aggregator.dynamodb.toplists`).
-    """
-
-    response: dict[str, Any]
-    malformed: int = 0
-    failure_causes: Counter[str] = field(default_factory=Counter)
-    write: WriteStats = field(default_factory=WriteStats)
-    retry_from: str | None = None
-    errors: list[str] = field(default_factory=list)
-    flushed: bool = False
-    routing_switches: int = 0
-    top_observations: int = 0
-
-    @classmethod
-    def of(cls, batch: BatchDeltas) -> BatchOutcome:
-        """The outcome of evaluating ``batch``, before anything is written."""
-        return cls(
-            response={"batchItemFailures": []},
-            records=batch.records,
-            self_writes=batch.self_writes,
-            record_deltas=batch.record_deltas,
-            aggregate_items=len(batch.deltas),
-            failures=len(batch.failures),
-            derived_inputs=batch.derived_inputs,
-            partial_inputs=batch.partial_inputs,
-            malformed=batch.malformed,
-            failure_causes=Counter(str(f.cause) for f in batch.failures),
-            expired=batch.expired,
-            expired_retractions=batch.expired_retractions,
-        )
 
 
 # -- window state ------------------------------------------------------------------------------
@@ -346,7 +220,8 @@ class StreamProcessor:
             outcome.routing_switches = self.routing.decide(shard_id, routing, batch)
             outcome.write.modelled_wcu += self.routing.modelled_wcu - routing_wcu
         self._report_retry(outcome)
-        self._emit_metrics(outcome, records)
+        if self.metrics is not None:
+            emit_metrics(self.metrics, outcome, records)
         return outcome
 
     def _write_dead_letters(
@@ -557,56 +432,6 @@ class StreamProcessor:
                     "reason": bound(f.reason, 300),  # quotes values by a short prefix only
                 },
             )
-
-    def _emit_metrics(self, outcome: BatchOutcome, records: list[Any]) -> None:
-        m = self.metrics
-        if m is None:
-            return
-        w = outcome.write
-        counts = {
-            "RecordsReceived": outcome.records,
-            "SelfWritesSkipped": outcome.self_writes,
-            "Deltas": outcome.record_deltas,
-            "DerivedInputs": outcome.derived_inputs,
-            "PartialInputs": outcome.partial_inputs,
-            "ExpiredBucketDeltasSkipped": outcome.expired,
-            "AggregateItemsWritten": w.items_written,
-            "ConditionalCheckRecoveries": w.conditional_recoveries,
-            "ThrottleRetries": w.throttle_retries,
-            "DeadLetters": w.dead_letters,
-            "MalformedRecords": outcome.malformed,
-            "DeadLettersCompacted": w.dead_letters_compacted,
-            "DeadLetterFallbacks": w.dead_letter_fallbacks,
-            "DeadLettersToQueue": w.dead_letters_to_queue,
-            "FailedItems": w.failed_items,
-            "ModelledWCU": w.modelled_wcu,
-            "EmptiedValueItems": w.emptied_values,
-            "TargetItemsWritten": w.target_writes,
-            "MissingTargets": w.missing_targets,
-            "UnusableTargets": w.unusable_targets,
-            "TargetCheckpointsEvicted": w.target_checkpoints_evicted,
-        }
-        for name, value in counts.items():
-            m.add_metric(name=name, unit=MetricUnit.Count, value=value)
-        for cause, count in sorted(outcome.failure_causes.items()):
-            # one metric with a Cause dimension (its own EMF blob, so the batch metrics above
-            # keep their dimensions)
-            with single_metric(
-                name="DeadLettersByCause",
-                unit=MetricUnit.Count,
-                value=count,
-                namespace=m.namespace,
-                default_dimensions=m.default_dimensions,
-            ) as metric:
-                metric.add_dimension(name="Cause", value=cause)
-        times = [
-            t
-            for t in (r.approximate_creation_time for r in records if isinstance(r, StreamRecord))
-            if t is not None
-        ]
-        if times:
-            age = max(0.0, time.time() - float(max(times)))
-            m.add_metric(name="NewestRecordAgeSeconds", unit=MetricUnit.Seconds, value=age)
 
 
 def create_processor(
