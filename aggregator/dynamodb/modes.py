@@ -17,6 +17,7 @@ cost model, index membership, expiry, clock, routing), and a
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 from aggregator.core.clock import Clock
@@ -140,20 +141,6 @@ def make_writer(
     )
 
 
-class TargetCheckpointWriter(BatchWriter):
-    """The ``exactly-once`` writer as :func:`make_writer` assembles it (its arguments as
-    there), for callers that build it by name (the backfill)."""
-
-    def __init__(
-        self,
-        client: DynamoDBClient,
-        table_name: str,
-        *,
-        layout: TableLayout = DEFAULT_LAYOUT,
-        max_workers: int = 8,
-        clock: Clock = time.time,
-    ) -> None:
-        parts, aggregates, targets = _assemble(
-            True, client, table_name, layout, WriterOptions(), clock
-        )
-        super().__init__(parts, aggregates, targets, mode="exactly-once", max_workers=max_workers)
+TargetCheckpointWriter = partial(make_writer, "exactly-once")
+"""``make_writer("exactly-once", ...)``: the exactly-once writer of aggregates and target rules,
+by the name the backfill builds it with."""

@@ -258,20 +258,11 @@ class AtLeastOnceWriter(BatchWriter):
 
     Parameters
     ----------
-    client
-        A boto3 DynamoDB *client* (thread-safe; botocore retries throttling itself).
-    table_name
-        The user's table.
-    layout
-        Attribute names and reserved partition keys.
-    max_workers
-        Concurrent ``UpdateItem`` requests per batch.
+    client, table_name, layout, max_workers, clock, observer
+        As :func:`~aggregator.dynamodb.modes.make_writer` takes them.
     options
-        Throttling retries (:class:`~aggregator.dynamodb.parts.WriterOptions`).
-    clock
-        Epoch seconds.
-    observer
-        Receives each modelled write (:class:`~aggregator.dynamodb.costs.WriteObservation`).
+        Throttling retries (:class:`~aggregator.dynamodb.parts.WriterOptions`; this mode keeps
+        no checkpoints).
 
     Notes
     -----
@@ -288,9 +279,9 @@ class AtLeastOnceWriter(BatchWriter):
         *,
         layout: TableLayout = DEFAULT_LAYOUT,
         max_workers: int = 8,
-        options: WriterOptions | None = None,
         clock: Clock = time.time,
         observer: WriteObserver | None = None,
+        options: WriterOptions | None = None,
     ) -> None:
         parts = WriteParts.build(
             client, table_name, layout, options or WriterOptions(), clock=clock, observer=observer

@@ -515,7 +515,7 @@ def create_processor(
         table_name,
         layout=layout,
         max_workers=max_workers,
-        options=writer_options,
+        options=writer_options or WriterOptions(),
         clock=clock,
         observer=observer,
         routing=routing,
