@@ -239,8 +239,6 @@ class StreamProcessor:
         if not batch.failures:
             return
         self._log_failures(batch)
-        if self.dead_letters is None:
-            raise ConfigError("records need dead letters but the processor has no writer")
         outcome.write.add(self.dead_letters.write(batch.failures, shard_id=shard_id))
 
     def _top_lists(self, batch: BatchDeltas, outcome: BatchOutcome) -> None:
