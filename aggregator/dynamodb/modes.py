@@ -34,7 +34,7 @@ from aggregator.dynamodb.targets import (
     TargetCheckpointWrites,
     TargetItems,
 )
-from aggregator.dynamodb.writer import BatchWriter
+from aggregator.dynamodb.writer import BatchWriter, Writer
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -91,8 +91,9 @@ def make_writer(
     clock: Clock = time.time,
     observer: WriteObserver | None = None,
     routing: ShardRouting | None = None,
-) -> BatchWriter:
-    """The writer for ``mode`` (one of :data:`WRITE_MODES`), assembled from its parts.
+) -> Writer:
+    """The writer for ``mode`` (one of :data:`WRITE_MODES`), assembled from its parts (a
+    :class:`~aggregator.dynamodb.writer.BatchWriter`).
 
     Parameters
     ----------
