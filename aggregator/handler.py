@@ -54,7 +54,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.deadletters import SqsLastResort
 from aggregator.dynamodb.errors import AwsError
-from aggregator.dynamodb.modes import WRITE_MODES
+from aggregator.dynamodb.modes import WRITE_MODES, WriterOptions
 from aggregator.dynamodb.tablecheck import check_key_schema
 from aggregator.runtime.processor import StreamProcessor, create_processor
 
@@ -221,9 +221,6 @@ def build_processor(
                 f"table {settings.table_name!r} does not fit the rules' layout: "
                 + "; ".join(p.line() for p in problems)
             )
-    options: dict[str, Any] = {}
-    if settings.mode != "at-least-once":
-        options["checkpoint_retention_seconds"] = settings.checkpoint_retention_seconds
     return create_processor(
         rules,
         client,
@@ -236,7 +233,10 @@ def build_processor(
         lifecycle=settings.rule_manifest,
         streams=lambda: _streams_client(settings.endpoint_url),
         genesis_stream_arn=settings.genesis_stream_arn,
-        **options,
+        # the at-least-once mode keeps no checkpoints and ignores the retention
+        writer_options=WriterOptions(
+            checkpoint_retention_seconds=settings.checkpoint_retention_seconds
+        ),
     )
 
 

@@ -34,7 +34,7 @@ from aggregator.dev.demo import replay_flights, write_steps
 from aggregator.dev.flights import ReplayStep, read_flights
 from aggregator.dev.local import DynamoDBLocal
 from aggregator.dev.runner import StreamRunner
-from aggregator.dynamodb.checkpoint import CheckpointWriter
+from aggregator.dynamodb.modes import make_writer
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import create_processor
@@ -122,7 +122,7 @@ def percentile_read(server: DynamoDBLocal, values: int) -> tuple[int, int, int, 
     name = f"kinds-read-{uuid.uuid4().hex[:6]}"
     create_table(ddb, name, layout=rules.layout)
     engine = Engine(rules)
-    writer = CheckpointWriter(ddb, name, layout=rules.layout)
+    writer = make_writer("exactly-once", ddb, name, layout=rules.layout)
     rng = random.Random(7)
     chunk = 10_000
     for start in range(0, values, chunk):

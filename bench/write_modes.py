@@ -47,9 +47,14 @@ from rich.table import Table
 
 from aggregator.core.engine import BatchDeltas, CoalescedDelta, Engine
 from aggregator.core.exceptions import AggregatorError
+from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.atleastonce import AtLeastOnceWrites
+from aggregator.dynamodb.parts import WriteParts, WriterOptions
+from aggregator.dynamodb.sizes import typed_item_size
+from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import added_amounts
-from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteStats
+from aggregator.dynamodb.writer import BatchWriter
 from aggregator.runtime.processor import BatchOutcome, StreamProcessor, create_processor
 
 __all__ = [
@@ -83,19 +88,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DEFINITIONS = ROOT / "definitions" / "flights.yaml"
 
 
-class PerDeltaWriter(AtLeastOnceWriter):
-    """One unconditional ``UpdateItem ADD`` per per-record delta: no coalescing at all.
+class PerDeltaWrites(AtLeastOnceWrites):
+    """The at-least-once protocol with each coalesced delta expanded into its ``parts`` (one per
+    stream record that touched the item): every part becomes its own
+    :class:`~aggregator.core.engine.CoalescedDelta`, written by
+    :class:`~aggregator.dynamodb.atleastonce.AtLeastOnceWrites`'s per-item update (same request
+    shape, same capacity model)."""
 
-    Each coalesced delta is expanded into its ``parts`` (one per stream record that touched the
-    item); every part becomes its own :class:`~aggregator.core.engine.CoalescedDelta` and is written
-    by :class:`~aggregator.dynamodb.writer.AtLeastOnceWriter`'s per-item update (same request shape,
-    same capacity model), concurrently through the base class's bounded pool. A part that failed
-    makes ``retry_from`` its own sequence number. At-least-once, like its base class.
-    """
-
-    mode = "per-delta"
-
-    def _select(self, batch: BatchDeltas, stats: WriteStats) -> list[CoalescedDelta]:
+    def select(self, batch: BatchDeltas, stats: WriteStats) -> list[CoalescedDelta]:
         todo: list[CoalescedDelta] = []
         for delta in batch.deltas.values():
             for sequence_number, amount in delta.parts:
@@ -112,6 +112,18 @@ class PerDeltaWriter(AtLeastOnceWriter):
                     )
                 )
         return todo
+
+
+class PerDeltaWriter(BatchWriter):
+    """One unconditional ``UpdateItem ADD`` per per-record delta: no coalescing at all
+    (:class:`PerDeltaWrites`), concurrently through the writer's bounded pool. A part that
+    failed makes ``retry_from`` its own sequence number. At-least-once, like
+    :class:`~aggregator.dynamodb.writer.AtLeastOnceWriter`.
+    """
+
+    def __init__(self, client: Any, table_name: str, *, max_workers: int = 8) -> None:
+        parts = WriteParts.build(client, table_name, DEFAULT_LAYOUT, WriterOptions())
+        super().__init__(parts, PerDeltaWrites(parts), mode="per-delta", max_workers=max_workers)
 
 
 class CountingClient:
@@ -144,8 +156,6 @@ class CountingClient:
         self.query_read_units = 0.0
 
     def query(self, **request: Any) -> Any:
-        from aggregator.dynamodb.writer import typed_item_size
-
         response = self._client.query(**request)
         size = sum(typed_item_size(item) for item in response.get("Items", []))
         units = max(1, -(-size // 4096)) * (1.0 if request.get("ConsistentRead") else 0.5)
@@ -155,8 +165,6 @@ class CountingClient:
         return response
 
     def batch_get_item(self, **request: Any) -> Any:
-        from aggregator.dynamodb.writer import typed_item_size
-
         response = self._client.batch_get_item(**request)
         units = 0.0
         for table, items in response.get("Responses", {}).items():
@@ -386,7 +394,7 @@ def run_one(
     try:
         stats = runner.run(until_caught_up=True)
     finally:
-        processor.writer.close()  # type: ignore[attr-defined]
+        processor.writer.close()
     figures.run_seconds = stats.elapsed_seconds
 
     w = stats.write

@@ -30,7 +30,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from aggregator.dynamodb.writer import WriteObservation
+from aggregator.dynamodb.costs import WriteObservation
 
 __all__ = ["PARTITION_WCU_PER_SECOND", "CapacityModel", "CapacityReport", "Peak"]
 
@@ -58,7 +58,7 @@ class CapacityReport:
 
     ``item``, ``partition`` and ``index_partition`` are the peaks (``None``: no write of that
     kind); ``largest_item_bytes`` the largest aggregate (or partial) size any write left
-    (:attr:`~aggregator.dynamodb.writer.WriteObservation.aggregate`); ``largest_item_by_hour``
+    (:attr:`~aggregator.dynamodb.costs.WriteObservation.aggregate`); ``largest_item_by_hour``
     the largest size written per simulated hour since the first write; ``throttled_seconds``
     counts (item, second), (partition, second) and (index partition, second) pairs over the
     limit.
@@ -97,7 +97,7 @@ class CapacityReport:
 
 
 class CapacityModel:
-    """Collects :class:`~aggregator.dynamodb.writer.WriteObservation` s (thread-safe); pass
+    """Collects :class:`~aggregator.dynamodb.costs.WriteObservation` s (thread-safe); pass
     :meth:`observe` as the writers' ``observer``."""
 
     def __init__(self) -> None:

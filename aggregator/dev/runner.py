@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aggregator.core.exceptions import ConfigError, RunnerError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import pad_sequence_number
+from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.streams import (
     GET_RECORDS_LIMIT,
     StreamTrimmedError,
@@ -39,8 +40,7 @@ from aggregator.dynamodb.streams import (
     list_shards,
     ready_shards,
 )
-from aggregator.dynamodb.writer import WriteStats
-from aggregator.runtime.processor import BatchOutcome, StreamProcessor
+from aggregator.runtime.processor import BatchCounts, BatchOutcome, StreamProcessor
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -128,20 +128,12 @@ def _iso(epoch: int) -> str:
 
 
 @dataclass(slots=True)
-class RunStats:
-    """Totals of one :meth:`StreamRunner.run` call (times in seconds)."""
+class RunStats(BatchCounts):
+    """Totals of one :meth:`StreamRunner.run` call (times in seconds; the batches' counts as
+    :class:`~aggregator.runtime.outcome.BatchCounts`)."""
 
     invocations: int = 0
     batches: int = 0
-    records: int = 0
-    self_writes: int = 0
-    record_deltas: int = 0
-    aggregate_items: int = 0
-    failures: int = 0
-    derived_inputs: int = 0
-    partial_inputs: int = 0
-    expired: int = 0
-    expired_retractions: int = 0
     retries: int = 0
     function_errors: int = 0
     duplicates: int = 0
@@ -151,15 +143,7 @@ class RunStats:
 
     def add(self, outcome: BatchOutcome) -> None:
         self.invocations += 1
-        self.records += outcome.records
-        self.self_writes += outcome.self_writes
-        self.record_deltas += outcome.record_deltas
-        self.aggregate_items += outcome.aggregate_items
-        self.failures += outcome.failures
-        self.derived_inputs += outcome.derived_inputs
-        self.partial_inputs += outcome.partial_inputs
-        self.expired += outcome.expired
-        self.expired_retractions += outcome.expired_retractions
+        self.add_counts(outcome)
         self.write.add(outcome.write)
 
 

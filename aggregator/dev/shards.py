@@ -45,7 +45,7 @@ import heapq
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, cast
 
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
@@ -464,7 +464,7 @@ class EventSourceTwin:
         """Every partition's :class:`RunStats` summed."""
         total = RunStats()
         for stats in self.stats:
-            for name in RunStats.__slots__:
+            for name in (f.name for f in fields(RunStats)):
                 if name == "write":
                     total.write.add(stats.write)
                 elif name != "elapsed_seconds":

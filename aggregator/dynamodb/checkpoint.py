@@ -47,32 +47,25 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError
 
-from aggregator.core.engine import CoalescedDelta
-from aggregator.core.exceptions import ConfigError, WriteError
+from aggregator.core.engine import BatchDeltas, CoalescedDelta
+from aggregator.core.exceptions import WriteError
 from aggregator.core.numbers import add
 from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
+from aggregator.dynamodb.errors import error_code
+from aggregator.dynamodb.expiry import DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
+from aggregator.dynamodb.parts import WriteParts
+from aggregator.dynamodb.sizes import typed_attribute_size, typed_item_size, write_units
+from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import IndexAction, aggregate_update, prune_update
-from aggregator.dynamodb.writer import (
-    DEFAULT_EMPTY_VALUE_RETENTION_SECONDS,
-    BaseWriter,
-    WriteStats,
-    error_code,
-    typed_attribute_size,
-    typed_item_size,
-    write_units,
-)
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = [
     "CHECKPOINT_PREFIX",
     "LEGACY_CHECKPOINT_PREFIX",
-    "CheckpointWriter",
+    "CheckpointWrites",
     "checkpoint_attribute",
     "decode_checkpoint",
     "encode_checkpoint",
@@ -200,42 +193,34 @@ class _Checkpoints:
         return max(found) if found else None
 
 
-class CheckpointWriter(BaseWriter):
-    """Exactly-once ``ADD`` through per-item shard checkpoints (module docstring).
+class CheckpointWrites:
+    """The exactly-once protocol for aggregate items through per-item shard checkpoints (module
+    docstring; an :class:`~aggregator.dynamodb.parts.ItemProtocol`).
 
     Parameters
     ----------
-    client, table_name, layout, max_workers, throttle_retries, backoff_seconds
-        As for :class:`~aggregator.dynamodb.writer.AtLeastOnceWriter`.
-    checkpoint_retention_seconds
+    parts
+        The writer's requests, cost model, index membership, expiry, clock and routing.
+    retention_seconds
         Age in seconds after which another shard's checkpoint on an item is pruned. Must exceed
         the event source mapping's ``MaximumRecordAgeInSeconds``.
     """
 
-    mode = "exactly-once"
+    needs_shard = True
 
     def __init__(
-        self,
-        client: DynamoDBClient,
-        table_name: str,
-        *,
-        checkpoint_retention_seconds: int = DEFAULT_CHECKPOINT_RETENTION_SECONDS,
-        **kwargs: Any,
+        self, parts: WriteParts, retention_seconds: int = DEFAULT_CHECKPOINT_RETENTION_SECONDS
     ) -> None:
-        super().__init__(client, table_name, **kwargs)
-        self.checkpoint_retention_seconds = checkpoint_retention_seconds
-        self.empty_value_retention_seconds = checkpoint_retention_seconds
+        self.parts = parts
+        self.retention_seconds = retention_seconds
 
-    def check_shard(self, shard_id: str | None) -> None:
-        if not shard_id:
-            raise ConfigError(
-                "the exactly-once and window modes need the stream shard id, which Lambda sends "
-                "only with tumbling windows: set TumblingWindowInSeconds on the event source "
-                "mapping (template.yaml does), or choose AGGREGATOR_MODE=at-least-once"
-            )
+    def select(self, batch: BatchDeltas, stats: WriteStats) -> list[CoalescedDelta]:
+        """Every delta of the batch, zero ones too: their checkpoint moves (module docstring)."""
+        return list(batch.deltas.values())
 
-    def _checkpoint_value(self, last: str) -> bytes:
-        return encode_checkpoint(last, self._clock())
+    def checkpoint_value(self, last: str) -> bytes:
+        """The checkpoint of a batch ending at ``last``, written now."""
+        return encode_checkpoint(last, self.parts.clock())
 
     def _request(
         self,
@@ -251,11 +236,12 @@ class CheckpointWriter(BaseWriter):
         first record in the batch (``current`` is ``None``), or still what was read (``current``:
         recovery). It also removes the shard's checkpoint in the old format, whose condition it
         checks the same way (the new checkpoint covers at least as much)."""
+        requests = self.parts.requests
         ck = checkpoint_attribute(shard_id)
         legacy = legacy_checkpoint_attribute(shard_id)
         update = (
-            aggregate_update(self.layout, delta, amount, count, index=index)
-            .set(ck, {"B": self._checkpoint_value(last)})
+            aggregate_update(requests.layout, delta, amount, count, index=index)
+            .set(ck, {"B": self.checkpoint_value(last)})
             .remove(legacy)
         )
         if current is None:
@@ -272,8 +258,8 @@ class CheckpointWriter(BaseWriter):
                     else update.where_equals(name, dict(value))
                 )
         return {
-            "TableName": self.table_name,
-            "Key": self._key(delta),
+            "TableName": requests.table_name,
+            "Key": requests.key(delta),
             **update.render(),
             "ReturnConsumedCapacity": "TOTAL",
             "ReturnValues": "ALL_OLD",
@@ -290,11 +276,12 @@ class CheckpointWriter(BaseWriter):
         legacy = legacy_checkpoint_attribute(shard_id)
         item = error_response.get("Item")
         if item is None:  # endpoints that do not return the item on a failed condition
-            response = self._call(
+            requests = self.parts.requests
+            response = requests.call(
                 "get_item",
                 {
-                    "TableName": self.table_name,
-                    "Key": self._key(delta),
+                    "TableName": requests.table_name,
+                    "Key": requests.key(delta),
                     "ConsistentRead": True,
                     "ProjectionExpression": "#ck, #legacy",  # a projection, not an update
                     "ExpressionAttributeNames": {"#ck": ck, "#legacy": legacy},
@@ -304,79 +291,116 @@ class CheckpointWriter(BaseWriter):
             item = response.get("Item") or {}
         return _Checkpoints(item.get(ck), item.get(legacy))
 
-    def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
+    def write(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
+        """Write ``delta`` on condition of the shard's checkpoint, recovering from a failed
+        condition (module docstring), then keep the item's index membership, feed the heat
+        meter, prune stale checkpoints and expire an empty value item.
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            When the update fails other than by its condition.
+        WriteError
+            When the checkpoint kept changing for :data:`MAX_RECOVERY_ROUNDS` rounds.
+        """
         assert shard_id is not None
+        membership = self.parts.membership
         stats = WriteStats()
         amount, count = delta.amount, delta.count
-        floor = self._floor(delta)  # the same for every attempt: it decides the update's shape
-        index = self._index_action(delta, floor)
+        floor = membership.floor(delta)  # the same for every attempt: it decides the update's shape
+        index = membership.action(delta, floor)
         # the checkpoints the next attempt expects (None: below the batch's first record)
         expected: _Checkpoints | None = None
-        removed = (legacy_checkpoint_attribute(shard_id),)
         for _ in range(MAX_RECOVERY_ROUNDS):
             request = self._request(delta, amount, count, shard_id, last, expected, index)
             try:
-                response = self._call("update_item", request, stats)
+                response = self.parts.requests.call("update_item", request, stats)
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
-                # a failed conditional write still consumes write capacity (the item's size)
-                failed: Mapping[str, Any] = exc.response
-                total, _ = self._modelled_units(
-                    delta,
-                    self._checkpoint_extra(shard_id, last),
-                    failed.get("Item"),
-                    applied=False,
-                )
-                stats.modelled_wcu += total
-                current = self._current_checkpoint(delta, shard_id, exc, stats)
-                applied_to = current.applied_to()
-                if applied_to is None:  # checkpoint vanished meanwhile: start over
-                    expected = None
-                    amount, count = delta.amount, delta.count
-                    continue
-                stats.conditional_recoveries += 1
-                remaining = [(s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to]
-                if not remaining:
-                    stats.already_applied += 1
-                    if delta.leaderboard:  # a crash may have come between update and fix
-                        self._check_membership(delta, floor, failed.get("Item"), stats)
+                recovery = self._recover(delta, shard_id, last, floor, exc, stats)
+                if recovery is None:
                     return stats
-                amount = Decimal(0)
-                for _, part in remaining:
-                    amount = add(amount, part)
-                count = delta.count_after(applied_to)
-                expected = current
+                expected, amount, count = recovery
                 continue
-            stats.items_written += 1
-            old = response.get("Attributes") or {}
-            total, index_units = self._modelled_units(
-                delta,
-                self._checkpoint_extra(shard_id, last),
-                old,
-                removed=removed,
-                index=index,
-            )
-            stats.modelled_wcu += total
-            stats.modelled_index_wcu += index_units
-            self._after_update(delta, floor, index, old, amount, stats)
-            self._observe_heat(delta, shard_id, old)
-            self._prune(delta, shard_id, old, stats)
-            self._expire_if_empty(delta, old, amount, stats)
+            self._applied(delta, shard_id, last, response, amount, floor, index, stats)
             return stats
         raise WriteError(
             f"{delta.ref.sort_key}: checkpoint kept changing during {MAX_RECOVERY_ROUNDS} "
             "recovery rounds (is another consumer writing this shard?)"
         )
 
+    def _recover(
+        self,
+        delta: CoalescedDelta,
+        shard_id: str,
+        last: str,
+        floor: Decimal | None,
+        failure: ClientError,
+        stats: WriteStats,
+    ) -> tuple[_Checkpoints | None, Decimal, Decimal] | None:
+        """After the update's condition failed: ``(checkpoints expected, amount, count)`` of the
+        next attempt (the records after the shard's checkpoint on the item), or ``None`` when
+        the batch is already in the item."""
+        # a failed conditional write still consumes write capacity (the item's size)
+        failed: Mapping[str, Any] = failure.response
+        total, _ = self.parts.costs.units(
+            delta, self._checkpoint_extra(shard_id, last), failed.get("Item"), applied=False
+        )
+        stats.modelled_wcu += total
+        current = self._current_checkpoint(delta, shard_id, failure, stats)
+        applied_to = current.applied_to()
+        if applied_to is None:  # checkpoint vanished meanwhile: start over
+            return None, delta.amount, delta.count
+        stats.conditional_recoveries += 1
+        remaining = [(s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to]
+        if not remaining:
+            stats.already_applied += 1
+            if delta.leaderboard:  # a crash may have come between update and fix
+                self.parts.membership.check(delta, floor, failed.get("Item"), stats)
+            return None
+        amount = Decimal(0)
+        for _, part in remaining:
+            amount = add(amount, part)
+        return current, amount, delta.count_after(applied_to)
+
+    def _applied(
+        self,
+        delta: CoalescedDelta,
+        shard_id: str,
+        last: str,
+        response: Mapping[str, Any],
+        amount: Decimal,
+        floor: Decimal | None,
+        index: IndexAction,
+        stats: WriteStats,
+    ) -> None:
+        """Count an applied update of ``amount`` and do what follows it."""
+        parts = self.parts
+        stats.items_written += 1
+        old = response.get("Attributes") or {}
+        total, index_units = parts.costs.units(
+            delta,
+            self._checkpoint_extra(shard_id, last),
+            old,
+            removed=(legacy_checkpoint_attribute(shard_id),),
+            index=index,
+        )
+        stats.modelled_wcu += total
+        stats.modelled_index_wcu += index_units
+        parts.membership.after_update(delta, floor, index, old, amount, stats)
+        self._observe_heat(delta, shard_id, old)
+        self._prune(delta, shard_id, old, stats)
+        parts.expiry.after_update(delta, old, amount, stats)
+
     def _observe_heat(self, delta: CoalescedDelta, shard_id: str, old: Mapping[str, Any]) -> None:
-        """Tell :attr:`routing`'s heat meter of a write of a ``write_shards: auto`` rule's item:
+        """Tell the routing's heat meter of a write of a ``write_shards: auto`` rule's item:
         for the aggregate, its size and how many other shards wrote it within the meter's window
         (their checkpoints' times in ``ALL_OLD``)."""
-        routing = self.routing
+        routing = self.parts.routing
         if routing is None or not delta.auto_shards:
             return
-        now = self._clock()
+        now = self.parts.clock()
         if delta.slot is not None:
             routing.heat.record(shard_id, delta.ref.rule, now)
             return
@@ -386,12 +410,12 @@ class CheckpointWriter(BaseWriter):
         routing.heat.record(shard_id, delta.ref.rule, now, units, writers)
 
     def _checkpoint_extra(self, shard_id: str, last: str) -> dict[str, Any]:
-        return {checkpoint_attribute(shard_id): self._checkpoint_value(last)}
+        return {checkpoint_attribute(shard_id): self.checkpoint_value(last)}
 
     def _prune(
-        self, delta: CoalescedDelta, shard_id: str, old: dict[str, Any], stats: WriteStats
+        self, delta: CoalescedDelta, shard_id: str, old: Mapping[str, Any], stats: WriteStats
     ) -> None:
-        horizon = self._clock() - self.checkpoint_retention_seconds
+        horizon = self.parts.clock() - self.retention_seconds
         own = (checkpoint_attribute(shard_id), legacy_checkpoint_attribute(shard_id))
         stale = {
             name: dict(value)
@@ -412,7 +436,7 @@ class CheckpointWriter(BaseWriter):
         if write_units(size) == write_units(size - stale_bytes):
             return
         # best effort: the aggregate update itself succeeded; the next update tries again
-        if not self._best_effort_update(delta, prune_update(stale), stats):
+        if not self.parts.requests.best_effort(delta, prune_update(stale), stats):
             return
         stats.pruned_checkpoints += len(stale)
         stats.modelled_wcu += write_units(size)

@@ -24,7 +24,8 @@ from aggregator.core.records import json_digest, pad_sequence_number, record_jso
 from aggregator.core.text import bound
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
-from aggregator.dynamodb.writer import MAX_ITEM_BYTES, WriteStats, item_size
+from aggregator.dynamodb.sizes import MAX_ITEM_BYTES, item_size
+from aggregator.dynamodb.stats import WriteStats
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -82,7 +82,7 @@ from aggregator.dynamodb.deadletter_writer import (
     SqsLastResort,
 )
 from aggregator.dynamodb.errors import AwsRequestError
-from aggregator.dynamodb.writer import add_update
+from aggregator.dynamodb.updates import add_update
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

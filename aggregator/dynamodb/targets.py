@@ -63,25 +63,30 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from aggregator.core.engine import CoalescedDelta
+from aggregator.core.engine import BatchDeltas, CoalescedDelta
 from aggregator.core.exceptions import WriteError
+from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.checkpoint import (
     CHECKPOINT_PREFIX,
     MAX_RECOVERY_ROUNDS,
-    CheckpointWriter,
+    CheckpointWrites,
     checkpoint_attribute,
     decode_checkpoint,
     sequence_bytes,
 )
+from aggregator.dynamodb.errors import error_code
+from aggregator.dynamodb.parts import ItemProtocol, WriteParts
+from aggregator.dynamodb.sizes import write_units
+from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import Update, prune_update
-from aggregator.dynamodb.writer import AtLeastOnceWriter, WriteStats, error_code, write_units
 
 __all__ = [
     "MAX_TARGET_CHECKPOINTS",
-    "TargetAtLeastOnceWriter",
-    "TargetCheckpointWriter",
+    "TargetAtLeastOnceWrites",
+    "TargetCheckpointWrites",
+    "TargetItems",
     "rule_token",
     "target_token",
 ]
@@ -115,44 +120,86 @@ def _ledger(delta: CoalescedDelta) -> CoalescedDelta:
     return replace(delta, ref=replace(delta.ref, target=None), target_attribute=None)
 
 
-class _TargetWrites:
-    """What both target writers share: the item's key, the names, the ``GetItem`` of the map."""
+class TargetItems:
+    """What both target protocols share: the item's key, its requests, the ``GetItem`` of the
+    map, the ledger and the capacity of a write.
 
-    layout: Any
-    table_name: str
+    Parameters
+    ----------
+    parts
+        The writer's parts (requests, layout, clock).
+    ledger
+        The mode's protocol for aggregate items, which writes a delta whose target is missing
+        or unusable to the rule's ledger item.
+    """
 
-    def _target_key(self, delta: CoalescedDelta) -> dict[str, Any]:
+    def __init__(self, parts: WriteParts, ledger: ItemProtocol) -> None:
+        self.parts = parts
+        self.layout: TableLayout = parts.requests.layout
+        self.ledger = ledger
+
+    def key(self, delta: CoalescedDelta) -> dict[str, Any]:
+        """The key of ``delta``'s target item (DynamoDB JSON)."""
         assert delta.ref.target is not None
         return dict(self.layout.target_key(delta.ref.target))
 
-    def _read_map(
+    def send(
+        self,
+        delta: CoalescedDelta,
+        update: Update,
+        stats: WriteStats,
+        *,
+        returning: str | None = None,
+    ) -> dict[str, Any]:
+        """One ``UpdateItem`` of ``update`` on ``delta``'s target item (``ReturnValues``
+        ``returning``, if given).
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            As :meth:`~aggregator.dynamodb.items.ItemRequests.call`.
+        """
+        request: dict[str, Any] = {
+            "TableName": self.parts.requests.table_name,
+            "Key": self.key(delta),
+            "ReturnConsumedCapacity": "TOTAL",
+            **({} if returning is None else {"ReturnValues": returning}),
+            **update.render(),
+        }
+        return self.parts.requests.call("update_item", request, stats)
+
+    def _get(
+        self, delta: CoalescedDelta, names: dict[str, str], stats: WriteStats, *, capacity: bool
+    ) -> dict[str, Any] | None:
+        """The target item's ``names`` (placeholders), read strongly consistently."""
+        request: dict[str, Any] = {
+            "TableName": self.parts.requests.table_name,
+            "Key": self.key(delta),
+            "ConsistentRead": True,
+            "ProjectionExpression": ", ".join(names),
+            "ExpressionAttributeNames": names,
+        }
+        if capacity:
+            request["ReturnConsumedCapacity"] = "TOTAL"
+        item: dict[str, Any] | None = self.parts.requests.call("get_item", request, stats).get(
+            "Item"
+        )
+        return item
+
+    def read_map(
         self, delta: CoalescedDelta, stats: WriteStats
     ) -> tuple[bool, dict[str, Any] | None]:
         """``(exists, checkpoint map in DynamoDB JSON or None)`` of the target item, read
         strongly consistently (only its partition key and the map: a projection the
         attribute-limited policy allows)."""
-        response = self._call(  # type: ignore[attr-defined]
-            "get_item",
-            {
-                "TableName": self.table_name,
-                "Key": self._target_key(delta),
-                "ConsistentRead": True,
-                "ProjectionExpression": "#pk, #m",
-                "ExpressionAttributeNames": {
-                    "#pk": self.layout.partition_key,
-                    "#m": self.layout.target_checkpoints_attribute,
-                },
-                "ReturnConsumedCapacity": "TOTAL",
-            },
-            stats,
-        )
-        item = response.get("Item")
+        names = {"#pk": self.layout.partition_key, "#m": self.layout.target_checkpoints_attribute}
+        item = self._get(delta, names, stats, capacity=True)
         if item is None:
             return False, None
         found = item.get(self.layout.target_checkpoints_attribute)
         return True, (dict(found["M"]) if found and "M" in found else None)
 
-    def _to_ledger(
+    def to_ledger(
         self,
         delta: CoalescedDelta,
         shard_id: str | None,
@@ -162,17 +209,17 @@ class _TargetWrites:
         unusable: bool = False,
     ) -> WriteStats:
         """Write ``delta`` to the rule's ledger item instead of its target (missing, or
-        ``unusable``: holding the attribute as another type), with the writer's own protocol
-        for aggregate items; counted in ``missing_targets`` or ``unusable_targets``."""
+        ``unusable``: holding the attribute as another type), with the mode's protocol for
+        aggregate items; counted in ``missing_targets`` or ``unusable_targets``."""
         if unusable:
             stats.unusable_targets += 1
         else:
             stats.missing_targets += 1
-        # the ledger's delta has no target attribute: the writer's aggregate-item protocol
-        stats.add(self._apply_item(_ledger(delta), shard_id, last))  # type: ignore[attr-defined]
+        # the ledger's delta has no target attribute: the mode's aggregate-item protocol
+        stats.add(self.ledger.write(_ledger(delta), shard_id, last))
         return stats
 
-    def _unusable(self, delta: CoalescedDelta, exc: ClientError, stats: WriteStats) -> bool:
+    def unusable(self, delta: CoalescedDelta, exc: ClientError, stats: WriteStats) -> bool:
         """Whether ``exc``, raised by an update of the target item, says the item holds the
         target attribute or the checkpoint map as a type the update cannot use (a
         ``ValidationException``, confirmed by a strongly consistent read of the two)."""
@@ -184,37 +231,33 @@ class _TargetWrites:
             "#a": attribute,
             "#m": self.layout.target_checkpoints_attribute,
         }
-        response = self._call(  # type: ignore[attr-defined]
-            "get_item",
-            {
-                "TableName": self.table_name,
-                "Key": self._target_key(delta),
-                "ConsistentRead": True,
-                "ProjectionExpression": "#pk, #a, #m",
-                "ExpressionAttributeNames": names,
-            },
-            stats,
-        )
-        item = response.get("Item") or {}
+        item = self._get(delta, names, stats, capacity=False) or {}
         held = item.get(attribute)
         checkpoints = item.get(self.layout.target_checkpoints_attribute)
         return (held is not None and "N" not in held) or (
             checkpoints is not None and "M" not in checkpoints
         )
 
-    @staticmethod
-    def _charged(response: Mapping[str, Any], fallback: int) -> int:
-        """WCU of a successful write of an application item: what the endpoint reports
-        (``ReturnConsumedCapacity``: DynamoDB and DynamoDB Local size it by the whole item, which
-        the framework never reads), else ``fallback``."""
-        units = (response.get("ConsumedCapacity") or {}).get("CapacityUnits")
-        return math.ceil(units) if units else fallback
+    def written(
+        self, delta: CoalescedDelta, response: Mapping[str, Any], stats: WriteStats
+    ) -> None:
+        """Count a successful write of ``delta``'s target item: what the endpoint reports
+        (``ReturnConsumedCapacity``: DynamoDB and DynamoDB Local size it by the whole item,
+        which the framework never reads), else :meth:`units`."""
+        stats.items_written += 1
+        stats.target_writes += 1
+        stats.modelled_wcu += self.charged(response, delta)
 
-    def _target_units(self, delta: CoalescedDelta) -> int:
+    def charged(self, response: Mapping[str, Any], delta: CoalescedDelta) -> int:
+        """WCU of a successful write of ``delta``'s target item (:meth:`written`)."""
+        units = (response.get("ConsumedCapacity") or {}).get("CapacityUnits")
+        return math.ceil(units) if units else self.units(delta)
+
+    def units(self, delta: CoalescedDelta) -> int:
         """Modelled WCU of one update of a target item, from what the framework knows of it
         (its key, the attribute, a checkpoint); the application's own attributes add to it on a
         large item (DynamoDB charges by item size, Developer Guide, "Read/write capacity
-        mode"), which :meth:`_charged` counts for a write that succeeded. A write whose condition
+        mode"), which :meth:`charged` counts for a write that succeeded. A write whose condition
         failed is charged too, and reported by no endpoint."""
         assert delta.ref.target is not None
         size = sum(len(v.encode("utf-8")) for v in delta.ref.target) + len(
@@ -224,123 +267,176 @@ class _TargetWrites:
         return write_units(size)
 
 
-class TargetAtLeastOnceWriter(AtLeastOnceWriter, _TargetWrites):
-    """:class:`~aggregator.dynamodb.writer.AtLeastOnceWriter` that also writes target rules:
-    ``ADD`` on condition ``attribute_exists(<partition key>)``; a missing target's delta goes to
-    the rule's ledger (module docstring)."""
+class TargetAtLeastOnceWrites:
+    """At-least-once writes of target rules' deltas: ``ADD`` on condition
+    ``attribute_exists(<partition key>)``; a missing target's delta goes to the rule's ledger
+    (module docstring). An :class:`~aggregator.dynamodb.parts.ItemProtocol` for the deltas with
+    a target attribute."""
 
-    writes_targets = True
+    needs_shard = False
 
-    def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
-        if delta.target_attribute is None:
-            return super()._apply_item(delta, shard_id, last)
+    def __init__(self, items: TargetItems) -> None:
+        self.items = items
+
+    def select(self, batch: BatchDeltas, stats: WriteStats) -> list[CoalescedDelta]:
+        """As the ledger's protocol selects."""
+        return self.items.ledger.select(batch, stats)
+
+    def write(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
+        """``ADD`` ``delta`` to its target item (or its ledger).
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            When the update fails other than by its condition or an unusable item.
+        """
+        items = self.items
         stats = WriteStats()
         update = Update().add(str(delta.target_attribute), delta.amount)
-        request = {
-            "TableName": self.table_name,
-            "Key": self._target_key(delta),
-            "ReturnConsumedCapacity": "TOTAL",
-            **update.where_exists(self.layout.partition_key).render(),
-        }
         try:
-            response = self._call("update_item", request, stats)
+            response = items.send(delta, update.where_exists(items.layout.partition_key), stats)
         except ClientError as exc:
-            if self._unusable(delta, exc, stats):
-                return self._to_ledger(delta, shard_id, last, stats, unusable=True)
+            if items.unusable(delta, exc, stats):
+                return items.to_ledger(delta, shard_id, last, stats, unusable=True)
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
-            stats.modelled_wcu += self._target_units(delta)
-            return self._to_ledger(delta, shard_id, last, stats)
-        stats.items_written += 1
-        stats.target_writes += 1
-        stats.modelled_wcu += self._charged(response, self._target_units(delta))
+            stats.modelled_wcu += items.units(delta)
+            return items.to_ledger(delta, shard_id, last, stats)
+        items.written(delta, response, stats)
         return stats
 
 
-class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
-    """:class:`~aggregator.dynamodb.checkpoint.CheckpointWriter` that also writes target rules,
-    exactly once through the item's checkpoint map (module docstring)."""
+class TargetCheckpointWrites:
+    """Exactly-once writes of target rules' deltas through the item's checkpoint map (module
+    docstring). An :class:`~aggregator.dynamodb.parts.ItemProtocol` for the deltas with a
+    target attribute.
 
-    writes_targets = True
+    Parameters
+    ----------
+    items
+        The target items' requests and ledger (a :class:`CheckpointWrites` ledger).
+    checkpoints
+        The aggregate items' protocol, whose checkpoint values and retention the map's entries
+        share.
+    """
 
-    def _apply_item(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
-        if delta.target_attribute is None:
-            return super()._apply_item(delta, shard_id, last)
+    needs_shard = True
+
+    def __init__(self, items: TargetItems, checkpoints: CheckpointWrites) -> None:
+        self.items = items
+        self.checkpoints = checkpoints
+
+    def select(self, batch: BatchDeltas, stats: WriteStats) -> list[CoalescedDelta]:
+        """As the checkpointed protocol selects (zero deltas too)."""
+        return self.checkpoints.select(batch, stats)
+
+    def _update(
+        self,
+        delta: CoalescedDelta,
+        amount: Decimal,
+        entry: tuple[str, str],
+        checkpoint: Mapping[str, Any],
+        expected: dict[str, Any] | None,
+    ) -> Update:
+        """The conditional ``ADD`` of ``amount`` that sets the shard's entry (module docstring):
+        on condition that the entry is below the batch's first record or missing with room in
+        the map, or (``expected``, in recovery) still what was read."""
+        update = Update().add(str(delta.target_attribute), amount).set(entry, dict(checkpoint))
+        update = update.where_exists(self.items.layout.partition_key)
+        if expected is not None:
+            return update.where_equals(entry, expected)
+        first = {"B": sequence_bytes(delta.first_sequence_number)}
+        return update.where_any(
+            Update().where_exists(entry).where_below(entry, first),
+            Update().where_missing(entry).where_size_below(entry[0], MAX_TARGET_CHECKPOINTS),
+        )
+
+    def write(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
+        """Write ``delta`` to its target item exactly once (or to its ledger).
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            When an update fails other than by its condition or an unusable item.
+        WriteError
+            When the map kept changing for the recovery rounds.
+        """
         assert shard_id is not None
+        items = self.items
         stats = WriteStats()
         token = target_token(delta.ref.rule, shard_id)
-        entry = (self.layout.target_checkpoints_attribute, token)
-        checkpoint = {"B": self._checkpoint_value(last)}
+        entry = (items.layout.target_checkpoints_attribute, token)
+        checkpoint = {"B": self.checkpoints.checkpoint_value(last)}
         amount = delta.amount
         expected: dict[str, Any] | None = None  # the shard's entry as read, in recovery
         for _ in range(MAX_RECOVERY_ROUNDS + 2):
-            update = Update().add(str(delta.target_attribute), amount).set(entry, checkpoint)
-            update = update.where_exists(self.layout.partition_key)
-            if expected is None:
-                first = {"B": sequence_bytes(delta.first_sequence_number)}
-                update = update.where_any(
-                    Update().where_exists(entry).where_below(entry, first),
-                    Update()
-                    .where_missing(entry)
-                    .where_size_below(entry[0], MAX_TARGET_CHECKPOINTS),
-                )
-            else:
-                update = update.where_equals(entry, expected)
-            request = {
-                "TableName": self.table_name,
-                "Key": self._target_key(delta),
-                "ReturnConsumedCapacity": "TOTAL",
-                "ReturnValues": "UPDATED_OLD",
-                **update.render(),
-            }
+            update = self._update(delta, amount, entry, checkpoint, expected)
             try:
-                response = self._call("update_item", request, stats)
+                response = items.send(delta, update, stats, returning="UPDATED_OLD")
             except ClientError as exc:
-                if self._unusable(delta, exc, stats):
-                    return self._to_ledger(delta, shard_id, last, stats, unusable=True)
+                if items.unusable(delta, exc, stats):
+                    return items.to_ledger(delta, shard_id, last, stats, unusable=True)
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
-                stats.modelled_wcu += self._target_units(delta)  # a failed write is charged
-                exists, entries = self._read_map(delta, stats)
-                if not exists:
-                    return self._to_ledger(delta, shard_id, last, stats)
-                if entries is None:
-                    try:
-                        if self._create_map(delta, amount, token, checkpoint, stats):
-                            return stats
-                    except ClientError as first_write:
-                        if not self._unusable(delta, first_write, stats):
-                            raise
-                        return self._to_ledger(delta, shard_id, last, stats, unusable=True)
-                    continue
-                own = entries.get(token)
-                if own is not None:
-                    applied_to, _ = decode_checkpoint(own.get("B"))
-                    stats.conditional_recoveries += 1
-                    remaining = [
-                        (s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to
-                    ]
-                    if not remaining:
-                        stats.already_applied += 1
-                        return stats
-                    amount = Decimal(0)
-                    for _, part in remaining:
-                        amount = add(amount, part)
-                    expected = dict(own)
-                    continue
-                expected = None
-                amount = delta.amount
-                if len(entries) >= MAX_TARGET_CHECKPOINTS:
-                    self._make_room(delta, entries, stats)
+                stats.modelled_wcu += items.units(delta)  # a failed write is charged
+                attempt = (expected, amount)
+                following = self._recover(delta, shard_id, last, token, checkpoint, attempt, stats)
+                if following is None:
+                    return stats
+                expected, amount = following
                 continue
-            stats.items_written += 1
-            stats.target_writes += 1
-            stats.modelled_wcu += self._charged(response, self._target_units(delta))
+            items.written(delta, response, stats)
             return stats
         raise WriteError(
             f"{delta.ref.display_key}: the target's checkpoint map kept changing during "
             f"{MAX_RECOVERY_ROUNDS} recovery rounds (is another consumer writing this shard?)"
         )
+
+    def _recover(
+        self,
+        delta: CoalescedDelta,
+        shard_id: str,
+        last: str,
+        token: str,
+        checkpoint: Mapping[str, Any],
+        attempt: tuple[dict[str, Any] | None, Decimal],
+        stats: WriteStats,
+    ) -> tuple[dict[str, Any] | None, Decimal] | None:
+        """After the condition of ``attempt`` (its expected entry and amount) failed, read the
+        map and act on why (module docstring): ``None`` when the delta is done with (written,
+        already in the item, or in the ledger), else the next attempt's ``(expected entry,
+        amount)``."""
+        items = self.items
+        expected, amount = attempt
+        exists, entries = items.read_map(delta, stats)
+        if not exists:
+            items.to_ledger(delta, shard_id, last, stats)
+            return None
+        if entries is None:
+            try:
+                if self._create_map(delta, amount, token, checkpoint, stats):
+                    return None
+            except ClientError as first_write:
+                if not items.unusable(delta, first_write, stats):
+                    raise
+                items.to_ledger(delta, shard_id, last, stats, unusable=True)
+                return None
+            return expected, amount
+        own = entries.get(token)
+        if own is not None:
+            applied_to, _ = decode_checkpoint(own.get("B"))
+            stats.conditional_recoveries += 1
+            remaining = [(s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to]
+            if not remaining:
+                stats.already_applied += 1
+                return None
+            rest = Decimal(0)
+            for _, part in remaining:
+                rest = add(rest, part)
+            return dict(own), rest
+        if len(entries) >= MAX_TARGET_CHECKPOINTS:
+            self._make_room(delta, entries, stats)
+        return None, delta.amount
 
     def _create_map(
         self,
@@ -352,30 +448,20 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
     ) -> bool:
         """The item's first write: the map with this shard's entry, and the ``ADD``. ``False``
         when the condition failed (the map appeared meanwhile, or the item went): try again."""
-        checkpoints = self.layout.target_checkpoints_attribute
+        items = self.items
+        checkpoints = items.layout.target_checkpoints_attribute
         update = (
             Update()
             .add(str(delta.target_attribute), amount)
             .set(checkpoints, {"M": {token: dict(checkpoint)}})
-            .where_exists(self.layout.partition_key)
+            .where_exists(items.layout.partition_key)
             .where_missing(checkpoints)
         )
-        request = {
-            "TableName": self.table_name,
-            "Key": self._target_key(delta),
-            "ReturnConsumedCapacity": "TOTAL",
-            **update.render(),
-        }
-        try:
-            response = self._call("update_item", request, stats)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            stats.modelled_wcu += self._target_units(delta)
+        response = self._conditional(delta, update, stats)
+        if response is None:
+            stats.modelled_wcu += items.units(delta)
             return False
-        stats.items_written += 1
-        stats.target_writes += 1
-        stats.modelled_wcu += self._charged(response, self._target_units(delta))
+        items.written(delta, response, stats)
         return True
 
     def _make_room(
@@ -383,7 +469,8 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
     ) -> None:
         """Remove the map's entries older than the checkpoint retention, or else its oldest one
         (module docstring); each on condition that it is unchanged."""
-        horizon = self._clock() - self.checkpoint_retention_seconds
+        items = self.items
+        horizon = items.parts.clock() - self.checkpoints.retention_seconds
         written: dict[str, int] = {}
         for name, value in entries.items():
             try:
@@ -394,20 +481,30 @@ class TargetCheckpointWriter(CheckpointWriter, _TargetWrites):
         evicted = not stale
         if evicted:
             stale = [min(written, key=written.__getitem__)]
-        checkpoints = self.layout.target_checkpoints_attribute
-        update = prune_update({name: entries[name] for name in stale}, within=checkpoints)
-        request = {
-            "TableName": self.table_name,
-            "Key": self._target_key(delta),
-            "ReturnConsumedCapacity": "TOTAL",
-            **update.render(),
-        }
+        update = prune_update(
+            {name: entries[name] for name in stale},
+            within=items.layout.target_checkpoints_attribute,
+        )
+        response = self._conditional(delta, update, stats)
+        if response is None:
+            return  # changed meanwhile: the next round reads it again
+        stats.modelled_wcu += items.charged(response, delta)
+        stats.pruned_checkpoints += len(stale)
+        stats.target_checkpoints_evicted += evicted
+
+    def _conditional(
+        self, delta: CoalescedDelta, update: Update, stats: WriteStats
+    ) -> dict[str, Any] | None:
+        """:meth:`TargetItems.send`, ``None`` when its condition failed.
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            For any other failure.
+        """
         try:
-            response = self._call("update_item", request, stats)
+            return self.items.send(delta, update, stats)
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
-            return  # changed meanwhile: the next round reads it again
-        stats.modelled_wcu += self._charged(response, self._target_units(delta))
-        stats.pruned_checkpoints += len(stale)
-        stats.target_checkpoints_evicted += evicted
+            return None

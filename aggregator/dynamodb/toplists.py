@@ -46,8 +46,8 @@ from aggregator.core.toplist import KEEP, TopList, merge
 from aggregator.dynamodb.batch import WhenUnprocessed, batch_get
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
+from aggregator.dynamodb.sizes import typed_item_size, write_units
 from aggregator.dynamodb.updates import Update, with_collection
-from aggregator.dynamodb.writer import typed_item_size, write_units
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -2,8 +2,9 @@
 
 An :class:`Update` collects actions (``ADD``, ``SET``, ``REMOVE``) and a condition, assigns the
 expression placeholders itself (``#n0``, ``:v0``, ...) and renders the ``UpdateItem`` arguments,
-the same way for every caller: the writers (:mod:`aggregator.dynamodb.writer`,
-:mod:`aggregator.dynamodb.checkpoint`, :mod:`aggregator.dynamodb.targets`), dead-letter replay,
+the same way for every caller: the writers' parts (:mod:`aggregator.dynamodb.atleastonce`,
+:mod:`aggregator.dynamodb.checkpoint`, :mod:`aggregator.dynamodb.targets`,
+:mod:`aggregator.dynamodb.membership`, :mod:`aggregator.dynamodb.expiry`), dead-letter replay,
 the manifest and its fences (:mod:`aggregator.dynamodb.manifest`), and the operator jobs
 (:mod:`aggregator.operations`). No ``UpdateExpression`` is written anywhere else. Attribute
 names always go through ``ExpressionAttributeNames`` (``value`` is a DynamoDB reserved word;
@@ -34,11 +35,13 @@ __all__ = [
     "IndexAction",
     "Path",
     "Update",
+    "add_update",
     "added_amounts",
     "aggregate_attributes",
     "aggregate_counters",
     "aggregate_update",
     "index_partition",
+    "item_key",
     "prune_update",
     "resolved",
     "with_collection",
@@ -278,6 +281,14 @@ def index_partition(delta: CoalescedDelta) -> str:
     )
 
 
+def item_key(layout: TableLayout, delta: CoalescedDelta) -> dict[str, Any]:
+    """The key of the item an update of ``delta`` writes (DynamoDB JSON): its partial's
+    (``delta.slot``, a rule with ``write_shards``) or else its aggregate's."""
+    if delta.slot is not None:
+        return dict(layout.partial_key(delta.ref.sort_key, delta.slot))
+    return dict(layout.aggregate_key(delta.ref.sort_key))
+
+
 def aggregate_counters(
     layout: TableLayout, delta: CoalescedDelta, amount: Decimal, count: Decimal | None = None
 ) -> dict[str, Decimal]:
@@ -297,7 +308,7 @@ def aggregate_attributes(layout: TableLayout, delta: CoalescedDelta) -> dict[str
     attribute on a table without a sort key; the leaderboard attribute for a leaderboard rule's
     item (:func:`index_partition`); ``granularity``, ``bucket`` and the TTL attribute for a time
     bucket. The one list of both the update (:func:`aggregate_update`) and the size the writer
-    models for it (:mod:`aggregator.dynamodb.writer`)."""
+    models for it (:func:`aggregator.dynamodb.sizes.aggregate_item`)."""
     attributes: dict[str, AttributeValue] = {
         "rule": {"S": delta.ref.rule},
         "key": {"S": delta.ref.display_key},
@@ -334,7 +345,7 @@ def aggregate_update(
     same on every update of the item, so repeating an update never changes them. A value item of
     a kind with one item per value (``delta.per_value``, not in a time bucket) also loses the
     TTL its count falling to zero gave it
-    (:meth:`aggregator.dynamodb.writer.BaseWriter._expire_if_empty`). The attributes are
+    (:class:`aggregator.dynamodb.expiry.EmptyValueExpiry`). The attributes are
     :func:`aggregate_counters` and :func:`aggregate_attributes`.
 
     ``index`` is what happens to the leaderboard attribute of a leaderboard rule's item:
@@ -353,6 +364,25 @@ def aggregate_update(
     if delta.ref.bucket is None and delta.per_value:
         update = update.remove(layout.ttl_attribute)
     return update
+
+
+def add_update(
+    table_name: str,
+    layout: TableLayout,
+    delta: CoalescedDelta,
+    amount: Decimal,
+    count: Decimal | None = None,
+    *,
+    index: IndexAction = "set",
+) -> dict[str, Any]:
+    """``UpdateItem`` arguments (or a ``TransactWriteItems`` ``Update`` action) that ``ADD``
+    ``amount`` (and ``count``, for a kind that keeps one) to ``delta``'s aggregate item and set
+    its descriptive attributes (:func:`aggregate_update`; ``index`` as there)."""
+    return {
+        "TableName": table_name,
+        "Key": layout.aggregate_key(delta.ref.sort_key),
+        **aggregate_update(layout, delta, amount, count, index=index).render(),
+    }
 
 
 def with_collection(update: Update, layout: TableLayout, partition: str) -> Update:

@@ -21,34 +21,42 @@ from __future__ import annotations
 
 import re
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.batch_state import decode_batch, encode_batch
+from aggregator.core.clock import Clock
 from aggregator.core.engine import BatchDeltas, Engine, merge_batches
 from aggregator.core.exceptions import ConfigError, EventError, WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.records import MalformedRecord, StreamRecord, pad_sequence_number, parse_event
 from aggregator.core.rules import RuleSet
 from aggregator.core.text import bound, quote
+from aggregator.dynamodb.costs import WriteObservation, WriteObserver
 from aggregator.dynamodb.deadletters import DeadLetterWriter, LastResort
 from aggregator.dynamodb.manifest import RuleLifecycle
-from aggregator.dynamodb.modes import make_writer
+from aggregator.dynamodb.modes import WriterOptions, make_writer
 from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.toplists import TopLists, top_sort_key
-from aggregator.dynamodb.writer import WriteObservation, Writer, WriteStats
+from aggregator.dynamodb.writer import Writer
+from aggregator.runtime.outcome import BatchCounts, BatchOutcome
+from aggregator.runtime.telemetry import LogSink, MetricsSink, emit_metrics
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 
-__all__ = ["BatchOutcome", "StreamProcessor", "create_processor"]
+__all__ = [
+    "BatchCounts",
+    "BatchOutcome",
+    "LogSink",
+    "MetricsSink",
+    "StreamProcessor",
+    "create_processor",
+]
 
 STATE_KEY = "aggregator"
 """Key of our entry in the window ``state`` (a map of strings, as Lambda's typed runtimes
@@ -65,66 +73,23 @@ shard (Lambda Developer Guide, "Tumbling windows"), and small enough for the loc
 it in one item (DynamoDB's 400 KB item limit)."""
 
 
-@dataclass(slots=True)
-class BatchOutcome:
-    """What one invocation did.
-
-    Attributes
-    ----------
-    response
-        The Lambda response: ``{"batchItemFailures": [{"itemIdentifier": seq}]}`` (empty list on
-        success) and, for tumbling-window events, ``"state"``.
-    records, self_writes, record_deltas, aggregate_items, failures
-        Records in the batch, framework-owned records skipped, non-zero per-record deltas,
-        coalesced aggregate items, and (record, rule) evaluation failures (dead-lettered).
-    derived_inputs
-        Records of source aggregates that derived rules evaluated.
-    partial_inputs
-        Records of partial aggregates (``write_shards``) added to their aggregate.
-    malformed
-        Records that could not be read as stream records (dead-lettered with rule ``*``).
-    failure_causes
-        Dead-lettered (record, rule) failures per :class:`~aggregator.core.exceptions.FailureCause`.
-    expired, expired_retractions
-        Deltas skipped because their time bucket was past its retention, and how many of them
-        were retractions.
-    write
-        The writer's counters.
-    retry_from
-        Sequence number Lambda must retry from, or ``None``.
-    errors
-        Messages of write failures.
-    flushed
-        Window mode: whether this invocation applied the window's deltas.
-    routing_switches
-        Switches of ``write_shards: auto`` rules this invocation persisted
-        (:mod:`aggregator.dynamodb.routing`).
-    top_observations
-        Records of aggregates of ``leaderboard_store: list`` rules merged into their top lists
-        (:mod:`aggregator.dynamodb.toplists`).
-    """
-
-    response: dict[str, Any]
-    records: int = 0
-    self_writes: int = 0
-    record_deltas: int = 0
-    aggregate_items: int = 0
-    failures: int = 0
-    derived_inputs: int = 0
-    partial_inputs: int = 0
-    malformed: int = 0
-    failure_causes: Counter[str] = field(default_factory=Counter)
-    expired: int = 0
-    expired_retractions: int = 0
-    write: WriteStats = field(default_factory=WriteStats)
-    retry_from: str | None = None
-    errors: list[str] = field(default_factory=list)
-    flushed: bool = False
-    routing_switches: int = 0
-    top_observations: int = 0
-
-
 # -- window state ------------------------------------------------------------------------------
+
+
+def _shard_id(event: dict[str, Any]) -> str | None:
+    """The event's ``shardId`` (``None`` without tumbling windows).
+
+    Raises
+    ------
+    EventError
+        When it is not a shard id (:data:`SHARD_ID_PATTERN`).
+    """
+    shard_id = event.get("shardId")
+    if shard_id is not None and not (
+        isinstance(shard_id, str) and SHARD_ID_PATTERN.fullmatch(shard_id)
+    ):
+        raise EventError(f"not a DynamoDB stream event: shardId {quote(shard_id)} is invalid")
+    return shard_id
 
 
 def _event_source_arn(event: dict[str, Any]) -> str | None:
@@ -176,10 +141,10 @@ class StreamProcessor:
         dead_letters: DeadLetterWriter | None = None,
         *,
         flush: Literal["batch", "window"] = "batch",
-        metrics: Any | None = None,
-        logger: Any | None = None,
+        metrics: MetricsSink | None = None,
+        logger: LogSink | None = None,
         state_limit_bytes: int = DEFAULT_STATE_LIMIT_BYTES,
-        clock: Any = time.time,
+        clock: Clock = time.time,
         lifecycle: RuleLifecycle | None = None,
         routing: ShardRouting | None = None,
         top_lists: TopLists | None = None,
@@ -190,15 +155,13 @@ class StreamProcessor:
         self.lifecycle = lifecycle
         self.engine = engine
         self.writer = writer
-        # the DynamoDB writers (not part of the Writer protocol): dead letters go to their table
-        writer_layout = getattr(writer, "layout", None)
-        if writer_layout is not None and writer_layout != engine.layout:
+        if writer.layout != engine.layout:
             raise ConfigError(
                 "the writer and the engine use different table layouts: the writer would put "
                 "aggregates where the engine does not recognize its own writes (build both from "
                 "the rule set's layout, e.g. with create_processor)"
             )
-        if dead_letters is None and hasattr(writer, "client") and hasattr(writer, "table_name"):
+        if dead_letters is None:  # on the writer's table
             dead_letters = DeadLetterWriter(
                 writer.client, writer.table_name, layout=engine.layout, clock=clock
             )
@@ -234,42 +197,16 @@ class StreamProcessor:
             retries the invocation.
         """
         records = parse_event(event)
-        shard_id = event.get("shardId")
-        if shard_id is not None and not (
-            isinstance(shard_id, str) and SHARD_ID_PATTERN.fullmatch(shard_id)
-        ):
-            raise EventError(f"not a DynamoDB stream event: shardId {quote(shard_id)} is invalid")
+        shard_id = _shard_id(event)
         self.writer.check_shard(shard_id)
         routing_wcu = 0 if self.routing is None else self.routing.modelled_wcu
         routing = self._routing(shard_id, records)
         fences = self._fences(shard_id, records, _event_source_arn(event))
         batch = self.engine.process(records, now=self.clock(), fences=fences, routing=routing or {})
-        outcome = BatchOutcome(
-            response={"batchItemFailures": []},
-            records=batch.records,
-            self_writes=batch.self_writes,
-            record_deltas=batch.record_deltas,
-            aggregate_items=len(batch.deltas),
-            failures=len(batch.failures),
-            derived_inputs=batch.derived_inputs,
-            partial_inputs=batch.partial_inputs,
-            malformed=batch.malformed,
-            failure_causes=Counter(str(f.cause) for f in batch.failures),
-            expired=batch.expired,
-            expired_retractions=batch.expired_retractions,
-        )
-        windowed = "window" in event or "shardId" in event
-        if windowed:
+        outcome = BatchOutcome.of(batch)
+        if "window" in event or "shardId" in event:
             outcome.response["state"] = dict(event.get("state") or {})
-        if batch.failures:
-            self._log_failures(batch)
-            if self.dead_letters is None:
-                raise ConfigError("records need dead letters but the processor has no writer")
-            # Nothing of this batch is applied yet: if a dead letter cannot be recorded, the
-            # WriteError fails the invocation and Lambda retries the whole batch (a
-            # batchItemFailures position could not name a record without a sequence number).
-            outcome.write.add(self.dead_letters.write(batch.failures, shard_id=shard_id))
-
+        self._write_dead_letters(batch, outcome, shard_id)
         if self.flush == "window":
             self._window(event, batch, outcome)
         elif outcome.retry_from is None and batch.deltas:
@@ -277,34 +214,69 @@ class StreamProcessor:
             outcome.write.add(result.stats)
             outcome.errors.extend(result.errors)
             outcome.retry_from = result.retry_from
-        # the aggregates' records of top-listed rules, whatever became of this batch's writes
-        # (they record writes already made)
-        failed_from = self._merge_top_lists(batch, outcome)
-        if failed_from is not None:
-            if self.flush == "window":
-                # the input state is delivered again: the flush, if any, is checkpointed
-                raise WriteError(
-                    "top list merge failed; Lambda retries the invocation: "
-                    + "; ".join(outcome.errors[-3:])
-                )
-            if outcome.retry_from is None or int(failed_from) < int(outcome.retry_from):
-                outcome.retry_from = failed_from
+        self._top_lists(batch, outcome)
         if self.routing is not None and routing is not None:
             # only after a batch that read the switches: a switch appends to the list it read
             outcome.routing_switches = self.routing.decide(shard_id, routing, batch)
             outcome.write.modelled_wcu += self.routing.modelled_wcu - routing_wcu
-        if outcome.retry_from is not None:
-            outcome.response["batchItemFailures"] = [{"itemIdentifier": outcome.retry_from}]
-            if self.logger is not None:
-                self.logger.error(
-                    "batch partially applied; reporting failure",
-                    extra={
-                        "retry_from": outcome.retry_from,
-                        "errors": [bound(e, 300) for e in outcome.errors[:10]],
-                    },
-                )
-        self._emit_metrics(outcome, records)
+        self._report_retry(outcome)
+        if self.metrics is not None:
+            emit_metrics(self.metrics, outcome, records)
         return outcome
+
+    def _write_dead_letters(
+        self, batch: BatchDeltas, outcome: BatchOutcome, shard_id: str | None
+    ) -> None:
+        """Log and dead-letter the batch's failures (before anything of it is applied).
+
+        Raises
+        ------
+        WriteError
+            When a dead letter cannot be recorded: the invocation fails and Lambda retries the
+            whole batch (a ``batchItemFailures`` position could not name a record without a
+            sequence number).
+        """
+        if not batch.failures:
+            return
+        self._log_failures(batch)
+        outcome.write.add(self.dead_letters.write(batch.failures, shard_id=shard_id))
+
+    def _top_lists(self, batch: BatchDeltas, outcome: BatchOutcome) -> None:
+        """Merge the top lists of the batch's aggregates' records, whatever became of this
+        batch's writes (they record writes already made); a failed merge makes Lambda deliver
+        again from that list's first record (:meth:`_merge_top_lists`).
+
+        Raises
+        ------
+        WriteError
+            In window mode, when a merge failed: the input state is delivered again (the
+            flush, if any, is checkpointed).
+        """
+        failed_from = self._merge_top_lists(batch, outcome)
+        if failed_from is None:
+            return
+        if self.flush == "window":
+            raise WriteError(
+                "top list merge failed; Lambda retries the invocation: "
+                + "; ".join(outcome.errors[-3:])
+            )
+        if outcome.retry_from is None or int(failed_from) < int(outcome.retry_from):
+            outcome.retry_from = failed_from
+
+    def _report_retry(self, outcome: BatchOutcome) -> None:
+        """Ask Lambda to deliver again from ``outcome.retry_from`` (``batchItemFailures``), and
+        log why."""
+        if outcome.retry_from is None:
+            return
+        outcome.response["batchItemFailures"] = [{"itemIdentifier": outcome.retry_from}]
+        if self.logger is not None:
+            self.logger.error(
+                "batch partially applied; reporting failure",
+                extra={
+                    "retry_from": outcome.retry_from,
+                    "errors": [bound(e, 300) for e in outcome.errors[:10]],
+                },
+            )
 
     def _merge_top_lists(self, batch: BatchDeltas, outcome: BatchOutcome) -> str | None:
         """Merge the batch's records of ``leaderboard_store: list`` aggregates into their top
@@ -339,7 +311,7 @@ class StreamProcessor:
             outcome.write.modelled_index_wcu += result.modelled_wcu
             outcome.write.top_list_writes += result.writes
             outcome.write.top_list_reads += result.reads
-            observer = getattr(self.writer, "observer", None)
+            observer = self.writer.observer
             if observer is not None and result.modelled_wcu:
                 # a table write of the control partition, for capacity models
                 # (aggregator.dev.capacity): no index entry changes
@@ -459,57 +431,6 @@ class StreamProcessor:
                 },
             )
 
-    def _emit_metrics(self, outcome: BatchOutcome, records: list[Any]) -> None:
-        m = self.metrics
-        if m is None:
-            return
-        w = outcome.write
-        counts = {
-            "RecordsReceived": outcome.records,
-            "SelfWritesSkipped": outcome.self_writes,
-            "Deltas": outcome.record_deltas,
-            "DerivedInputs": outcome.derived_inputs,
-            "PartialInputs": outcome.partial_inputs,
-            "ExpiredBucketDeltasSkipped": outcome.expired,
-            "AggregateItemsWritten": w.items_written,
-            "ConditionalCheckRecoveries": w.conditional_recoveries,
-            "ThrottleRetries": w.throttle_retries,
-            "DeadLetters": w.dead_letters,
-            "MalformedRecords": outcome.malformed,
-            "DeadLettersCompacted": w.dead_letters_compacted,
-            "DeadLetterFallbacks": w.dead_letter_fallbacks,
-            "DeadLettersToQueue": w.dead_letters_to_queue,
-            "FailedItems": w.failed_items,
-            "ModelledWCU": w.modelled_wcu,
-            "EmptiedValueItems": w.emptied_values,
-            "TargetItemsWritten": w.target_writes,
-            "MissingTargets": w.missing_targets,
-            "UnusableTargets": w.unusable_targets,
-            "TargetCheckpointsEvicted": w.target_checkpoints_evicted,
-        }
-        for name, value in counts.items():
-            m.add_metric(name=name, unit=MetricUnit.Count, value=value)
-        namespace = getattr(m, "namespace", None)
-        for cause, count in sorted(outcome.failure_causes.items()):
-            # one metric with a Cause dimension (its own EMF blob, so the batch metrics above
-            # keep their dimensions)
-            with single_metric(
-                name="DeadLettersByCause",
-                unit=MetricUnit.Count,
-                value=count,
-                namespace=namespace,
-                default_dimensions=getattr(m, "default_dimensions", None),
-            ) as metric:
-                metric.add_dimension(name="Cause", value=cause)
-        times = [
-            t
-            for t in (r.approximate_creation_time for r in records if isinstance(r, StreamRecord))
-            if t is not None
-        ]
-        if times:
-            age = max(0.0, time.time() - float(max(times)))
-            m.add_metric(name="NewestRecordAgeSeconds", unit=MetricUnit.Seconds, value=age)
-
 
 def create_processor(
     rules: RuleSet,
@@ -519,14 +440,15 @@ def create_processor(
     mode: str = "exactly-once",
     layout: TableLayout | None = None,
     max_workers: int = 8,
-    metrics: Any | None = None,
-    logger: Any | None = None,
-    clock: Any = time.time,
+    metrics: MetricsSink | None = None,
+    logger: LogSink | None = None,
+    clock: Clock = time.time,
     last_resort: LastResort | None = None,
     lifecycle: bool = False,
     streams: Callable[[], DynamoDBStreamsClient] | None = None,
     genesis_stream_arn: str | None = None,
-    **writer_options: Any,
+    writer_options: WriterOptions | None = None,
+    observer: WriteObserver | None = None,
 ) -> StreamProcessor:
     """Engine, writer, dead-letter writer and flush policy for a write mode (``exactly-once``,
     ``window`` or ``at-least-once``).
@@ -535,7 +457,11 @@ def create_processor(
     (:mod:`aggregator.dynamodb.deadletters`).
 
     ``clock`` (epoch seconds, default ``time.time``) is shared by the engine (expired time
-    buckets) and the writer (checkpoint ages); tests pass a simulated one.
+    buckets) and the writer (checkpoint ages); tests pass a simulated one. ``writer_options``
+    are the mode's options (:class:`~aggregator.dynamodb.parts.WriterOptions`: throttling
+    retries, the checkpoint retention) and ``observer`` receives each modelled write
+    (:mod:`aggregator.dynamodb.costs`), both given to
+    :func:`~aggregator.dynamodb.modes.make_writer`.
 
     ``lifecycle=True`` registers the rules in the table's manifest (refusing a rule whose
     definition changed under the same name) and fences the rules pending a backfill
@@ -570,15 +496,6 @@ def create_processor(
             )
         except (ClientError, BotoCoreError) as exc:
             raise WriteError(f"cannot register the rules in the table's manifest: {exc}") from exc
-    writer = make_writer(
-        mode,
-        client,
-        table_name,
-        layout=layout,
-        max_workers=max_workers,
-        clock=clock,
-        **writer_options,
-    )
     engine = Engine(rules if rule_lifecycle is None else rule_lifecycle.rules, layout)
     routing = None
     if engine.auto_rules:
@@ -590,7 +507,17 @@ def create_processor(
             engine.auto_rules,
             clock=clock,
         )
-        writer.routing = routing
+    writer = make_writer(
+        mode,
+        client,
+        table_name,
+        layout=layout,
+        max_workers=max_workers,
+        options=writer_options or WriterOptions(),
+        clock=clock,
+        observer=observer,
+        routing=routing,
+    )
     return StreamProcessor(
         engine,
         writer,

@@ -22,6 +22,7 @@ from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import Rule, RuleSet, rule
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.runner import PositionStore, StreamRunner
+from aggregator.dynamodb.modes import WriterOptions
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.runtime.processor import create_processor
 from tests.factories import ddb_json
@@ -482,12 +483,10 @@ def pipeline(
     **fault_options: Any,
 ) -> Pipeline:
     client = FaultInjectingClient(ddb, throttle=throttle, layout=rules.layout)
-    options: dict[str, Any] = {
-        "throttle_retries": throttle_retries,
-        "backoff_seconds": 0.001,
-        "clock": clock,
-    }
-    processor = create_processor(rules, client, table, mode=mode, lifecycle=lifecycle, **options)
+    options = WriterOptions(throttle_retries=throttle_retries, backoff_seconds=0.001)
+    processor = create_processor(
+        rules, client, table, mode=mode, lifecycle=lifecycle, clock=clock, writer_options=options
+    )
     faults = RunnerFaults(client=client, **fault_options)
     runner = StreamRunner(
         processor,

@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from aggregator.core.rules import RuleSet
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.shards import EventSourceTwin, ShardPlan, ShardTwin, SimulatedClock
+from aggregator.dynamodb.modes import WriterOptions
 from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import create_processor
@@ -216,8 +217,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                 mode=case["mode"],
                 clock=clock,
                 max_workers=2,
-                throttle_retries=1,
-                backoff_seconds=0.001,
+                writer_options=WriterOptions(throttle_retries=1, backoff_seconds=0.001),
             )
             if processor.routing is not None:
                 routing = RandomRouting(

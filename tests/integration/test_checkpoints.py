@@ -8,11 +8,8 @@ import pytest
 
 from aggregator.core.engine import Engine
 from aggregator.core.records import StreamRecord
-from aggregator.dynamodb.checkpoint import (
-    CheckpointWriter,
-    checkpoint_attribute,
-    decode_checkpoint,
-)
+from aggregator.dynamodb.checkpoint import checkpoint_attribute, decode_checkpoint
+from aggregator.dynamodb.modes import WriterOptions, make_writer
 from aggregator.runtime.processor import StreamProcessor, create_processor
 from tests.factories import stream_record
 from tests.fakes import Clock
@@ -34,7 +31,13 @@ def checkpoints(ddb, table: str) -> dict[str, str]:
 def test_stale_checkpoints_are_pruned_when_that_saves_a_write_unit(ddb, table):
     name, _ = table
     clock = Clock(1_000_000)
-    writer = CheckpointWriter(ddb, name, checkpoint_retention_seconds=3600, clock=clock)
+    writer = make_writer(
+        "exactly-once",
+        ddb,
+        name,
+        options=WriterOptions(checkpoint_retention_seconds=3600),
+        clock=clock,
+    )
     engine = Engine(RULES)
     seq = iter(range(1, 1000))
 
@@ -74,7 +77,7 @@ def test_old_format_checkpoints_still_protect_and_are_replaced(ddb, table):
     new."""
     name, _ = table
     clock = Clock(1_000_000)
-    writer = CheckpointWriter(ddb, name, clock=clock)
+    writer = make_writer("exactly-once", ddb, name, clock=clock)
     engine = Engine(RULES)
     ddb.put_item(
         TableName=name,

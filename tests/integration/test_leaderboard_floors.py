@@ -93,8 +93,10 @@ def test_top_is_a_plain_sort_under_floors_faults_and_stale_writers(ddb, streams)
         name = f"floors-{next(counter)}"
         _, processor, make_runner = faulty_stream(ddb, streams, rules, name, case)
         writer = processor.writer
-        writer.floors.keep, writer.floors.check_every = 3, 1
-        writer.floors.removal_grace_seconds = 0  # DynamoDB Local updates its index at once
+        writer.parts.membership.floors.keep, writer.parts.membership.floors.check_every = 3, 1
+        writer.parts.membership.floors.removal_grace_seconds = (
+            0  # DynamoDB Local updates its index at once
+        )
         runner = make_runner()
         store = AggregateStore(ddb, name, rules)
         other = IndexFloors(ddb, name, rules.layout)  # another container's floor checks
@@ -119,12 +121,12 @@ def test_top_is_a_plain_sort_under_floors_faults_and_stale_writers(ddb, streams)
                 other.keep = 1 + points % 4
                 other.raise_floor(partitions[slot % len(partitions)])
             elif kind == "forget":  # a cold container: no floors, nothing seen
-                writer._seen.clear()
-                writer.floors._known.clear()
+                writer.parts.membership.seen.clear()
+                writer.parts.membership.floors._known.clear()
             else:
                 check()
         check()
-        report["raised"] += writer.floors.raised + other.raised
+        report["raised"] += writer.parts.membership.floors.raised + other.raised
         report["fallbacks"] = store.top_fallbacks + report.get("fallbacks", 0)
         ddb.delete_table(TableName=name)
 
@@ -202,7 +204,7 @@ def test_a_crash_between_an_update_and_its_index_fix_is_healed_by_the_redelivery
     finds the update applied (its checkpoint) and adds the entry then."""
     from aggregator.core.engine import AggregateRef, BatchDeltas, CoalescedDelta
     from aggregator.dev.faults import SimulatedCrash
-    from aggregator.dynamodb.checkpoint import CheckpointWriter
+    from aggregator.dynamodb.modes import make_writer
 
     rules = _rules(1)
     name = "floors-crash"
@@ -214,9 +216,13 @@ def test_a_crash_between_an_update_and_its_index_fix_is_healed_by_the_redelivery
         Item={**key, "value": {"N": "4"}, "rule": {"S": RULE}, "key": {"S": "a"}},
     )
     client = FaultInjectingClient(ddb, layout=rules.layout)
-    writer = CheckpointWriter(client, name, layout=rules.layout, max_workers=1)
-    writer.floors._known[RULE] = (Decimal(5), 0.0, float("inf"))  # known, never refreshed
-    writer._seen[f"{RULE}#a"] = (Decimal(0), False)  # what this writer saw last
+    writer = make_writer("exactly-once", client, name, layout=rules.layout, max_workers=1)
+    writer.parts.membership.floors._known[RULE] = (
+        Decimal(5),
+        0.0,
+        float("inf"),
+    )  # known, never refreshed
+    writer.parts.membership.seen[f"{RULE}#a"] = (Decimal(0), False)  # what this writer saw last
     delta = CoalescedDelta(
         AggregateRef(RULE, "a", "a"), Decimal(3), "100", [("100", Decimal(3))], leaderboard=True
     )
@@ -238,12 +244,16 @@ def test_a_crash_between_an_update_and_its_index_fix_is_healed_by_the_redelivery
 
 def _single_writer(ddb, name: str):
     """A table with one aggregate of RULE, ``a``, and a checkpointed writer for it."""
-    from aggregator.dynamodb.checkpoint import CheckpointWriter
+    from aggregator.dynamodb.modes import make_writer
 
     rules = _rules(1)
     create_table(ddb, name, layout=rules.layout)
     client = FaultInjectingClient(ddb, layout=rules.layout)
-    return rules, client, CheckpointWriter(client, name, layout=rules.layout, max_workers=1)
+    return (
+        rules,
+        client,
+        make_writer("exactly-once", client, name, layout=rules.layout, max_workers=1),
+    )
 
 
 def _batch(amount: int, sequence_number: str):
@@ -271,11 +281,15 @@ def test_an_aggregate_leaves_the_index_only_once_its_floor_has_stood(ddb) -> Non
     key = rules.layout.aggregate_key(f"{RULE}#a")
     writer.apply(_batch(10, "100"), shard_id="s")  # no floor: indexed
     now = time.time()
-    writer.floors._known[RULE] = (Decimal(5), now, float("inf"))  # raised just now
+    writer.parts.membership.floors._known[RULE] = (Decimal(5), now, float("inf"))  # raised just now
     writer.apply(_batch(-8, "101"), shard_id="s")  # 2, below the floor
     item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
     assert item["value"] == {"N": "2"} and item["lb"] == {"S": RULE}  # still in: too early
-    writer.floors._known[RULE] = (Decimal(5), now - 61, float("inf"))  # it has stood
+    writer.parts.membership.floors._known[RULE] = (
+        Decimal(5),
+        now - 61,
+        float("inf"),
+    )  # it has stood
     writer.apply(_batch(-1, "102"), shard_id="s")  # 1, below the floor
     item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
     assert item["value"] == {"N": "1"} and "lb" not in item
@@ -292,15 +306,15 @@ def test_a_redelivery_that_cannot_read_the_floor_indexes_the_aggregate(ddb) -> N
     name = "floors-unknown"
     rules, client, writer = _single_writer(ddb, name)
     key = rules.layout.aggregate_key(f"{RULE}#a")
-    writer.floors._known[RULE] = (Decimal(50), 0.0, float("inf"))
+    writer.parts.membership.floors._known[RULE] = (Decimal(50), 0.0, float("inf"))
     client.arm(1)  # the update lands at 7, below the floor: no fix needed, then a crash
     with pytest.raises(SimulatedCrash):
         writer.apply(_batch(7, "100"), shard_id="s")
         writer.apply(_batch(0, "101"), shard_id="s")
     client.disarm()
     assert "lb" not in ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
-    writer.floors._known.clear()
-    writer.floors.load = lambda partitions: None  # the floor's read fails
+    writer.parts.membership.floors._known.clear()
+    writer.parts.membership.floors.load = lambda partitions: None  # the floor's read fails
     assert writer.apply(_batch(7, "100"), shard_id="s").stats.already_applied == 1
     item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
     assert item["value"] == {"N": "7"} and item["lb"] == {"S": RULE}

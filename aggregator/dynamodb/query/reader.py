@@ -123,7 +123,7 @@ class StoreReader:
         item read by ``BatchGetItem`` costs 1 RCU per started 4 KB of its own size, plus half an
         RCU per started 4 KB of the index page's keys (eventually consistent; Developer Guide,
         "Read consumption")."""
-        from aggregator.dynamodb.writer import typed_item_size
+        from aggregator.dynamodb.sizes import typed_item_size
 
         if self.layout.has_sort_key:
             return max(1, math.ceil(sum(typed_item_size(i) for i in page) / 4096))

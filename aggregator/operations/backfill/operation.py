@@ -30,8 +30,9 @@ from aggregator.core.records import Image, pad_sequence_number
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.manifest import FenceStore, Manifest
+from aggregator.dynamodb.modes import make_writer
 from aggregator.dynamodb.streams import TableStream, list_shards
-from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS, TargetCheckpointWriter
+from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS
 from aggregator.operations.backfill.control import ControlItems
 from aggregator.operations.backfill.segments import SegmentScan
 from aggregator.operations.backfill.selection import (
@@ -191,8 +192,8 @@ class Backfill:
                 f"checkpoint map holds {MAX_TARGET_CHECKPOINTS} entries shared by the stream's "
                 f"shards and each backfill segment: give --segments {MAX_TARGET_SEGMENTS} or fewer"
             )
-        self.writer = TargetCheckpointWriter(
-            client, table_name, layout=self.layout, max_workers=8, clock=clock
+        self.writer = make_writer(
+            "exactly-once", client, table_name, layout=self.layout, max_workers=8, clock=clock
         )
         self.leaderboard = {r.name for r in self.rules if r.leaderboard}
 

@@ -19,7 +19,7 @@ from aggregator.core.deltas import NO_AMOUNTS, AggregateRef, Amounts, BatchDelta
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.core.records import Image
-from aggregator.dynamodb.writer import item_size
+from aggregator.dynamodb.sizes import item_size
 from aggregator.operations.backfill.control import ControlItems
 from aggregator.operations.backfill.stats import BackfillStats, RateLimiter
 from aggregator.operations.backfill.stream import ChangedItems, item_digest

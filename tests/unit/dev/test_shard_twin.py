@@ -8,7 +8,8 @@ import pytest
 
 from aggregator.dev.capacity import CapacityModel
 from aggregator.dev.shards import PartitionStream, ShardPlan, ShardTwin, SimulatedClock
-from aggregator.dynamodb.writer import WriteObservation, typed_item_size
+from aggregator.dynamodb.costs import WriteObservation
+from aggregator.dynamodb.sizes import typed_item_size
 from tests.fakes import FakeStreams
 
 HOUR = 3600

@@ -15,8 +15,9 @@ from aggregator.core.engine import CoalescedDelta, Engine
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import StreamRecord, deserialize_value
 from aggregator.core.rules import RuleSet, rule
-from aggregator.dynamodb.updates import aggregate_update, resolved
-from aggregator.dynamodb.writer import AtLeastOnceWriter, item_size
+from aggregator.dynamodb.sizes import aggregate_item, item_size
+from aggregator.dynamodb.updates import aggregate_update, item_key, resolved
+from aggregator.dynamodb.writer import place
 from tests.factories import stream_record
 
 NOW = time.time()
@@ -44,14 +45,13 @@ def _deltas(layout: TableLayout) -> list[CoalescedDelta]:
     item = ITEM if layout.has_sort_key else {**ITEM, "id": ITEM["pk"]}
     record = StreamRecord(stream_record("INSERT", None, item, seq=7))
     batch = Engine(rules).process([record], now=NOW)
-    return [AtLeastOnceWriter._placed(d, "shard-1") for d in batch.deltas.values()]
+    return [place(d, "shard-1") for d in batch.deltas.values()]
 
 
 @pytest.mark.parametrize(
     "layout", [DEFAULT_LAYOUT, TableLayout(partition_key="id", sort_key=None)], ids=str
 )
 def test_the_size_model_counts_what_the_update_writes(layout: TableLayout) -> None:
-    writer = AtLeastOnceWriter(object(), "tbl", layout=layout)  # type: ignore[arg-type]
     deltas = _deltas(layout)
     # every shape: index entry, time bucket with TTL, count, value item, target partial
     assert {d.ref.rule for d in deltas} == {"ranked", "hourly", "mean", "max"} | (
@@ -60,19 +60,18 @@ def test_the_size_model_counts_what_the_update_writes(layout: TableLayout) -> No
     for delta in deltas:
         written = resolved(aggregate_update(layout, delta, delta.amount).render())
         expected: dict[str, Any] = {
-            name: deserialize_value(v) for name, v in writer._key(delta).items()
+            name: deserialize_value(v) for name, v in item_key(layout, delta).items()
         }
         expected |= {n: deserialize_value(v) for n, v in (written["ADD"] | written["SET"]).items()}
-        assert writer._new_attributes(delta, delta.amount, None) == expected, delta.ref
+        assert aggregate_item(layout, delta, delta.amount, None) == expected, delta.ref
 
 
 def test_a_target_partials_size_counts_its_target() -> None:
     (partial,) = (d for d in _deltas(DEFAULT_LAYOUT) if d.ref.rule == "tally" and d.ref.partial)
-    writer = AtLeastOnceWriter(object(), "tbl")  # type: ignore[arg-type]
-    modelled = writer._new_attributes(partial, partial.amount, None)
+    modelled = aggregate_item(DEFAULT_LAYOUT, partial, partial.amount, None)
     assert modelled["target"] == ["P1", "META"]
     without = {k: v for k, v in modelled.items() if k != "target"}
     # "target" (6 bytes) + a list (3) of two strings, each 1 byte of overhead and its text
     assert item_size(modelled) - item_size(without) == 6 + 3 + (1 + 2) + (1 + 4)
     ledger = replace(partial, ref=replace(partial.ref, target=None), target_attribute=None)
-    assert "target" not in writer._new_attributes(ledger, Decimal(1), None)
+    assert "target" not in aggregate_item(DEFAULT_LAYOUT, ledger, Decimal(1), None)

@@ -15,8 +15,7 @@ from aggregator.core.exceptions import ConfigError, RuleError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import StreamRecord
 from aggregator.core.rules import Bucket, RuleSet, load_rules, rule
-from aggregator.dynamodb.updates import resolved
-from aggregator.dynamodb.writer import add_update
+from aggregator.dynamodb.updates import add_update, resolved
 from tests.factories import stream_record
 
 D = Decimal

@@ -12,8 +12,9 @@ from aggregator.core.engine import Engine
 from aggregator.core.exceptions import WriteError
 from aggregator.core.records import StreamRecord
 from aggregator.core.rules import RuleSet, rule
+from aggregator.dynamodb.sizes import attribute_size, item_size, write_units
 from aggregator.dynamodb.updates import resolved
-from aggregator.dynamodb.writer import AtLeastOnceWriter, attribute_size, item_size, write_units
+from aggregator.dynamodb.writer import AtLeastOnceWriter
 from aggregator.runtime.processor import StreamProcessor
 from tests.factories import stream_record
 

@@ -16,7 +16,8 @@ from aggregator.core.engine import Engine, RecordFailure
 from aggregator.core.exceptions import FailureCause, WriteError
 from aggregator.core.rules import RuleSet, rule
 from aggregator.dynamodb.deadletters import DeadLetterWriter, SqsLastResort
-from aggregator.dynamodb.writer import MAX_ITEM_BYTES, AtLeastOnceWriter, item_size
+from aggregator.dynamodb.sizes import MAX_ITEM_BYTES, item_size
+from aggregator.dynamodb.writer import AtLeastOnceWriter
 from aggregator.runtime.processor import StreamProcessor
 from tests.factories import stream_record
 

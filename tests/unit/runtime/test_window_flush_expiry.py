@@ -6,6 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from aggregator.core.engine import Engine
+from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.dynamodb.writer import WriteResult, WriteStats
 from aggregator.runtime.processor import StreamProcessor
 from tests.factories import stream_record
@@ -14,11 +15,19 @@ from tests.unit.dynamodb.test_limits import WINDOWED, T
 
 class RecordingWriter:
     mode = "window"
+    layout = DEFAULT_LAYOUT
+    client = None  # no dead letters in these batches
+    table_name = "t"
+    observer = None
+    routing = None
 
     def __init__(self) -> None:
         self.applied: list[dict[str, Decimal]] = []
 
     def check_shard(self, shard_id):
+        return None
+
+    def close(self):
         return None
 
     def apply(self, batch, *, shard_id=None):

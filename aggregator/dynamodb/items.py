@@ -1,0 +1,138 @@
+"""The requests a writer sends to its table's items, and the one place that sends them.
+
+Every request of the writers' parts (:mod:`aggregator.dynamodb.atleastonce`,
+:mod:`aggregator.dynamodb.checkpoint`, :mod:`aggregator.dynamodb.targets`,
+:mod:`aggregator.dynamodb.membership`, :mod:`aggregator.dynamodb.expiry`) goes through
+:meth:`ItemRequests.call`, which counts it in the writer's stats and sends it through the one
+request path (:class:`~aggregator.dynamodb.client.RequestClient`: throttling retried with the
+writer's backoff, errors wrapped into :class:`~aggregator.dynamodb.errors.AwsRequestError`).
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from aggregator.core.engine import CoalescedDelta
+from aggregator.core.layout import TableLayout
+from aggregator.dynamodb.client import Backoff, RequestClient, RequestCounts
+from aggregator.dynamodb.stats import WriteStats
+from aggregator.dynamodb.updates import IndexAction, Update, add_update, item_key
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["ItemRequests"]
+
+
+class ItemRequests:
+    """Sends a writer's requests to ``table_name`` on ``client``.
+
+    Parameters
+    ----------
+    client
+        A boto3 DynamoDB *client* (thread-safe; botocore retries throttling itself), wrapped
+        in this writer's :class:`~aggregator.dynamodb.client.RequestClient`.
+    table_name
+        The user's table.
+    layout
+        Attribute names and reserved partition keys.
+    throttle_retries, backoff_seconds
+        Extra retries of throttled requests after botocore's own, with exponential backoff
+        (``backoff_seconds * 2**attempt``).
+    """
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        layout: TableLayout,
+        *,
+        throttle_retries: int = 3,
+        backoff_seconds: float = 0.05,
+    ) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.layout = layout
+        self.throttle_retries = throttle_retries
+        self.backoff_seconds = backoff_seconds
+        self.requests = RequestClient(
+            client,
+            backoff=Backoff(retries=throttle_retries, first=backoff_seconds, ceiling=math.inf),
+        )
+
+    def key(self, delta: CoalescedDelta) -> dict[str, Any]:
+        """The key of ``delta``'s item (its partial's, for a rule with ``write_shards``)."""
+        return item_key(self.layout, delta)
+
+    def call(self, operation: str, request: dict[str, Any], stats: WriteStats) -> dict[str, Any]:
+        """Send one request (``operation``, a client method name such as ``"update_item"``)
+        through the writer's :class:`~aggregator.dynamodb.client.RequestClient`, counting it
+        (each attempt) in ``stats.requests``, its retries in ``stats.throttle_retries`` and its
+        ``ConsumedCapacity`` in ``stats.reported_wcu`` (a target rule's map read included, as
+        the writer always counted it).
+
+        Raises
+        ------
+        aggregator.dynamodb.errors.AwsRequestError
+            Throttling errors once ``throttle_retries`` retries with exponential backoff
+            (``backoff_seconds * 2**attempt``) are spent; any other error at once (a failed
+            condition included: ``code`` ``ConditionalCheckFailedException``). Also a
+            ``ClientError``.
+        aggregator.dynamodb.errors.AwsConnectionError
+            The request got no answer.
+        """
+        counts = RequestCounts()
+        try:
+            return self.requests.send(operation, counts=counts, **request)
+        finally:
+            stats.requests += counts.requests
+            stats.throttle_retries += counts.throttle_retries
+            stats.reported_wcu += counts.write_units + counts.read_units
+
+    def send_update(self, delta: CoalescedDelta, update: Update, stats: WriteStats) -> None:
+        """One ``UpdateItem`` of ``update`` on ``delta``'s item.
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            As :meth:`call` (a failed condition included).
+        """
+        request = {
+            "TableName": self.table_name,
+            "Key": self.key(delta),
+            **update.render(),
+            "ReturnConsumedCapacity": "TOTAL",
+        }
+        self.call("update_item", request, stats)
+
+    def best_effort(self, delta: CoalescedDelta, update: Update, stats: WriteStats) -> bool:
+        """Send ``update`` to ``delta``'s item after its aggregate update succeeded (pruning
+        checkpoints, expiring an empty value item): whether it was applied. A failure (its
+        condition, throttling past the retries) is left for the item's next update to retry."""
+        try:
+            self.send_update(delta, update, stats)
+        except (ClientError, BotoCoreError):
+            return False
+        return True
+
+    def add_request(
+        self,
+        delta: CoalescedDelta,
+        amount: Decimal,
+        count: Decimal | None = None,
+        *,
+        index: IndexAction = "set",
+    ) -> dict[str, Any]:
+        """``UpdateItem`` arguments that ``ADD`` ``amount`` (and ``count``) and set the
+        descriptive attributes (:func:`~aggregator.dynamodb.updates.add_update`; ``index`` as
+        there) on ``delta``'s item, returning the item as it was (which sizes the write; no
+        extra capacity)."""
+        request = add_update(self.table_name, self.layout, delta, amount, count, index=index)
+        request["Key"] = self.key(delta)  # a partial's, for a rule with write_shards
+        request["ReturnConsumedCapacity"] = "TOTAL"
+        request["ReturnValues"] = "ALL_OLD"
+        return request

@@ -1,0 +1,99 @@
+"""The processor's metrics and logs: what it calls on Powertools' ``Metrics`` and ``Logger``
+(:class:`MetricsSink`, :class:`LogSink`), and the per-batch metrics (:func:`emit_metrics`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+from aggregator.core.records import MalformedRecord, StreamRecord
+from aggregator.runtime.outcome import BatchOutcome
+
+__all__ = ["LogSink", "MetricsSink", "emit_metrics"]
+
+
+class MetricsSink(Protocol):
+    """What the processor calls on Powertools' ``Metrics`` (which satisfies it): per-batch
+    counts in CloudWatch's embedded metric format."""
+
+    @property
+    def namespace(self) -> str | None:
+        """The metrics' namespace (also of the per-cause metric)."""
+        ...
+
+    @property
+    def default_dimensions(self) -> dict[str, str]:
+        """Dimensions every metric carries (also the per-cause metric)."""
+        ...
+
+    def add_metric(self, name: str, unit: MetricUnit, value: float) -> None:
+        """Add ``value`` to metric ``name``."""
+        ...
+
+
+class LogSink(Protocol):
+    """What the processor calls on Powertools' ``Logger`` (or a :class:`logging.Logger`)."""
+
+    def warning(self, msg: object, *, extra: Mapping[str, object] | None = None) -> None:
+        """Log ``msg`` at level WARNING with ``extra`` fields."""
+        ...
+
+    def error(self, msg: object, *, extra: Mapping[str, object] | None = None) -> None:
+        """Log ``msg`` at level ERROR with ``extra`` fields."""
+        ...
+
+
+def emit_metrics(
+    m: MetricsSink, outcome: BatchOutcome, records: Sequence[StreamRecord | MalformedRecord]
+) -> None:
+    """Add one invocation's counts to ``m`` (CloudWatch embedded metric format): the batch's
+    counts and the writer's, ``DeadLettersByCause`` with a ``Cause`` dimension, and the age of
+    the newest record (``NewestRecordAgeSeconds``)."""
+    w = outcome.write
+    counts = {
+        "RecordsReceived": outcome.records,
+        "SelfWritesSkipped": outcome.self_writes,
+        "Deltas": outcome.record_deltas,
+        "DerivedInputs": outcome.derived_inputs,
+        "PartialInputs": outcome.partial_inputs,
+        "ExpiredBucketDeltasSkipped": outcome.expired,
+        "AggregateItemsWritten": w.items_written,
+        "ConditionalCheckRecoveries": w.conditional_recoveries,
+        "ThrottleRetries": w.throttle_retries,
+        "DeadLetters": w.dead_letters,
+        "MalformedRecords": outcome.malformed,
+        "DeadLettersCompacted": w.dead_letters_compacted,
+        "DeadLetterFallbacks": w.dead_letter_fallbacks,
+        "DeadLettersToQueue": w.dead_letters_to_queue,
+        "FailedItems": w.failed_items,
+        "ModelledWCU": w.modelled_wcu,
+        "EmptiedValueItems": w.emptied_values,
+        "TargetItemsWritten": w.target_writes,
+        "MissingTargets": w.missing_targets,
+        "UnusableTargets": w.unusable_targets,
+        "TargetCheckpointsEvicted": w.target_checkpoints_evicted,
+    }
+    for name, value in counts.items():
+        m.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    for cause, count in sorted(outcome.failure_causes.items()):
+        # one metric with a Cause dimension (its own EMF blob, so the batch metrics above
+        # keep their dimensions)
+        with single_metric(
+            name="DeadLettersByCause",
+            unit=MetricUnit.Count,
+            value=count,
+            namespace=m.namespace,
+            default_dimensions=m.default_dimensions,
+        ) as metric:
+            metric.add_dimension(name="Cause", value=cause)
+    times = [
+        t
+        for t in (r.approximate_creation_time for r in records if isinstance(r, StreamRecord))
+        if t is not None
+    ]
+    if times:
+        age = max(0.0, time.time() - float(max(times)))
+        m.add_metric(name="NewestRecordAgeSeconds", unit=MetricUnit.Seconds, value=age)
