@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.engine import AggregateRef, CoalescedDelta
 from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.dynamodb.costs import CostModel, WriteObservation
+from aggregator.dynamodb.errors import AwsRequestError
 from aggregator.dynamodb.floors import IndexFloors
 from aggregator.dynamodb.items import ItemRequests
 from aggregator.dynamodb.membership import IndexMembership
@@ -208,9 +209,17 @@ def test_throttling_is_retried_and_counted_then_raised() -> None:
     assert stats.reported_wcu == D("1.5")
     stats = WriteStats()
     client = Throttled(times=3)
-    requests.client = client  # type: ignore[assignment]
-    with pytest.raises(ClientError):
+    requests = ItemRequests(
+        client,  # type: ignore[arg-type]
+        "t",
+        DEFAULT_LAYOUT,
+        throttle_retries=options.throttle_retries,
+        backoff_seconds=options.backoff_seconds,
+    )
+    with pytest.raises(AwsRequestError) as raised:  # the project's error, still a ClientError
         requests.call("update_item", {}, stats)
+    assert isinstance(raised.value, ClientError)
+    assert raised.value.code == "ThrottlingException"
     assert (client.calls, stats.requests, stats.throttle_retries) == (3, 3, 2)
 
 
