@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
@@ -87,7 +88,7 @@ def tracing_wanted(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("AWS_LAMBDA_FUNCTION_NAME"))
 
 
-_Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+_Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
 tracer: Tracer | None
 if tracing_wanted(os.environ):
     from aws_lambda_powertools import Tracer
@@ -267,7 +268,7 @@ def _get_processor() -> StreamProcessor:
 @metrics.log_metrics
 @_traced
 @logger.inject_lambda_context(log_event=False)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Process one DynamoDB stream batch.
 
     Parameters

@@ -69,7 +69,7 @@ class AggregateRef:
 @dataclass(frozen=True, slots=True)
 class TopObservation:
     """An aggregate of a ``leaderboard_store: list`` rule as its stream record shows it: what
-    its top list needs (:mod:`aggregator.core.toplist`).
+    its top list needs (:mod:`aggregator.core.top_list_merge`).
 
     Attributes
     ----------

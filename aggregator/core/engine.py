@@ -70,7 +70,7 @@ from aggregator.core.rules import (
     RuleSet,
     derived_attribute_problems,
 )
-from aggregator.core.toplist import placement
+from aggregator.core.top_list_merge import placement
 
 # Re-exported for the modules that import them from here (the values are defined in
 # aggregator.core.deltas, merge_batches in aggregator.core.coalescing).

@@ -9,7 +9,7 @@ each pattern at most 4,096 characters). The filters here let through:
 2. records of aggregate items whose sort key starts with ``"<source>#"`` for each rule that a
    derived rule reads (their images are the derived rules' input), and with ``"<rule>#"`` or
    ``"<rule>@"`` (its rebuilt generations) for each ``leaderboard_store: list`` rule (their
-   images feed its top lists: :mod:`aggregator.core.toplist`).
+   images feed its top lists: :mod:`aggregator.core.top_list_merge`).
 
 Everything else the framework writes (other aggregates, runner positions, dead letters) never
 reaches the function; the engine applies the same rule again (:meth:`Engine.is_self_write`).

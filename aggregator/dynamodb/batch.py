@@ -9,7 +9,7 @@ request sender (so a store keeps counting its requests and read units) and its o
 :class:`WhenUnprocessed` policy:
 
 - the collection reader (:func:`aggregator.dynamodb.collections.batch_get_items`) and the top
-  lists (:meth:`aggregator.dynamodb.toplists.TopLists.read`) raise
+  lists (:meth:`aggregator.dynamodb.top_list_items.TopLists.read`) raise
   :class:`UnprocessedKeysError`;
 - ``AggregateStore.top`` over top lists and the leaderboard floors
   (:mod:`aggregator.dynamodb.floors`) take back the keys left unprocessed: the store then reads

@@ -20,7 +20,7 @@ running it again:
    same scan deletes the rule's partials (``write_shards``), which have no aggregate item to be
    found by.
 4. Remove its fence from each shard's fence item, its leaderboard index floors
-   (:mod:`aggregator.dynamodb.floors`) and top lists (:mod:`aggregator.dynamodb.toplists`),
+   (:mod:`aggregator.dynamodb.floors`) and top lists (:mod:`aggregator.dynamodb.top_list_items`),
    then its manifest entry (and the rule's serving pointer with its last generation).
 
 What is not checked: that no handler still *runs* the dropped definition. Deploy the rule set
@@ -53,7 +53,7 @@ from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.targets import rule_token
-from aggregator.dynamodb.toplists import TOP_PREFIX
+from aggregator.dynamodb.top_list_items import TOP_PREFIX
 from aggregator.dynamodb.updates import Update
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ in ``missing_targets`` with status ``no target``. Each check then scans the tabl
 
 **Top lists** (``leaderboard_store: list``) of the checked rules are then checked against the
 aggregates they rank, and with ``repair`` written again from them
-(:mod:`aggregator.operations.toplists`; ``list_drifts`` of the report).
+(:mod:`aggregator.operations.top_list_check`; ``list_drifts`` of the report).
 
 Costs: two scans per check that finds candidates (one otherwise; 1 RCU per 4 KB, strongly
 consistent) and four reads of the rules' aggregates; one ``UpdateItem`` per repaired key.
@@ -80,7 +80,7 @@ from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import Update, aggregate_update
-from aggregator.operations.toplists import ListDrift, check_top_lists
+from aggregator.operations.top_list_check import ListDrift, check_top_lists
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -134,7 +134,8 @@ class ReconcileReport:
     lists_checked: int = 0
     """Top lists checked against their aggregates (``leaderboard_store: list`` rules)."""
     list_drifts: list[ListDrift] = field(default_factory=list)
-    """Top lists that disagree with their aggregates (:mod:`aggregator.operations.toplists`)."""
+    """Top lists that disagree with their aggregates
+    (:mod:`aggregator.operations.top_list_check`)."""
     missing_targets: list[Drift] = field(default_factory=list)
     """Keys of target rules whose items point at a target item that does not exist (status
     :data:`NO_TARGET`; expected: the rule never creates the item, its deltas go to the rule's

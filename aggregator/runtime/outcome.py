@@ -74,7 +74,7 @@ class BatchOutcome(BatchCounts):
         (:mod:`aggregator.dynamodb.routing`).
     top_observations
         Records of aggregates of ``leaderboard_store: list`` rules merged into their top lists
-        (:mod:`aggregator.dynamodb.toplists`).
+        (:mod:`aggregator.dynamodb.top_list_items`).
     """
 
     response: dict[str, Any]

@@ -39,7 +39,7 @@ from aggregator.dynamodb.deadletters import DeadLetterWriter, LastResort
 from aggregator.dynamodb.manifest import RuleLifecycle
 from aggregator.dynamodb.modes import WriterOptions, make_writer
 from aggregator.dynamodb.routing import ShardRouting
-from aggregator.dynamodb.toplists import TopLists, top_sort_key
+from aggregator.dynamodb.top_list_items import TopLists, top_sort_key
 from aggregator.dynamodb.writer import Writer
 from aggregator.runtime.outcome import BatchCounts, BatchOutcome
 from aggregator.runtime.telemetry import LogSink, MetricsSink, emit_metrics
@@ -280,7 +280,7 @@ class StreamProcessor:
 
     def _merge_top_lists(self, batch: BatchDeltas, outcome: BatchOutcome) -> str | None:
         """Merge the batch's records of ``leaderboard_store: list`` aggregates into their top
-        lists, the newest value of each key (:mod:`aggregator.core.toplist`). Returns the
+        lists, the newest value of each key (:mod:`aggregator.core.top_list_merge`). Returns the
         sequence number to deliver again from (the first record of a list whose merge failed:
         merging a record again changes nothing), or ``None``."""
         if not batch.observations:

@@ -3,7 +3,7 @@
 Random scenarios: scores are written, moved up and down (negative points, zero), moved to
 another player and deleted, while the handler crashes mid-batch and delivers batches twice; the
 lists keep only 3 keys, so their floors rise often and keys leave and come back. The aggregates'
-own stream records feed the lists (:mod:`aggregator.core.toplist`). After every run of the
+own stream records feed the lists (:mod:`aggregator.core.top_list_merge`). After every run of the
 stream, ``top(n)`` for several ``n`` equals a plain sort of sums computed from the score items
 themselves (ties by key, keys at zero left out), and no aggregate carries a GSI entry.
 """
@@ -23,7 +23,7 @@ from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.table import create_table
-from aggregator.dynamodb.toplists import TOP_PREFIX
+from aggregator.dynamodb.top_list_items import TOP_PREFIX
 from aggregator.runtime.processor import create_processor
 from tests.factories import ddb_json
 from tests.integration.harness import SOAK, run_property, table_items
@@ -120,7 +120,7 @@ def test_reconcile_finds_a_list_that_lost_a_record_and_repairs_it(ddb, streams) 
     reconcile reports it, repairs it from the aggregates once, and a list that moves during the
     check is reported as moving, never written."""
     from aggregator.operations.reconcile import reconcile
-    from aggregator.operations.toplists import check_top_lists
+    from aggregator.operations.top_list_check import check_top_lists
 
     rules = _rules(1)
     name = "toplists-reconcile"

@@ -1,4 +1,4 @@
-"""Top-list items (aggregator.dynamodb.toplists) on DynamoDB Local, against a plain sort.
+"""Top-list items (aggregator.dynamodb.top_list_items) on DynamoDB Local, against a plain sort.
 
 Several stream shards (threads, each with its own ``TopLists``: separate Lambda environments
 with separate memories) merge the new values of their keys into the same lists at once, in
@@ -18,8 +18,8 @@ from decimal import Decimal
 import pytest
 
 from aggregator.core.layout import TableLayout
-from aggregator.core.toplist import exact_top, latest
-from aggregator.dynamodb.toplists import TOP_PREFIX, TopLists, decode, top_sort_key
+from aggregator.core.top_list_merge import exact_top, latest
+from aggregator.dynamodb.top_list_items import TOP_PREFIX, TopLists, decode, top_sort_key
 from tests.integration.harness import SOAK
 
 pytestmark = pytest.mark.integration

@@ -30,7 +30,7 @@ from aggregator.cli.output import (
 from aggregator.core.exceptions import AggregatorError
 
 if TYPE_CHECKING:
-    from aggregator.dynamodb.query import AggregateStore
+    from aggregator.dynamodb.query import Aggregate, AggregateStore
 
 
 _json_option = click.option(
@@ -159,7 +159,7 @@ def _key(values: tuple[str, ...]) -> str | list[str]:
     return values[0] if len(values) == 1 else list(values)
 
 
-def _not_found_hint(store: Any, rule: str, values: tuple[str, ...]) -> str:
+def _not_found_hint(store: AggregateStore, rule: str, values: tuple[str, ...]) -> str:
     """What to give instead of a key that has no aggregate. For a key with one placeholder and
     literal text around it (``P#{pk}``), whose single argument is taken as the value and has
     that text around it: the value to give if the argument was the key as displayed (``P#bob``
@@ -187,7 +187,7 @@ def _not_found_hint(store: Any, rule: str, values: tuple[str, ...]) -> str:
 
 
 def _print_rule_aggregates(
-    store: Any, rule: str, title: str, aggregates: list[Any], digits: int
+    store: AggregateStore, rule: str, title: str, aggregates: list[Aggregate], digits: int
 ) -> None:
     """A table of ``rule``'s aggregates: a column per field of its kind, and for a windowed
     rule each row's granularity and bucket start in columns of their own."""

@@ -146,7 +146,7 @@ class Rule(BaseModel):
         Where the ranking is kept. ``index`` (default): the sparse GSI, rewritten (2 WCU) on
         every update of an aggregate above its partition's floor. ``list``: a *top list* per
         index partition, one item holding its largest aggregates
-        (:mod:`aggregator.core.toplist`), kept from the aggregates' own stream records and
+        (:mod:`aggregator.core.top_list_merge`), kept from the aggregates' own stream records and
         written at most once per stream batch; ``top`` reads it with one request and answers
         ``n`` up to 100 from it. Changing it builds a new generation (``aggregator rebuild``).
         Needs ``leaderboard: true``.

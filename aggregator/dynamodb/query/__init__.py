@@ -384,8 +384,8 @@ class AggregateStore:
         aggregates and sort them.
 
         A rule with ``leaderboard_store: list`` reads the top lists of its index partitions
-        with one ``BatchGetItem`` instead (:mod:`aggregator.dynamodb.toplists`) and answers
-        from them when they prove the answer (:func:`aggregator.core.toplist.exact_top`).
+        with one ``BatchGetItem`` instead (:mod:`aggregator.dynamodb.top_list_items`) and answers
+        from them when they prove the answer (:func:`aggregator.core.top_list_merge.exact_top`).
 
         Keys whose value is zero are left out, as ``aggregator query list`` leaves them (the
         index may keep an entry at zero for a key whose items were all removed).

@@ -1,6 +1,6 @@
 """``top``: the largest aggregates of a rule, from the leaderboard index
-(:mod:`aggregator.core.ranking`), from top lists (:mod:`aggregator.dynamodb.toplists`), or, when
-neither can prove the answer, from every aggregate sorted (the fallback)."""
+(:mod:`aggregator.core.ranking`), from top lists (:mod:`aggregator.dynamodb.top_list_items`),
+or, when neither can prove the answer, from every aggregate sorted (the fallback)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from aggregator.core.exceptions import QueryError
 from aggregator.core.lifecycle import rule_fingerprint
 from aggregator.core.ranking import IndexEntry, exact_top, read_partition
 from aggregator.core.rules import unescape_key_part
-from aggregator.core.toplist import TopList
-from aggregator.core.toplist import exact_top as exact_top_listed
+from aggregator.core.top_list_merge import TopList
+from aggregator.core.top_list_merge import exact_top as exact_top_listed
 from aggregator.core.windows import Granularity, bucket_text
 from aggregator.dynamodb.batch import WhenUnprocessed, batch_get
 from aggregator.dynamodb.query.aggregates import list_aggregates
 from aggregator.dynamodb.query.results import Aggregate
-from aggregator.dynamodb.toplists import decode as decode_top_list
-from aggregator.dynamodb.toplists import top_sort_key
+from aggregator.dynamodb.top_list_items import decode as decode_top_list
+from aggregator.dynamodb.top_list_items import top_sort_key
 
 if TYPE_CHECKING:
     from aggregator.dynamodb.query.reader import StoreReader
@@ -158,8 +158,8 @@ def top_from_lists(
     n: int,
 ) -> list[Aggregate] | None:
     """The top ``n`` from the top lists of index partitions ``names`` (one eventually
-    consistent ``BatchGetItem``; :mod:`aggregator.dynamodb.toplists`), or ``None`` when
-    they do not prove it (:func:`aggregator.core.toplist.exact_top`) or stay unprocessed
+    consistent ``BatchGetItem``; :mod:`aggregator.dynamodb.top_list_items`), or ``None`` when
+    they do not prove it (:func:`aggregator.core.top_list_merge.exact_top`) or stay unprocessed
     (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RETURN`)."""
     lay = reader.layout
     keys = [lay.item_key(lay.control_pk, top_sort_key(name)) for name in names]

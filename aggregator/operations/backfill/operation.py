@@ -42,7 +42,7 @@ from aggregator.operations.backfill.selection import (
 )
 from aggregator.operations.backfill.stats import BackfillStats, RateLimiter
 from aggregator.operations.backfill.stream import ChangedItems, read_shard
-from aggregator.operations.toplists import settle_top_lists
+from aggregator.operations.top_list_check import settle_top_lists
 
 __all__ = [
     "DEFAULT_CARRY_KEYS",

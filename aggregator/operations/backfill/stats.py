@@ -33,7 +33,7 @@ class BackfillStats:
     resumed: bool = False
     top_lists_written: int = 0
     """Top lists (``leaderboard_store: list``) written from the aggregates at the end
-    (:func:`aggregator.operations.toplists.settle_top_lists`)."""
+    (:func:`aggregator.operations.top_list_check.settle_top_lists`)."""
     top_lists_unsettled: int = 0
     """Top lists that still disagreed with their aggregates after that (the handler keeps
     changing them: it merges their records)."""

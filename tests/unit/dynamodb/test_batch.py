@@ -24,7 +24,7 @@ from aggregator.dynamodb.collections import batch_get_items
 from aggregator.dynamodb.floors import IndexFloors, floor_sort_key
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.query.top import top_from_lists
-from aggregator.dynamodb.toplists import TopLists, top_sort_key
+from aggregator.dynamodb.top_list_items import TopLists, top_sort_key
 
 TABLE = "t"
 BACKOFFS = [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]  # 0.05 s doubled, at most 1 s: 7 waits

@@ -41,11 +41,11 @@ from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.streams import get_records_page, list_shards
 from aggregator.dynamodb.table import table_stream_arn
 from aggregator.dynamodb.tablecheck import check_key_schema
-from aggregator.dynamodb.toplists import TopLists
+from aggregator.dynamodb.top_list_items import TopLists
 from aggregator.operations.backfill.control import ControlItems
 from aggregator.operations.reconcile import reconcile
 from aggregator.operations.status import table_status
-from aggregator.operations.toplists import check_top_lists
+from aggregator.operations.top_list_check import check_top_lists
 
 TABLE = "t"
 THROTTLED = "ProvisionedThroughputExceededException"

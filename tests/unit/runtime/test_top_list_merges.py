@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.engine import Engine
 from aggregator.core.exceptions import WriteError
 from aggregator.core.rules import RuleSet, rule
-from aggregator.dynamodb.toplists import MergeResult
+from aggregator.dynamodb.top_list_items import MergeResult
 from aggregator.runtime.processor import StreamProcessor
 from tests.factories import stream_record
 from tests.unit.runtime.test_window_flush_expiry import RecordingWriter

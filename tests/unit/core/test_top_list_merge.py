@@ -1,4 +1,4 @@
-"""Top lists (aggregator.core.toplist) against a plain sort of every key.
+"""Top lists (aggregator.core.top_list_merge) against a plain sort of every key.
 
 Stream shards deliver the new values of random keys (each key in one shard, in order, as
 DynamoDB Streams orders one item's records), in batches, the shards interleaved at random; a
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.core.toplist import TopList, exact_top, latest, merge
+from aggregator.core.top_list_merge import TopList, exact_top, latest, merge
 
 KEYS = "abcdefghij"
 
@@ -152,7 +152,7 @@ def test_bad_sizes_are_refused(bad: int) -> None:
 
 
 def test_long_keys_raise_the_floor_before_the_byte_budget_is_passed() -> None:
-    from aggregator.core.toplist import MAX_BYTES, entry_bytes
+    from aggregator.core.top_list_merge import MAX_BYTES, entry_bytes
 
     long = {f"{i:04d}" + "x" * 996: Decimal(i) for i in range(1, 41)}  # 1 KB keys
     state = merge(TopList(), long, keep=256)

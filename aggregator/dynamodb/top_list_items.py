@@ -1,6 +1,6 @@
 """Top-list items: a leaderboard partition's largest aggregates in one item, read and merged.
 
-The merge rules and the proof of exactness are in :mod:`aggregator.core.toplist`. Here: the
+The merge rules and the proof of exactness are in :mod:`aggregator.core.top_list_merge`. Here: the
 item, its optimistic lock, and what reading and writing it cost.
 
 The item
@@ -8,7 +8,7 @@ The item
 In the control partition, sort key ``leaderboard-top#<partition>`` (``partition`` as
 :func:`~aggregator.core.layout.leaderboard_partition` names a leaderboard's index partition):
 
-- ``top``: a map ``{name: N}`` of at most :data:`~aggregator.core.toplist.KEEP` keys, each
+- ``top``: a map ``{name: N}`` of at most :data:`~aggregator.core.top_list_merge.KEEP` keys, each
   the key part of an aggregate's sort key as stored (:func:`map_name`: DynamoDB refuses an
   empty attribute name, and a key part may be empty);
 - ``floor`` (N): absent while every non-zero aggregate is listed;
@@ -42,7 +42,7 @@ from botocore.exceptions import ClientError
 
 from aggregator.core.exceptions import WriteError
 from aggregator.core.layout import TableLayout
-from aggregator.core.toplist import KEEP, TopList, merge
+from aggregator.core.top_list_merge import KEEP, TopList, merge
 from aggregator.dynamodb.batch import WhenUnprocessed, batch_get
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
@@ -130,7 +130,7 @@ class TopLists:
     table_name, layout
         The user's table and the framework's layout in it.
     keep
-        Keys a list keeps (:data:`~aggregator.core.toplist.KEEP`).
+        Keys a list keeps (:data:`~aggregator.core.top_list_merge.KEEP`).
     """
 
     def __init__(
@@ -228,7 +228,7 @@ class TopLists:
     ) -> None:
         """Write ``new`` as ``partition``'s list, on condition that the list's version is still
         ``version`` (0: no list), as a repair does
-        (:mod:`aggregator.operations.toplists`).
+        (:mod:`aggregator.operations.top_list_check`).
 
         Raises
         ------
@@ -248,7 +248,7 @@ class TopLists:
     ) -> MergeResult:
         """Merge ``observations`` (``{key: new value}``, the newest of each key in a batch, in
         stream order; ``None`` for an aggregate whose item is gone) into ``partition``'s list
-        (:func:`aggregator.core.toplist.merge`). ``expires``: the TTL of a time bucket's
+        (:func:`aggregator.core.top_list_merge.merge`). ``expires``: the TTL of a time bucket's
         partition (epoch seconds), which its list item gets too.
 
         Raises

@@ -24,7 +24,7 @@ without versions or tombstones:
   observation is repeated before any newer one of the same key: merging it again changes
   nothing.
 - Observations of different keys may come from different shards at once. Each merge is one
-  conditional write of the whole item (:mod:`aggregator.dynamodb.toplists`), so merges are
+  conditional write of the whole item (:mod:`aggregator.dynamodb.top_list_items`), so merges are
   serialized per item.
 
 The invariant

@@ -1,6 +1,6 @@
 """Reconcile top lists with the aggregates they rank (``leaderboard_store: list``).
 
-A top list (:mod:`aggregator.core.toplist`) is exact once every record of its aggregates has
+A top list (:mod:`aggregator.core.top_list_merge`) is exact once every record of its aggregates has
 been merged. A record can be lost to it: a batch Lambda gave up on after its retries (sent to
 the on-failure queue), or a merge that kept failing. The list then keeps an old value, or misses
 a key above its floor, until that key changes again. :func:`check_top_lists` finds such lists
@@ -41,10 +41,10 @@ from botocore.exceptions import ClientError
 
 from aggregator.core.clock import Clock
 from aggregator.core.rules import Rule, RuleSet
-from aggregator.core.toplist import TopList, merge, placement
+from aggregator.core.top_list_merge import TopList, merge, placement
 from aggregator.dynamodb.collections import client_call, query_collection
 from aggregator.dynamodb.errors import error_code
-from aggregator.dynamodb.toplists import TOP_PREFIX, TopLists, decode
+from aggregator.dynamodb.top_list_items import TOP_PREFIX, TopLists, decode
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
