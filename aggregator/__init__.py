@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time, __getattr
     from aggregator.deploy.filters import check_template, filter_criteria
     from aggregator.dynamodb.batch import UnprocessedKeysError
     from aggregator.dynamodb.errors import AwsConnectionError, AwsError, AwsRequestError
-    from aggregator.dynamodb.modes import make_writer
+    from aggregator.dynamodb.modes import WriterOptions, make_writer
     from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
     from aggregator.dynamodb.writer import Writer, WriteResult
     from aggregator.runtime.processor import BatchOutcome, StreamProcessor
@@ -75,6 +75,7 @@ _EXPORTS: dict[str, str] = {
     "WindowResult": "aggregator.dynamodb.query",
     "WriteError": "aggregator.core.exceptions",
     "WriteResult": "aggregator.dynamodb.writer",
+    "WriterOptions": "aggregator.dynamodb.modes",
     "Writer": "aggregator.dynamodb.writer",
     "check_template": "aggregator.deploy.filters",
     "filter_criteria": "aggregator.deploy.filters",
@@ -131,6 +132,7 @@ __all__ = [
     "WriteError",
     "WriteResult",
     "Writer",
+    "WriterOptions",
     "check_template",
     "filter_criteria",
     "load_rules",

@@ -40,6 +40,7 @@ PUBLIC = {
     # writing: the factory and the protocol, no concrete writer
     "make_writer",
     "Writer",
+    "WriterOptions",
     "WriteResult",
     # deployment
     "filter_criteria",
