@@ -50,12 +50,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.dev.runner import RunnerFaults, RunStats, StreamRunner
-from aggregator.dynamodb.streams import (
-    get_records_page,
-    is_closed,
-    list_shards,
-    parents_first,
-)
+from aggregator.dynamodb.streams import StreamSource, is_closed, parents_first
 from aggregator.runtime.processor import StreamProcessor
 
 if TYPE_CHECKING:
@@ -207,7 +202,8 @@ class ShardTwin:
         the last call read; a closed shard through up to 50 empty pages in a row, an open one
         up to its first empty page."""
         out: list[dict[str, Any]] = []
-        for shard in parents_first(list_shards(self.streams_client, self.stream_arn)):
+        source = StreamSource(self.streams_client, self.stream_arn)
+        for shard in parents_first(source.shards()):
             shard_id = shard["ShardId"]
             iterator, done, last = self._real.get(shard_id, (None, False, None))
             if done:
@@ -215,9 +211,7 @@ class ShardTwin:
             closed = is_closed(shard)
             empty_pages = 0
             while True:
-                page = get_records_page(
-                    self.streams_client, self.stream_arn, shard_id, iterator, after=last
-                )
+                page = source.page(shard_id, iterator, after=last)
                 iterator = page.next_iterator
                 out += page.records
                 if page.records:
