@@ -37,7 +37,7 @@ record costs what it did before (the new generation is an ordinary rule under an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -112,9 +112,12 @@ class _DeploymentWait:
     on_wait: Callable[[str, float], None] | None
     sleep: Callable[[float], None]
 
-    def until_taken_up(self, target: RuleState, manifest: Manifest) -> RuleState:
-        """``target`` as the manifest holds it once it is no longer ``requested``, or after
-        ``seconds`` (still ``requested`` then); ``on_wait`` is called before each pause."""
+    def until_taken_up(
+        self, target: RuleState, load: Callable[[], Mapping[str, RuleState]]
+    ) -> RuleState:
+        """``target`` as ``load`` (:meth:`~aggregator.dynamodb.manifest.Manifest.load`) reads it once it is no
+        longer ``requested``, or after ``seconds`` (still ``requested`` then); ``on_wait`` is
+        called before each pause."""
         waited = 0.0
         while target.status == "requested" and waited < self.seconds:
             if self.on_wait is not None:
@@ -122,7 +125,7 @@ class _DeploymentWait:
             pause = min(self.poll_seconds, self.seconds - waited)
             self.sleep(pause)
             waited += pause
-            target = manifest.load().get(target.name, target)
+            target = load().get(target.name, target)
         return target
 
 
@@ -227,7 +230,7 @@ class Rebuild:
             self.manifest.set_leaderboard(serving, self.rule.leaderboard)
             return RebuildResult(name, "reindexed", serving, serving, reindexed=count)
         target = self.manifest.request_generation(self.rule, now=self.clock())
-        target = self.deployment_wait.until_taken_up(target, self.manifest)
+        target = self.deployment_wait.until_taken_up(target, self.manifest.load)
         if target.status == "requested":
             return RebuildResult(name, "requested", serving, target.name)
         stats = None
