@@ -115,9 +115,9 @@ class _DeploymentWait:
     def until_taken_up(
         self, target: RuleState, load: Callable[[], Mapping[str, RuleState]]
     ) -> RuleState:
-        """``target`` as ``load`` (:meth:`~aggregator.dynamodb.manifest.Manifest.load`) reads it once it is no
-        longer ``requested``, or after ``seconds`` (still ``requested`` then); ``on_wait`` is
-        called before each pause."""
+        """``target`` as ``load`` (:meth:`~aggregator.dynamodb.manifest.Manifest.load`) reads
+        it once it is no longer ``requested``, or after ``seconds`` (still ``requested`` then);
+        ``on_wait`` is called before each pause."""
         waited = 0.0
         while target.status == "requested" and waited < self.seconds:
             if self.on_wait is not None:
