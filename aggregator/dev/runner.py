@@ -34,10 +34,9 @@ from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.streams import (
     GET_RECORDS_LIMIT,
+    StreamSource,
     StreamTrimmedError,
-    get_records_page,
     is_closed,
-    list_shards,
     ready_shards,
 )
 from aggregator.runtime.processor import BatchCounts, BatchOutcome, StreamProcessor
@@ -266,8 +265,7 @@ class StreamRunner:
         if tumbling_window_seconds is not None and not 1 <= tumbling_window_seconds <= 900:
             raise ValueError("tumbling_window_seconds must be 1..900 (Lambda's range)")
         self.processor = processor
-        self.streams = streams_client
-        self.stream_arn = stream_arn
+        self.stream = StreamSource(streams_client, stream_arn)
         self.batch_size = batch_size
         self.window_seconds = tumbling_window_seconds
         self.max_retries = max_retries
@@ -290,7 +288,7 @@ class StreamRunner:
     # -- shards --------------------------------------------------------------------------------
 
     def _refresh_shards(self) -> None:
-        for shard in list_shards(self.streams, self.stream_arn):
+        for shard in self.stream.shards():
             if shard["ShardId"] not in self._shards:
                 self._shards[shard["ShardId"]] = _Shard(
                     shard["ShardId"], shard.get("ParentShardId")
@@ -313,13 +311,13 @@ class StreamRunner:
         shard.loaded = True
         if self.positions_store is not None:
             shard.position, shard.window_start, shard.state = self.positions_store.load(
-                self.stream_arn, shard.shard_id
+                self.stream.arn, shard.shard_id
             )
 
     def _save(self, shard: _Shard) -> None:
         if self.positions_store is not None and shard.position is not None:
             self.positions_store.save(
-                self.stream_arn, shard.shard_id, shard.position, shard.window_start, shard.state
+                self.stream.arn, shard.shard_id, shard.position, shard.window_start, shard.state
             )
 
     def _fill(self, shard: _Shard) -> int:
@@ -338,9 +336,7 @@ class StreamRunner:
         records: list[dict[str, Any]] = []
         for _ in range(EMPTY_PAGES_FOLLOWED if shard.closed else 1):
             try:
-                page = get_records_page(
-                    self.streams,
-                    self.stream_arn,
+                page = self.stream.page(
                     shard.shard_id,
                     shard.iterator,
                     after=shard.read_position or shard.position,  # never re-read the buffer
@@ -386,7 +382,7 @@ class StreamRunner:
         if self.window_seconds is not None and shard.window_start is not None:
             event.update(
                 shardId=shard.shard_id,
-                eventSourceARN=self.stream_arn,
+                eventSourceARN=self.stream.arn,
                 window={
                     "start": _iso(shard.window_start),
                     "end": _iso(shard.window_start + self.window_seconds),

@@ -45,17 +45,12 @@ import heapq
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, cast
 
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.dev.runner import RunnerFaults, RunStats, StreamRunner
-from aggregator.dynamodb.streams import (
-    get_records_page,
-    is_closed,
-    list_shards,
-    parents_first,
-)
+from aggregator.dynamodb.streams import StreamSource, is_closed, parents_first
 from aggregator.runtime.processor import StreamProcessor
 
 if TYPE_CHECKING:
@@ -157,6 +152,7 @@ class _TwinShard:
     sequence_numbers: list[int] = field(default_factory=list)
 
 
+@dataclass(eq=False)
 class ShardTwin:
     """The records of a real stream, spread over the shards of a :class:`ShardPlan`.
 
@@ -178,31 +174,25 @@ class ShardTwin:
         Where the partition key is in a record's ``Keys``, and which partitions are reserved.
     """
 
-    def __init__(
-        self,
-        streams_client: DynamoDBStreamsClient,
-        stream_arn: str,
-        plan: ShardPlan,
-        clock: SimulatedClock,
-        *,
-        arrival: Callable[[dict[str, Any]], float | None] | None = None,
-        layout: TableLayout = DEFAULT_LAYOUT,
-    ) -> None:
-        self.streams = streams_client
-        self.stream_arn = stream_arn
-        self.plan = plan
-        self.clock = clock
-        self.arrival = arrival
-        self.layout = layout
+    streams_client: DynamoDBStreamsClient
+    stream_arn: str
+    plan: ShardPlan
+    clock: SimulatedClock
+    _: KW_ONLY
+    arrival: Callable[[dict[str, Any]], float | None] | None = None
+    layout: TableLayout = DEFAULT_LAYOUT
+    records_read: int = field(default=0, init=False)
+    """Records read from the real stream so far."""
+
+    def __post_init__(self) -> None:
         self._shards: dict[str, _TwinShard] = {}
-        self._by_partition: list[list[_TwinShard]] = [[] for _ in range(plan.partitions)]
+        self._by_partition: list[list[_TwinShard]] = [[] for _ in range(self.plan.partitions)]
         self._pending: list[tuple[float, int, dict[str, Any]]] = []  # (arrival, order, record)
         self._order = 0
         self._next_sequence_number = FIRST_SEQUENCE_NUMBER
         self._latest_arrival: dict[str, float] = {}  # item key text -> its last arrival
         # real shard -> (iterator, done, last sequence number read)
         self._real: dict[str, tuple[str | None, bool, str | None]] = {}
-        self.records_read = 0
 
     # -- the real stream -----------------------------------------------------------------------
 
@@ -212,7 +202,8 @@ class ShardTwin:
         the last call read; a closed shard through up to 50 empty pages in a row, an open one
         up to its first empty page."""
         out: list[dict[str, Any]] = []
-        for shard in parents_first(list_shards(self.streams, self.stream_arn)):
+        source = StreamSource(self.streams_client, self.stream_arn)
+        for shard in parents_first(source.shards()):
             shard_id = shard["ShardId"]
             iterator, done, last = self._real.get(shard_id, (None, False, None))
             if done:
@@ -220,9 +211,7 @@ class ShardTwin:
             closed = is_closed(shard)
             empty_pages = 0
             while True:
-                page = get_records_page(
-                    self.streams, self.stream_arn, shard_id, iterator, after=last
-                )
+                page = source.page(shard_id, iterator, after=last)
                 iterator = page.next_iterator
                 out += page.records
                 if page.records:

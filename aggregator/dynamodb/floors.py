@@ -58,6 +58,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import KW_ONLY, dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -101,6 +102,7 @@ def floor_sort_key(partition: str) -> str:
     return f"{FLOOR_PREFIX}{partition}"
 
 
+@dataclass(eq=False)
 class IndexFloors:
     """The floors a writer knows, read and raised on its behalf (thread-safe).
 
@@ -117,32 +119,24 @@ class IndexFloors:
         Epoch seconds (the writer's clock): a floor's raise time is compared across processes.
     """
 
-    def __init__(
-        self,
-        client: DynamoDBClient,
-        table_name: str,
-        layout: TableLayout,
-        *,
-        keep: int = KEEP,
-        check_every: int = CHECK_EVERY,
-        refresh_seconds: float = REFRESH_SECONDS,
-        removal_grace_seconds: float = REMOVAL_GRACE_SECONDS,
-        clock: Clock = time.time,
-    ) -> None:
-        self.requests = requests_of(client)
-        self.table_name = table_name
-        self.layout = layout
-        self.keep = keep
-        self.check_every = check_every
-        self.refresh_seconds = refresh_seconds
-        self.removal_grace_seconds = removal_grace_seconds
-        self._clock = clock
+    client: DynamoDBClient
+    table_name: str
+    layout: TableLayout
+    _: KW_ONLY
+    keep: int = KEEP
+    check_every: int = CHECK_EVERY
+    refresh_seconds: float = REFRESH_SECONDS
+    removal_grace_seconds: float = REMOVAL_GRACE_SECONDS
+    clock: Clock = time.time
+    raised: int = field(default=0, init=False)
+    """Floors this object raised (for benchmarks and tests)."""
+
+    def __post_init__(self) -> None:
+        self.requests = requests_of(self.client)
         self._lock = threading.Lock()
         # partition -> (floor, when it was raised, when it was read), seconds of the clock
         self._known: dict[str, tuple[Decimal | None, float, float]] = {}
         self._added: dict[str, int] = {}
-        self.raised = 0
-        """Floors this object raised (for benchmarks and tests)."""
 
     def _key(self, partition: str) -> dict[str, dict[str, str]]:
         return self.layout.item_key(self.layout.control_pk, floor_sort_key(partition))
@@ -152,7 +146,7 @@ class IndexFloors:
         consistent ``BatchGetItem``: an older floor is a lower one, which is safe). A failed
         read leaves a partition's floor unknown (``None``: index everything), never fails the
         batch."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             stale = sorted(
                 p
@@ -209,7 +203,7 @@ class IndexFloors:
         was raised at least :attr:`removal_grace_seconds` ago."""
         with self._lock:
             floor, raised, _ = self._known.get(partition, (None, 0.0, 0.0))
-        return floor is not None and self._clock() - raised >= self.removal_grace_seconds
+        return floor is not None and self.clock() - raised >= self.removal_grace_seconds
 
     def added(self, partition: str, expires: int | None = None) -> int:
         """Note an entry added to ``partition``'s index; every ``check_every`` of them, check
@@ -256,7 +250,7 @@ class IndexFloors:
         if known is not None and candidate <= known:
             return 0
         key = self._key(partition)
-        now = self._clock()
+        now = self.clock()
         update = (
             Update()
             .set(lay.leaderboard_attribute, {"S": partition})

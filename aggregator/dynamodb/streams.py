@@ -32,6 +32,7 @@ __all__ = [
     "GET_RECORDS_LIMIT",
     "ITERATOR_RENEWALS",
     "RecordsPage",
+    "StreamSource",
     "StreamTrimmedError",
     "TableStream",
     "get_records_page",
@@ -72,6 +73,11 @@ class TableStream:
     streams_client: DynamoDBStreamsClient
     table_name: str
     stream_arn: str
+
+    @property
+    def source(self) -> StreamSource:
+        """The stream with its client, to read (:class:`StreamSource`)."""
+        return StreamSource(self.streams_client, self.stream_arn)
 
 
 class StreamTrimmedError(AggregatorError):
@@ -295,3 +301,31 @@ def get_records_page(
             continue
         records = [to_lambda_record(r, stream_arn) for r in response.get("Records", [])]
         return RecordsPage(records, response.get("NextShardIterator"))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSource:
+    """One stream and a client that reads it: the stream reader of this module bound to that
+    stream (what :class:`~aggregator.dev.runner.StreamRunner` reads, and
+    :attr:`TableStream.source`).
+
+    Attributes
+    ----------
+    client
+        A boto3 ``dynamodbstreams`` client, or anything that answers its ``DescribeStream``,
+        ``GetShardIterator`` and ``GetRecords`` calls (the shard twin's views).
+    arn
+        The stream's ARN.
+    """
+
+    client: StreamsClient
+    arn: str
+
+    def shards(self) -> list[dict[str, Any]]:
+        """Every shard of the stream (:func:`list_shards`)."""
+        return list_shards(self.client, self.arn)
+
+    def page(self, shard_id: str, iterator: str | None, *, after: str | None = None) -> RecordsPage:
+        """One ``GetRecords`` page of shard ``shard_id`` (:func:`get_records_page`, whose errors
+        it raises)."""
+        return get_records_page(self.client, self.arn, shard_id, iterator, after=after)

@@ -37,7 +37,7 @@ record costs what it did before (the new generation is an ordinary rule under an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,6 +47,7 @@ from aggregator.core.clock import Clock
 from aggregator.core.exceptions import ConfigError, RuleError
 from aggregator.core.layout import leaderboard_partition
 from aggregator.core.lifecycle import (
+    RuleState,
     generation_name,
     generation_of,
     generations_of,
@@ -99,6 +100,33 @@ class RebuildResult:
     target: str
     backfill: BackfillStats | None = None
     reindexed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _DeploymentWait:
+    """How :meth:`Rebuild.run` waits for a handler to take a requested generation up
+    (:class:`Rebuild`'s ``wait_seconds``, ``poll_seconds``, ``on_wait`` and ``sleep``)."""
+
+    seconds: float
+    poll_seconds: float
+    on_wait: Callable[[str, float], None] | None
+    sleep: Callable[[float], None]
+
+    def until_taken_up(
+        self, target: RuleState, load: Callable[[], Mapping[str, RuleState]]
+    ) -> RuleState:
+        """``target`` as ``load`` (:meth:`~aggregator.dynamodb.manifest.Manifest.load`) reads
+        it once it is no longer ``requested``, or after ``seconds`` (still ``requested`` then);
+        ``on_wait`` is called before each pause."""
+        waited = 0.0
+        while target.status == "requested" and waited < self.seconds:
+            if self.on_wait is not None:
+                self.on_wait(target.name, waited)
+            pause = min(self.poll_seconds, self.seconds - waited)
+            self.sleep(pause)
+            waited += pause
+            target = load().get(target.name, target)
+        return target
 
 
 class Rebuild:
@@ -156,11 +184,8 @@ class Rebuild:
             )
         self.rules = rules
         self.table = table
-        self.wait_seconds = wait_seconds
-        self.poll_seconds = poll_seconds
-        self.on_wait = on_wait
+        self.deployment_wait = _DeploymentWait(wait_seconds, poll_seconds, on_wait, sleep)
         self.clock = clock
-        self.sleep = sleep
         self.backfill_options = backfill_options
         self.manifest = Manifest(table.client, table.table_name, rules.layout)
 
@@ -205,16 +230,9 @@ class Rebuild:
             self.manifest.set_leaderboard(serving, self.rule.leaderboard)
             return RebuildResult(name, "reindexed", serving, serving, reindexed=count)
         target = self.manifest.request_generation(self.rule, now=self.clock())
-        waited = 0.0
-        while target.status == "requested":
-            if waited >= self.wait_seconds:
-                return RebuildResult(name, "requested", serving, target.name)
-            if self.on_wait is not None:
-                self.on_wait(target.name, waited)
-            pause = min(self.poll_seconds, self.wait_seconds - waited)
-            self.sleep(pause)
-            waited += pause
-            target = self.manifest.load().get(target.name, target)
+        target = self.deployment_wait.until_taken_up(target, self.manifest.load)
+        if target.status == "requested":
+            return RebuildResult(name, "requested", serving, target.name)
         stats = None
         if target.status in ("pending", "backfilling"):
             backfill = Backfill(

@@ -31,7 +31,7 @@ from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.manifest import FenceStore, Manifest
 from aggregator.dynamodb.modes import make_writer
-from aggregator.dynamodb.streams import TableStream, list_shards
+from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS
 from aggregator.operations.backfill.control import ControlItems
 from aggregator.operations.backfill.segments import SegmentScan
@@ -210,7 +210,7 @@ class Backfill:
 
     def shards(self) -> list[dict[str, Any]]:
         """Every shard ``DescribeStream`` lists."""
-        return list_shards(self.table.streams_client, self.table.stream_arn)
+        return self.table.source.shards()
 
     def read_shard(
         self, shard: dict[str, Any], iterators: dict[str, str | None], last: dict[str, str]
