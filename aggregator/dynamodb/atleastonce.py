@@ -37,7 +37,7 @@ class AtLeastOnceWrites:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             When the update fails (throttling past the retries included).
         """
         parts = self.parts

@@ -298,7 +298,7 @@ class CheckpointWrites:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             When the update fails other than by its condition.
         WriteError
             When the checkpoint kept changing for :data:`MAX_RECOVERY_ROUNDS` rounds.

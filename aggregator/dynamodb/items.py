@@ -98,7 +98,7 @@ class ItemRequests:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             As :meth:`call` (a failed condition included).
         """
         request = {

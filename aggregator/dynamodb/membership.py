@@ -99,7 +99,7 @@ class IndexMembership:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             As :meth:`fix`.
         """
         if not delta.leaderboard:
@@ -135,7 +135,7 @@ class IndexMembership:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             As :meth:`fix`.
         """
         if not item or not delta.leaderboard:
@@ -182,7 +182,7 @@ class IndexMembership:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             When an addition fails other than by its condition: the item is retried with its
             batch, whose checkpointed update then returns the item and this check runs again.
         """

@@ -139,7 +139,8 @@ class ItemProtocol(Protocol):
 
         Raises
         ------
-        botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError
-            When the item could not be written: the batch is retried from its first record.
+        aggregator.dynamodb.errors.AwsRequestError, aggregator.dynamodb.errors.AwsConnectionError
+            When the item could not be written (from :meth:`~aggregator.dynamodb.items.
+            ItemRequests.call`): the batch is retried from its first record.
         """
         ...

@@ -156,7 +156,7 @@ class TargetItems:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             As :meth:`~aggregator.dynamodb.items.ItemRequests.call`.
         """
         request: dict[str, Any] = {
@@ -287,7 +287,7 @@ class TargetAtLeastOnceWrites:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             When the update fails other than by its condition or an unusable item.
         """
         items = self.items
@@ -356,7 +356,7 @@ class TargetCheckpointWrites:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             When an update fails other than by its condition or an unusable item.
         WriteError
             When the map kept changing for the recovery rounds.
@@ -499,7 +499,7 @@ class TargetCheckpointWrites:
 
         Raises
         ------
-        botocore.exceptions.ClientError
+        aggregator.dynamodb.errors.AwsRequestError
             For any other failure.
         """
         try:
