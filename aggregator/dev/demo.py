@@ -21,6 +21,7 @@ from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.rules import Rule, RuleSet, load_rules
 from aggregator.dev.flights import Flight, ReplayStep, read_flights, replay_steps
 from aggregator.dev.runner import RunStats, StreamRunner
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.query import Aggregate, AggregateStore, HistogramBucket, WindowResult
 from aggregator.dynamodb.table import create_table
 from aggregator.runtime.processor import BatchOutcome, create_processor
@@ -110,7 +111,7 @@ def write_steps(
             pending: dict[str, Any] = {table_name: requests}
             delay = 0.05
             while pending:
-                response = client.batch_write_item(RequestItems=pending)
+                response = requests_of(client).send("batch_write_item", RequestItems=pending)
                 pending = response.get("UnprocessedItems") or {}
                 if pending:
                     time.sleep(delay)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aggregator.core.exceptions import ConfigError, RunnerError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import pad_sequence_number
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.streams import (
     GET_RECORDS_LIMIT,
@@ -165,9 +166,16 @@ class PositionStore:
         return self.layout.item_key(self.layout.runner_pk, f"{stream_arn}#{shard_id}")
 
     def load(self, stream_arn: str, shard_id: str) -> tuple[str | None, int | None, dict[str, Any]]:
-        item = self.client.get_item(
-            TableName=self.table_name, Key=self._key(stream_arn, shard_id), ConsistentRead=True
-        ).get("Item")
+        item = (
+            requests_of(self.client)
+            .send(
+                "get_item",
+                TableName=self.table_name,
+                Key=self._key(stream_arn, shard_id),
+                ConsistentRead=True,
+            )
+            .get("Item")
+        )
         if not item:
             return None, None, {}
         window = item.get("window_start", {}).get("N")
@@ -193,7 +201,7 @@ class PositionStore:
         }
         if window_start is not None:
             item["window_start"] = {"N": str(window_start)}
-        self.client.put_item(TableName=self.table_name, Item=item)
+        requests_of(self.client).send("put_item", TableName=self.table_name, Item=item)
 
 
 @dataclass(slots=True)

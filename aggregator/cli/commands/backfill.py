@@ -129,9 +129,12 @@ def backfill_progress(
         TimeRemainingColumn,
     )
 
+    from aggregator.dynamodb.client import requests_of
+
     # DescribeTable's ItemCount is updated about every six hours (DynamoDB API reference,
     # TableDescription): a total for the bar and its ETA, not a promise
-    total = client.describe_table(TableName=table_name)["Table"].get("ItemCount") or None
+    described = requests_of(client).send("describe_table", TableName=table_name)
+    total = described["Table"].get("ItemCount") or None
     progress = Progress(
         TextColumn("backfill"),
         BarColumn(),

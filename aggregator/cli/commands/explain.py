@@ -106,6 +106,7 @@ def _live_item(
 ) -> tuple[dict[str, Any], RuleSet]:
     """``(DynamoDB-JSON item, rules)`` read with a strongly consistent ``GetItem``."""
     from aggregator.cli.tables import rules_for_table
+    from aggregator.dynamodb.client import requests_of
 
     client, rules = rules_for_table(table_name, definitions, endpoint_url)
     key: dict[str, Any] = {}
@@ -121,7 +122,11 @@ def _live_item(
             f"--key: table {table_name!r} is keyed by {', '.join(wanted)} (the rules' table: "
             f"section); give --key {' --key '.join(f'{k}=...' for k in wanted)}"
         )
-    item = client.get_item(TableName=table_name, Key=key, ConsistentRead=True).get("Item")
+    item = (
+        requests_of(client)
+        .send("get_item", TableName=table_name, Key=key, ConsistentRead=True)
+        .get("Item")
+    )
     if item is None:
         shown = ", ".join(f"{k}={v['S']}" for k, v in key.items())
         raise ConfigError(f"table {table_name!r} has no item {shown}")
