@@ -15,11 +15,11 @@ from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.dynamodb.costs import CostModel, WriteObservation
 from aggregator.dynamodb.errors import AwsRequestError
 from aggregator.dynamodb.floors import IndexFloors
-from aggregator.dynamodb.items import ItemRequests
+from aggregator.dynamodb.item_requests import ItemRequests
 from aggregator.dynamodb.membership import IndexMembership
 from aggregator.dynamodb.modes import WriterOptions, make_writer
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import resolved
+from aggregator.dynamodb.write_stats import WriteStats
 from tests.fakes import Clock
 
 D = Decimal

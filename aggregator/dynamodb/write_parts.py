@@ -4,8 +4,8 @@ A writer (:class:`~aggregator.dynamodb.writer.BatchWriter`) applies a batch thro
 :class:`ItemProtocol` for aggregate items (:mod:`aggregator.dynamodb.atleastonce` or
 :mod:`aggregator.dynamodb.checkpoint`) and, when it writes target rules, one for the
 application's items (:mod:`aggregator.dynamodb.targets`). The protocols share the
-:class:`WriteParts`: the requests to the table (:mod:`aggregator.dynamodb.items`), the cost model
-and its observer (:mod:`aggregator.dynamodb.costs`), index membership
+:class:`WriteParts`: the requests to the table (:mod:`aggregator.dynamodb.item_requests`), the
+cost model and its observer (:mod:`aggregator.dynamodb.costs`), index membership
 (:mod:`aggregator.dynamodb.membership`), empty value items' expiry
 (:mod:`aggregator.dynamodb.expiry`), the clock and the ``write_shards: auto`` routing.
 :func:`~aggregator.dynamodb.modes.make_writer` assembles them for a mode.
@@ -23,10 +23,10 @@ from aggregator.core.layout import TableLayout
 from aggregator.dynamodb.costs import CostModel, WriteObserver
 from aggregator.dynamodb.expiry import DEFAULT_EMPTY_VALUE_RETENTION_SECONDS, EmptyValueExpiry
 from aggregator.dynamodb.floors import IndexFloors
-from aggregator.dynamodb.items import ItemRequests
+from aggregator.dynamodb.item_requests import ItemRequests
 from aggregator.dynamodb.membership import IndexMembership
 from aggregator.dynamodb.routing import ShardRouting
-from aggregator.dynamodb.stats import WriteStats
+from aggregator.dynamodb.write_stats import WriteStats
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -43,7 +43,7 @@ class WriterOptions:
     throttle_retries, backoff_seconds
         Extra retries of throttled requests after botocore's own, with exponential backoff
         (``backoff_seconds * 2**attempt`` seconds;
-        :class:`~aggregator.dynamodb.items.ItemRequests`).
+        :class:`~aggregator.dynamodb.item_requests.ItemRequests`).
     checkpoint_retention_seconds
         The checkpointed modes (``exactly-once``, ``window``): age in seconds after which another
         shard's checkpoint on an item is pruned, and how long a value item whose count fell to
@@ -65,7 +65,7 @@ class WriteParts:
     Attributes
     ----------
     requests
-        Sends every request (:meth:`~aggregator.dynamodb.items.ItemRequests.call`).
+        Sends every request (:meth:`~aggregator.dynamodb.item_requests.ItemRequests.call`).
     costs
         Models each aggregate update's WCU and reports it to its observer.
     membership
@@ -140,7 +140,7 @@ class ItemProtocol(Protocol):
         Raises
         ------
         aggregator.dynamodb.errors.AwsRequestError, aggregator.dynamodb.errors.AwsConnectionError
-            When the item could not be written (from :meth:`~aggregator.dynamodb.items.
+            When the item could not be written (from :meth:`~aggregator.dynamodb.item_requests.
             ItemRequests.call`): the batch is retried from its first record.
         """
         ...
