@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from aggregator.core.clock import Clock
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
+from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.dynamodb.costs import CostModel, WriteObserver
 from aggregator.dynamodb.expiry import DEFAULT_EMPTY_VALUE_RETENTION_SECONDS, EmptyValueExpiry
@@ -51,11 +52,28 @@ class WriterOptions:
         ``MaximumRecordAgeInSeconds`` (default 25 hours: the template's 24 plus one). The
         ``at-least-once`` mode keeps no checkpoints and expires empty value items after the
         default.
+
+    Raises
+    ------
+    ConfigError
+        For a negative ``throttle_retries`` or ``backoff_seconds``, or a
+        ``checkpoint_retention_seconds`` that is not positive.
     """
 
     throttle_retries: int = 3
     backoff_seconds: float = 0.05
     checkpoint_retention_seconds: int = DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.throttle_retries < 0:
+            raise ConfigError(f"throttle_retries must be 0 or more, got {self.throttle_retries}")
+        if self.backoff_seconds < 0:
+            raise ConfigError(f"backoff_seconds must be 0 or more, got {self.backoff_seconds}")
+        if self.checkpoint_retention_seconds <= 0:
+            raise ConfigError(
+                "checkpoint_retention_seconds must be positive, got "
+                f"{self.checkpoint_retention_seconds}"
+            )
 
 
 @dataclass(slots=True)

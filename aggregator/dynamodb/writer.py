@@ -25,7 +25,7 @@ import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 
+@runtime_checkable
 class Writer(Protocol):
     """What the stream processor (:class:`~aggregator.runtime.processor.StreamProcessor`) needs
     from a write mode's writer."""
