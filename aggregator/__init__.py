@@ -88,15 +88,15 @@ _EXPORTS: dict[str, str] = {
 the package (the Lambda handler, :mod:`aggregator.handler`) loads only what that part uses."""
 
 _DEPRECATED: dict[str, tuple[str, str]] = {
-    "AggregateRef": ("aggregator.core.engine", ""),
+    "AggregateRef": ("aggregator.core.deltas", ""),
     "AtLeastOnceWriter": (
         "aggregator.dynamodb.writer",
         "; to get a writer, call aggregator.make_writer('at-least-once', ...)",
     ),
-    "BatchDeltas": ("aggregator.core.engine", ""),
-    "CoalescedDelta": ("aggregator.core.engine", ""),
-    "RecordFailure": ("aggregator.core.engine", ""),
-    "WriteStats": ("aggregator.dynamodb.writer", ""),
+    "BatchDeltas": ("aggregator.core.deltas", ""),
+    "CoalescedDelta": ("aggregator.core.deltas", ""),
+    "RecordFailure": ("aggregator.core.deltas", ""),
+    "WriteStats": ("aggregator.dynamodb.write_stats", ""),
 }
 """Names the package used to export that are internal: each still resolves, with a
 ``DeprecationWarning`` naming its module (and, where there is one, the public way instead)."""
@@ -165,4 +165,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    """The public names and the module's own attributes (no typing or import helpers)."""
+    return sorted({*__all__, "__version__", "__doc__", "__name__", "__file__", "__path__"})

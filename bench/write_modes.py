@@ -50,10 +50,10 @@ from aggregator.core.exceptions import AggregatorError
 from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.atleastonce import AtLeastOnceWrites
-from aggregator.dynamodb.parts import WriteParts, WriterOptions
 from aggregator.dynamodb.sizes import typed_item_size
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import added_amounts
+from aggregator.dynamodb.write_parts import WriteParts, WriterOptions
+from aggregator.dynamodb.write_stats import WriteStats
 from aggregator.dynamodb.writer import BatchWriter
 from aggregator.runtime.processor import BatchOutcome, StreamProcessor, create_processor
 

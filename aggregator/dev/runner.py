@@ -32,7 +32,6 @@ from aggregator.core.exceptions import ConfigError, RunnerError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.client import requests_of
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.streams import (
     GET_RECORDS_LIMIT,
     StreamSource,
@@ -40,6 +39,7 @@ from aggregator.dynamodb.streams import (
     is_closed,
     ready_shards,
 )
+from aggregator.dynamodb.write_stats import WriteStats
 from aggregator.runtime.processor import BatchCounts, BatchOutcome, StreamProcessor
 
 if TYPE_CHECKING:

@@ -9,16 +9,16 @@ delivers again is added again.
 from __future__ import annotations
 
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
-from aggregator.dynamodb.parts import WriteParts
 from aggregator.dynamodb.sizes import typed_item_size, write_units
-from aggregator.dynamodb.stats import WriteStats
+from aggregator.dynamodb.write_parts import WriteParts
+from aggregator.dynamodb.write_stats import WriteStats
 
 __all__ = ["AtLeastOnceWrites"]
 
 
 class AtLeastOnceWrites:
     """The at-least-once protocol for aggregate items (module docstring; an
-    :class:`~aggregator.dynamodb.parts.ItemProtocol`)."""
+    :class:`~aggregator.dynamodb.write_parts.ItemProtocol`)."""
 
     needs_shard = False
 

@@ -57,10 +57,10 @@ from aggregator.core.numbers import add
 from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.expiry import DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
-from aggregator.dynamodb.parts import WriteParts
 from aggregator.dynamodb.sizes import typed_attribute_size, typed_item_size, write_units
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import IndexAction, aggregate_update, prune_update
+from aggregator.dynamodb.write_parts import WriteParts
+from aggregator.dynamodb.write_stats import WriteStats
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -195,7 +195,7 @@ class _Checkpoints:
 
 class CheckpointWrites:
     """The exactly-once protocol for aggregate items through per-item shard checkpoints (module
-    docstring; an :class:`~aggregator.dynamodb.parts.ItemProtocol`).
+    docstring; an :class:`~aggregator.dynamodb.write_parts.ItemProtocol`).
 
     Parameters
     ----------

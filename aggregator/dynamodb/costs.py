@@ -9,7 +9,7 @@ asks for, so other shards' checkpoints on the item count), and for items in the 
 entry (Developer Guide, "Provisioned throughput considerations for GSIs"); the first write of an
 item costs only 1 there, so the index figure is an upper bound. ``reported_wcu`` is what the
 endpoint answered in ``ConsumedCapacity``; DynamoDB Local's figures are not AWS's, so both are
-kept (:class:`~aggregator.dynamodb.stats.WriteStats`).
+kept (:class:`~aggregator.dynamodb.write_stats.WriteStats`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from aggregator.core.text import bound
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.sizes import MAX_ITEM_BYTES, item_size
-from aggregator.dynamodb.stats import WriteStats
+from aggregator.dynamodb.write_stats import WriteStats
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

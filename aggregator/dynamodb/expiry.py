@@ -10,10 +10,10 @@ from typing import Any
 from aggregator.core.clock import Clock
 from aggregator.core.engine import CoalescedDelta
 from aggregator.core.numbers import add
-from aggregator.dynamodb.items import ItemRequests
+from aggregator.dynamodb.item_requests import ItemRequests
 from aggregator.dynamodb.sizes import typed_item_size, write_units
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import Update
+from aggregator.dynamodb.write_stats import WriteStats
 
 __all__ = ["DEFAULT_EMPTY_VALUE_RETENTION_SECONDS", "EmptyValueExpiry"]
 

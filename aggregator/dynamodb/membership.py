@@ -20,10 +20,10 @@ from aggregator.core.engine import CoalescedDelta
 from aggregator.core.numbers import add
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.floors import IndexFloors
-from aggregator.dynamodb.items import ItemRequests
+from aggregator.dynamodb.item_requests import ItemRequests
 from aggregator.dynamodb.sizes import typed_item_size, write_units
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import IndexAction, Update, index_partition
+from aggregator.dynamodb.write_stats import WriteStats
 
 __all__ = ["SEEN_ITEMS", "IndexMembership"]
 

@@ -9,7 +9,7 @@
     Aggregate items by :class:`~aggregator.dynamodb.atleastonce.AtLeastOnceWrites`, target
     rules' items by :class:`~aggregator.dynamodb.targets.TargetAtLeastOnceWrites`.
 
-Both protocols of a writer share one :class:`~aggregator.dynamodb.parts.WriteParts` (requests,
+Both protocols of a writer share one :class:`~aggregator.dynamodb.write_parts.WriteParts` (requests,
 cost model, index membership, expiry, clock, routing), and a
 :class:`~aggregator.dynamodb.writer.BatchWriter` applies each batch through them.
 """
@@ -26,13 +26,13 @@ from aggregator.dynamodb.atleastonce import AtLeastOnceWrites
 from aggregator.dynamodb.checkpoint import CheckpointWrites
 from aggregator.dynamodb.costs import WriteObserver
 from aggregator.dynamodb.expiry import DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
-from aggregator.dynamodb.parts import ItemProtocol, WriteParts, WriterOptions
 from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.targets import (
     TargetAtLeastOnceWrites,
     TargetCheckpointWrites,
     TargetItems,
 )
+from aggregator.dynamodb.write_parts import ItemProtocol, WriteParts, WriterOptions
 from aggregator.dynamodb.writer import BatchWriter, Writer
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def make_writer(
     max_workers
         Concurrent items per batch.
     options
-        The mode's options (:class:`~aggregator.dynamodb.parts.WriterOptions`: throttling
+        The mode's options (:class:`~aggregator.dynamodb.write_parts.WriterOptions`: throttling
         retries, the checkpoint retention); the defaults without.
     clock
         Epoch seconds (checkpoint times, expired buckets).

@@ -77,10 +77,10 @@ from aggregator.dynamodb.checkpoint import (
     sequence_bytes,
 )
 from aggregator.dynamodb.errors import error_code
-from aggregator.dynamodb.parts import ItemProtocol, WriteParts
 from aggregator.dynamodb.sizes import write_units
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import Update, prune_update
+from aggregator.dynamodb.write_parts import ItemProtocol, WriteParts
+from aggregator.dynamodb.write_stats import WriteStats
 
 __all__ = [
     "MAX_TARGET_CHECKPOINTS",
@@ -157,7 +157,7 @@ class TargetItems:
         Raises
         ------
         aggregator.dynamodb.errors.AwsRequestError
-            As :meth:`~aggregator.dynamodb.items.ItemRequests.call`.
+            As :meth:`~aggregator.dynamodb.item_requests.ItemRequests.call`.
         """
         request: dict[str, Any] = {
             "TableName": self.parts.requests.table_name,
@@ -270,8 +270,8 @@ class TargetItems:
 class TargetAtLeastOnceWrites:
     """At-least-once writes of target rules' deltas: ``ADD`` on condition
     ``attribute_exists(<partition key>)``; a missing target's delta goes to the rule's ledger
-    (module docstring). An :class:`~aggregator.dynamodb.parts.ItemProtocol` for the deltas with
-    a target attribute."""
+    (module docstring). An :class:`~aggregator.dynamodb.write_parts.ItemProtocol` for the deltas
+    with a target attribute."""
 
     needs_shard = False
 
@@ -308,7 +308,7 @@ class TargetAtLeastOnceWrites:
 
 class TargetCheckpointWrites:
     """Exactly-once writes of target rules' deltas through the item's checkpoint map (module
-    docstring). An :class:`~aggregator.dynamodb.parts.ItemProtocol` for the deltas with a
+    docstring). An :class:`~aggregator.dynamodb.write_parts.ItemProtocol` for the deltas with a
     target attribute.
 
     Parameters

@@ -1,6 +1,6 @@
 """Applies coalesced deltas to the aggregates partition: the :class:`Writer` protocol the
 processor uses, and :class:`BatchWriter`, the writer composed of parts
-(:mod:`aggregator.dynamodb.parts`) that :func:`~aggregator.dynamodb.modes.make_writer`
+(:mod:`aggregator.dynamodb.write_parts`) that :func:`~aggregator.dynamodb.modes.make_writer`
 assembles for a mode.
 
 Modes
@@ -25,7 +25,7 @@ import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -36,9 +36,9 @@ from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.atleastonce import AtLeastOnceWrites
 from aggregator.dynamodb.costs import WriteObserver
-from aggregator.dynamodb.parts import ItemProtocol, WriteParts, WriterOptions
 from aggregator.dynamodb.routing import ShardRouting
-from aggregator.dynamodb.stats import WriteResult, WriteStats
+from aggregator.dynamodb.write_parts import ItemProtocol, WriteParts, WriterOptions
+from aggregator.dynamodb.write_stats import WriteResult, WriteStats
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 
+@runtime_checkable
 class Writer(Protocol):
     """What the stream processor (:class:`~aggregator.runtime.processor.StreamProcessor`) needs
     from a write mode's writer."""
@@ -261,7 +262,7 @@ class AtLeastOnceWriter(BatchWriter):
     client, table_name, layout, max_workers, clock, observer
         As :func:`~aggregator.dynamodb.modes.make_writer` takes them.
     options
-        Throttling retries (:class:`~aggregator.dynamodb.parts.WriterOptions`; this mode keeps
+        Throttling retries (:class:`~aggregator.dynamodb.write_parts.WriterOptions`; this mode keeps
         no checkpoints).
 
     Notes

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aggregator.core.engine import BatchDeltas
-from aggregator.dynamodb.stats import WriteStats
+from aggregator.dynamodb.write_stats import WriteStats
 
 __all__ = ["BatchCounts", "BatchOutcome"]
 

@@ -458,7 +458,7 @@ def create_processor(
 
     ``clock`` (epoch seconds, default ``time.time``) is shared by the engine (expired time
     buckets) and the writer (checkpoint ages); tests pass a simulated one. ``writer_options``
-    are the mode's options (:class:`~aggregator.dynamodb.parts.WriterOptions`: throttling
+    are the mode's options (:class:`~aggregator.dynamodb.write_parts.WriterOptions`: throttling
     retries, the checkpoint retention) and ``observer`` receives each modelled write
     (:mod:`aggregator.dynamodb.costs`), both given to
     :func:`~aggregator.dynamodb.modes.make_writer`.

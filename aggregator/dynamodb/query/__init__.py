@@ -458,8 +458,8 @@ class AggregateStore:
         (default ``now`` rounded up to the second). The range answered covers the range asked:
         a start that is not on a boundary of the rule's finest granularity moves down to the
         boundary before it and an end up to the one after it, so the finest buckets holding
-        either edge count in full. With minute buckets, ``last=24h`` at 10:30:27 covers
-        ``[10:30 yesterday, 10:31 today)``; with hour buckets only, ``last=1h`` at 17:00:27
+        either edge count in full. With minute buckets, ``last=86400`` (24 h) at 10:30:27 covers
+        ``[10:30 yesterday, 10:31 today)``; with hour buckets only, ``last=3600`` at 17:00:27
         covers ``[16:00, 18:00)``, the last hour and the current one. The range asked and the
         range answered are both in the result (``asked_start``/``asked_end``,
         ``start``/``end``).

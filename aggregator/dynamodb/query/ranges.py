@@ -64,6 +64,11 @@ class AskedRange:
         if (start is None) == (last is None):
             raise QueryError("give either start (with end) or last")
         if last is not None:
+            if isinstance(last, bool) or not isinstance(last, int):
+                raise QueryError(
+                    f"last is a duration in whole seconds (an int, e.g. 86400 for a day), "
+                    f"got {last!r}"
+                )
             if last <= 0 or last % finest.seconds:
                 raise QueryError(
                     f"last must be a positive multiple of the finest granularity "

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from aggregator.dynamodb.stats import WriteStats
+from aggregator.dynamodb.write_stats import WriteStats
 
 __all__ = ["BackfillStats", "RateLimiter"]
 

@@ -11,15 +11,16 @@ import pytest
 from botocore.exceptions import ClientError
 
 from aggregator.core.engine import AggregateRef, CoalescedDelta
+from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import DEFAULT_LAYOUT
 from aggregator.dynamodb.costs import CostModel, WriteObservation
 from aggregator.dynamodb.errors import AwsRequestError
 from aggregator.dynamodb.floors import IndexFloors
-from aggregator.dynamodb.items import ItemRequests
+from aggregator.dynamodb.item_requests import ItemRequests
 from aggregator.dynamodb.membership import IndexMembership
 from aggregator.dynamodb.modes import WriterOptions, make_writer
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import resolved
+from aggregator.dynamodb.write_stats import WriteStats
 from tests.fakes import Clock
 
 D = Decimal
@@ -251,5 +252,29 @@ def test_writer_options_default_to_the_documented_values() -> None:
     try:
         assert writer.parts.expiry.retention_seconds == 60
         assert writer.mode == "exactly-once" and writer.aggregates.needs_shard
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"throttle_retries": -1},
+        {"backoff_seconds": -0.5},
+        {"checkpoint_retention_seconds": 0},
+    ],
+)
+def test_writer_options_refuse_values_no_writer_can_use(options) -> None:
+    with pytest.raises(ConfigError, match=next(iter(options))):
+        WriterOptions(**options)
+
+
+def test_a_made_writer_is_a_writer_at_run_time() -> None:
+    from aggregator.dynamodb.writer import Writer
+
+    writer = make_writer("at-least-once", object(), "t")  # type: ignore[arg-type]
+    try:
+        assert isinstance(writer, Writer)
+        assert not isinstance(object(), Writer)
     finally:
         writer.close()

@@ -4,8 +4,8 @@ A writer (:class:`~aggregator.dynamodb.writer.BatchWriter`) applies a batch thro
 :class:`ItemProtocol` for aggregate items (:mod:`aggregator.dynamodb.atleastonce` or
 :mod:`aggregator.dynamodb.checkpoint`) and, when it writes target rules, one for the
 application's items (:mod:`aggregator.dynamodb.targets`). The protocols share the
-:class:`WriteParts`: the requests to the table (:mod:`aggregator.dynamodb.items`), the cost model
-and its observer (:mod:`aggregator.dynamodb.costs`), index membership
+:class:`WriteParts`: the requests to the table (:mod:`aggregator.dynamodb.item_requests`), the
+cost model and its observer (:mod:`aggregator.dynamodb.costs`), index membership
 (:mod:`aggregator.dynamodb.membership`), empty value items' expiry
 (:mod:`aggregator.dynamodb.expiry`), the clock and the ``write_shards: auto`` routing.
 :func:`~aggregator.dynamodb.modes.make_writer` assembles them for a mode.
@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from aggregator.core.clock import Clock
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
+from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.dynamodb.costs import CostModel, WriteObserver
 from aggregator.dynamodb.expiry import DEFAULT_EMPTY_VALUE_RETENTION_SECONDS, EmptyValueExpiry
 from aggregator.dynamodb.floors import IndexFloors
-from aggregator.dynamodb.items import ItemRequests
+from aggregator.dynamodb.item_requests import ItemRequests
 from aggregator.dynamodb.membership import IndexMembership
 from aggregator.dynamodb.routing import ShardRouting
-from aggregator.dynamodb.stats import WriteStats
+from aggregator.dynamodb.write_stats import WriteStats
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -43,7 +44,7 @@ class WriterOptions:
     throttle_retries, backoff_seconds
         Extra retries of throttled requests after botocore's own, with exponential backoff
         (``backoff_seconds * 2**attempt`` seconds;
-        :class:`~aggregator.dynamodb.items.ItemRequests`).
+        :class:`~aggregator.dynamodb.item_requests.ItemRequests`).
     checkpoint_retention_seconds
         The checkpointed modes (``exactly-once``, ``window``): age in seconds after which another
         shard's checkpoint on an item is pruned, and how long a value item whose count fell to
@@ -51,11 +52,28 @@ class WriterOptions:
         ``MaximumRecordAgeInSeconds`` (default 25 hours: the template's 24 plus one). The
         ``at-least-once`` mode keeps no checkpoints and expires empty value items after the
         default.
+
+    Raises
+    ------
+    ConfigError
+        For a negative ``throttle_retries`` or ``backoff_seconds``, or a
+        ``checkpoint_retention_seconds`` that is not positive.
     """
 
     throttle_retries: int = 3
     backoff_seconds: float = 0.05
     checkpoint_retention_seconds: int = DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.throttle_retries < 0:
+            raise ConfigError(f"throttle_retries must be 0 or more, got {self.throttle_retries}")
+        if self.backoff_seconds < 0:
+            raise ConfigError(f"backoff_seconds must be 0 or more, got {self.backoff_seconds}")
+        if self.checkpoint_retention_seconds <= 0:
+            raise ConfigError(
+                "checkpoint_retention_seconds must be positive, got "
+                f"{self.checkpoint_retention_seconds}"
+            )
 
 
 @dataclass(slots=True)
@@ -65,7 +83,7 @@ class WriteParts:
     Attributes
     ----------
     requests
-        Sends every request (:meth:`~aggregator.dynamodb.items.ItemRequests.call`).
+        Sends every request (:meth:`~aggregator.dynamodb.item_requests.ItemRequests.call`).
     costs
         Models each aggregate update's WCU and reports it to its observer.
     membership
@@ -140,7 +158,7 @@ class ItemProtocol(Protocol):
         Raises
         ------
         aggregator.dynamodb.errors.AwsRequestError, aggregator.dynamodb.errors.AwsConnectionError
-            When the item could not be written (from :meth:`~aggregator.dynamodb.items.
+            When the item could not be written (from :meth:`~aggregator.dynamodb.item_requests.
             ItemRequests.call`): the batch is retried from its first record.
         """
         ...

@@ -19,8 +19,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from aggregator.core.engine import CoalescedDelta
 from aggregator.core.layout import TableLayout
 from aggregator.dynamodb.client import Backoff, RequestClient, RequestCounts
-from aggregator.dynamodb.stats import WriteStats
 from aggregator.dynamodb.updates import IndexAction, Update, add_update, item_key
+from aggregator.dynamodb.write_stats import WriteStats
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
