@@ -194,9 +194,10 @@ class Throttled:
         return {"ConsumedCapacity": {"CapacityUnits": 1.5}}
 
 
-def test_throttling_is_retried_and_counted_then_raised() -> None:
+def throttled_requests(times: int) -> tuple[Throttled, ItemRequests]:
+    """A client throttled ``times`` times, and a writer's requests over it (2 retries)."""
     options = WriterOptions(throttle_retries=2, backoff_seconds=0.0)
-    client = Throttled(times=2)
+    client = Throttled(times)
     requests = ItemRequests(
         client,  # type: ignore[arg-type]
         "t",
@@ -204,19 +205,17 @@ def test_throttling_is_retried_and_counted_then_raised() -> None:
         throttle_retries=options.throttle_retries,
         backoff_seconds=options.backoff_seconds,
     )
+    return client, requests
+
+
+def test_throttling_is_retried_and_counted_then_raised() -> None:
+    client, requests = throttled_requests(times=2)
     stats = WriteStats()
     requests.call("update_item", {}, stats)
     assert (client.calls, stats.requests, stats.throttle_retries) == (3, 3, 2)
     assert stats.reported_wcu == D("1.5")
+    client, requests = throttled_requests(times=3)
     stats = WriteStats()
-    client = Throttled(times=3)
-    requests = ItemRequests(
-        client,  # type: ignore[arg-type]
-        "t",
-        DEFAULT_LAYOUT,
-        throttle_retries=options.throttle_retries,
-        backoff_seconds=options.backoff_seconds,
-    )
     with pytest.raises(AwsRequestError) as raised:  # the project's error, still a ClientError
         requests.call("update_item", {}, stats)
     assert isinstance(raised.value, ClientError)
@@ -228,30 +227,30 @@ def test_writer_options_default_to_the_documented_values() -> None:
     assert WriterOptions() == WriterOptions(
         throttle_retries=3, backoff_seconds=0.05, checkpoint_retention_seconds=25 * 3600
     )
-    clock = Clock(0.0)
-    writer = make_writer(
-        "at-least-once",
-        object(),  # type: ignore[arg-type]
-        "t",
-        options=WriterOptions(checkpoint_retention_seconds=60),
-        clock=clock,
-    )
-    try:
+
+
+@pytest.mark.parametrize(
+    ("mode", "retention_seconds", "built_mode", "needs_shard"),
+    [
         # at-least-once keeps no checkpoints: empty value items keep the default retention
-        assert writer.parts.expiry.retention_seconds == 25 * 3600
-        assert writer.mode == "at-least-once" and not writer.aggregates.needs_shard
-    finally:
-        writer.close()
+        ("at-least-once", 25 * 3600, "at-least-once", False),
+        ("window", 60, "exactly-once", True),
+    ],
+)
+def test_the_checkpoint_retention_reaches_the_modes_that_keep_checkpoints(
+    mode, retention_seconds, built_mode, needs_shard
+) -> None:
     writer = make_writer(
-        "window",
+        mode,
         object(),  # type: ignore[arg-type]
         "t",
         options=WriterOptions(checkpoint_retention_seconds=60),
-        clock=clock,
+        clock=Clock(0.0),
     )
     try:
-        assert writer.parts.expiry.retention_seconds == 60
-        assert writer.mode == "exactly-once" and writer.aggregates.needs_shard
+        assert writer.parts.expiry.retention_seconds == retention_seconds
+        assert writer.mode == built_mode
+        assert writer.aggregates.needs_shard is needs_shard
     finally:
         writer.close()
 
