@@ -47,8 +47,10 @@ __all__ = [
     "TableProblem",
     "check_key_schema",
     "check_table",
+    "check_table_report",
     "key_schema_problems",
     "prepare_table",
+    "table_warnings",
 ]
 
 VIEW_TYPE: Final = "NEW_AND_OLD_IMAGES"
@@ -154,6 +156,20 @@ def check_table(client: DynamoDBClient, table_name: str, rules: RuleSet) -> list
     aggregator.dynamodb.errors.AwsError
         When the table does not exist (``ResourceNotFoundException``) or cannot be described.
     """
+    return check_table_report(client, table_name, rules)[0]
+
+
+def check_table_report(
+    client: DynamoDBClient, table_name: str, rules: RuleSet
+) -> tuple[list[TableProblem], list[str]]:
+    """``(problems, warnings)``: :func:`check_table`'s problems, and what fits the rules but
+    limits or endangers the aggregates (:func:`table_warnings`), from one ``DescribeTable``.
+
+    Raises
+    ------
+    aggregator.dynamodb.errors.AwsError
+        As :func:`check_table`.
+    """
     layout = rules.layout
     description = requests_of(client).send("describe_table", TableName=table_name)["Table"]
     problems = key_schema_problems(table_name, description, layout)
@@ -222,7 +238,51 @@ def check_table(client: DynamoDBClient, table_name: str, rules: RuleSet) -> list
                     preparable=status != "DISABLING",
                 )
             )
-    return problems
+    return problems, table_warnings(description, layout)
+
+
+def table_warnings(description: Mapping[str, Any], layout: TableLayout) -> list[str]:
+    """What a table description shows that fits the rules but limits or endangers the
+    aggregates, one line each (``DescribeTable``'s ``Table``):
+
+    - a local secondary index: every item collection is then capped at 10 GB (API Reference,
+      ``TableDescription.LocalSecondaryIndexes``: "the amount of data within a given item
+      collection cannot exceed 10 GB"), and the aggregates' collection grows with the number of
+      keys; adaptive capacity does not split an item collection across partitions on such a
+      table (Developer Guide, "Burst and adaptive capacity");
+    - replicas (a global table): each replica's stream carries every write, the replicated ones
+      included, and concurrent updates of one item in two Regions resolve last writer wins
+      (Developer Guide, "Global tables: How it works"), so a handler in more than one Region
+      counts each write again, and an aggregate replicated from another Region can overwrite
+      increments made here.
+    """
+    warnings: list[str] = []
+    local_indexes = [
+        i.get("IndexName", "?") for i in description.get("LocalSecondaryIndexes") or []
+    ]
+    if local_indexes:
+        keyed = (
+            f"under {layout.partition_key} = {layout.aggregates_pk}"
+            if layout.sort_key is not None
+            else "of each key"
+        )
+        warnings.append(
+            f"local secondary index {', '.join(local_indexes)}: with one, every item collection "
+            f"is capped at 10 GB, and the aggregates' collection ({keyed}) grows with the number "
+            "of keys; DynamoDB will not split an item collection across partitions for heat "
+            "either"
+        )
+    replicas = [r.get("RegionName", "?") for r in description.get("Replicas") or []]
+    if replicas:
+        version = description.get("GlobalTableVersion")
+        warnings.append(
+            f"global table{f' (version {version})' if version else ''} with replicas in "
+            f"{', '.join(replicas)}: every replica's stream carries every write, the replicated "
+            "ones included, so subscribe the aggregator's function in one Region only (a second "
+            "Region counts every write again), and write to the aggregates from that Region only "
+            "(replication is last writer wins per item)"
+        )
+    return warnings
 
 
 @dataclass(frozen=True, slots=True)

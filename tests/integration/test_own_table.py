@@ -187,6 +187,48 @@ def test_a_layout_naming_other_keys_is_reported_with_the_fix(ddb, dynamodb_local
     assert "fix: declare it in the rules: table: {sort_key: SK}" in output
 
 
+def test_a_local_secondary_index_is_warned_about_not_refused(ddb, dynamodb_local, tmp_path):
+    # a table the rules fit, but with a local secondary index: 10 GB item collections
+    name = "game-with-lsi"
+    ddb.create_table(
+        TableName=name,
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "created", "AttributeType": "S"},
+        ],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        LocalSecondaryIndexes=[
+            {
+                "IndexName": "by_created",
+                "KeySchema": [
+                    {"AttributeName": "pk", "KeyType": "HASH"},
+                    {"AttributeName": "created", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1})
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\nrules:\n  - name: per_player\n    key: '{pk}'\n")
+    code, output = cli(
+        dynamodb_local.endpoint_url, "check-table", "--table", name, "-d", str(rules)
+    )
+    assert code == 0
+    assert (
+        "warning: local secondary index by_created: with one, every item collection is capped "
+        "at 10 GB, and the aggregates' collection (under pk = AGGREGATES) grows with the number "
+        "of keys"
+    ) in output
+    assert f"table {name} fits the rules" in output
+
+
 # Cloud Adventure on a table with only a partition key: one item per path found, keyed
 # "PATH#<player>#<n>", the player in an attribute; the derived rules read the source aggregates
 # through the stream as on a table with a sort key.

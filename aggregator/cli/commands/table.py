@@ -17,12 +17,17 @@ from aggregator.cli.output import console, err_console
 def check_table_cmd(table_name: str, definitions: RuleSources, endpoint_url: str | None) -> None:
     """Report every way the table differs from what the rules need (key names and types,
     stream view type, leaderboard index, TTL attribute), one line each with its fix; exit 1 if
-    there is any."""
+    there is any. Warns (exit 0) about a local secondary index (10 GB item collections) and
+    about a global table's replicas (one Region must run the aggregator)."""
     from aggregator.core.rules import load_rules
-    from aggregator.dynamodb.tablecheck import check_table
+    from aggregator.dynamodb.tablecheck import check_table_report
 
     rules = load_rules(definitions)
-    problems = check_table(clients.make_client("dynamodb", endpoint_url), table_name, rules)
+    problems, warnings = check_table_report(
+        clients.make_client("dynamodb", endpoint_url), table_name, rules
+    )
+    for warning in warnings:  # fits the rules, but limits or endangers the aggregates
+        err_console.print(f"warning: {warning}", highlight=False, markup=False)
     layout = rules.layout
     if not problems:
         console.print(
