@@ -115,3 +115,18 @@ class AggregatesStub:
             response["LastEvaluatedKey"] = {"pk": {"S": "AGGREGATES"}, "sk": {"S": keys[-1]}}
         response["Items"] = [{"sk": {"S": k}, **self.items[k]} for k in keys]
         return response
+
+
+def write_facts(delta: Any) -> tuple[Any, ...]:
+    """The write facts a coalesced delta carries, read field by field (not through the
+    code's own ``CoalescedDelta.spec``): leaderboard, index partitions, write shards, auto
+    shards, keeps count, per value, target attribute."""
+    return (
+        delta.leaderboard,
+        delta.index_partitions,
+        delta.write_shards,
+        delta.auto_shards,
+        delta.keeps_count,
+        delta.per_value,
+        delta.target_attribute,
+    )

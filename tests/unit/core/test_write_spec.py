@@ -9,7 +9,7 @@ from decimal import Decimal
 from aggregator.core.engine import AggregateRef, CoalescedDelta, Engine
 from aggregator.core.records import StreamRecord
 from aggregator.core.rules import RuleSet, WriteSpec, rule
-from tests.factories import stream_record
+from tests.factories import stream_record, write_facts
 
 PATHS = {"sk": {"prefix": "PATH#"}}
 TALLY = {"partition_key": "{pk}", "sort_key": "META", "attribute": "pathCount"}
@@ -75,19 +75,7 @@ def test_a_partial_takes_neither_the_index_entry_nor_the_target_attribute():
         )
         for partial in (False, True)
     }
-    facts = {
-        p: (
-            d.leaderboard,
-            d.index_partitions,
-            d.write_shards,
-            d.auto_shards,
-            d.keeps_count,
-            d.per_value,
-            d.target_attribute,
-            d.count_parts,
-        )
-        for p, d in made.items()
-    }
+    facts = {p: (*write_facts(d), d.count_parts) for p, d in made.items()}
     assert facts == {
         False: (True, 3, 4, True, True, True, "n", counted),
         True: (False, 3, 4, True, True, True, None, counted),
@@ -109,18 +97,7 @@ def test_the_engine_builds_its_deltas_from_the_rules_specs():
     )
     item = {"pk": "P1", "sk": "PATH#1", "owner": "ann", "n": 5}
     batch = Engine(rules).process([StreamRecord(stream_record("INSERT", None, item, seq=7))])
-    facts = {
-        (d.ref.rule, d.ref.partial): (
-            d.leaderboard,
-            d.index_partitions,
-            d.write_shards,
-            d.auto_shards,
-            d.keeps_count,
-            d.per_value,
-            d.target_attribute,
-        )
-        for d in batch.deltas.values()
-    }
+    facts = {(d.ref.rule, d.ref.partial): write_facts(d) for d in batch.deltas.values()}
     assert facts == {
         ("per_owner", False): (True, 2, 1, False, False, False, None),
         ("total", False): (False, 1, 64, True, False, False, None),  # not hot: the aggregate

@@ -13,6 +13,7 @@ from aggregator.core.rules import RuleSet, rule
 from aggregator.dynamodb.updates import resolved
 from aggregator.operations.backfill import Backfill
 from aggregator.operations.reconcile import _repair
+from tests.factories import write_facts
 
 D = Decimal
 PATHS = {"sk": {"prefix": "PATH#"}}
@@ -38,20 +39,7 @@ def test_backfill_pages_carry_the_rules_write_facts():
         AggregateRef("tally", "P1#META", "P1#META", target=("P1", "META")): (D(4), D(0)),
     }
     batch = Backfill.batch(SimpleNamespace(rules=RULES), amounts, 12)  # type: ignore[arg-type]
-    facts = {
-        d.ref.rule: (
-            d.leaderboard,
-            d.index_partitions,
-            d.write_shards,
-            d.auto_shards,
-            d.keeps_count,
-            d.per_value,
-            d.target_attribute,
-            d.parts,
-            d.count_parts,
-        )
-        for d in batch.deltas.values()
-    }
+    facts = {d.ref.rule: (*write_facts(d), d.parts, d.count_parts) for d in batch.deltas.values()}
     assert facts == {
         "ranked": (True, 2, 1, False, False, False, None, [("12", D(2))], []),
         "total": (False, 1, 64, True, False, False, None, [("12", D(3))], []),
