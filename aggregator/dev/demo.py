@@ -101,6 +101,7 @@ def write_steps(
     """Write replay steps with ``BatchWriteItem`` (retrying unprocessed items), each step
     flushed before the next; returns the number of writes."""
     total = 0
+    sender = requests_of(client)
     for step in steps:
         for i in range(0, len(step.items), BATCH_WRITE_LIMIT):
             chunk = step.items[i : i + BATCH_WRITE_LIMIT]
@@ -111,7 +112,7 @@ def write_steps(
             pending: dict[str, Any] = {table_name: requests}
             delay = 0.05
             while pending:
-                response = requests_of(client).send("batch_write_item", RequestItems=pending)
+                response = sender.send("batch_write_item", RequestItems=pending)
                 pending = response.get("UnprocessedItems") or {}
                 if pending:
                     time.sleep(delay)

@@ -159,6 +159,7 @@ class PositionStore:
         self, client: DynamoDBClient, table_name: str, layout: TableLayout = DEFAULT_LAYOUT
     ) -> None:
         self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
 
@@ -166,16 +167,12 @@ class PositionStore:
         return self.layout.item_key(self.layout.runner_pk, f"{stream_arn}#{shard_id}")
 
     def load(self, stream_arn: str, shard_id: str) -> tuple[str | None, int | None, dict[str, Any]]:
-        item = (
-            requests_of(self.client)
-            .send(
-                "get_item",
-                TableName=self.table_name,
-                Key=self._key(stream_arn, shard_id),
-                ConsistentRead=True,
-            )
-            .get("Item")
-        )
+        item = self.requests.send(
+            "get_item",
+            TableName=self.table_name,
+            Key=self._key(stream_arn, shard_id),
+            ConsistentRead=True,
+        ).get("Item")
         if not item:
             return None, None, {}
         window = item.get("window_start", {}).get("N")
@@ -201,7 +198,7 @@ class PositionStore:
         }
         if window_start is not None:
             item["window_start"] = {"N": str(window_start)}
-        requests_of(self.client).send("put_item", TableName=self.table_name, Item=item)
+        self.requests.send("put_item", TableName=self.table_name, Item=item)
 
 
 @dataclass(slots=True)

@@ -56,7 +56,7 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.client import requests_of
-from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.streams import TableStream
@@ -278,9 +278,10 @@ def reindex_leaderboard(
         As DynamoDB raises it (a conditional failure is a dropped aggregate, skipped).
     """
     layout = rules.layout
+    requests = requests_of(client)
     count = 0
     for page in query_collection(
-        client_call(client),
+        requests.send,
         table_name,
         layout,
         layout.aggregates_pk,
@@ -303,7 +304,7 @@ def reindex_leaderboard(
                 update = update.remove(layout.leaderboard_attribute)
             update = update.where_exists(layout.partition_key)
             try:
-                requests_of(client).send(
+                requests.send(
                     "update_item",
                     TableName=table_name,
                     Key=layout.aggregate_key(sort_key),

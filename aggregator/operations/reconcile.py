@@ -168,6 +168,7 @@ class _Checker:
         self.rules = rules
         self.layout = rules.layout
         self.client = client
+        self.requests = requests_of(client)
         self.table_name = table_name
         self.names = names
         self.engine = Engine(rules)
@@ -183,7 +184,7 @@ class _Checker:
         too); the second part: the sort keys of the target rules whose target item exists
         (holding the attribute or not)."""
         out, present = self._stored_targets()
-        call = requests_of(self.client).send
+        call = self.requests.send
         for name in self.names:
             if name in self.targets:
                 continue
@@ -221,17 +222,13 @@ class _Checker:
         wanted = [*keys, lay.target_checkpoints_attribute]
         wanted += sorted({r.target.attribute for r in self.targets.values() if r.target})
         names = {f"#p{i}": n for i, n in enumerate(wanted)}
-        start: dict[str, Any] | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "TableName": self.table_name,
-                "ConsistentRead": True,
-                "ProjectionExpression": ", ".join(names),
-                "ExpressionAttributeNames": names,
-            }
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            page = requests_of(self.client).send("scan", **kwargs)
+        request = {
+            "TableName": self.table_name,
+            "ConsistentRead": True,
+            "ProjectionExpression": ", ".join(names),
+            "ExpressionAttributeNames": names,
+        }
+        for page in self.requests.pages("scan", **request):
             for item in page.get("Items", []):
                 if lay.is_reserved(item):
                     continue
@@ -254,21 +251,15 @@ class _Checker:
                     )
                     number = Decimal(held["N"]) if "N" in held else Decimal(0)
                     out[sort_key] = ((number, Decimal(0)), version, item)
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return out, present
+        return out, present
 
     def expected(self, now: float) -> tuple[dict[str, Amounts], int]:
         """``({sort key: (value, count)}, items scanned)`` of the rules over the table's items
         (the count of a kind that keeps none is 0)."""
         totals: dict[str, Amounts] = {}
         scanned = 0
-        start: dict[str, Any] | None = None
-        while True:
-            kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            page = requests_of(self.client).send("scan", **kwargs)
+        request = {"TableName": self.table_name, "ConsistentRead": True}
+        for page in self.requests.pages("scan", **request):
             for item in page.get("Items", []):
                 if self.layout.is_reserved(item):
                     continue
@@ -279,9 +270,7 @@ class _Checker:
                     totals[ref.sort_key] = add_amounts(
                         totals.get(ref.sort_key, NO_AMOUNTS), amounts
                     )
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return totals, scanned
+        return totals, scanned
 
 
 def reconcile(

@@ -74,30 +74,27 @@ class _Reading:
         store = AggregateStore(client, self.table_name, rules)
         known = any(r.name == rule for r in rules)
         status = store.serving_status(rule) if known else None
+        warning = None
         if known and store.definition_changed(rule):
-            err_console.print(
-                f"warning: rule {rule!r} was changed since its aggregates were built: they count "
+            warning = (
+                f"rule {rule!r} was changed since its aggregates were built: they count "
                 "its deployed definition, not this one (aggregator rebuild "
-                f"{rule} --table {self.table_name})",
-                markup=False,
-                highlight=False,
+                f"{rule} --table {self.table_name})"
             )
         elif known and store.deployed(rule) is False:
-            err_console.print(
-                f"warning: rule {rule!r} is not deployed yet: no handler (nor aggregator run) has "
+            warning = (
+                f"rule {rule!r} is not deployed yet: no handler (nor aggregator run) has "
                 "started with it, so nothing is counted for it (aggregator status --table "
-                f"{self.table_name})",
-                markup=False,
-                highlight=False,
+                f"{self.table_name})"
             )
         elif status in ("requested", "pending", "backfilling"):
-            err_console.print(
-                f"warning: rule {rule!r} is {status}: its aggregates do not count the items "
+            warning = (
+                f"rule {rule!r} is {status}: its aggregates do not count the items "
                 "from before its fences yet, so they are incomplete (aggregator status --table "
-                f"{self.table_name}; aggregator backfill --table {self.table_name})",
-                markup=False,
-                highlight=False,
+                f"{self.table_name}; aggregator backfill --table {self.table_name})"
             )
+        if warning is not None:
+            err_console.print(f"warning: {warning}", markup=False, highlight=False)
         return store
 
 
@@ -157,6 +154,16 @@ def _key(values: tuple[str, ...]) -> str | list[str]:
     one-placeholder key, or the key as displayed, split at the template's separators), several
     as the placeholder values in order."""
     return values[0] if len(values) == 1 else list(values)
+
+
+def _print_no_values(store: AggregateStore, rule: str, values: tuple[str, ...]) -> None:
+    """``<rule> <key>: no values ...`` with the hint of a key perhaps not the one meant."""
+    console.print(
+        f"{rule} {' '.join(values)}: no values (none counted, or all removed)"
+        + _not_found_hint(store, rule, values),
+        markup=False,
+        highlight=False,
+    )
 
 
 def _not_found_hint(store: AggregateStore, rule: str, values: tuple[str, ...]) -> str:
@@ -503,12 +510,7 @@ def query_percentile(
         )
         return
     if result.count == 0:
-        console.print(
-            f"{rule} {' '.join(values)}: no values (none counted, or all removed)"
-            + _not_found_hint(store, rule, values),
-            markup=False,
-            highlight=False,
-        )
+        _print_no_values(store, rule, values)
         raise SystemExit(1)
     accuracy = (
         "exact"
@@ -567,12 +569,7 @@ def query_histogram(rule: str, values: tuple[str, ...], reading: _Reading) -> No
     table.add_column("")
     if not rows:
         if values:  # a distribution's key: perhaps not the key meant
-            console.print(
-                f"{rule} {' '.join(values)}: no values (none counted, or all removed)"
-                + _not_found_hint(store, rule, values),
-                markup=False,
-                highlight=False,
-            )
+            _print_no_values(store, rule, values)
             return
         console.print(f"{rule}: no aggregates (nothing counted yet)", highlight=False)
         return

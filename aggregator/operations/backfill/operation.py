@@ -195,7 +195,6 @@ class Backfill:
         self.writer = make_writer(
             "exactly-once", client, table_name, layout=self.layout, max_workers=8, clock=clock
         )
-        self.leaderboard = {r.name for r in self.rules if r.leaderboard}
 
     def shard_fences(self, shard_id: str) -> dict[str, str]:
         """``{rule: after}`` of the backfilled rules in one shard (cached once complete)."""
@@ -236,11 +235,7 @@ class Backfill:
         """Refuse rules that a handler fenced at different points (deployed at different
         times): one backfill counts one state per item, at one fence per shard."""
         for shard in self.shards():
-            fences = {
-                r: f.after
-                for r, f in self.fence_store.get(shard["ShardId"]).items()
-                if r in self.rule_names
-            }
+            fences = self.shard_fences(shard["ShardId"])
             if fences and (len(set(fences.values())) > 1 or len(fences) != len(self.rule_names)):
                 raise ConfigError(
                     f"rules {', '.join(sorted(self.rule_names))} were fenced at different points "
