@@ -53,7 +53,6 @@ from botocore.exceptions import ClientError
 
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
 from aggregator.core.exceptions import WriteError
-from aggregator.core.numbers import add
 from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.expiry import DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
@@ -353,16 +352,12 @@ class CheckpointWrites:
         if applied_to is None:  # checkpoint vanished meanwhile: start over
             return None, delta.amount, delta.count
         stats.conditional_recoveries += 1
-        remaining = [(s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to]
-        if not remaining:
+        if not any(pad_sequence_number(s) > applied_to for s, _ in delta.parts):
             stats.already_applied += 1
             if delta.leaderboard:  # a crash may have come between update and fix
                 self.parts.membership.check(delta, floor, failed.get("Item"), stats)
             return None
-        amount = Decimal(0)
-        for _, part in remaining:
-            amount = add(amount, part)
-        return current, amount, delta.count_after(applied_to)
+        return current, delta.amount_after(applied_to), delta.count_after(applied_to)
 
     def _applied(
         self,

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["AwsClient", "Backoff", "RequestClient", "RequestCounts", "requests_of"]
+__all__ = ["AwsClient", "Backoff", "CountSink", "RequestClient", "RequestCounts", "requests_of"]
 
 AwsClient: TypeAlias = "DynamoDBClient | DynamoDBStreamsClient | SQSClient"
 """The boto3 clients a :class:`RequestClient` wraps: DynamoDB, DynamoDB Streams, and SQS (the
@@ -113,6 +113,23 @@ class RequestCounts:
             self.write_units += write_units
 
 
+class CountSink(Protocol):
+    """Where :meth:`RequestClient.send` also counts a request (its ``counts``):
+    :class:`RequestCounts`, or a caller's own tally (the writer adds into its per-item
+    :class:`~aggregator.dynamodb.write_stats.WriteStats`, which one thread owns: no lock)."""
+
+    def add(
+        self,
+        *,
+        requests: int = 0,
+        throttle_retries: int = 0,
+        read_units: Decimal = Decimal(0),
+        write_units: Decimal = Decimal(0),
+    ) -> None:
+        """Add to the counts."""
+        ...
+
+
 def consumed_units(response: dict[str, Any]) -> Decimal:
     """The capacity units a response reports (``ConsumedCapacity``: one object, or a list of
     them for ``BatchGetItem``, ``BatchWriteItem`` and transactions); 0 when absent."""
@@ -161,7 +178,7 @@ class RequestClient:
         return "".join(part.capitalize() for part in operation.split("_"))
 
     def send(
-        self, operation: str, *, counts: RequestCounts | None = None, **request: Any
+        self, operation: str, *, counts: CountSink | None = None, **request: Any
     ) -> dict[str, Any]:
         """Send one request.
 
@@ -224,7 +241,7 @@ class RequestClient:
             if not start:
                 return
 
-    def _count(self, counts: RequestCounts | None, **amounts: Any) -> None:
+    def _count(self, counts: CountSink | None, **amounts: Any) -> None:
         self.counts.add(**amounts)
         if counts is not None:
             counts.add(**amounts)

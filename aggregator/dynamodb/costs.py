@@ -93,12 +93,6 @@ class CostModel:
         self.clock = clock
         self.observer = observer
 
-    def observe(self, observation: WriteObservation) -> None:
-        """Report ``observation`` to the observer, if any (the processor's top list writes
-        come here too)."""
-        if self.observer is not None:
-            self.observer(observation)
-
     def units(
         self,
         delta: CoalescedDelta,

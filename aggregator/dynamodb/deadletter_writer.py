@@ -65,12 +65,11 @@ class SqsLastResort:
 
     def __init__(self, client: SQSClient, queue_url: str) -> None:
         self.client = client
+        self.requests = requests_of(client)
         self.queue_url = queue_url
 
     def send(self, message: dict[str, Any]) -> None:
-        requests_of(self.client).send(
-            "send_message", QueueUrl=self.queue_url, MessageBody=json.dumps(message)
-        )
+        self.requests.send("send_message", QueueUrl=self.queue_url, MessageBody=json.dumps(message))
 
 
 class DeadLetterWriter:

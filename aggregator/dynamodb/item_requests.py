@@ -18,7 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.engine import CoalescedDelta
 from aggregator.core.layout import TableLayout
-from aggregator.dynamodb.client import Backoff, RequestClient, RequestCounts
+from aggregator.dynamodb.client import Backoff, RequestClient
 from aggregator.dynamodb.updates import IndexAction, Update, add_update, item_key
 from aggregator.dynamodb.write_stats import WriteStats
 
@@ -57,8 +57,6 @@ class ItemRequests:
         self.client = client
         self.table_name = table_name
         self.layout = layout
-        self.throttle_retries = throttle_retries
-        self.backoff_seconds = backoff_seconds
         self.requests = RequestClient(
             client,
             backoff=Backoff(retries=throttle_retries, first=backoff_seconds, ceiling=math.inf),
@@ -85,13 +83,7 @@ class ItemRequests:
         aggregator.dynamodb.errors.AwsConnectionError
             The request got no answer.
         """
-        counts = RequestCounts()
-        try:
-            return self.requests.send(operation, counts=counts, **request)
-        finally:
-            stats.requests += counts.requests
-            stats.throttle_retries += counts.throttle_retries
-            stats.reported_wcu += counts.write_units + counts.read_units
+        return self.requests.send(operation, counts=_StatsCounts(stats), **request)
 
     def send_update(self, delta: CoalescedDelta, update: Update, stats: WriteStats) -> None:
         """One ``UpdateItem`` of ``update`` on ``delta``'s item.
@@ -136,3 +128,25 @@ class ItemRequests:
         request["ReturnConsumedCapacity"] = "TOTAL"
         request["ReturnValues"] = "ALL_OLD"
         return request
+
+
+class _StatsCounts:
+    """Counts a writer's request into its item's :class:`WriteStats` (a
+    :class:`~aggregator.dynamodb.client.CountSink`; one thread owns the stats, so no lock)."""
+
+    __slots__ = ("stats",)
+
+    def __init__(self, stats: WriteStats) -> None:
+        self.stats = stats
+
+    def add(
+        self,
+        *,
+        requests: int = 0,
+        throttle_retries: int = 0,
+        read_units: Decimal = Decimal(0),
+        write_units: Decimal = Decimal(0),
+    ) -> None:
+        self.stats.requests += requests
+        self.stats.throttle_retries += throttle_retries
+        self.stats.reported_wcu += write_units + read_units

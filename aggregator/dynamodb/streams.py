@@ -12,7 +12,7 @@ where a read starts and ends, what an empty page means, when to poll again.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -128,14 +128,13 @@ def list_shards(streams_client: StreamsClient, stream_arn: str) -> list[dict[str
     ``LastEvaluatedShardId``), as the API returns them (``ShardId``, ``ParentShardId``,
     ``SequenceNumberRange``)."""
     shards: list[dict[str, Any]] = []
+    requests = requests_of(streams_client)
     start: str | None = None
     while True:
         kwargs: dict[str, Any] = {"StreamArn": stream_arn}
         if start:
             kwargs["ExclusiveStartShardId"] = start
-        description = requests_of(streams_client).send("describe_stream", **kwargs)[
-            "StreamDescription"
-        ]
+        description = requests.send("describe_stream", **kwargs)["StreamDescription"]
         shards += [dict(shard) for shard in description.get("Shards", [])]
         start = description.get("LastEvaluatedShardId")
         if not start:
@@ -320,12 +319,17 @@ class StreamSource:
 
     client: StreamsClient
     arn: str
+    requests: RequestClient = field(init=False, repr=False, compare=False)
+    """The request client over :attr:`client`, made once (not once a page)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requests", requests_of(self.client))
 
     def shards(self) -> list[dict[str, Any]]:
         """Every shard of the stream (:func:`list_shards`)."""
-        return list_shards(self.client, self.arn)
+        return list_shards(self.requests, self.arn)
 
     def page(self, shard_id: str, iterator: str | None, *, after: str | None = None) -> RecordsPage:
         """One ``GetRecords`` page of shard ``shard_id`` (:func:`get_records_page`, whose errors
         it raises)."""
-        return get_records_page(self.client, self.arn, shard_id, iterator, after=after)
+        return get_records_page(self.requests, self.arn, shard_id, iterator, after=after)

@@ -66,7 +66,6 @@ from botocore.exceptions import ClientError
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
 from aggregator.core.exceptions import WriteError
 from aggregator.core.layout import TableLayout
-from aggregator.core.numbers import add
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.checkpoint import (
     CHECKPOINT_PREFIX,
@@ -426,14 +425,10 @@ class TargetCheckpointWrites:
         if own is not None:
             applied_to, _ = decode_checkpoint(own.get("B"))
             stats.conditional_recoveries += 1
-            remaining = [(s, a) for s, a in delta.parts if pad_sequence_number(s) > applied_to]
-            if not remaining:
+            if not any(pad_sequence_number(s) > applied_to for s, _ in delta.parts):
                 stats.already_applied += 1
                 return None
-            rest = Decimal(0)
-            for _, part in remaining:
-                rest = add(rest, part)
-            return dict(own), rest
+            return dict(own), delta.amount_after(applied_to)
         if len(entries) >= MAX_TARGET_CHECKPOINTS:
             self._make_room(delta, entries, stats)
         return None, delta.amount

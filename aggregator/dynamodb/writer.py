@@ -233,13 +233,10 @@ class BatchWriter:
             protocol = self.aggregates
             if delta.target_attribute is not None and self.targets is not None:
                 protocol = self.targets
-            stats = WriteStats()
             try:
-                stats.add(protocol.write(delta, shard_id, last))
+                return protocol.write(delta, shard_id, last), None
             except (ClientError, BotoCoreError) as exc:
-                stats.failed_items += 1
-                return stats, f"{delta.ref.sort_key}: {exc}"
-            return stats, None
+                return WriteStats(failed_items=1), f"{delta.ref.sort_key}: {exc}"
 
         failed_first: list[str] = []
         for delta, (stats, error) in zip(todo, self._pool.map(run, todo), strict=True):
