@@ -20,8 +20,9 @@ Regions
     keys starting with it and ``#`` (``ForAllValues:StringLike``; the values contain no other
     ``*`` or ``?``, which are wildcards there: IAM User Guide, "String condition operators"),
     with ``Null: false`` so a request without keys is not allowed vacuously. With a rule that has
-    ``write_shards``, the aggregates' grant also allows ``"<aggregates_pk>#*"`` (the partials'
-    item collections).
+    ``write_shards`` or ``partitions`` above 1, the aggregates' grant also allows
+    ``"<aggregates_pk>#*"`` (the partials' item collections, the spread partition key values);
+    with ``control_partitions`` above 1, the control grant ``"<control_pk>#*"``.
 ``filters``
     The stream event's ``FilterCriteria`` (:func:`aggregator.deploy.filters.filter_criteria`).
 ``target-policy``
@@ -84,7 +85,7 @@ def _leading_keys(
     layout: TableLayout, partition: str, *, collections: bool = False
 ) -> dict[str, Any]:
     """``collections``: also the partition keys ``"<partition>#..."`` (the item collections of
-    partial aggregates, for rules with ``write_shards``)."""
+    partial aggregates, for rules with ``write_shards``; the spread partition key values)."""
     values: list[str]
     if not layout.has_sort_key:
         operator, values = "ForAllValues:StringLike", [f"{partition}#*"]
@@ -129,10 +130,14 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
             "TimeToLiveSpecification": {"AttributeName": layout.ttl_attribute, "Enabled": True},
         },
         "aggregates-leading-keys": _leading_keys(
-            layout, layout.aggregates_pk, collections=any(r.sharded for r in rules)
+            layout,
+            layout.aggregates_pk,
+            collections=any(r.sharded or r.spread > 1 for r in rules),
         ),
         "dead-letters-leading-keys": _leading_keys(layout, layout.dead_letters_pk),
-        "control-leading-keys": _leading_keys(layout, layout.control_pk),
+        "control-leading-keys": _leading_keys(
+            layout, layout.control_pk, collections=layout.control_partitions > 1
+        ),
         "filters": {"FilterCriteria": filter_criteria(rules)},
         "target-policy": [
             *([leaderboard_policy(rules)] if any(r.leaderboard for r in rules) else []),

@@ -16,6 +16,8 @@ A rule set may declare it in a top-level ``table:`` section of one of its files 
       collection_index: aggregator-collections   # tables without a sort key only
       collection_attribute: aggregator_collection
       target_checkpoints_attribute: aggregator_checkpoints  # on items rules target
+      aggregate_partitions: 1    # partition key values each rule's aggregates spread over
+      control_partitions: 1      # partition key values the control items spread over
 
 Every field has the default shown (``pk``/``sk`` for the keys). The handler, the runner, the CLI,
 :class:`~aggregator.dynamodb.query.AggregateStore`, the stream filters, dead letters and table
@@ -36,6 +38,26 @@ changes (it projects keys only; Developer Guide, "Global secondary indexes": an 
 only when an attribute it holds changes). Application items whose partition key starts with a
 reserved value and ``#`` are taken for the framework's own, as ``AGGREGATES`` is on a table with
 a sort key.
+
+Spread partitions
+-----------------
+DynamoDB serves one partition key value from one partition, which takes up to 1,000 write
+capacity units a second (Developer Guide, "Best practices for designing and using partition keys
+effectively"; "Using write sharding to distribute workloads evenly" recommends a calculated
+suffix). On a table with a sort key, a rule's aggregates therefore spread over
+``partitions`` values (the rule's ``partitions``, by default the layout's
+``aggregate_partitions``): ``AGGREGATES`` when it is 1 (the original layout, still valid), else
+``AGGREGATES#<n>`` with ``n`` the CRC-32 of the aggregate's *home* modulo ``partitions``
+(:meth:`TableLayout.aggregate_partition`). The home is the sort key text up to the end of the
+key (``"<rule>#<encoded key>"``, without a time bucket's or a value item's suffix:
+:func:`aggregate_home`), so every item of one key (its time buckets, its value items) shares a
+partition key value and a read of one key stays one request. Control items spread the same way
+over ``control_partitions`` values (``AGGREGATOR#CONTROL#<n>``, ``n`` the CRC-32 of the item's
+sort key), except the manifest, which always stays under ``control_pk``. A partition key value
+that is a reserved value, ``#`` and decimal digits is the framework's (rule names start with a
+letter, so it never names a partial aggregate's collection, ``AGGREGATES#<rule>#<key>``). A table
+without a sort key gives every framework item a partition key value of its own already; both
+counts stay 1 there.
 """
 
 from __future__ import annotations
@@ -51,8 +73,11 @@ __all__ = [
     "AGGREGATE_ATTRIBUTES",
     "BOOKKEEPING_ATTRIBUTES",
     "DEFAULT_LAYOUT",
+    "MAX_AGGREGATE_PARTITIONS",
+    "MAX_CONTROL_PARTITIONS",
     "MAX_SORT_KEY_BYTES",
     "TableLayout",
+    "aggregate_home",
     "leaderboard_partition",
 ]
 
@@ -87,6 +112,14 @@ BOOKKEEPING_ATTRIBUTES = (
 own attribute names must be called like none of these nor :data:`AGGREGATE_ATTRIBUTES` (a write
 would overwrite a key, or two actions would touch one attribute), nor start with ``ck#`` (the
 checkpoints)."""
+
+MAX_AGGREGATE_PARTITIONS = 100
+"""Most partition key values a rule's aggregates spread over (``partitions``,
+``aggregate_partitions``). Each value is listed in the stream subscription's filter pattern,
+which Lambda caps at 4,096 characters (Lambda Developer Guide, "Lambda event filtering")."""
+
+MAX_CONTROL_PARTITIONS = 32
+"""Most partition key values the control items spread over (``control_partitions``)."""
 
 _AttributeName = Field(min_length=1, max_length=255)
 """DynamoDB attribute names are 1 to 255 bytes for key attributes (Developer Guide, "Supported
@@ -125,6 +158,15 @@ class TableLayout(BaseModel):
         ``collection_attribute``, S; sort key the table's partition key) through which the
         framework lists its item collections, and the attribute naming an item's collection.
         Application items must not carry ``collection_attribute``.
+    aggregate_partitions
+        How many partition key values a rule's aggregates spread over when the rule does not say
+        (its ``partitions``): 1 keeps them all under ``aggregates_pk`` (module docstring,
+        "Spread partitions"). Tables with a sort key only; at most
+        :data:`MAX_AGGREGATE_PARTITIONS`.
+    control_partitions
+        How many partition key values the control items (fences, routing items, top lists,
+        floors, backfill records; not the manifest) spread over. Tables with a sort key only; at
+        most :data:`MAX_CONTROL_PARTITIONS`.
     target_checkpoints_attribute
         The one attribute the framework keeps on an application item that a rule ``target``\ s
         (:class:`~aggregator.core.rules.Target`): a map from stream shard token to checkpoint
@@ -155,6 +197,8 @@ class TableLayout(BaseModel):
     target_checkpoints_attribute: str = Field(
         default="aggregator_checkpoints", min_length=1, max_length=255
     )
+    aggregate_partitions: int = Field(default=1, ge=1, le=MAX_AGGREGATE_PARTITIONS)
+    control_partitions: int = Field(default=1, ge=1, le=MAX_CONTROL_PARTITIONS)
 
     @model_validator(mode="after")
     def _consistent(self) -> TableLayout:
@@ -163,6 +207,12 @@ class TableLayout(BaseModel):
         self._check_written_names()
         self._check_reserved_values()
         self._check_name_lengths()
+        if self.sort_key is None and (self.aggregate_partitions > 1 or self.control_partitions > 1):
+            raise ValueError(
+                "aggregate_partitions and control_partitions need a table with a sort key: "
+                "without one every aggregate and control item has a partition key value of its "
+                "own already"
+            )
         return self
 
     def _written(self) -> dict[str, str]:
@@ -321,10 +371,65 @@ class TableLayout(BaseModel):
         )
         return {name: {"S": value} for name, value in zip(names, values, strict=True)}
 
-    def aggregate_key(self, sort_key: str) -> dict[str, dict[str, str]]:
+    def aggregate_key(
+        self, sort_key: str, partition: str | None = None
+    ) -> dict[str, dict[str, str]]:
         """The primary key (DynamoDB JSON) of the aggregate item whose sort key text is
-        ``sort_key`` (``"<rule>#<key>"``)."""
-        return self.item_key(self.aggregates_pk, sort_key)
+        ``sort_key`` (``"<rule>#<key>"``), under ``partition`` (:meth:`aggregate_partition`;
+        default ``aggregates_pk``, the single-partition layout)."""
+        return self.item_key(self.aggregates_pk if partition is None else partition, sort_key)
+
+    # -- spread partitions ------------------------------------------------------------------------
+
+    def aggregate_partition(self, sort_key: str, partitions: int, key_fields: int) -> str:
+        """The partition key value of the aggregate item (or time bucket, or value item) whose
+        sort key text is ``sort_key``, for a rule whose aggregates spread over ``partitions``
+        values and whose encoded keys have ``key_fields`` ``#``-separated fields
+        (:attr:`Rule.key_fields <aggregator.core.rules.Rule.key_fields>`):
+        ``aggregates_pk`` when ``partitions`` is 1, else ``"<aggregates_pk>#<n>"`` with ``n`` the
+        CRC-32 of :func:`aggregate_home` modulo ``partitions`` (stable across processes and
+        versions)."""
+        if partitions <= 1:
+            return self.aggregates_pk
+        home = aggregate_home(sort_key, key_fields)
+        return f"{self.aggregates_pk}#{zlib.crc32(home.encode('utf-8')) % partitions}"
+
+    def aggregate_partitions_of(self, partitions: int) -> tuple[str, ...]:
+        """Every partition key value a rule spread over ``partitions`` values writes (what a
+        listing of its aggregates reads, one ``Query`` each)."""
+        if partitions <= 1:
+            return (self.aggregates_pk,)
+        return tuple(f"{self.aggregates_pk}#{n}" for n in range(partitions))
+
+    def control_partition(self, sort_key: str) -> str:
+        """The partition key value of the control item whose sort key text is ``sort_key``:
+        ``control_pk`` when ``control_partitions`` is 1, else ``"<control_pk>#<n>"`` with ``n``
+        the CRC-32 of the sort key modulo ``control_partitions``. The manifest is not spread:
+        it is always under ``control_pk`` (:mod:`aggregator.dynamodb.manifest`)."""
+        if self.control_partitions <= 1:
+            return self.control_pk
+        n = zlib.crc32(sort_key.encode("utf-8")) % self.control_partitions
+        return f"{self.control_pk}#{n}"
+
+    def control_key(self, sort_key: str) -> dict[str, dict[str, str]]:
+        """The primary key (DynamoDB JSON) of the control item with sort key text ``sort_key``
+        (:meth:`control_partition`)."""
+        return self.item_key(self.control_partition(sort_key), sort_key)
+
+    def control_fields(self, sort_key: str) -> dict[str, str]:
+        """The key attributes (plain strings) of the control item with sort key text
+        ``sort_key``, as :meth:`item_fields` gives them."""
+        return self.item_fields(self.control_partition(sort_key), sort_key)
+
+    @property
+    def control_partition_values(self) -> tuple[str, ...]:
+        """Every partition key value control items live under: ``control_pk`` (the manifest,
+        and every control item when ``control_partitions`` is 1), then the spread values (what
+        a listing of control items reads, one ``Query`` each)."""
+        if self.control_partitions <= 1:
+            return (self.control_pk,)
+        spread = (f"{self.control_pk}#{n}" for n in range(self.control_partitions))
+        return (self.control_pk, *spread)
 
     def _split(self, keys: Mapping[str, Any]) -> tuple[str | None, str | None]:
         value = keys.get(self.partition_key)
@@ -342,6 +447,34 @@ class TableLayout(BaseModel):
                 return partition, text[len(partition) + 1 :]
         return None, None
 
+    def reserved_partition(self, value: str | None) -> str | None:
+        """The reserved partition key value a partition (as :meth:`partition_of` returns it)
+        belongs to: itself when reserved, ``aggregates_pk`` or ``control_pk`` for one of their
+        spread values (``"<reserved>#<digits>"``, tables with a sort key), else ``None``."""
+        if value is None:
+            return None
+        if value in self.reserved_partition_keys:
+            return value
+        if self.sort_key is None:
+            return None
+        base, sep, digits = value.rpartition("#")
+        if sep and digits.isdigit() and digits.isascii() and base in (
+            self.aggregates_pk,
+            self.control_pk,
+        ):
+            return base
+        return None
+
+    def is_aggregates_partition(self, value: str | None) -> bool:
+        """Whether a partition (as :meth:`partition_of` returns it) holds aggregates:
+        ``aggregates_pk`` or one of its spread values."""
+        return value is not None and self.reserved_partition(value) == self.aggregates_pk
+
+    def is_control_partition(self, value: str | None) -> bool:
+        """Whether a partition (as :meth:`partition_of` returns it) holds control items:
+        ``control_pk`` or one of its spread values."""
+        return value is not None and self.reserved_partition(value) == self.control_pk
+
     def partition_of(self, keys: Mapping[str, Any]) -> str | None:
         """The partition of a key or item map (DynamoDB JSON): the string value of the
         partition key, or, without a sort key, the reserved partition its value starts with
@@ -358,7 +491,7 @@ class TableLayout(BaseModel):
     def is_reserved(self, keys: Mapping[str, Any]) -> bool:
         """Whether a key or item map (DynamoDB JSON) is of an item the framework owns."""
         return (
-            self.partition_of(keys) in self.reserved_partition_keys
+            self.reserved_partition(self.partition_of(keys)) is not None
             or self.partial_total(keys) is not None
         )
 
@@ -390,7 +523,7 @@ class TableLayout(BaseModel):
         """The ``"<rule>#<key>"`` sort key text when the key map is of an aggregate item, else
         ``None``."""
         partition, sort_key = self._split(keys)
-        return sort_key if partition == self.aggregates_pk else None
+        return sort_key if self.is_aggregates_partition(partition) else None
 
     @property
     def reserved_partition_keys(self) -> tuple[str, ...]:
@@ -400,6 +533,24 @@ class TableLayout(BaseModel):
 
 
 DEFAULT_LAYOUT = TableLayout()
+
+
+def aggregate_home(sort_key: str, key_fields: int) -> str:
+    """The part of an aggregate's sort key text that chooses its partition key value: the
+    rule's (storage) name and the first ``key_fields`` ``#``-separated fields of its encoded key
+    (``"<rule>#<encoded key>"``), without what follows (a time bucket's
+    ``"#<granularity>#<start>"``, a value item's ``"#<value>"``). Encoded key values escape
+    ``#`` (:func:`~aggregator.core.rules.escape_key_part`), so ``key_fields`` is one more than
+    the ``#`` in the key's literal text.
+
+    Examples
+    --------
+    >>> aggregate_home("by_route#JFK#LAX#hour#2013-01-01T05", 2)
+    'by_route#JFK#LAX'
+    >>> aggregate_home("total#TOTAL", 1)
+    'total#TOTAL'
+    """
+    return "#".join(sort_key.split("#", key_fields + 1)[: key_fields + 1])
 
 
 def leaderboard_partition(

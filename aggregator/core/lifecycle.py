@@ -222,7 +222,7 @@ def rule_fingerprint(rule: Rule) -> str:
     """A short digest of what a rule's aggregates mean: its match, key, delta, kind (when not
     ``sum``), window, source, target and TTL-delete policy (not its name, description or leaderboard
     flag, which do not change any value), and where they are kept (``write_shards``,
-    ``leaderboard_partitions``, ``leaderboard_store``, when set). 16 hex digits of SHA-256 over
+    ``leaderboard_partitions``, ``leaderboard_store``, ``partitions``, when set). 16 hex digits of SHA-256 over
     a canonical JSON text.
 
     Examples
@@ -249,6 +249,8 @@ def rule_fingerprint(rule: Rule) -> str:
         meaning["write_shards"] = rule.write_shards
     if rule.leaderboard_partitions != 1:
         meaning["leaderboard_partitions"] = rule.leaderboard_partitions
+    if rule.spread != 1:
+        meaning["partitions"] = rule.spread
     if rule.leaderboard_store != "index":  # top lists are built from the aggregates' records
         meaning["leaderboard_store"] = rule.leaderboard_store
     if rule.kind.name != "sum":  # what the items hold (sum rules' fingerprints stay as they were)

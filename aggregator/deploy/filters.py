@@ -64,19 +64,23 @@ def filter_patterns(rules: RuleSet, layout: TableLayout | None = None) -> list[d
             read += [p for p in (f"{r.name}#", f"{r.name}@") if p not in read]
     patterns: list[dict[str, Any]]
     if sk is not None:
-        patterns = [
-            {
-                "dynamodb": {
-                    "Keys": {pk: {"S": [{"anything-but": list(layout.reserved_partition_keys)}]}}
-                }
-            }
+        # every value the framework's items are under, spread values included: Lambda's "not"
+        # takes exact values only (Lambda Developer Guide, "Lambda event filtering": no
+        # anything-but with a prefix)
+        spread = max((r.spread for r in rules), default=1)
+        aggregates = layout.aggregate_partitions_of(spread)
+        reserved = [
+            *layout.reserved_partition_keys,
+            *(value for value in aggregates if value != layout.aggregates_pk),
+            *(value for value in layout.control_partition_values if value != layout.control_pk),
         ]
+        patterns = [{"dynamodb": {"Keys": {pk: {"S": [{"anything-but": reserved}]}}}}]
         if read:
             patterns.append(
                 {
                     "dynamodb": {
                         "Keys": {
-                            pk: {"S": [layout.aggregates_pk]},
+                            pk: {"S": list(aggregates)},
                             sk: {"S": [{"prefix": prefix} for prefix in read]},
                         }
                     }

@@ -162,6 +162,16 @@ class Rule(BaseModel):
         partials (:data:`AUTO_WRITE_SHARDS` of them) from a time it records first, and the
         aggregate again once they cool (:mod:`aggregator.dynamodb.routing`); exactly-once and
         window modes only decide so (at-least-once decides in memory).
+    partitions
+        How many partition key values the rule's aggregates spread over (``AGGREGATES#<n>``, by
+        a hash of the rule and key: :meth:`~aggregator.core.layout.TableLayout.aggregate_partition`),
+        so that many keys written at a high total rate stay under a partition's 1,000 WCU a
+        second (Developer Guide, "Best practices for designing and using partition keys
+        effectively"). ``None`` (not given): the table's ``aggregate_partitions``, which a
+        :class:`~aggregator.core.rules.RuleSet` fills in. Every item of one key shares a value,
+        so a read of one key stays one request; a listing of the rule reads each value.
+        Changing it builds a new generation (``aggregator rebuild``). Needs a table with a sort
+        key for more than 1; at most :data:`~aggregator.core.layout.MAX_AGGREGATE_PARTITIONS`.
     window
         Optional :class:`Window`: count per time bucket of an event-time attribute; the sort key
         becomes ``"<name>#<key>#<granularity>#<bucket start>"``.
@@ -193,6 +203,7 @@ class Rule(BaseModel):
     leaderboard_partitions: CountField = 1
     leaderboard_store: Literal["index", "list"] = "index"
     write_shards: WriteShardsField = 1
+    partitions: CountField | None = None
     window: Window | None = None
     source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
     target: Target | None = None
@@ -331,6 +342,19 @@ class Rule(BaseModel):
         """How many partials an aggregate has when its writers write partials
         (:data:`AUTO_WRITE_SHARDS` for ``auto``; 1 for a rule without write sharding)."""
         return AUTO_WRITE_SHARDS if self.write_shards == "auto" else self.write_shards
+
+    @property
+    def key_fields(self) -> int:
+        """How many ``#``-separated fields the rule's encoded keys have: one more than the
+        ``#`` in the key's literal text (substituted values escape theirs). With the rule name
+        they make an aggregate's *home* (:func:`~aggregator.core.layout.aggregate_home`)."""
+        return 1 + sum(text.count("#") for text in self.key.literals)
+
+    @property
+    def spread(self) -> int:
+        """How many partition key values the rule's aggregates spread over: ``partitions``, 1
+        when not set (a rule outside a :class:`~aggregator.core.rules.RuleSet`)."""
+        return 1 if self.partitions is None else self.partitions
 
     @property
     def write_spec(self) -> WriteSpec:

@@ -73,9 +73,24 @@ class RuleSet(BaseModel):
                 (i, f, m.replace("{", "{{").replace("}", "}}"))
                 for i, f, m in target_problems(rules, layout)
             ]
+            problems += [
+                (i, "partitions", m)
+                for i, m in enumerate(_partition_problems(rules, layout))
+                if m
+            ]
         if problems:
             raise RuleSetProblems(rules, sorted(problems))
-        return rules
+        if partial:
+            return rules
+        # the table's aggregate_partitions for every rule that does not say (left unset at 1,
+        # which Rule.spread reads as 1)
+        spread = info.data.get("layout", DEFAULT_LAYOUT).aggregate_partitions
+        if spread == 1:
+            return rules
+        return tuple(
+            r if r.partitions is not None else r.model_copy(update={"partitions": spread})
+            for r in rules
+        )
 
     @classmethod
     def of(cls, *rules: Rule, layout: TableLayout = DEFAULT_LAYOUT) -> RuleSet:
@@ -279,6 +294,17 @@ def target_problems(
     return sorted(problems)
 
 
+def _partition_problems(rules: Sequence[Rule], layout: TableLayout) -> list[str]:
+    """Per rule, what is wrong with its ``partitions`` on ``layout`` (an empty text: nothing)."""
+    return [
+        "partitions above 1 need a table with a sort key: without one every aggregate has a "
+        "partition key value of its own already"
+        if r.partitions is not None and r.partitions > 1 and not layout.has_sort_key
+        else ""
+        for r in rules
+    ]
+
+
 def _framework_attributes(layout: TableLayout) -> dict[str, str]:
     """Attributes of application items a target may not write, with why: the table's keys, the
     checkpoint map, and the attributes the layout gives a meaning on every item of the table (the
@@ -448,6 +474,7 @@ def rule(
     source: str | None = None,
     kind: str | Mapping[str, Any] = "sum",
     target: Mapping[str, Any] | None = None,
+    partitions: int | None = None,
 ) -> Rule:
     """Build one validated rule from Python, with the same fields and checks as YAML.
 
@@ -457,7 +484,9 @@ def rule(
     takes a kind's name or the YAML mapping (``{"name": "distribution", "relative_accuracy":
     "0.01"}``; :mod:`aggregator.core.kinds`); ``target`` the YAML mapping of an application item
     to keep the sum on instead of ``key`` (``{"partition_key": "{PK}", "sort_key": "META",
-    "attribute": "likeTally"}``; :mod:`aggregator.core.rules.targets`).
+    "attribute": "likeTally"}``; :mod:`aggregator.core.rules.targets`); ``partitions`` how many
+    partition key values its aggregates spread over (``None``: the table's
+    ``aggregate_partitions``, filled in by a :class:`RuleSet`).
 
     Examples
     --------
@@ -489,6 +518,8 @@ def rule(
         data["leaderboard_store"] = leaderboard_store
     if write_shards != 1:
         data["write_shards"] = write_shards
+    if partitions is not None:
+        data["partitions"] = partitions
     if kind != "sum":
         data["kind"] = kind
     if target is not None:
