@@ -458,9 +458,15 @@ class TableLayout(BaseModel):
         if self.sort_key is None:
             return None
         base, sep, digits = value.rpartition("#")
-        if sep and digits.isdigit() and digits.isascii() and base in (
-            self.aggregates_pk,
-            self.control_pk,
+        if (
+            sep
+            and digits.isdigit()
+            and digits.isascii()
+            and base
+            in (
+                self.aggregates_pk,
+                self.control_pk,
+            )
         ):
             return base
         return None

@@ -222,8 +222,8 @@ def rule_fingerprint(rule: Rule) -> str:
     """A short digest of what a rule's aggregates mean: its match, key, delta, kind (when not
     ``sum``), window, source, target and TTL-delete policy (not its name, description or leaderboard
     flag, which do not change any value), and where they are kept (``write_shards``,
-    ``leaderboard_partitions``, ``leaderboard_store``, ``partitions``, when set). 16 hex digits of SHA-256 over
-    a canonical JSON text.
+    ``leaderboard_partitions``, ``leaderboard_store``, ``partitions``, when set). 16 hex digits
+    of SHA-256 over a canonical JSON text.
 
     Examples
     --------

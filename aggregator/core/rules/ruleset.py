@@ -74,9 +74,7 @@ class RuleSet(BaseModel):
                 for i, f, m in target_problems(rules, layout)
             ]
             problems += [
-                (i, "partitions", m)
-                for i, m in enumerate(_partition_problems(rules, layout))
-                if m
+                (i, "partitions", m) for i, m in enumerate(_partition_problems(rules, layout)) if m
             ]
         if problems:
             raise RuleSetProblems(rules, sorted(problems))

@@ -88,7 +88,8 @@ def test_partitions_from_the_table_or_the_rule(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "fields", [{"aggregate_partitions": 0}, {"aggregate_partitions": 101}, {"control_partitions": 33}]
+    "fields",
+    [{"aggregate_partitions": 0}, {"aggregate_partitions": 101}, {"control_partitions": 33}],
 )
 def test_counts_are_bounded(fields):
     with pytest.raises(ValidationError):
