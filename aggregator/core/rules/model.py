@@ -165,9 +165,9 @@ class Rule(BaseModel):
     partitions
         How many partition key values the rule's aggregates spread over (``AGGREGATES#<n>``, by
         a hash of the rule and key:
-        :meth:`~aggregator.core.layout.TableLayout.aggregate_partition`), so that many keys written at a high total rate stay under a partition's 1,000 WCU a
-        second (Developer Guide, "Best practices for designing and using partition keys
-        effectively"). ``None`` (not given): the table's ``aggregate_partitions``, which a
+        :meth:`~aggregator.core.layout.TableLayout.aggregate_partition`), so that many keys
+        written at a high total rate stay under a partition's 1,000 WCU a second (Developer
+        Guide, "Best practices for designing and using partition keys effectively"). ``None`` (not given): the table's ``aggregate_partitions``, which a
         :class:`~aggregator.core.rules.RuleSet` fills in. Every item of one key shares a value,
         so a read of one key stays one request; a listing of the rule reads each value.
         Changing it builds a new generation (``aggregator rebuild``). Needs a table with a sort
