@@ -167,11 +167,13 @@ class Rule(BaseModel):
         a hash of the rule and key:
         :meth:`~aggregator.core.layout.TableLayout.aggregate_partition`), so that many keys
         written at a high total rate stay under a partition's 1,000 WCU a second (Developer
-        Guide, "Best practices for designing and using partition keys effectively"). ``None`` (not given): the table's ``aggregate_partitions``, which a
-        :class:`~aggregator.core.rules.RuleSet` fills in. Every item of one key shares a value,
-        so a read of one key stays one request; a listing of the rule reads each value.
-        Changing it builds a new generation (``aggregator rebuild``). Needs a table with a sort
-        key for more than 1; at most :data:`~aggregator.core.layout.MAX_AGGREGATE_PARTITIONS`.
+        Guide, "Best practices for designing and using partition keys effectively"). ``None``
+        (not given): the table's ``aggregate_partitions``, which a
+        :class:`~aggregator.core.rules.RuleSet` fills in when it is above 1. Every item of one
+        key shares a value, so a read of one key stays one request; a listing of the rule reads
+        each value. Changing it builds a new generation (``aggregator rebuild``). Needs a table
+        with a sort key for more than 1; at most
+        :data:`~aggregator.core.layout.MAX_AGGREGATE_PARTITIONS`.
     window
         Optional :class:`Window`: count per time bucket of an event-time attribute; the sort key
         becomes ``"<name>#<key>#<granularity>#<bucket start>"``.
