@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "REGION_PATTERN",
     "TableProblem",
     "check_key_schema",
     "check_table",
@@ -54,6 +55,10 @@ __all__ = [
 ]
 
 VIEW_TYPE: Final = "NEW_AND_OLD_IMAGES"
+
+REGION_PATTERN: Final = r"[a-z]{2}(-[a-z]+)+-[0-9]+"
+"""An AWS Region name (``eu-west-1``, ``us-gov-west-1``), matched whole: what the SAM template's
+``HomeRegion``, the CDK construct's ``home_region`` and ``AGGREGATOR_HOME_REGION`` accept."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1110,6 +1110,10 @@ def test_home_region_accepts_region_names_only(
 ) -> None:
     import re
 
+    from aggregator.dynamodb.tablecheck import REGION_PATTERN
+
     pattern = template["Parameters"]["HomeRegion"]["AllowedPattern"]
+    # the handler (AGGREGATOR_HOME_REGION) and the CDK construct accept the same names
+    assert pattern == f"^$|^{REGION_PATTERN}$"
     # CloudFormation matches AllowedPattern against the whole value
     assert (re.fullmatch(pattern, value) is not None) is accepted
