@@ -200,7 +200,8 @@ class AggregatorFunction(Construct):
     ConfigError
         When the table has no stream ARN, a table defined in the app has a stream of another
         view type than ``NEW_AND_OLD_IMAGES`` or keys other than the rules' layout's, a setting
-        is out of range, ``home_region`` is not a Region name, ``artifact`` is not an artifact of these rules, or as
+        is out of range, ``home_region`` is not a Region name, ``artifact`` is not an artifact
+        of these rules, or as
         :func:`aggregator.cli.project.build.rule_files` and
         :func:`aggregator.cli.template.render_regions`; when the artifact is built at synth
         time (which happens here, when CDK stages the asset), as
