@@ -55,6 +55,7 @@ __all__ = [
     "home_region_refusal",
     "key_schema_problems",
     "prepare_table",
+    "replica_warning",
     "table_warnings",
 ]
 
@@ -342,17 +343,29 @@ def table_warnings(description: Mapping[str, Any], layout: TableLayout) -> list[
             "of keys; DynamoDB will not split an item collection across partitions for heat "
             "either"
         )
-    replicas = [r.get("RegionName", "?") for r in description.get("Replicas") or []]
-    if replicas:
-        version = description.get("GlobalTableVersion")
-        warnings.append(
-            f"global table{f' (version {version})' if version else ''} with replicas in "
-            f"{', '.join(replicas)}: every replica's stream carries every write, the replicated "
-            "ones included, so subscribe the aggregator's function in one Region only (a second "
-            "Region counts every write again), and write to the aggregates from that Region only "
-            "(replication is last writer wins per item)"
-        )
+    replicas = replica_warning(description)
+    if replicas is not None:
+        warnings.append(replicas)
     return warnings
+
+
+def replica_warning(description: Mapping[str, Any]) -> str | None:
+    """:func:`table_warnings`' line about a global table's replicas, or ``None`` for a table
+    without (``DescribeTable``'s ``Table``): it names the home-Region setting and
+    :data:`GLOBAL_TABLES_DOC`."""
+    replicas = [r.get("RegionName", "?") for r in description.get("Replicas") or []]
+    if not replicas:
+        return None
+    version = description.get("GlobalTableVersion")
+    return (
+        f"global table{f' (version {version})' if version else ''} with replicas in "
+        f"{', '.join(replicas)}: every replica's stream carries every write, the replicated "
+        "ones included, so exactly one Region may count: deploy the stack in every Region with "
+        "the same HomeRegion parameter (CDK: home_region), which subscribes the function in "
+        "that Region only (a second Region would count every write again), and write to the "
+        "aggregates from that Region only (replication is last writer wins per item); see "
+        f"{GLOBAL_TABLES_DOC}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
