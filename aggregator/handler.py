@@ -25,6 +25,15 @@ Configuration (environment variables, read once per execution environment):
     (:meth:`~aggregator.dynamodb.manifest.Manifest.record_genesis`), so that rules deployed on
     the new table turn active without a backfill. Never set it for a table that held items
     before this stream existed.
+``AGGREGATOR_HOME_REGION`` (optional; the template's ``HomeRegion``, the CDK construct's
+``home_region``)
+    For a global table, the one Region that counts. Set and different from ``AWS_REGION`` (the
+    Region Lambda runs the function in), the handler refuses every batch before any request;
+    unset on a table whose ``DescribeTable`` lists ``Replicas``, it refuses every batch too
+    (:func:`~aggregator.dynamodb.tablecheck.home_region_refusal`). A refused batch fails the
+    invocation: Lambda retries it (bisected, up to the mapping's ``MaximumRetryAttempts``),
+    then sends its metadata to the on-failure queue and moves on. The decision is made once
+    per execution environment (one ``DescribeTable`` at cold start, the key check's own).
 ``AGGREGATOR_RULE_MANIFEST`` (default ``on``)
     Record the rules in the table's manifest at cold start, refuse a rule whose definition
     changed under the same name, and count rules pending a backfill from their per-shard fences
@@ -43,6 +52,7 @@ events, which Lambda requires in the response.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,10 +63,16 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.deadletters import SqsLastResort
 from aggregator.dynamodb.errors import AwsError
 from aggregator.dynamodb.modes import WRITE_MODES, WriterOptions
-from aggregator.dynamodb.tablecheck import check_key_schema
+from aggregator.dynamodb.tablecheck import (
+    REGION_PATTERN,
+    HomeRegionError,
+    home_region_refusal,
+    key_schema_problems,
+)
 from aggregator.runtime.processor import StreamProcessor, create_processor
 
 if TYPE_CHECKING:
@@ -116,6 +132,9 @@ class HandlerSettings:
     on_failure_queue_url: str | None = None
     rule_manifest: bool = True
     genesis_stream_arn: str | None = None
+    home_region: str | None = None
+    region: str | None = None
+    """The Region the function runs in (``AWS_REGION``, which Lambda sets)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HandlerSettings:
@@ -124,8 +143,8 @@ class HandlerSettings:
         Raises
         ------
         ConfigError
-            When ``AGGREGATOR_TABLE_NAME`` is missing or ``AGGREGATOR_MAX_WORKERS`` is not a
-            positive integer.
+            When ``AGGREGATOR_TABLE_NAME`` is missing, ``AGGREGATOR_MAX_WORKERS`` is not a
+            positive integer or ``AGGREGATOR_HOME_REGION`` is not a Region name.
         """
         env = os.environ if environ is None else environ
         table = env.get("AGGREGATOR_TABLE_NAME")
@@ -151,6 +170,12 @@ class HandlerSettings:
         manifest = env.get("AGGREGATOR_RULE_MANIFEST", "on").lower()
         if manifest not in ("on", "off"):
             raise ConfigError(f"AGGREGATOR_RULE_MANIFEST must be on or off, got {manifest!r}")
+        home_region = env.get("AGGREGATOR_HOME_REGION", "").strip() or None
+        if home_region is not None and not re.fullmatch(REGION_PATTERN, home_region):
+            raise ConfigError(
+                f"AGGREGATOR_HOME_REGION must be a Region name such as eu-west-1, got "
+                f"{home_region!r}"
+            )
         return cls(
             table_name=table,
             definitions=definitions,
@@ -161,6 +186,8 @@ class HandlerSettings:
             on_failure_queue_url=env.get("AGGREGATOR_ON_FAILURE_QUEUE_URL") or None,
             rule_manifest=manifest == "on",
             genesis_stream_arn=env.get("AGGREGATOR_GENESIS_STREAM_ARN") or None,
+            home_region=home_region,
+            region=env.get("AWS_REGION") or None,
         )
 
 
@@ -179,12 +206,16 @@ def build_processor(
     ``sqs_client`` is used for the last-resort queue (built when the setting names a queue and
     none is given). With ``check_table``, one ``DescribeTable`` verifies that the table's keys
     are the layout's, of type ``S``: a table keyed otherwise is refused here, at cold start,
-    instead of failing (or mis-aggregating) batch after batch.
+    instead of failing (or mis-aggregating) batch after batch. A function outside its table's
+    home Region is refused before that, and a global table without a home Region after it
+    (module docstring, ``AGGREGATOR_HOME_REGION``): nothing is written to the table then.
 
     Raises
     ------
     RuleError
         When the definitions are invalid (fails the cold start, never a batch).
+    HomeRegionError
+        When the function must not count in this Region (a :class:`ConfigError`).
     ConfigError
         For an unknown mode, a table whose key schema does not fit the layout, or one that
         cannot be described (the AWS error is the ``__cause__``).
@@ -192,6 +223,11 @@ def build_processor(
         When the rules cannot be registered in the table's manifest (as
         :func:`~aggregator.runtime.processor.create_processor`).
     """
+    refusal = home_region_refusal(
+        settings.table_name, region=settings.region, home_region=settings.home_region
+    )
+    if refusal is not None:
+        raise HomeRegionError(refusal)
     rules = load_rules(settings.definitions)
     if client is None:
         import boto3
@@ -214,14 +250,25 @@ def build_processor(
         last_resort = SqsLastResort(sqs_client, settings.on_failure_queue_url)
     if check_table:
         try:
-            problems = check_key_schema(client, settings.table_name, rules.layout)
+            description = requests_of(client).send("describe_table", TableName=settings.table_name)[
+                "Table"
+            ]
         except AwsError as exc:
             raise ConfigError(f"cannot describe table {settings.table_name!r}: {exc}") from exc
+        problems = key_schema_problems(settings.table_name, description, rules.layout)
         if problems:
             raise ConfigError(
                 f"table {settings.table_name!r} does not fit the rules' layout: "
                 + "; ".join(p.line() for p in problems)
             )
+        refusal = home_region_refusal(
+            settings.table_name,
+            region=settings.region,
+            home_region=settings.home_region,
+            description=description,
+        )
+        if refusal is not None:
+            raise HomeRegionError(refusal)
     return create_processor(
         rules,
         client,
@@ -250,18 +297,36 @@ def _streams_client(endpoint_url: str | None) -> DynamoDBStreamsClient:
 
 
 _processor: StreamProcessor | None = None
+_refusal: str | None = None
+"""Why this execution environment does not count (:class:`HomeRegionError`), decided once."""
 
 
 def reset() -> None:
-    """Forget the cached processor (tests; a changed environment)."""
-    global _processor
+    """Forget the cached processor and refusal (tests; a changed environment)."""
+    global _processor, _refusal
     _processor = None
+    _refusal = None
 
 
 def _get_processor() -> StreamProcessor:
-    global _processor
-    if _processor is None:
-        _processor = build_processor(HandlerSettings.from_env(), metrics=metrics, logger=logger)
+    """The processor, built at the first invocation.
+
+    Raises
+    ------
+    HomeRegionError
+        At every invocation once the function was refused (logged as an error each time:
+        every refused batch says why), without building anything again.
+    """
+    global _processor, _refusal
+    if _refusal is None and _processor is None:
+        try:
+            _processor = build_processor(HandlerSettings.from_env(), metrics=metrics, logger=logger)
+        except HomeRegionError as exc:
+            _refusal = str(exc)
+    if _refusal is not None:
+        logger.error(_refusal)
+        raise HomeRegionError(_refusal)
+    assert _processor is not None
     return _processor
 
 

@@ -20,12 +20,14 @@ Guide, "Available CloudWatch metrics for Amazon SQS".
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from aws_cdk import (
     Aws,
+    CfnCondition,
     CfnResource,
     Duration,
     Fn,
@@ -57,7 +59,7 @@ from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet, load_rules
 from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.dynamodb.table import table_definition
-from aggregator.dynamodb.tablecheck import VIEW_TYPE, key_schema_problems
+from aggregator.dynamodb.tablecheck import REGION_PATTERN, VIEW_TYPE, key_schema_problems
 
 __all__ = ["AggregatorFunction", "RulePaths"]
 
@@ -109,7 +111,10 @@ class AggregatorFunction(Construct):
     - ``Queue``: the on-failure SQS queue (SQS-managed encryption, 14 days' retention,
       retained when the stack is deleted);
     - ``LogGroup``: the function's log group (``log_retention``, deleted with the stack);
-    - with ``alarms``, ``IteratorAgeAlarm``, ``DeadLettersAlarm`` and ``FailureQueueAlarm``.
+    - with ``alarms``, ``IteratorAgeAlarm``, ``DeadLettersAlarm`` and ``FailureQueueAlarm``;
+    - with ``home_region``, ``CountHere``: a ``CfnCondition`` (the stack's ``AWS::Region``
+      equals ``home_region``) on ``Stream`` and ``IteratorAgeAlarm``, as the SAM template's
+      ``HomeRegion`` does.
 
     Parameters
     ----------
@@ -165,11 +170,21 @@ class AggregatorFunction(Construct):
         ``IteratorAgeAlarm`` fires when the age of the newest record read (``IteratorAge``,
         Maximum, in milliseconds) stays above this for 5 minutes; at least 1,000 (default
         600,000: 10 minutes).
+    home_region
+        For a global table: the one Region whose stream the function counts (the SAM
+        template's ``HomeRegion``; ``AGGREGATOR_HOME_REGION``). Deploy the construct in a stack
+        per Region with the same value: only the stack in that Region gets the stream
+        subscription (and its ``IteratorAgeAlarm``); the others get the function, which refuses
+        to count there. The condition compares with ``AWS::Region`` at deployment, so it holds
+        for region-agnostic stacks too. ``None`` (the default): a table without replicas,
+        counted in the stack's Region (no condition).
 
     Attributes
     ----------
     function : aws_lambda.Function
     event_source_mapping : aws_lambda.EventSourceMapping
+    count_here : aws_cdk.CfnCondition or None
+        ``CountHere``, with ``home_region``.
     role : aws_iam.Role
         The role itself (the function holds an immutable view of it).
     queue : aws_sqs.Queue
@@ -185,7 +200,8 @@ class AggregatorFunction(Construct):
     ConfigError
         When the table has no stream ARN, a table defined in the app has a stream of another
         view type than ``NEW_AND_OLD_IMAGES`` or keys other than the rules' layout's, a setting
-        is out of range, ``artifact`` is not an artifact of these rules, or as
+        is out of range, ``home_region`` is not a Region name, ``artifact`` is not an artifact
+        of these rules, or as
         :func:`aggregator.cli.project.build.rule_files` and
         :func:`aggregator.cli.template.render_regions`; when the artifact is built at synth
         time (which happens here, when CDK stages the asset), as
@@ -213,6 +229,7 @@ class AggregatorFunction(Construct):
         alarms: bool = True,
         alarm_topic: sns.ITopic | None = None,
         iterator_age_alarm_milliseconds: int = 600_000,
+        home_region: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if mode not in WRITE_MODES:
@@ -222,6 +239,14 @@ class AggregatorFunction(Construct):
         _check_range("batch_size", batch_size, 1, 10_000)
         _check_range("window_seconds", window_seconds, 1, 900)
         _check_range("iterator_age_alarm_milliseconds", iterator_age_alarm_milliseconds, 1_000)
+        if (
+            home_region is not None
+            and not Token.is_unresolved(home_region)
+            and not (home_region and re.fullmatch(REGION_PATTERN, home_region))
+        ):
+            raise ConfigError(
+                f"home_region must be a Region name such as eu-west-1, got {home_region!r}"
+            )
         paths = _paths(rules)
         files = rule_files(paths)
         self.rules: RuleSet = load_rules(files)
@@ -292,6 +317,7 @@ class AggregatorFunction(Construct):
                     ),
                     "AGGREGATOR_DEFINITIONS": DEFINITIONS_DIR,
                     "AGGREGATOR_MODE": mode,
+                    "AGGREGATOR_HOME_REGION": home_region or "",
                     "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": str(CHECKPOINT_RETENTION_SECONDS),
                     "AGGREGATOR_ON_FAILURE_QUEUE_URL": self.queue.queue_url,
                     "POWERTOOLS_SERVICE_NAME": service,
@@ -337,6 +363,17 @@ class AggregatorFunction(Construct):
             if alarms
             else ()
         )
+        # A global table: the subscription (and its lag alarm) only in the home Region; the
+        # condition is decided at deployment (AWS::Region), so region-agnostic stacks get it too
+        self.count_here: CfnCondition | None = None
+        if home_region is not None:
+            self.count_here = CfnCondition(
+                self, "CountHere", expression=Fn.condition_equals(home_region, Aws.REGION)
+            )
+            lag_alarm = [self.alarms[0].node.default_child] if self.alarms else []
+            for resource in (mapping, *lag_alarm):
+                assert isinstance(resource, CfnResource)
+                resource.cfn_options.condition = self.count_here
 
     def _alarms(
         self,

@@ -144,8 +144,10 @@ def parse_template(text: str, source: str) -> dict[str, Any]:
 
 
 def template_filters(path: str | Path) -> dict[str, list[Any]]:
-    """The filter patterns of every ``DynamoDB`` event in a SAM template, by
-    ``"<function>.<event>"``, each pattern parsed from its JSON string.
+    """The filter patterns of every stream subscription in a SAM template, each pattern parsed
+    from its JSON string: every ``AWS::Lambda::EventSourceMapping`` resource, by its logical ID
+    (the template's ``AggregatorFunctionStream``), and every ``DynamoDB`` event of a function,
+    by ``"<function>.<event>"``.
 
     Raises
     ------
@@ -157,22 +159,24 @@ def template_filters(path: str | Path) -> dict[str, list[Any]]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the template: {exc}") from None
     data = parse_template(text, str(path))
-    found: dict[str, list[Any]] = {}
+    subscriptions: dict[str, dict[str, Any]] = {}
     for name, resource in (data.get("Resources") or {}).items():
-        events = ((resource or {}).get("Properties") or {}).get("Events") or {}
-        for event_name, event in events.items():
-            if (event or {}).get("Type") != "DynamoDB":
-                continue
-            criteria = (event.get("Properties") or {}).get("FilterCriteria") or {}
-            patterns = []
-            for f in criteria.get("Filters") or []:
-                try:
-                    patterns.append(json.loads(f["Pattern"]))
-                except (KeyError, TypeError, json.JSONDecodeError) as exc:
-                    raise ConfigError(
-                        f"{path}: {name}.{event_name}: a filter pattern is not JSON: {exc}"
-                    ) from None
-            found[f"{name}.{event_name}"] = patterns
+        properties = (resource or {}).get("Properties") or {}
+        if (resource or {}).get("Type") == "AWS::Lambda::EventSourceMapping":
+            subscriptions[name] = properties
+        for event_name, event in (properties.get("Events") or {}).items():
+            if (event or {}).get("Type") == "DynamoDB":
+                subscriptions[f"{name}.{event_name}"] = event.get("Properties") or {}
+    found: dict[str, list[Any]] = {}
+    for where, properties in subscriptions.items():
+        criteria = properties.get("FilterCriteria") or {}
+        patterns = []
+        for f in criteria.get("Filters") or []:
+            try:
+                patterns.append(json.loads(f["Pattern"]))
+            except (KeyError, TypeError, json.JSONDecodeError) as exc:
+                raise ConfigError(f"{path}: {where}: a filter pattern is not JSON: {exc}") from None
+        found[where] = patterns
     return found
 
 
@@ -181,8 +185,8 @@ def check_template(
 ) -> list[str]:
     """Problems with the template's stream filters for ``rules`` (empty when they match).
 
-    Every DynamoDB stream event of the template must carry exactly the patterns of
-    :func:`filter_patterns`, in any order.
+    Every stream subscription of the template (:func:`template_filters`) must carry exactly
+    the patterns of :func:`filter_patterns`, in any order.
 
     Raises
     ------
@@ -192,7 +196,7 @@ def check_template(
     expected = filter_patterns(rules, layout)
     events = template_filters(path)
     if not events:
-        return [f"{path}: no DynamoDB stream event found"]
+        return [f"{path}: no DynamoDB stream subscription found"]
     problems = []
     wanted = sorted(map(_compact, expected))
     for where, patterns in events.items():

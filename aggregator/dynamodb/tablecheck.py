@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
@@ -44,16 +45,86 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "GLOBAL_TABLES_DOC",
+    "REGION_PATTERN",
+    "HomeRegionError",
     "TableProblem",
     "check_key_schema",
     "check_table",
     "check_table_report",
+    "home_region_refusal",
     "key_schema_problems",
     "prepare_table",
+    "replica_warning",
     "table_warnings",
 ]
 
 VIEW_TYPE: Final = "NEW_AND_OLD_IMAGES"
+
+REGION_PATTERN: Final = r"[a-z]{2}(-[a-z]+)+-[0-9]+"
+"""An AWS Region name (``eu-west-1``, ``us-gov-west-1``), matched whole: what the SAM template's
+``HomeRegion``, the CDK construct's ``home_region`` and ``AGGREGATOR_HOME_REGION`` accept."""
+
+GLOBAL_TABLES_DOC: Final = "docs/deployment/global-tables.md"
+"""The documentation page on global tables, named by the refusals and warnings below."""
+
+
+class HomeRegionError(ConfigError):
+    """The handler runs where it must not count: outside the table's home Region, or on a
+    global table with no home Region set (:func:`home_region_refusal`)."""
+
+
+def home_region_refusal(
+    table_name: str,
+    *,
+    region: str | None,
+    home_region: str | None,
+    description: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Why the handler must not count here, or ``None`` when it may.
+
+    Each replica of a global table has its own stream, which carries every write to the table,
+    the replicated ones included (Developer Guide, "Global tables: How it works", "Streams and
+    transactions with global tables":
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/V2globaltables_HowItWorks.html),
+    and a stream record does not tell where the write was made (``awsRegion`` is "the region in
+    which the GetRecords request was received": DynamoDB Streams API Reference, ``Record``).
+    So one Region counts, the home Region, and the handler refuses:
+
+    - when ``home_region`` is set and ``region`` (the function's, ``AWS_REGION``) is another;
+      decided without ``description``, before any request;
+    - when ``home_region`` is not set and ``description`` (``DescribeTable``'s ``Table``) lists
+      ``Replicas`` (Developer Guide, "Determining the version of a global table":
+      https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/V2globaltables_versions.html).
+
+    Returns
+    -------
+    str or None
+        One line naming the Regions and the fix.
+    """
+    if home_region and region and region != home_region:
+        return (
+            f"not counting: table {table_name!r} is counted in its home Region {home_region} "
+            f"(AGGREGATOR_HOME_REGION) and this function runs in {region}; every replica's "
+            f"stream carries every write, so counting here would count each write twice. Fix: "
+            f"remove the stream subscription in {region} (deploy the stack here with "
+            f"HomeRegion={home_region}, or the CDK construct with home_region, which creates "
+            "none). Meanwhile Lambda retries each batch, then sends it to the on-failure queue; "
+            f"{home_region} counts these records from its own stream (see {GLOBAL_TABLES_DOC})"
+        )
+    replicas = [r.get("RegionName", "?") for r in (description or {}).get("Replicas") or []]
+    if not home_region and replicas:
+        here = f" in {region}" if region else ""
+        return (
+            f"not counting: table {table_name!r} is a global table with replicas in "
+            f"{', '.join(replicas)}, and no home Region is set; every replica's stream carries "
+            "every write, so exactly one Region may count. Fix: deploy the stack in every "
+            "Region with HomeRegion=<the Region that counts> (CDK: home_region; the function's "
+            f"AGGREGATOR_HOME_REGION). Meanwhile Lambda retries each batch{here}, then sends it "
+            "to the on-failure queue: run aggregator reconcile --repair in the home Region once "
+            f"it counts (see {GLOBAL_TABLES_DOC})"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,17 +343,29 @@ def table_warnings(description: Mapping[str, Any], layout: TableLayout) -> list[
             "of keys; DynamoDB will not split an item collection across partitions for heat "
             "either"
         )
-    replicas = [r.get("RegionName", "?") for r in description.get("Replicas") or []]
-    if replicas:
-        version = description.get("GlobalTableVersion")
-        warnings.append(
-            f"global table{f' (version {version})' if version else ''} with replicas in "
-            f"{', '.join(replicas)}: every replica's stream carries every write, the replicated "
-            "ones included, so subscribe the aggregator's function in one Region only (a second "
-            "Region counts every write again), and write to the aggregates from that Region only "
-            "(replication is last writer wins per item)"
-        )
+    replicas = replica_warning(description)
+    if replicas is not None:
+        warnings.append(replicas)
     return warnings
+
+
+def replica_warning(description: Mapping[str, Any]) -> str | None:
+    """:func:`table_warnings`' line about a global table's replicas, or ``None`` for a table
+    without (``DescribeTable``'s ``Table``): it names the home-Region setting and
+    :data:`GLOBAL_TABLES_DOC`."""
+    replicas = [r.get("RegionName", "?") for r in description.get("Replicas") or []]
+    if not replicas:
+        return None
+    version = description.get("GlobalTableVersion")
+    return (
+        f"global table{f' (version {version})' if version else ''} with replicas in "
+        f"{', '.join(replicas)}: every replica's stream carries every write, the replicated "
+        "ones included, so exactly one Region may count: deploy the stack in every Region with "
+        "the same HomeRegion parameter (CDK: home_region), which subscribes the function in "
+        "that Region only (a second Region would count every write again), and write to the "
+        "aggregates from that Region only (replication is last writer wins per item); see "
+        f"{GLOBAL_TABLES_DOC}"
+    )
 
 
 @dataclass(frozen=True, slots=True)

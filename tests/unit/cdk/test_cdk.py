@@ -44,7 +44,9 @@ from tests.unit.cli.test_template import (
     DEPLOYMENTS,
     EXISTING_STREAM_ARN,
     EXISTING_TABLE_ARN,
+    MAPPING,
     TEMPLATE_PATH,
+    _conditions,
     _deploy,
     _statements,
 )
@@ -75,6 +77,8 @@ SAM_NAMES = {
     "AWS::Lambda::Function": "AggregatorFunction",
 }
 MINIMIZE_POLICIES = "@aws-cdk/aws-iam:minimizePolicies"
+HOME_REGION = "eu-west-1"
+"""The home Region of the global-table stacks."""
 
 
 class OrdersAggregates(cdk.Stack):
@@ -179,6 +183,21 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesize
             boto3="runtime",
             alarms=False,
         )
+        # a global table's stacks: one region-agnostic, one for a Region; the condition is
+        # decided at deployment in both
+        for name, env in (
+            ("home-region", None),
+            ("home-region-us-east-1", cdk.Environment(region="us-east-1")),
+        ):
+            stack = cdk.Stack(app, name, env=env)
+            AggregatorFunction(
+                stack,
+                "Aggregator",
+                table=_existing_table(stack),
+                rules=DEFINITIONS,
+                artifact=artifact,
+                home_region=HOME_REGION,
+            )
         stack = cdk.Stack(app, "pk-only")
         AggregatorFunction(
             stack,
@@ -250,9 +269,7 @@ def _same(value: Any, sam_value: Any) -> bool:
 
 
 def _sam_stream_event(deployed: dict[str, Any]) -> dict[str, Any]:
-    return deployed["Resources"]["AggregatorFunction"]["Properties"]["Events"]["Stream"][
-        "Properties"
-    ]
+    return deployed["Resources"][MAPPING]["Properties"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,7 +348,7 @@ def test_the_stream_subscription_is_the_sam_templates(
     mapping = _mapping(cdk_template)
     event = _sam_stream_event(_deploy(sam_template, **DEPLOYMENTS[name]))
     assert mapping["FunctionName"] == {"Ref": "AggregatorFunction"}
-    assert mapping["EventSourceArn"] == event["Stream"]
+    assert mapping["EventSourceArn"] == event["EventSourceArn"]
     # the template's parameter defaults (BatchSize, WindowSeconds) and fixed settings
     for key in (
         "StartingPosition",
@@ -345,10 +362,7 @@ def test_the_stream_subscription_is_the_sam_templates(
         "MaximumRecordAgeInSeconds",
     ):
         assert _same(mapping[key], event[key]), key
-    # SAM's Type: SQS is its own; CloudFormation's OnFailure names the destination only
-    assert mapping["DestinationConfig"] == {
-        "OnFailure": {"Destination": event["DestinationConfig"]["OnFailure"]["Destination"]}
-    }
+    assert mapping["DestinationConfig"] == event["DestinationConfig"]
     # the patterns as the rules render them, character for character
     assert mapping["FilterCriteria"] == filter_criteria(load_rules(DEFINITIONS))
     assert mapping["FilterCriteria"] == event["FilterCriteria"]
@@ -452,6 +466,51 @@ def test_the_alarms_are_the_sam_templates(
     assert dead["Dimensions"] == [
         {"Name": "service", "Value": environment["Variables"]["POWERTOOLS_SERVICE_NAME"]}
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# a global table: one home Region counts
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["home-region", "home-region-us-east-1"])
+@pytest.mark.parametrize(("region", "counts"), [(HOME_REGION, True), ("us-east-1", False)])
+def test_home_region_conditions_the_subscription_and_its_lag_alarm(
+    synthesized: Synthesized, sam_template: dict[str, Any], stack: str, region: str, counts: bool
+) -> None:
+    """As the SAM template with ``HomeRegion``: in the home Region everything, elsewhere all
+    but the mapping and the IteratorAge alarm; the condition is decided at deployment (``Ref
+    AWS::Region``) even in a stack synthesized for one Region."""
+    template = synthesized.template(stack)
+    assertions.Template.from_json(template).has_condition(
+        "*", {"Fn::Equals": [HOME_REGION, {"Ref": "AWS::Region"}]}
+    )
+    holds = _conditions(template, {"AWS::Region": region})
+    created = {
+        resource["Type"]
+        + ("/lag" if "IteratorAge" in json.dumps(resource.get("Properties", {})) else "")
+        for resource in template["Resources"].values()
+        if holds.get(resource.get("Condition", ""), True)
+    }
+    sam = _deploy(sam_template, region, HomeRegion=HOME_REGION, **DEPLOYMENTS["existing-table"])
+    sam_created = {
+        resource["Type"].replace("Serverless", "Lambda")
+        + ("/lag" if name == "IteratorAgeAlarm" else "")
+        for name, resource in sam["Resources"].items()
+    }
+    assert created == sam_created
+    assert ("AWS::Lambda::EventSourceMapping" in created) is counts
+    assert ("AWS::CloudWatch::Alarm/lag" in created) is counts
+    assert {"AWS::Lambda::Function", "AWS::IAM::Role", "AWS::SQS::Queue"} <= created
+    (function,) = _of_type(template, "AWS::Lambda::Function").values()
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables["AGGREGATOR_HOME_REGION"] == HOME_REGION
+
+
+def test_without_a_home_region_nothing_is_conditional(synthesized: Synthesized) -> None:
+    template = synthesized.template("existing-table")
+    assert "Conditions" not in template
+    assert all("Condition" not in r for r in template["Resources"].values())
 
 
 # --------------------------------------------------------------------------------------------
@@ -589,6 +648,8 @@ def test_an_artifact_of_other_rules_is_refused(stack: cdk.Stack, tmp_path: Path)
         ({"iterator_age_alarm_milliseconds": 10}, "must be at least 1000, got 10"),
         ({"mode": "sometimes"}, "mode must be one of exactly-once, window, at-least-once"),
         ({"boto3": "layer"}, "boto3 must be 'bundle' or 'runtime'"),
+        ({"home_region": "EU-WEST-1"}, "home_region must be a Region name such as eu-west-1"),
+        ({"home_region": ""}, "home_region must be a Region name such as eu-west-1, got ''"),
     ],
 )
 def test_settings_out_of_range_are_refused(
@@ -614,7 +675,7 @@ def test_cfn_lint_reports_nothing(synthesized: Synthesized) -> None:
     )
     assert cfn_lint, "cfn-lint is a dev dependency"
     stacks = [s.stack_name for s in synthesized.assembly.stacks]
-    assert len(stacks) == 8
+    assert len(stacks) == 10
     paths = [str(synthesized.template_path(s)) for s in stacks]
     result = subprocess.run(
         [cfn_lint, "--include-checks", "I", "--ignore-checks", "W3005", "--", *paths],

@@ -82,12 +82,19 @@ def _only_resource(template: dict[str, Any], resource_type: str) -> tuple[str, d
 _NO_VALUE = object()
 
 
-def _parameters(template: dict[str, Any], **values: str) -> dict[str, str]:
-    """Parameter values of one deployment: the defaults, overridden by ``values``."""
+DEPLOYED_REGION = "eu-west-1"
+"""The Region of the deployments below (``AWS::Region``), unless one names another."""
+
+
+def _parameters(
+    template: dict[str, Any], region: str = DEPLOYED_REGION, **values: str
+) -> dict[str, str]:
+    """Parameter values of one deployment: the defaults, overridden by ``values``, and the
+    stack's Region as the pseudo parameter ``AWS::Region``."""
     params = {name: str(p.get("Default", "")) for name, p in template["Parameters"].items()}
     unknown = set(values) - set(params)
     assert not unknown, f"no such parameters: {unknown}"
-    return {**params, **values}
+    return {**params, **values, "AWS::Region": region}
 
 
 def _value(node: Any, params: dict[str, str]) -> Any:
@@ -167,10 +174,12 @@ def _render(node: Any, params: dict[str, str], conditions: dict[str, bool]) -> A
     return {key: value for key, value in rendered.items() if value is not _NO_VALUE}
 
 
-def _deploy(template: dict[str, Any], **values: str) -> dict[str, Any]:
-    """The template as one deployment with these parameter values: resources whose condition
-    is false removed, everything else rendered (:func:`_render`)."""
-    params = _parameters(template, **values)
+def _deploy(
+    template: dict[str, Any], region: str = DEPLOYED_REGION, **values: str
+) -> dict[str, Any]:
+    """The template as one deployment with these parameter values, in ``region``: resources
+    whose condition is false removed, everything else rendered (:func:`_render`)."""
+    params = _parameters(template, region, **values)
     assert _rule_failures(template, params) == []
     conditions = _conditions(template, params)
     resources = {
@@ -260,11 +269,18 @@ def function(template: dict[str, Any]) -> dict[str, Any]:
     return resource["Properties"]
 
 
+MAPPING = "AggregatorFunctionStream"
+"""The stream subscription's logical ID: the one SAM gave the function's DynamoDB event
+``Stream`` (``<function><event>``) before the template declared the mapping itself, so a stack
+deployed then keeps its mapping (same logical ID and type: updated, not replaced)."""
+
+
 @pytest.fixture(scope="module")
-def stream_event(function: dict[str, Any]) -> dict[str, Any]:
-    event = function["Events"]["Stream"]
-    assert event["Type"] == "DynamoDB"
-    return event["Properties"]
+def stream_event(template: dict[str, Any]) -> dict[str, Any]:
+    """The event source mapping's properties."""
+    name, mapping = _only_resource(template, "AWS::Lambda::EventSourceMapping")
+    assert name == MAPPING
+    return mapping["Properties"]
 
 
 @pytest.fixture(scope="module", params=sorted(DEPLOYMENTS))
@@ -341,6 +357,7 @@ def test_parameters(template: dict[str, Any]) -> None:
     assert params["Alarms"]["Default"] == "Enabled"
     assert params["AlarmTopicArn"]["Default"] == ""
     assert params["IteratorAgeAlarmMilliseconds"]["Default"] == 600000
+    assert params["HomeRegion"]["Default"] == ""
 
 
 def test_existing_table_parameters_accept_a_table_and_its_stream(template: dict[str, Any]) -> None:
@@ -459,6 +476,8 @@ def test_function_settings(
         },
         "AGGREGATOR_DEFINITIONS": {"Ref": "DefinitionsPath"},
         "AGGREGATOR_MODE": {"Ref": "AggregatorMode"},
+        # the handler refuses to count outside a global table's home Region
+        "AGGREGATOR_HOME_REGION": {"Ref": "HomeRegion"},
         "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": "90000",
         # the last resort for dead letters is the mapping's own on-failure queue
         "AGGREGATOR_ON_FAILURE_QUEUE_URL": {"Ref": queue_name},
@@ -475,7 +494,7 @@ def test_existing_table_parameters_flow_into_the_function(
 ) -> None:
     name, deployed = deployment
     function = deployed["Resources"]["AggregatorFunction"]["Properties"]
-    stream = function["Events"]["Stream"]["Properties"]["Stream"]
+    stream = deployed["Resources"][MAPPING]["Properties"]["EventSourceArn"]
     table_name = function["Environment"]["Variables"]["AGGREGATOR_TABLE_NAME"]
     outputs = {key: output["Value"] for key, output in deployed["Outputs"].items()}
     assert stream == _expected_stream_arn(name)
@@ -605,7 +624,8 @@ def test_stream_event_source_properties(
 ) -> None:
     table_name, _ = table
     queue_name, _ = queue
-    assert stream_event["Stream"] == {
+    assert stream_event["FunctionName"] == {"Ref": "AggregatorFunction"}
+    assert stream_event["EventSourceArn"] == {
         "Fn::If": [
             "CreateTable",
             {"Fn::GetAtt": [table_name, "StreamArn"]},
@@ -624,7 +644,7 @@ def test_stream_event_source_properties(
     assert stream_event["MaximumRetryAttempts"] == 10
     assert stream_event["MaximumRecordAgeInSeconds"] == 86400
     assert stream_event["DestinationConfig"] == {
-        "OnFailure": {"Type": "SQS", "Destination": {"Fn::GetAtt": [queue_name, "Arn"]}}
+        "OnFailure": {"Destination": {"Fn::GetAtt": [queue_name, "Arn"]}}
     }
 
 
@@ -673,7 +693,7 @@ def test_filter_check_reports_a_template_missing_a_source(tmp_path) -> None:
     stale.write_text(text.replace('{"prefix": "flights_by_plane#"}, ', ""), encoding="utf-8")
     problems = check_template(stale, load_rules(ROOT / "definitions"))
     assert len(problems) == 1
-    assert "AggregatorFunction.Stream: FilterCriteria differ" in problems[0]
+    assert f"{MAPPING}: FilterCriteria differ" in problems[0]
     assert "flights_by_plane#" in problems[0]
 
 
@@ -856,8 +876,8 @@ def test_without_a_sort_key_the_created_table_has_the_collection_index(
     ]
     assert indexes["aggregator-collections"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
     rules = load_rules(PK_ONLY_DEFINITIONS)
-    event = template["Resources"]["AggregatorFunction"]["Properties"]["Events"]["Stream"]
-    assert event["Properties"]["FilterCriteria"] == filter_criteria(rules)
+    mapping = template["Resources"][MAPPING]
+    assert mapping["Properties"]["FilterCriteria"] == filter_criteria(rules)
 
 
 def test_the_template_command_renders_in_place_and_checks(tmp_path: Path) -> None:
@@ -937,12 +957,14 @@ def test_alarms_watch_the_lag_the_dead_letters_and_the_failure_queue(
     alarms = _alarms(template)
     assert sorted(alarms) == ["DeadLettersAlarm", "FailureQueueAlarm", "IteratorAgeAlarm"]
     notify = {"Fn::If": ["AlarmsNotify", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+    # the lag of a stream subscription only where there is one (test_home_region_...)
+    assert alarms.pop("IteratorAgeAlarm")["Condition"] == "IteratorAgeAlarmHere"
     for alarm in alarms.values():
         assert alarm["Condition"] == "CreateAlarms"
         props = alarm["Properties"]
         assert props["AlarmActions"] == props["OKActions"] == notify
         assert props["TreatMissingData"] == "notBreaching"  # no traffic is no alarm
-    lag = alarms["IteratorAgeAlarm"]["Properties"]
+    lag = _alarms(template)["IteratorAgeAlarm"]["Properties"]
     assert (lag["Namespace"], lag["MetricName"], lag["Statistic"]) == (
         "AWS/Lambda",
         "IteratorAge",
@@ -1006,3 +1028,92 @@ def test_alarm_parameters(
 
     assert holds(conditions["CreateAlarms"]) is created
     assert holds(conditions["AlarmsNotify"]) is notified
+
+
+# --------------------------------------------------------------------------------------------
+# global tables: one home Region counts (docs/deployment/global-tables.md)
+# --------------------------------------------------------------------------------------------
+
+COUNTING_ONLY = {MAPPING, "IteratorAgeAlarm"}
+"""What a stack creates only in the Region that counts the stream."""
+
+
+@pytest.mark.parametrize(
+    ("home_region", "region", "counts"),
+    [
+        ("", "eu-west-1", True),  # not a global table: the stack's Region counts
+        ("", "us-east-1", True),
+        ("eu-west-1", "eu-west-1", True),  # the home Region's stack
+        ("eu-west-1", "us-east-1", False),  # a replica's stack: the function, no subscription
+        ("us-gov-west-1", "eu-west-1", False),
+    ],
+)
+@pytest.mark.parametrize("deployment", sorted(DEPLOYMENTS))
+def test_home_region_subscribes_only_the_home_regions_stack(
+    template: dict[str, Any], deployment: str, home_region: str, region: str, counts: bool
+) -> None:
+    everywhere = _deploy(template, DEPLOYED_REGION, **DEPLOYMENTS[deployment])["Resources"]
+    deployed = _deploy(template, region, HomeRegion=home_region, **DEPLOYMENTS[deployment])
+    resources = deployed["Resources"]
+    assert deployed["Conditions"]["CountHere"] is counts
+    # elsewhere exactly the subscription and its lag alarm are missing; the function, its role
+    # (stream reads included: harmless without a mapping), the queue and the other alarms stay
+    missing = set(everywhere) - set(resources)
+    assert missing == (set() if counts else COUNTING_ONLY)
+    assert set(resources) <= set(everywhere)
+    variables = resources["AggregatorFunction"]["Properties"]["Environment"]["Variables"]
+    assert variables["AGGREGATOR_HOME_REGION"] == home_region
+    if counts:
+        mapping = resources[MAPPING]["Properties"]
+        assert mapping["EventSourceArn"] == _expected_stream_arn(deployment)
+        assert mapping["FunctionName"] == {"Ref": "AggregatorFunction"}
+    # nothing left refers to what this Region does not create
+    text = json.dumps(resources)
+    assert all(f'"{name}"' not in text for name in missing)
+
+
+def test_the_mapping_and_its_lag_alarm_carry_the_home_region_condition(
+    template: dict[str, Any],
+) -> None:
+    resources = template["Resources"]
+    assert resources[MAPPING]["Condition"] == "CountHere"
+    assert template["Conditions"]["CountHere"] == {
+        "Fn::Or": [
+            {"Fn::Equals": [{"Ref": "HomeRegion"}, ""]},
+            {"Fn::Equals": [{"Ref": "HomeRegion"}, {"Ref": "AWS::Region"}]},
+        ]
+    }
+    assert template["Conditions"]["IteratorAgeAlarmHere"] == {
+        "Fn::And": [{"Condition": "CreateAlarms"}, {"Condition": "CountHere"}]
+    }
+    # SAM events take no Condition: the function declares none, the mapping is its own resource
+    assert "Events" not in resources["AggregatorFunction"]["Properties"]
+    assert [n for n, r in resources.items() if r.get("Condition") == "CountHere"] == [MAPPING]
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("", True),
+        ("eu-west-1", True),
+        ("us-gov-west-1", True),
+        ("ap-southeast-2", True),
+        ("cn-north-1", True),
+        ("EU-WEST-1", False),
+        ("eu-west", False),
+        ("eu-west-1 ", False),
+        ("arn:aws:dynamodb:eu-west-1", False),
+    ],
+)
+def test_home_region_accepts_region_names_only(
+    template: dict[str, Any], value: str, accepted: bool
+) -> None:
+    import re
+
+    from aggregator.dynamodb.tablecheck import REGION_PATTERN
+
+    pattern = template["Parameters"]["HomeRegion"]["AllowedPattern"]
+    # the handler (AGGREGATOR_HOME_REGION) and the CDK construct accept the same names
+    assert pattern == f"^$|^{REGION_PATTERN}$"
+    # CloudFormation matches AllowedPattern against the whole value
+    assert (re.fullmatch(pattern, value) is not None) is accepted
