@@ -1,13 +1,18 @@
-"""The rule manifest and the fences, kept in the table under the reserved ``control_pk``.
+"""The rule manifest and the fences, kept in the table among the control items.
 
 Items (sort key text, or on a table without a sort key the partition key
-``"<control_pk>#<sort key text>"``):
+``"<control_pk>#<sort key text>"``); the manifest always under ``control_pk``, the fences under
+``layout.control_key`` of their sort key (:mod:`aggregator.dynamodb.control`):
 
 ``manifest``
-    One item with two map attributes. ``rules`` holds each rule generation's state by storage
-    name (:class:`~aggregator.core.lifecycle.RuleState`): ``{"fingerprint", "status",
-    "registered_at", "backfill_id", "active_since", "retired_at"}``. ``generations`` holds the
-    generation readers use, for each rule rebuilt at least once. Rules are added by the handler
+    One item with two map attributes, and ``control_partitions`` (N): how many partition key
+    values the table's control items spread over, recorded by the first registration of rules
+    (or ``create-table``) and compared with the layout at every read
+    (:func:`~aggregator.dynamodb.control.check_control_partitions`). ``rules`` holds each rule
+    generation's state by storage name (:class:`~aggregator.core.lifecycle.RuleState`):
+    ``{"fingerprint", "status", "registered_at", "backfill_id", "active_since",
+    "retired_at"}``. ``generations`` holds the generation readers use, for each rule rebuilt at
+    least once. Rules are added by the handler
     or the local runner when they start with a rule the manifest does not know (status
     ``pending``), with one conditional ``UpdateItem``, so two starting containers cannot both
     register it; ``aggregator rebuild`` adds ``requested`` generations and switches readers.
@@ -52,6 +57,11 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.client import requests_of
+from aggregator.dynamodb.control import (
+    CONTROL_PARTITIONS_ATTRIBUTE,
+    check_control_partitions,
+    recorded_control_partitions,
+)
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.fences import FenceStore
 from aggregator.dynamodb.streams import list_shards
@@ -223,14 +233,32 @@ class Manifest:
     table_name
         The table.
     layout
-        Where the control items live (``layout.control_pk``).
+        Where the control items live (the manifest under ``layout.control_pk``).
+    check_layout
+        Compare the layout's ``control_partitions`` with the manifest's record at every read
+        (:func:`~aggregator.dynamodb.control.check_control_partitions`); off only for the step
+        that changes the record.
+
+    Raises
+    ------
+    aggregator.dynamodb.control.ControlLayoutError
+        From any method that reads the manifest, when the layout's ``control_partitions``
+        differs from the table's record (with ``check_layout``).
     """
 
-    def __init__(self, client: DynamoDBClient, table_name: str, layout: TableLayout) -> None:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        layout: TableLayout,
+        *,
+        check_layout: bool = True,
+    ) -> None:
         self.client = client
         self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
+        self.check_layout = check_layout
         self.key = layout.item_key(layout.control_pk, MANIFEST_SORT_KEY)
 
     def _write_if(self, update: Update) -> bool:
@@ -250,7 +278,38 @@ class Manifest:
         item: dict[str, Any] | None = self.requests.send(
             "get_item", ConsistentRead=True, **where
         ).get("Item")
+        if self.check_layout:
+            check_control_partitions(item, self.layout, self.table_name)
         return item or {}
+
+    def control_partitions(self) -> int | None:
+        """How many partition key values the table's control items spread over, as the
+        manifest records it (:func:`~aggregator.dynamodb.control.recorded_control_partitions`:
+        ``None`` before any rule is registered; 1 for a manifest from before the record)."""
+        return recorded_control_partitions(self._item())
+
+    def record_control_partitions(self, partitions: int | None = None) -> bool:
+        """Record ``partitions`` (default: the layout's ``control_partitions``) as the number
+        of partition key values the table's control items spread over, unless a number is
+        recorded already (one conditional ``UpdateItem``); returns whether it wrote. The
+        record in force is then compared as at every read.
+
+        Raises
+        ------
+        aggregator.dynamodb.control.ControlLayoutError
+            When another number was recorded first and differs from the layout's (with
+            ``check_layout``).
+        """
+        number = self.layout.control_partitions if partitions is None else partitions
+        update = with_collection(
+            Update().set(CONTROL_PARTITIONS_ATTRIBUTE, {"N": str(number)}),
+            self.layout,
+            self.layout.control_pk,
+        ).where_missing(CONTROL_PARTITIONS_ATTRIBUTE)
+        if self._write_if(update):
+            return True
+        self._item()  # the number recorded first: compared with the layout
+        return False
 
     def load(self) -> dict[str, RuleState]:
         """Every generation's state by storage name (strongly consistent read); ``{}`` when
@@ -282,15 +341,23 @@ class Manifest:
         holds; ``genesis_stream_arn`` (a deployment that created the table with that stream)
         records one where the manifest holds none (:meth:`record_genesis`).
 
+        The first registration on a table also records where its control items go
+        (:meth:`record_control_partitions`).
+
         Raises
         ------
         ConfigError
             When a rule's definition differs from every live generation's (the same name,
             another fingerprint, no rebuild requested), or matches only a retired or dropping
-            one, naming the rules and what to do.
+            one, naming the rules and what to do; or
+            (:class:`~aggregator.dynamodb.control.ControlLayoutError`) when the layout's
+            ``control_partitions`` differs from the table's record.
         """
         clock = int(time.time() if now is None else now)
         item = self._item()
+        if recorded_control_partitions(item) is None:
+            # the first rules of the table: where its control items go is decided now
+            self.record_control_partitions()
         candidate = self._genesis_candidate(item, genesis_stream_arn, clock)
         found = _resolve(rules, manifest_states(item), clock, candidate)
         found.refuse()

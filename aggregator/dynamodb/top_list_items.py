@@ -143,7 +143,7 @@ class TopLists:
         self._known: dict[str, tuple[TopList, int]] = {}
 
     def _key(self, partition: str) -> dict[str, dict[str, str]]:
-        return self.layout.item_key(self.layout.control_pk, top_sort_key(partition))
+        return self.layout.control_key(top_sort_key(partition))
 
     def _remember(self, partition: str, state: TopList, version: int) -> None:
         if len(self._known) >= MAX_REMEMBERED and partition not in self._known:
