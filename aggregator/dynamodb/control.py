@@ -16,7 +16,11 @@ that none is recorded; a manifest that lists rules but records no number (writte
 record existed) means 1. Every read of the manifest through
 :class:`~aggregator.dynamodb.manifest.Manifest` and the readers' cache of serving generations
 compares the record with the layout and refuses a difference (:func:`check_control_partitions`).
-The number of a table that holds control items does not change (docs: "Table layout").
+
+The number changes only through ``aggregator move-control-items``
+(:mod:`aggregator.operations.control_move`), with the stream subscription stopped: it marks the
+manifest (``control_partitions_moving``, the new number: every process refuses to start while
+it is there), moves each control item to its new value, then records the new number.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from aggregator.core.layout import TableLayout
 from aggregator.dynamodb.collections import CollectionPage, query_collection
 
 __all__ = [
+    "CONTROL_MOVE_ATTRIBUTE",
     "CONTROL_PARTITIONS_ATTRIBUTE",
     "ControlLayoutError",
     "check_control_partitions",
     "control_item_key",
+    "moving_control_partitions",
     "query_control",
     "recorded_control_partitions",
 ]
@@ -40,6 +46,10 @@ __all__ = [
 CONTROL_PARTITIONS_ATTRIBUTE = "control_partitions"
 """The manifest item's attribute (N) recording how many partition key values the table's control
 items spread over."""
+
+CONTROL_MOVE_ATTRIBUTE = "control_partitions_moving"
+"""The manifest item's attribute (N) present while the control items move to that many partition
+key values (``aggregator move-control-items``)."""
 
 
 class ControlLayoutError(ConfigError):
@@ -70,11 +80,19 @@ def recorded_control_partitions(item: Mapping[str, Any] | None) -> int | None:
     return 1 if item.get("rules", {}).get("M") else None
 
 
+def moving_control_partitions(item: Mapping[str, Any] | None) -> int | None:
+    """The number of partition key values a manifest item (DynamoDB JSON) says the control items
+    are moving to (``aggregator move-control-items`` under way), else ``None``."""
+    value = (item or {}).get(CONTROL_MOVE_ATTRIBUTE, {}).get("N")
+    return None if value is None else int(value)
+
+
 def check_control_partitions(
     item: Mapping[str, Any] | None, layout: TableLayout, table_name: str
 ) -> int | None:
     """Refuse a layout whose ``control_partitions`` differs from the manifest item's record
-    (:func:`recorded_control_partitions`); returns the record (``None``: none yet).
+    (:func:`recorded_control_partitions`), and any layout while the control items move; returns
+    the record (``None``: none yet).
 
     Raises
     ------
@@ -82,6 +100,13 @@ def check_control_partitions(
         A :class:`~aggregator.core.exceptions.ConfigError` with one line: what the table has,
         what the definitions say, how to proceed.
     """
+    moving = moving_control_partitions(item)
+    if moving is not None:
+        raise ControlLayoutError(
+            f"table {table_name!r} is moving its control items to {_values(moving)} "
+            "(aggregator move-control-items was stopped before it finished); run it again with "
+            f"definitions that say control_partitions: {moving} to finish the move"
+        )
     recorded = recorded_control_partitions(item)
     if recorded is None or recorded == layout.control_partitions:
         return recorded

@@ -58,6 +58,7 @@ from aggregator.core.lifecycle import (
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.control import (
+    CONTROL_MOVE_ATTRIBUTE,
     CONTROL_PARTITIONS_ATTRIBUTE,
     check_control_partitions,
     recorded_control_partitions,
@@ -281,6 +282,42 @@ class Manifest:
         if self.check_layout:
             check_control_partitions(item, self.layout, self.table_name)
         return item or {}
+
+    def item(self) -> dict[str, Any]:
+        """The manifest item (DynamoDB JSON, ``{}`` when there is none; strongly consistent
+        read), checked as every read is (``check_layout``)."""
+        return self._item()
+
+    def begin_control_move(self, recorded: int, target: int) -> bool:
+        """Mark the control items as moving from ``recorded`` to ``target`` partition key
+        values (``control_partitions_moving``; one conditional ``UpdateItem``: the record is
+        still ``recorded`` and no move is under way). Returns whether it wrote. From then on
+        every manifest read refuses
+        (:func:`~aggregator.dynamodb.control.check_control_partitions`) until
+        :meth:`finish_control_move`."""
+        update = with_collection(
+            Update().set(CONTROL_MOVE_ATTRIBUTE, {"N": str(target)}),
+            self.layout,
+            self.layout.control_pk,
+        ).where_missing(CONTROL_MOVE_ATTRIBUTE)
+        same = Update().where_equals(CONTROL_PARTITIONS_ATTRIBUTE, {"N": str(recorded)})
+        if recorded == 1:  # a manifest from before the record means 1
+            update = update.where_any(same, Update().where_missing(CONTROL_PARTITIONS_ATTRIBUTE))
+        else:
+            update = update.where_equals(CONTROL_PARTITIONS_ATTRIBUTE, {"N": str(recorded)})
+        return self._write_if(update)
+
+    def finish_control_move(self, target: int) -> bool:
+        """Record ``target`` as the table's ``control_partitions`` and end the move (one
+        conditional ``UpdateItem``: the move under way is to ``target``). Returns whether it
+        wrote."""
+        update = (
+            Update()
+            .set(CONTROL_PARTITIONS_ATTRIBUTE, {"N": str(target)})
+            .remove(CONTROL_MOVE_ATTRIBUTE)
+            .where_equals(CONTROL_MOVE_ATTRIBUTE, {"N": str(target)})
+        )
+        return self._write_if(update)
 
     def control_partitions(self) -> int | None:
         """How many partition key values the table's control items spread over, as the

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from aggregator.cli import main
-from aggregator.core.exceptions import QueryError
+from aggregator.core.exceptions import ConfigError, QueryError
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.floors import FLOOR_PREFIX, IndexFloors
 from aggregator.dynamodb.manifest import MANIFEST_SORT_KEY, Manifest
@@ -208,4 +208,121 @@ def test_a_layout_that_disagrees_with_the_table_is_refused(ddb, dynamodb_local, 
     )
     one = _rules(tmp_path / "one", 1, BOARD)
     assert cli.invoke(main, ["status", *common, "-d", str(one)]).exit_code == 0
+    ddb.delete_table(TableName=table)
+
+
+def _spread_as(items: list[dict[str, Any]], partitions: int) -> None:
+    """Every control item but the manifest is where ``partitions`` values put it."""
+    for item in items:
+        sort_key = item["sk"]["S"]
+        if sort_key == MANIFEST_SORT_KEY:
+            assert item["pk"]["S"] == CONTROL
+            assert item.get("control_partitions") == {"N": str(partitions)}
+            assert "control_partitions_moving" not in item
+            continue
+        n = zlib.crc32(sort_key.encode()) % partitions
+        assert item["pk"]["S"] == (CONTROL if partitions == 1 else f"{CONTROL}#{n}"), sort_key
+
+
+def test_a_table_moves_its_control_items_and_keeps_counting(ddb, dynamodb_local, tmp_path):
+    """1 -> 4 through the CLI with rules pending (their fences move), then 4 -> 2 stopped after
+    two items and finished by a second run; the handler and a backfill find every item after
+    each move, and top stays exact."""
+    from aggregator.operations.control_move import move_control_items
+
+    table = "spread-move"
+    one, four, two = (_rules(tmp_path / f"d{n}", n, LIKES, BOARD, RANKED) for n in (1, 4, 2))
+    create_table(ddb, table, layout=load_rules(one).layout)
+    without_genesis(ddb, table)
+    common = ["--table", table, "--endpoint-url", dynamodb_local.endpoint_url]
+    cli = CliRunner()
+
+    def write(start: int, stop: int) -> None:
+        for n in range(start, stop):
+            score = {"pk": f"SCORE#{n}", "sk": "S", "kind": "score", "player": PLAYERS[n % 24]}
+            ddb.put_item(TableName=table, Item=ddb_json(score | {"points": 5 * n % 13 + 1}))
+            ddb.put_item(TableName=table, Item=ddb_json({"pk": f"POST#{n % 3}", "sk": f"LIKE#{n}"}))
+
+    def run(definitions: Path) -> None:
+        ran = cli.invoke(main, ["run", *common, "-d", str(definitions)])
+        assert ran.exit_code == 0, ran.output
+
+    write(0, 30)
+    run(one)
+    before = _control_items(ddb, table)
+    _spread_as([{**i, "control_partitions": {"N": "1"}} for i in before], 1)
+    assert {_kind(i["sk"]["S"]) for i in before} >= {"fence#", TOP_PREFIX}
+
+    move = ["move-control-items", *common, "-d", str(four)]
+    refused = cli.invoke(main, move)
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("error: move-control-items: stop the stream subscription")
+    moved = cli.invoke(main, [*move, "--subscription-stopped"])
+    assert (moved.exit_code, moved.stdout) == (
+        0,
+        f"move-control-items {table}: {len(before) - 1} control items moved from 1 to 4 "
+        "partition key values; deploy the definitions (control_partitions: 4) and start the "
+        "stream subscription again\n",
+    )
+    after = _control_items(ddb, table)
+    _spread_as(after, 4)
+    assert sorted(i["sk"]["S"] for i in after) == sorted(i["sk"]["S"] for i in before)
+    again = cli.invoke(main, [*move, "--subscription-stopped"])
+    assert again.stdout.endswith("already under 4 partition key values; nothing to move\n")
+    assert cli.invoke(main, ["run", *common, "-d", str(one)]).exit_code == 1  # the old layout
+
+    # the handler and the backfill find the moved fences and top lists
+    write(30, 50)
+    run(four)
+    backfill = cli.invoke(main, ["backfill", *common, "-d", str(four), "--stream-lag", "0"])
+    assert backfill.exit_code == 0, backfill.output
+    store = AggregateStore(ddb, table, load_rules(four))
+    assert [(a.key, a.value) for a in store.top("board", 6)] == _truth(ddb, table)[:6]
+    assert store.top_fallbacks == 0
+    _spread_as(_control_items(ddb, table), 4)
+
+    # 4 -> 2, stopped after two items: everyone refuses until a second run finishes it
+    class Stop(Exception):
+        pass
+
+    def stop_at_two(moved: int) -> None:
+        if moved == 2:
+            raise Stop
+
+    items = len(_control_items(ddb, table))
+    with pytest.raises(Stop):
+        move_control_items(load_rules(two), ddb, table, on_moved=stop_at_two)
+    for definitions in (four, two):
+        refused = cli.invoke(main, ["status", *common, "-d", str(definitions)])
+        assert refused.exit_code == 1
+        assert "is moving its control items to 2 partition key values" in refused.stderr
+    wrong = cli.invoke(
+        main, ["move-control-items", *common, "-d", str(four), "--subscription-stopped"]
+    )
+    assert "finish that move with definitions that say control_partitions: 2" in wrong.stderr
+    finish = move_control_items(load_rules(two), ddb, table)
+    assert (finish.outcome, finish.source, finish.target) == ("moved", 4, 2)
+    assert finish.moved > 0
+    assert len(_control_items(ddb, table)) == items  # nothing lost, nothing copied twice
+    _spread_as(_control_items(ddb, table), 2)
+    write(50, 60)
+    run(two)
+    store = AggregateStore(ddb, table, load_rules(two))
+    assert [(a.key, a.value) for a in store.top("board", 6)] == _truth(ddb, table)[:6]
+    ddb.delete_table(TableName=table)
+
+
+def test_a_move_waits_for_a_running_backfill(ddb, tmp_path):
+    from aggregator.operations.control_move import move_control_items
+
+    table = "spread-move-backfilling"
+    one = load_rules(_rules(tmp_path / "one", 1, BOARD))
+    create_table(ddb, table, layout=one.layout)
+    manifest = Manifest(ddb, table, one.layout)
+    manifest.register(one)
+    state = manifest.load()["board"]
+    manifest.set_state(replace(state, status="backfilling", backfill_id="b1"))
+    with pytest.raises(ConfigError, match="a backfill of board is running"):
+        move_control_items(load_rules(_rules(tmp_path / "four", 4, BOARD)), ddb, table)
+    assert manifest.control_partitions() == 1
     ddb.delete_table(TableName=table)
