@@ -28,7 +28,7 @@ from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.routing import ROUTING_PREFIX, SWITCHES_PREFIX
 from aggregator.dynamodb.table import create_table
 from aggregator.dynamodb.top_list_items import TOP_PREFIX
-from tests.factories import ddb_json
+from tests.factories import ddb_json, stream_record
 from tests.integration.harness import table_items, without_genesis
 
 pytestmark = pytest.mark.integration
@@ -325,4 +325,56 @@ def test_a_move_waits_for_a_running_backfill(ddb, tmp_path):
     with pytest.raises(ConfigError, match="a backfill of board is running"):
         move_control_items(load_rules(_rules(tmp_path / "four", 4, BOARD)), ddb, table)
     assert manifest.control_partitions() == 1
+    ddb.delete_table(TableName=table)
+
+
+def test_the_handler_refuses_a_layout_the_table_does_not_have(
+    ddb, dynamodb_local, monkeypatch, tmp_path
+):
+    """A Lambda container whose definitions say another number than the table's record fails at
+    its first invocation with the one line (Lambda then delivers the batch again: nothing is
+    counted, nothing lost), and counts once the definitions agree."""
+    from aggregator import handler as handler_module
+
+    table = "spread-handler"
+    one = _rules(tmp_path / "one", 1, LIKES)
+    four = _rules(tmp_path / "four", 4, LIKES)
+    create_table(ddb, table, layout=load_rules(one).layout)  # records 1
+    for name, value in (
+        ("AGGREGATOR_TABLE_NAME", table),
+        ("AGGREGATOR_ENDPOINT_URL", dynamodb_local.endpoint_url),
+        ("AWS_ACCESS_KEY_ID", "local"),
+        ("AWS_SECRET_ACCESS_KEY", "local"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AGGREGATOR_MODE", "at-least-once"),
+    ):
+        monkeypatch.setenv(name, value)
+    event = {
+        "Records": [
+            stream_record("INSERT", None, {"pk": "POST#1", "sk": f"LIKE#{n}"}, seq=n)
+            for n in (1, 2)
+        ]
+    }
+    context = type(
+        "Context",
+        (),
+        {
+            "function_name": "f",
+            "memory_limit_in_mb": 128,
+            "invoked_function_arn": "arn",
+            "aws_request_id": "r",
+        },
+    )()
+    try:
+        monkeypatch.setenv("AGGREGATOR_DEFINITIONS", str(four))
+        handler_module.reset()
+        with pytest.raises(ConfigError, match="under 1 partition key value, but the definitions"):
+            handler_module.handler(event, context)
+        monkeypatch.setenv("AGGREGATOR_DEFINITIONS", str(one))
+        handler_module.reset()
+        assert handler_module.handler(event, context) == {"batchItemFailures": []}
+    finally:
+        handler_module.reset()
+    store = AggregateStore(ddb, table, load_rules(one))
+    assert store.get("likes", "POST#1").value == 2
     ddb.delete_table(TableName=table)
