@@ -102,10 +102,7 @@ def prepare_table_cmd(
     )
 
 
-@click.command(
-    "move-control-items",
-    short_help="Spread the control items over the definitions' control_partitions.",
-)
+@click.command("move-control-items", short_help="Move control items to control_partitions.")
 @definitions_option
 @table_option
 @endpoint_option
