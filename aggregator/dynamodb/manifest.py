@@ -378,8 +378,9 @@ class Manifest:
         holds; ``genesis_stream_arn`` (a deployment that created the table with that stream)
         records one where the manifest holds none (:meth:`record_genesis`).
 
-        The first registration on a table also records where its control items go
-        (:meth:`record_control_partitions`).
+        The first registration on a table also records where its control items go (the
+        layout's ``control_partitions``, in the write that creates the manifest's maps), unless
+        a number is recorded already.
 
         Raises
         ------
@@ -392,9 +393,8 @@ class Manifest:
         """
         clock = int(time.time() if now is None else now)
         item = self._item()
-        if recorded_control_partitions(item) is None:
-            # the first rules of the table: where its control items go is decided now
-            self.record_control_partitions()
+        # the first rules of the table: where its control items go is recorded with them
+        first = recorded_control_partitions(item) is None
         candidate = self._genesis_candidate(item, genesis_stream_arn, clock)
         found = _resolve(rules, manifest_states(item), clock, candidate)
         found.refuse()
@@ -404,7 +404,7 @@ class Manifest:
             if state.status == "requested":
                 chosen[name] = self._take_up(state, clock)
         if found.new:
-            chosen.update(self._add(found.new))
+            chosen.update(self._add(found.new, record_layout=first))
         # entries from before the flag was recorded: their aggregates were written under this
         # definition's flag as far as anyone can tell; from now on a change of it shows
         for name, flag in found.unrecorded:
@@ -435,11 +435,15 @@ class Manifest:
         consistent read)."""
         return _genesis(self._item())
 
-    def record_genesis(self, stream_arn: str, set_by: str) -> bool:
+    def record_genesis(
+        self, stream_arn: str, set_by: str, *, control_partitions: int | None = None
+    ) -> bool:
         """Record that ``stream_arn`` was created together with the table, so that it holds every
         write the table ever had (:class:`~aggregator.core.lifecycle.Genesis`). Only whoever
         created the table may say so, right after creating it; a table with a genesis already
-        keeps it. Returns whether it wrote.
+        keeps it. Returns whether it wrote. ``control_partitions`` (a table just created): the
+        number of partition key values its control items spread over, recorded in the same
+        write unless one is recorded (:meth:`record_control_partitions`).
 
         Raises
         ------
@@ -453,6 +457,9 @@ class Manifest:
         update = with_collection(
             Update().set("genesis", value), self.layout, self.layout.control_pk
         )
+        if control_partitions is not None:  # a new table: where its control items go, too
+            number = {"N": str(control_partitions)}
+            update = update.set_if_missing(CONTROL_PARTITIONS_ATTRIBUTE, number)
         update = update.where_missing("genesis")
         return self._write_if(update)
 
@@ -565,21 +572,34 @@ class Manifest:
         if not any(generation_of(s)[0] == rule_name for s in states):
             self._write_if(Update().remove(("generations", rule_name)).where_exists("generations"))
 
-    def _ensure_maps(self) -> None:
+    def _ensure_maps(self, *, record_layout: bool = False) -> None:
         """Create the manifest item's maps (``rules``, ``generations``) where missing, and on a
-        table without a sort key its collection attribute."""
+        table without a sort key its collection attribute; with ``record_layout`` (the first
+        rules of the table) also the layout's ``control_partitions`` where none is recorded,
+        then compare the record in force with the layout (another container's first
+        registration may have won)."""
         update = (
             Update().set_if_missing("rules", {"M": {}}).set_if_missing("generations", {"M": {}})
         )
+        if record_layout:
+            number = {"N": str(self.layout.control_partitions)}
+            update = update.set_if_missing(CONTROL_PARTITIONS_ATTRIBUTE, number)
         update = with_collection(update, self.layout, self.layout.control_pk)
-        self.requests.send(
-            "update_item", TableName=self.table_name, Key=self.key, **update.render()
+        response = self.requests.send(
+            "update_item",
+            TableName=self.table_name,
+            Key=self.key,
+            ReturnValues="ALL_NEW" if record_layout else "NONE",
+            **update.render(),
         )
+        if record_layout and self.check_layout:
+            check_control_partitions(response.get("Attributes"), self.layout, self.table_name)
 
-    def _add(self, new: list[RuleState]) -> dict[str, RuleState]:
+    def _add(self, new: list[RuleState], *, record_layout: bool = False) -> dict[str, RuleState]:
         """Add the rules' states unless present (one request for all of them when no other
-        writer raced us); returns the states in force."""
-        self._ensure_maps()
+        writer raced us); returns the states in force. ``record_layout``: as
+        :meth:`_ensure_maps`."""
+        self._ensure_maps(record_layout=record_layout)
         update = Update()
         for state in new:
             update = update.set(("rules", state.name), _state_value(state))

@@ -203,10 +203,10 @@ def create_table(
         # the stream was created with the table: it holds every write the table will have, so
         # rules deployed on it need no backfill (aggregator.core.lifecycle, "Rules that need
         # no backfill"); an existing table proves nothing
-        manifest = Manifest(client, table_name, layout)
-        manifest.record_genesis(arn, "create-table")
-        # and where its control items go (aggregator.dynamodb.control)
-        manifest.record_control_partitions()
+        # and where its control items go (aggregator.dynamodb.control), in the same write
+        Manifest(client, table_name, layout).record_genesis(
+            arn, "create-table", control_partitions=layout.control_partitions
+        )
     return arn
 
 
