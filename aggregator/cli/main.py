@@ -1,9 +1,9 @@
 """The ``aggregator`` command (click + rich): the ``main`` group and its commands.
 
 Commands: ``init``, ``build``, ``validate``, ``filter-criteria``, ``template``, ``local``,
-``create-table``, ``check-table``, ``prepare-table``, ``run``, ``backfill``, ``reconcile``,
-``rebuild``, ``drop-rule``, ``status``, ``explain``, ``query get|list|top|histogram|window``,
-``dead-letters``, ``replay-dead-letters``, ``demo``.
+``create-table``, ``check-table``, ``prepare-table``, ``move-control-items``, ``run``,
+``backfill``, ``reconcile``, ``rebuild``, ``drop-rule``, ``status``, ``explain``,
+``query get|list|top|histogram|window``, ``dead-letters``, ``replay-dead-letters``, ``demo``.
 Every command runs through :class:`~aggregator.cli.boundary.AggregatorGroup`, which turns any error
 into one line on stderr and an exit code.
 """
@@ -25,7 +25,11 @@ from aggregator.cli.commands.reconcile import reconcile_cmd
 from aggregator.cli.commands.rules import filter_criteria_cmd, template_cmd, validate
 from aggregator.cli.commands.run import run
 from aggregator.cli.commands.status import status_cmd
-from aggregator.cli.commands.table import check_table_cmd, prepare_table_cmd
+from aggregator.cli.commands.table import (
+    check_table_cmd,
+    move_control_items_cmd,
+    prepare_table_cmd,
+)
 
 
 @click.group(cls=AggregatorGroup)
@@ -43,6 +47,7 @@ main.add_command(local)
 main.add_command(create_table_cmd)
 main.add_command(check_table_cmd)
 main.add_command(prepare_table_cmd)
+main.add_command(move_control_items_cmd)
 main.add_command(run)
 main.add_command(backfill_cmd)
 main.add_command(reconcile_cmd)

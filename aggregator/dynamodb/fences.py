@@ -1,6 +1,6 @@
-"""The fences of each shard, kept in the table under the reserved ``control_pk``: one item
-``fence#<shardId>`` per shard (the format and its costs: :mod:`aggregator.dynamodb.manifest`,
-which exports :class:`FenceStore` too)."""
+"""The fences of each shard, kept in the table among the control items: one item
+``fence#<shardId>`` per shard, under ``layout.control_key`` of its sort key (the format and its
+costs: :mod:`aggregator.dynamodb.manifest`, which exports :class:`FenceStore` too)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ __all__ = ["FenceStore"]
 
 
 class FenceStore:
-    """Fences per shard under ``layout.control_pk``: one item ``fence#<shardId>`` whose map
-    attributes ``after`` and ``set_by`` are keyed by rule name (module docstring)."""
+    """Fences per shard among the control items (``layout.control_key``): one item
+    ``fence#<shardId>`` whose map attributes ``after`` and ``set_by`` are keyed by rule name
+    (module docstring)."""
 
     def __init__(
         self, client: DynamoDBClient | RequestClient, table_name: str, layout: TableLayout
@@ -31,7 +32,7 @@ class FenceStore:
         self.layout = layout
 
     def _key(self, shard_id: str) -> dict[str, Any]:
-        return self.layout.item_key(self.layout.control_pk, f"fence#{shard_id}")
+        return self.layout.control_key(f"fence#{shard_id}")
 
     @staticmethod
     def _fences(shard_id: str, item: dict[str, Any] | None) -> dict[str, Fence]:

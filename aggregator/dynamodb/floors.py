@@ -111,7 +111,8 @@ class IndexFloors:
     client
         The DynamoDB client (boto3's, or a :class:`~aggregator.dynamodb.client.RequestClient`).
     table_name, layout
-        Where the floors live: the user's table, under ``layout.control_pk``.
+        Where the floors live: the user's table, among the control items
+        (``layout.control_key``).
     keep, check_every, refresh_seconds, removal_grace_seconds
         :data:`KEEP`, :data:`CHECK_EVERY`, :data:`REFRESH_SECONDS`,
         :data:`REMOVAL_GRACE_SECONDS`.
@@ -139,7 +140,7 @@ class IndexFloors:
         self._added: dict[str, int] = {}
 
     def _key(self, partition: str) -> dict[str, dict[str, str]]:
-        return self.layout.item_key(self.layout.control_pk, floor_sort_key(partition))
+        return self.layout.control_key(floor_sort_key(partition))
 
     def load(self, partitions: Iterable[str]) -> None:
         """Read the floors of ``partitions`` not read in the last ``refresh_seconds`` (eventually
@@ -241,7 +242,7 @@ class IndexFloors:
         ranked = [
             Decimal(item[lay.value_attribute]["N"])
             for item in response.get("Items", [])
-            if lay.partition_of(item) != lay.control_pk
+            if not lay.is_control_partition(lay.partition_of(item))
         ]
         if len(ranked) < self.keep:
             return 0

@@ -1,13 +1,18 @@
-"""The rule manifest and the fences, kept in the table under the reserved ``control_pk``.
+"""The rule manifest and the fences, kept in the table among the control items.
 
 Items (sort key text, or on a table without a sort key the partition key
-``"<control_pk>#<sort key text>"``):
+``"<control_pk>#<sort key text>"``); the manifest always under ``control_pk``, the fences under
+``layout.control_key`` of their sort key (:mod:`aggregator.dynamodb.control`):
 
 ``manifest``
-    One item with two map attributes. ``rules`` holds each rule generation's state by storage
-    name (:class:`~aggregator.core.lifecycle.RuleState`): ``{"fingerprint", "status",
-    "registered_at", "backfill_id", "active_since", "retired_at"}``. ``generations`` holds the
-    generation readers use, for each rule rebuilt at least once. Rules are added by the handler
+    One item with two map attributes, and ``control_partitions`` (N): how many partition key
+    values the table's control items spread over, recorded by the first registration of rules
+    (or ``create-table``) and compared with the layout at every read
+    (:func:`~aggregator.dynamodb.control.check_control_partitions`). ``rules`` holds each rule
+    generation's state by storage name (:class:`~aggregator.core.lifecycle.RuleState`):
+    ``{"fingerprint", "status", "registered_at", "backfill_id", "active_since",
+    "retired_at"}``. ``generations`` holds the generation readers use, for each rule rebuilt at
+    least once. Rules are added by the handler
     or the local runner when they start with a rule the manifest does not know (status
     ``pending``), with one conditional ``UpdateItem``, so two starting containers cannot both
     register it; ``aggregator rebuild`` adds ``requested`` generations and switches readers.
@@ -52,6 +57,12 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.client import requests_of
+from aggregator.dynamodb.control import (
+    CONTROL_MOVE_ATTRIBUTE,
+    CONTROL_PARTITIONS_ATTRIBUTE,
+    check_control_partitions,
+    recorded_control_partitions,
+)
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.fences import FenceStore
 from aggregator.dynamodb.streams import list_shards
@@ -223,14 +234,32 @@ class Manifest:
     table_name
         The table.
     layout
-        Where the control items live (``layout.control_pk``).
+        Where the control items live (the manifest under ``layout.control_pk``).
+    check_layout
+        Compare the layout's ``control_partitions`` with the manifest's record at every read
+        (:func:`~aggregator.dynamodb.control.check_control_partitions`); off only for the step
+        that changes the record.
+
+    Raises
+    ------
+    aggregator.dynamodb.control.ControlLayoutError
+        From any method that reads the manifest, when the layout's ``control_partitions``
+        differs from the table's record (with ``check_layout``).
     """
 
-    def __init__(self, client: DynamoDBClient, table_name: str, layout: TableLayout) -> None:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        layout: TableLayout,
+        *,
+        check_layout: bool = True,
+    ) -> None:
         self.client = client
         self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
+        self.check_layout = check_layout
         self.key = layout.item_key(layout.control_pk, MANIFEST_SORT_KEY)
 
     def _write_if(self, update: Update) -> bool:
@@ -250,7 +279,74 @@ class Manifest:
         item: dict[str, Any] | None = self.requests.send(
             "get_item", ConsistentRead=True, **where
         ).get("Item")
+        if self.check_layout:
+            check_control_partitions(item, self.layout, self.table_name)
         return item or {}
+
+    def item(self) -> dict[str, Any]:
+        """The manifest item (DynamoDB JSON, ``{}`` when there is none; strongly consistent
+        read), checked as every read is (``check_layout``)."""
+        return self._item()
+
+    def begin_control_move(self, recorded: int, target: int) -> bool:
+        """Mark the control items as moving from ``recorded`` to ``target`` partition key
+        values (``control_partitions_moving``; one conditional ``UpdateItem``: the record is
+        still ``recorded`` and no move is under way). Returns whether it wrote. From then on
+        every manifest read refuses
+        (:func:`~aggregator.dynamodb.control.check_control_partitions`) until
+        :meth:`finish_control_move`."""
+        update = with_collection(
+            Update().set(CONTROL_MOVE_ATTRIBUTE, {"N": str(target)}),
+            self.layout,
+            self.layout.control_pk,
+        ).where_missing(CONTROL_MOVE_ATTRIBUTE)
+        same = Update().where_equals(CONTROL_PARTITIONS_ATTRIBUTE, {"N": str(recorded)})
+        if recorded == 1:  # a manifest from before the record means 1
+            update = update.where_any(same, Update().where_missing(CONTROL_PARTITIONS_ATTRIBUTE))
+        else:
+            update = update.where_equals(CONTROL_PARTITIONS_ATTRIBUTE, {"N": str(recorded)})
+        return self._write_if(update)
+
+    def finish_control_move(self, target: int) -> bool:
+        """Record ``target`` as the table's ``control_partitions`` and end the move (one
+        conditional ``UpdateItem``: the move under way is to ``target``). Returns whether it
+        wrote."""
+        update = (
+            Update()
+            .set(CONTROL_PARTITIONS_ATTRIBUTE, {"N": str(target)})
+            .remove(CONTROL_MOVE_ATTRIBUTE)
+            .where_equals(CONTROL_MOVE_ATTRIBUTE, {"N": str(target)})
+        )
+        return self._write_if(update)
+
+    def control_partitions(self) -> int | None:
+        """How many partition key values the table's control items spread over, as the
+        manifest records it (:func:`~aggregator.dynamodb.control.recorded_control_partitions`:
+        ``None`` before any rule is registered; 1 for a manifest from before the record)."""
+        return recorded_control_partitions(self._item())
+
+    def record_control_partitions(self, partitions: int | None = None) -> bool:
+        """Record ``partitions`` (default: the layout's ``control_partitions``) as the number
+        of partition key values the table's control items spread over, unless a number is
+        recorded already (one conditional ``UpdateItem``); returns whether it wrote. The
+        record in force is then compared as at every read.
+
+        Raises
+        ------
+        aggregator.dynamodb.control.ControlLayoutError
+            When another number was recorded first and differs from the layout's (with
+            ``check_layout``).
+        """
+        number = self.layout.control_partitions if partitions is None else partitions
+        update = with_collection(
+            Update().set(CONTROL_PARTITIONS_ATTRIBUTE, {"N": str(number)}),
+            self.layout,
+            self.layout.control_pk,
+        ).where_missing(CONTROL_PARTITIONS_ATTRIBUTE)
+        if self._write_if(update):
+            return True
+        self._item()  # the number recorded first: compared with the layout
+        return False
 
     def load(self) -> dict[str, RuleState]:
         """Every generation's state by storage name (strongly consistent read); ``{}`` when
@@ -282,15 +378,23 @@ class Manifest:
         holds; ``genesis_stream_arn`` (a deployment that created the table with that stream)
         records one where the manifest holds none (:meth:`record_genesis`).
 
+        The first registration on a table also records where its control items go (the
+        layout's ``control_partitions``, in the write that creates the manifest's maps), unless
+        a number is recorded already.
+
         Raises
         ------
         ConfigError
             When a rule's definition differs from every live generation's (the same name,
             another fingerprint, no rebuild requested), or matches only a retired or dropping
-            one, naming the rules and what to do.
+            one, naming the rules and what to do; or
+            (:class:`~aggregator.dynamodb.control.ControlLayoutError`) when the layout's
+            ``control_partitions`` differs from the table's record.
         """
         clock = int(time.time() if now is None else now)
         item = self._item()
+        # the first rules of the table: where its control items go is recorded with them
+        first = recorded_control_partitions(item) is None
         candidate = self._genesis_candidate(item, genesis_stream_arn, clock)
         found = _resolve(rules, manifest_states(item), clock, candidate)
         found.refuse()
@@ -300,7 +404,7 @@ class Manifest:
             if state.status == "requested":
                 chosen[name] = self._take_up(state, clock)
         if found.new:
-            chosen.update(self._add(found.new))
+            chosen.update(self._add(found.new, record_layout=first))
         # entries from before the flag was recorded: their aggregates were written under this
         # definition's flag as far as anyone can tell; from now on a change of it shows
         for name, flag in found.unrecorded:
@@ -331,11 +435,15 @@ class Manifest:
         consistent read)."""
         return _genesis(self._item())
 
-    def record_genesis(self, stream_arn: str, set_by: str) -> bool:
+    def record_genesis(
+        self, stream_arn: str, set_by: str, *, control_partitions: int | None = None
+    ) -> bool:
         """Record that ``stream_arn`` was created together with the table, so that it holds every
         write the table ever had (:class:`~aggregator.core.lifecycle.Genesis`). Only whoever
         created the table may say so, right after creating it; a table with a genesis already
-        keeps it. Returns whether it wrote.
+        keeps it. Returns whether it wrote. ``control_partitions`` (a table just created): the
+        number of partition key values its control items spread over, recorded in the same
+        write unless one is recorded (:meth:`record_control_partitions`).
 
         Raises
         ------
@@ -349,6 +457,9 @@ class Manifest:
         update = with_collection(
             Update().set("genesis", value), self.layout, self.layout.control_pk
         )
+        if control_partitions is not None:  # a new table: where its control items go, too
+            number = {"N": str(control_partitions)}
+            update = update.set_if_missing(CONTROL_PARTITIONS_ATTRIBUTE, number)
         update = update.where_missing("genesis")
         return self._write_if(update)
 
@@ -461,21 +572,34 @@ class Manifest:
         if not any(generation_of(s)[0] == rule_name for s in states):
             self._write_if(Update().remove(("generations", rule_name)).where_exists("generations"))
 
-    def _ensure_maps(self) -> None:
+    def _ensure_maps(self, *, record_layout: bool = False) -> None:
         """Create the manifest item's maps (``rules``, ``generations``) where missing, and on a
-        table without a sort key its collection attribute."""
+        table without a sort key its collection attribute; with ``record_layout`` (the first
+        rules of the table) also the layout's ``control_partitions`` where none is recorded,
+        then compare the record in force with the layout (another container's first
+        registration may have won)."""
         update = (
             Update().set_if_missing("rules", {"M": {}}).set_if_missing("generations", {"M": {}})
         )
+        if record_layout:
+            number = {"N": str(self.layout.control_partitions)}
+            update = update.set_if_missing(CONTROL_PARTITIONS_ATTRIBUTE, number)
         update = with_collection(update, self.layout, self.layout.control_pk)
-        self.requests.send(
-            "update_item", TableName=self.table_name, Key=self.key, **update.render()
+        response = self.requests.send(
+            "update_item",
+            TableName=self.table_name,
+            Key=self.key,
+            ReturnValues="ALL_NEW" if record_layout else "NONE",
+            **update.render(),
         )
+        if record_layout and self.check_layout:
+            check_control_partitions(response.get("Attributes"), self.layout, self.table_name)
 
-    def _add(self, new: list[RuleState]) -> dict[str, RuleState]:
+    def _add(self, new: list[RuleState], *, record_layout: bool = False) -> dict[str, RuleState]:
         """Add the rules' states unless present (one request for all of them when no other
-        writer raced us); returns the states in force."""
-        self._ensure_maps()
+        writer raced us); returns the states in force. ``record_layout``: as
+        :meth:`_ensure_maps`."""
+        self._ensure_maps(record_layout=record_layout)
         update = Update()
         for state in new:
             update = update.set(("rules", state.name), _state_value(state))

@@ -19,9 +19,9 @@ that item only). So the choice is a function of the record's shard and its
 1. It is decided after a batch's writes, for :func:`~aggregator.core.routing.
    next_switch_seconds` of the decision time: later than the creation time of every record the
    shard holds (DynamoDB rounds it down to the second; the margin covers the clocks' difference).
-2. It is written to the shard's routing item (control partition, sort key
-   ``routing#<shard token>``) by a conditional ``UpdateItem`` that appends it to the list the
-   decision saw. A concurrent decision of another invocation of the shard (a container that
+2. It is written to the shard's routing item (a control item, sort key ``routing#<shard token>``,
+   under ``layout.control_key`` of it) by a conditional ``UpdateItem`` that appends it to the
+   list the decision saw. A concurrent decision of another invocation of the shard (a container that
    took over) loses the condition and adopts what is stored.
 3. Every batch reads the routing item with a strongly consistent ``GetItem`` (1 RCU: the item is
    small) before it evaluates any record, so every delivery of every record sees every switch
@@ -295,7 +295,7 @@ class ShardRouting:
         under a kilobyte: 1 WCU a write)."""
 
     def _key(self, shard_id: str) -> dict[str, dict[str, str]]:
-        return self.layout.item_key(self.layout.control_pk, routing_sort_key(shard_id))
+        return self.layout.control_key(routing_sort_key(shard_id))
 
     def read(self, shard_id: str | None) -> dict[str, list[int]] | None:
         """``{rule: switches}`` of ``shard_id`` (what :meth:`~aggregator.core.engine.Engine.

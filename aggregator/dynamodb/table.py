@@ -146,7 +146,8 @@ def create_table(
     A table created here gets its stream in the same ``CreateTable`` request, so the stream holds
     every write the table will ever have: that is recorded in the rule manifest
     (:meth:`~aggregator.dynamodb.manifest.Manifest.record_genesis`), and rules deployed on the
-    table turn active without a backfill (:mod:`aggregator.core.lifecycle`). An existing table
+    table turn active without a backfill (:mod:`aggregator.core.lifecycle`); so is the layout's
+    ``control_partitions`` (:mod:`aggregator.dynamodb.control`). An existing table
     (``exist_ok``) is left as it is.
 
     Parameters
@@ -202,7 +203,10 @@ def create_table(
         # the stream was created with the table: it holds every write the table will have, so
         # rules deployed on it need no backfill (aggregator.core.lifecycle, "Rules that need
         # no backfill"); an existing table proves nothing
-        Manifest(client, table_name, layout).record_genesis(arn, "create-table")
+        # and where its control items go (aggregator.dynamodb.control), in the same write
+        Manifest(client, table_name, layout).record_genesis(
+            arn, "create-table", control_partitions=layout.control_partitions
+        )
     return arn
 
 

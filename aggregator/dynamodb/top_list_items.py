@@ -5,8 +5,9 @@ item, its optimistic lock, and what reading and writing it cost.
 
 The item
 --------
-In the control partition, sort key ``leaderboard-top#<partition>`` (``partition`` as
-:func:`~aggregator.core.layout.leaderboard_partition` names a leaderboard's index partition):
+A control item, sort key ``leaderboard-top#<partition>`` (``partition`` as
+:func:`~aggregator.core.layout.leaderboard_partition` names a leaderboard's index partition),
+under ``layout.control_key`` of that sort key (:mod:`aggregator.dynamodb.control`):
 
 - ``top``: a map ``{name: N}`` of at most :data:`~aggregator.core.top_list_merge.KEEP` keys, each
   the key part of an aggregate's sort key as stored (:func:`map_name`: DynamoDB refuses an
@@ -143,7 +144,7 @@ class TopLists:
         self._known: dict[str, tuple[TopList, int]] = {}
 
     def _key(self, partition: str) -> dict[str, dict[str, str]]:
-        return self.layout.item_key(self.layout.control_pk, top_sort_key(partition))
+        return self.layout.control_key(top_sort_key(partition))
 
     def _remember(self, partition: str, state: TopList, version: int) -> None:
         if len(self._known) >= MAX_REMEMBERED and partition not in self._known:

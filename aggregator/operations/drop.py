@@ -21,7 +21,9 @@ running it again:
    found by.
 4. Remove its fence from each shard's fence item, its leaderboard index floors
    (:mod:`aggregator.dynamodb.floors`) and top lists (:mod:`aggregator.dynamodb.top_list_items`),
-   then its manifest entry (and the rule's serving pointer with its last generation).
+   listed under every partition key value the control items spread over
+   (:func:`~aggregator.dynamodb.control.query_control`), then its manifest entry (and the
+   rule's serving pointer with its last generation).
 
 What is not checked: that no handler still *runs* the dropped definition. Deploy the rule set
 without the rule first (or, for a retired generation, let the deployment of the new definition
@@ -49,6 +51,7 @@ from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.control import control_item_key, query_control
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
@@ -294,40 +297,28 @@ class DropRule:
             (FLOOR_PREFIX, lay.leaderboard_attribute),
             (TOP_PREFIX, "partition"),
         ):
-            for page in query_collection(
-                self.requests.send,
-                self.table_name,
-                lay,
-                lay.control_pk,
-                begins_with=f"{prefix}{storage_name}",
+            for page in query_control(
+                self.requests.send, self.table_name, lay, begins_with=f"{prefix}{storage_name}"
             ):
                 for item in page:
                     partition = item.get(attribute, {}).get("S", "")
                     if partition != storage_name and not partition.startswith(f"{storage_name}#"):
                         continue  # another rule's whose name starts with this one's
                     self.requests.send(
-                        "delete_item",
-                        TableName=self.table_name,
-                        Key=lay.item_key(lay.control_pk, lay.sort_key_of(item) or ""),
+                        "delete_item", TableName=self.table_name, Key=control_item_key(lay, item)
                     )
                     removed += 1
         return removed
 
     def _remove_fences(self, storage_name: str) -> int:
         removed = 0
-        for page in query_collection(
-            self.requests.send,
-            self.table_name,
-            self.layout,
-            self.layout.control_pk,
-            begins_with="fence#",
+        for page in query_control(
+            self.requests.send, self.table_name, self.layout, begins_with="fence#"
         ):
             for item in page:
                 if storage_name not in item.get("after", {}).get("M", {}):
                     continue
-                key = self.layout.item_key(
-                    self.layout.control_pk, self.layout.sort_key_of(item) or ""
-                )
+                key = control_item_key(self.layout, item)
                 update = Update().remove(("after", storage_name)).remove(("set_by", storage_name))
                 self.requests.send(
                     "update_item", TableName=self.table_name, Key=key, **update.render()

@@ -3,8 +3,10 @@ generation, which generation readers use, the fences, a backfill's progress, the
 and the next command to run.
 
 Reads, all under the control and dead-letters partitions: one strongly consistent ``GetItem``
-of the manifest, a ``Query`` of the control partition's fences (``fence#...``), one per running
-backfill for its segments (``backfill#<id>#...``), and a ``Query`` of the dead letters (1 MB a
+of the manifest, a ``Query`` of the fences (``fence#...``), one per running backfill for its
+segments (``backfill#<id>#...``), one of the routing items with ``write_shards: auto`` rules,
+each of those once per partition key value the control items spread over
+(:func:`~aggregator.dynamodb.control.query_control`), and a ``Query`` of the dead letters (1 MB a
 page; :mod:`aggregator.dynamodb.collections` on a table without a sort key).
 """
 
@@ -28,7 +30,8 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.routing import moved_at
 from aggregator.core.rules import Rule, RuleSet
-from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.collections import client_call
+from aggregator.dynamodb.control import query_control
 from aggregator.dynamodb.deadletters import list_dead_letters
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.routing import ROUTING_PREFIX, item_switches, routing_sort_key
@@ -141,9 +144,7 @@ def _fenced_shards(client: DynamoDBClient, table_name: str, rules: RuleSet) -> C
     """Shards fenced per storage name."""
     layout = rules.layout
     counts: Counter[str] = Counter()
-    for page in query_collection(
-        client_call(client), table_name, layout, layout.control_pk, begins_with="fence#"
-    ):
+    for page in query_control(client_call(client), table_name, layout, begins_with="fence#"):
         for item in page:
             counts.update(item.get("after", {}).get("M", {}).keys())
     return counts
@@ -157,9 +158,7 @@ def _backfill(
     done = 0
     pages = 0
     prefix = f"backfill#{backfill_id}#"
-    for page in query_collection(
-        client_call(client), table_name, layout, layout.control_pk, begins_with=prefix
-    ):
+    for page in query_control(client_call(client), table_name, layout, begins_with=prefix):
         for item in page:
             name = (layout.sort_key_of(item) or "").removeprefix(prefix)
             if name == "meta":
@@ -320,9 +319,7 @@ def _auto_routing(
     shards: Counter[str] = Counter()
     on_partials: Counter[str] = Counter()
     layout = rules.layout
-    for page in query_collection(
-        client_call(client), table_name, layout, layout.control_pk, begins_with=ROUTING_PREFIX
-    ):
+    for page in query_control(client_call(client), table_name, layout, begins_with=ROUTING_PREFIX):
         for item in page:
             expires = item.get(layout.ttl_attribute, {}).get("N")
             if expires is not None and int(Decimal(expires)) < at:

@@ -43,6 +43,7 @@ from aggregator.core.clock import Clock
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.core.top_list_merge import TopList, merge, placement
 from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.control import query_control
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.top_list_items import TOP_PREFIX, TopLists, decode
 
@@ -91,9 +92,7 @@ def _read(
     lay = rules.layout
     call = client_call(client)
     lists: dict[str, tuple[TopList, int]] = {}
-    for page in query_collection(
-        call, table_name, lay, lay.control_pk, begins_with=f"{TOP_PREFIX}{rule.name}"
-    ):
+    for page in query_control(call, table_name, lay, begins_with=f"{TOP_PREFIX}{rule.name}"):
         for item in page:
             partition = item.get("partition", {}).get("S", "")
             if partition == rule.name or partition.startswith(f"{rule.name}#"):

@@ -319,7 +319,7 @@ class StreamProcessor:
                 observer(
                     WriteObservation(
                         self.clock(),
-                        lay.control_pk,
+                        lay.control_partition(top_sort_key(partition)),
                         top_sort_key(partition),
                         result.modelled_wcu,
                         result.item_bytes,

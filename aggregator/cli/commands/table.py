@@ -100,3 +100,54 @@ def prepare_table_cmd(
         + (f" ({len(changes)} change(s))" if changes else " (nothing to change)"),
         highlight=False,
     )
+
+
+@click.command("move-control-items", short_help="Move control items to control_partitions.")
+@definitions_option
+@table_option
+@endpoint_option
+@click.option(
+    "--subscription-stopped",
+    is_flag=True,
+    help="Confirm that no handler runs: the stream subscription is disabled (or `aggregator "
+    "run` stopped) and no invocation is in flight.",
+)
+def move_control_items_cmd(
+    definitions: RuleSources,
+    table_name: str,
+    endpoint_url: str | None,
+    subscription_stopped: bool,
+) -> None:
+    """Move the table's control items (fences, routing items, top lists, floors, backfill
+    records) to the partition key values of the definitions' control_partitions, and record
+    the new number in the manifest.
+
+    Stop the stream subscription first and pass --subscription-stopped: a running handler would
+    keep writing where the old number puts them. While the move runs every handler, runner and
+    command refuses to start; a stopped move is finished by running this again. Then deploy the
+    definitions and start the subscription again.
+    """
+    from aggregator.cli.tables import rules_for_table
+    from aggregator.core.exceptions import ConfigError
+    from aggregator.operations.control_move import move_control_items
+
+    if not subscription_stopped:
+        raise ConfigError(
+            "move-control-items: stop the stream subscription first (disable the event source "
+            "mapping, or stop aggregator run; wait for invocations in flight), then pass "
+            "--subscription-stopped"
+        )
+    client, rules = rules_for_table(table_name, definitions, endpoint_url)
+    result = move_control_items(rules, client, table_name)
+    values = f"{result.target} partition key value{'s' if result.target != 1 else ''}"
+    if result.outcome == "unchanged":
+        line = f"its control items are already under {values}; nothing to move"
+    elif result.outcome == "recorded":
+        line = f"no control items yet; {values} recorded for them"
+    else:
+        line = (
+            f"{result.moved:,} control items moved from {result.source} to {values}; deploy "
+            f"the definitions (control_partitions: {result.target}) and start the stream "
+            "subscription again"
+        )
+    console.print(f"move-control-items {table_name}: {line}", highlight=False)

@@ -13,10 +13,11 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from aggregator.core.exceptions import QueryError
+from aggregator.core.exceptions import ConfigError, QueryError
 from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import RuleState, generation_name
 from aggregator.dynamodb.client import requests_of
+from aggregator.dynamodb.control import CONTROL_PARTITIONS_ATTRIBUTE, check_control_partitions
 from aggregator.dynamodb.errors import AwsError
 from aggregator.dynamodb.manifest import (
     MANIFEST_SORT_KEY,
@@ -78,7 +79,8 @@ class ServingGenerations:
         Raises
         ------
         QueryError
-            When the manifest cannot be read.
+            When the manifest cannot be read, or records another ``control_partitions`` than
+            the layout's (:func:`~aggregator.dynamodb.control.check_control_partitions`).
         """
         now = time.monotonic()
         if self._generations is None or (
@@ -107,11 +109,19 @@ class ServingGenerations:
                 "get_item",
                 TableName=self.table_name,
                 Key=self.layout.item_key(self.layout.control_pk, MANIFEST_SORT_KEY),
-                ProjectionExpression="#g, #r",
-                ExpressionAttributeNames={"#g": "generations", "#r": "rules"},
+                ProjectionExpression="#g, #r, #c",
+                ExpressionAttributeNames={
+                    "#g": "generations",
+                    "#r": "rules",
+                    "#c": CONTROL_PARTITIONS_ATTRIBUTE,
+                },
                 ConsistentRead=True,
             ).get("Item")
         except AwsError as exc:
             raise QueryError(f"reading the rule manifest of {self.table_name!r}: {exc}") from exc
+        try:  # the top lists and floors are read where the table keeps its control items
+            check_control_partitions(item, self.layout, self.table_name)
+        except ConfigError as exc:
+            raise QueryError(str(exc)) from None
         self._states = manifest_states(item or {})
         return manifest_generations(item or {})

@@ -93,7 +93,7 @@ def top(
 
     def aggregate(item: dict[str, Any]) -> IndexEntry[Aggregate]:
         value = Decimal(item[lay.value_attribute]["N"])
-        if lay.partition_of(item) == lay.control_pk:  # the partition's floor
+        if lay.is_control_partition(lay.partition_of(item)):  # the partition's floor
             return IndexEntry(value, floor=True)
         sk = lay.sort_key_of(item) or ""
         encoded = sk[len(stored) + 1 : len(sk) - len(suffix)]
@@ -162,7 +162,7 @@ def top_from_lists(
     they do not prove it (:func:`aggregator.core.top_list_merge.exact_top`) or stay unprocessed
     (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RETURN`)."""
     lay = reader.layout
-    keys = [lay.item_key(lay.control_pk, top_sort_key(name)) for name in names]
+    keys = [lay.control_key(top_sort_key(name)) for name in names]
     lists = {name: TopList() for name in names}
     read = batch_get(
         reader.send,

@@ -57,7 +57,7 @@ class ControlItems:
 
     def key(self, sort_key: str) -> dict[str, Any]:
         """The primary key of the control item ``sort_key``."""
-        return self.layout.item_key(self.layout.control_pk, sort_key)
+        return self.layout.control_key(sort_key)
 
     def get(self, sort_key: str) -> dict[str, Any] | None:
         """The control item ``sort_key`` (strongly consistent), or ``None``."""
@@ -68,7 +68,7 @@ class ControlItems:
 
     def put(self, sort_key: str, attributes: dict[str, Any]) -> None:
         """Write the control item ``sort_key`` with ``attributes`` (DynamoDB JSON)."""
-        fields = self.layout.item_fields(self.layout.control_pk, sort_key)
+        fields = self.layout.control_fields(sort_key)
         item = {**{k: {"S": v} for k, v in fields.items()}, **attributes}
         self.requests.send("put_item", TableName=self.table_name, Item=item)
 
