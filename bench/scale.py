@@ -41,7 +41,9 @@ import json
 import math
 import sys
 import time
+import re
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
@@ -53,6 +55,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aggregator.core.exceptions import AggregatorError
+from aggregator.core.layout import MAX_AGGREGATE_PARTITIONS, MAX_CONTROL_PARTITIONS, TableLayout
 from aggregator.core.rules import Rule, RuleSet, load_rules, rule
 
 __all__ = ["main"]
@@ -115,6 +118,13 @@ class Figures:
     partition_peak_name: str = ""
     index_peak: int = 0
     index_peak_name: str = ""
+    control_peak: int = 0
+    """The control items' hottest partition key value (the capacity model's watched writes)."""
+    control_peak_name: str = ""
+    hottest_peak: int = 0
+    """The hottest partition key value over aggregates and control items alike."""
+    hottest_peak_name: str = ""
+    control_wcu: int = 0
     throttled_seconds: int = 0
     routing_reads: int = 0
     """``write_shards: auto``: routing items read (1 RCU each), created (one per shard), rules
@@ -123,6 +133,12 @@ class Figures:
     routing_hot_starts: int = 0
     routing_switches: int = 0
     top_requests: int = 0
+    get_requests: int = 0
+    """Requests of one ``get`` (the wide-keys workload)."""
+    keys: int = 0
+    """Aggregate keys of the ground truth (the wide-keys workload)."""
+    aggregate_partitions: int = 1
+    control_partitions: int = 1
     shards: int = 0
     simulated_hours: float = 0.0
     exact: bool = False
@@ -152,6 +168,27 @@ HOT_AUTO_SECONDS = HOT_SECONDS
 """The hot-key workload with ``write_shards: auto``: the same burst, which every shard's first
 batch shows hot (:mod:`aggregator.dynamodb.routing`)."""
 LEADERBOARD_PARTITIONS = 4
+WIDE = "wide keys"
+WIDE_BASE = "wide keys, one partition"
+WIDE_RATE = HOT_RATE
+"""Source records (likes) per simulated second of the wide-keys workload."""
+WIDE_SECONDS = 3
+"""Simulated seconds of the wide-keys workload: 60,000 likes, each on a post of its own, so the
+posts' and the users' keys (:data:`WIDE_USERS`) number 110,000."""
+WIDE_POSTS = 100_000
+WIDE_USERS = 50_000
+WIDE_PARTITIONS = 64
+"""P of the wide-keys workload (stream shards open at a time)."""
+WIDE_AGGREGATE_PARTITIONS = 64
+"""``aggregate_partitions`` of the spread run: at 20,000 likes a second each writes two
+aggregates (a post's and a user's), about 40,000 WCU a second over every value; 40 values of
+1,000 WCU/s would be full, 64 leave a third free for the CRC-32's unevenness over the keys and
+for bursts."""
+WIDE_CONTROL_PARTITIONS = 8
+"""``control_partitions`` of the spread run: the control items' writes (the shards' fences and
+routing items, the top lists of ``likes_per_user``) are a few thousand WCU a second at P=64;
+eight values keep each under half a partition's limit."""
+WIDE_LEADERBOARD_PARTITIONS = 8
 
 
 def _rules_flights(sharded: bool = True, auto: bool = False) -> RuleSet:
@@ -197,6 +234,51 @@ def _rules_hot(write_shards: int | str = WRITE_SHARDS) -> RuleSet:
     )
 
 
+def _rules_wide(aggregate_partitions: int = 1, control_partitions: int = 1) -> RuleSet:
+    """Likes counted per post and per user (a leaderboard kept in top lists over
+    :data:`WIDE_LEADERBOARD_PARTITIONS` index partitions), both ``write_shards: auto``, on a
+    table whose aggregates spread over ``aggregate_partitions`` partition key values and whose
+    control items spread over ``control_partitions`` (1 and 1: today's layout)."""
+    layout = TableLayout(
+        aggregate_partitions=aggregate_partitions, control_partitions=control_partitions
+    )
+    return RuleSet.of(
+        rule(
+            "likes_per_post",
+            match={"post": {"exists": True}},
+            key="{post}",
+            write_shards="auto",  # type: ignore[arg-type]
+        ),
+        rule(
+            "likes_per_user",
+            match={"user": {"exists": True}},
+            key="{user}",
+            leaderboard=True,
+            leaderboard_store="list",
+            leaderboard_partitions=WIDE_LEADERBOARD_PARTITIONS,
+            write_shards="auto",  # type: ignore[arg-type]
+        ),
+        layout=layout,
+    )
+
+
+def wide_likes(count: int) -> list[tuple[str, str]]:
+    """The wide-keys workload's likes, ``(post, user)`` in arrival order: like ``i`` is on post
+    ``i * 7,919 mod 100,000`` (7,919 is prime to 100,000, so the first 100,000 likes are on
+    distinct posts) by user ``i mod 50,000``."""
+    return [(f"post-{(i * 7919) % WIDE_POSTS}", f"user-{i % WIDE_USERS}") for i in range(count)]
+
+
+def wide_truth(likes: Sequence[tuple[str, str]]) -> dict[str, dict[str, Decimal]]:
+    """Likes per post and per user, counted from the likes themselves."""
+    posts: Counter[str] = Counter(post for post, _ in likes)
+    users: Counter[str] = Counter(user for _, user in likes)
+    return {
+        "likes_per_post": {k: Decimal(v) for k, v in posts.items()},
+        "likes_per_user": {k: Decimal(v) for k, v in users.items()},
+    }
+
+
 def per_flight_keys(steps: Any) -> Any:
     """The replay's writes with one item collection per flight (partition key
     ``FLIGHT#<day>#<flight>``, sort key ``FLIGHT``), so the flights spread over the partitions
@@ -227,6 +309,7 @@ def _run_twin(
     ddb = local.client("dynamodb")
     clock = SimulatedClock(start)
     capacity = CapacityModel()
+    capacity.watch_control(ddb, clock, rules.layout, table=table)
     twin = ShardTwin(
         local.client("dynamodbstreams"),
         _stream_arn(ddb, table),
@@ -270,11 +353,14 @@ def _run_twin(
         ("item", report.item),
         ("partition", report.partition),
         ("index", report.index_partition),
+        ("control", report.control_partition),
+        ("hottest", report.hottest_partition),
     ):
         if peak is not None:
             setattr(figures, f"{name}_peak", peak.wcu_per_second)
             setattr(figures, f"{name}_peak_name", peak.name)
     figures.throttled_seconds = report.throttled_seconds
+    figures.control_wcu = report.control_wcu
     figures.shards = twin.shards_opened()
     figures.simulated_hours = (clock.now - start) / 3600
     routings = [p.routing for p in processors if p.routing is not None]
@@ -379,6 +465,93 @@ def run_hot(
             per_post[post] = per_post.get(post, Decimal(0)) + 1
         truth["likes_per_post"] = per_post
         _check(figures, ddb, table, rules, truth, "likes_per_post")
+    figures.seconds = time.monotonic() - began
+    return figures
+
+
+def scanned_spread_aggregates(
+    ddb: Any, table: str, layout: TableLayout
+) -> dict[str, dict[str, Decimal]]:
+    """Non-zero aggregates per rule read by a plain ``Scan`` of the whole table, independent of
+    :class:`~aggregator.dynamodb.query.AggregateStore` and of the layout's own key functions:
+    items whose partition key value is ``aggregates_pk`` or ``aggregates_pk`` followed by ``#``
+    and digits (a spread value; a partial's collection, ``aggregates_pk#<rule>#<key>``, is not).
+    Tables with a sort key."""
+    spread = re.compile(re.escape(layout.aggregates_pk) + r"(#[0-9]+)?")
+    out: dict[str, dict[str, Decimal]] = {}
+    pages = ddb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True)
+    for page in pages:
+        for item in page["Items"]:
+            if not spread.fullmatch(item[layout.partition_key]["S"]):
+                continue
+            value = Decimal(item[layout.value_attribute]["N"])
+            if value != 0:
+                out.setdefault(item["rule"]["S"], {})[item["key"]["S"]] = value
+    return out
+
+
+def run_wide(
+    aggregate_partitions: int = WIDE_AGGREGATE_PARTITIONS,
+    control_partitions: int = WIDE_CONTROL_PARTITIONS,
+    *,
+    seconds: int = WIDE_SECONDS,
+) -> Figures:
+    """The wide-keys workload on a fresh DynamoDB Local: :data:`WIDE_RATE` likes a second for
+    ``seconds`` simulated seconds (:func:`wide_likes`) at P = :data:`WIDE_PARTITIONS`,
+    exactly-once, with the rules of :func:`_rules_wide` on a table laid out with
+    ``aggregate_partitions`` and ``control_partitions``; every aggregate against
+    :func:`wide_truth`, and the requests of one ``get`` and of one top-N."""
+    from aggregator.dev.demo import write_steps
+    from aggregator.dev.flights import ReplayStep
+    from aggregator.dev.local import DynamoDBLocal
+    from aggregator.dynamodb.query import AggregateStore
+    from aggregator.dynamodb.table import create_table
+
+    began = time.monotonic()
+    spread = aggregate_partitions > 1 or control_partitions > 1
+    mode = "exactly-once"
+    figures = Figures(
+        WIDE if spread else WIDE_BASE,
+        WIDE_PARTITIONS,
+        mode,
+        aggregate_partitions=aggregate_partitions,
+        control_partitions=control_partitions,
+    )
+    rules = _rules_wide(aggregate_partitions, control_partitions)
+    likes = wide_likes(WIDE_RATE * seconds)
+    start = 1_700_000_000.0
+    with DynamoDBLocal() as local:
+        ddb = local.client("dynamodb")
+        table = "scale-wide"
+        create_table(ddb, table, layout=rules.layout)
+        key = rules.layout.partition_key
+        items = tuple(
+            {key: f"LIKE#{i}", rules.layout.sort_key or "": "LIKE", "post": post, "user": user}
+            for i, (post, user) in enumerate(likes)
+        )
+        write_steps(ddb, table, [ReplayStep(FIRST_DAY, "schedule", "put", items)])
+
+        def arrival(record: dict[str, Any]) -> float:
+            number = int(record["dynamodb"]["Keys"][key]["S"].split("#")[1])
+            return start + number / WIDE_RATE
+
+        _run_twin(local, rules, table, WIDE_PARTITIONS, mode, start, arrival, figures)
+        truth = wide_truth(likes)
+        figures.keys = sum(len(keys) for keys in truth.values())
+        scanned = scanned_spread_aggregates(ddb, table, rules.layout)
+        figures.differences = [
+            f"{name} differs" for name in truth if truth[name] != scanned.get(name, {})
+        ]
+        figures.differences += [f"{name} unexpected" for name in scanned if name not in truth]
+        figures.exact = not figures.differences
+        store = AggregateStore(ddb, table, rules)
+        store.get("likes_per_post", likes[0][0])  # the manifest's read aside
+        before = store.requests
+        store.get("likes_per_post", likes[-1][0])
+        figures.get_requests = store.requests - before
+        before = store.requests
+        store.top("likes_per_user", TOP_N)
+        figures.top_requests = store.requests - before
     figures.seconds = time.monotonic() - began
     return figures
 

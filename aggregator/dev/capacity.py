@@ -344,13 +344,16 @@ class CapacityModel:
                 self.observe_control(write, now)
 
         events = client.meta.events
-        names = [f"before-parameter-build.dynamodb.{op}" for op in CONTROL_OPERATIONS]
-        unique = f"capacity-model-control-{id(self)}"
-        for name in names:
+        # a unique id per event: botocore keeps one registration per unique id, whatever the event
+        names = {
+            f"before-parameter-build.dynamodb.{op}": f"capacity-model-{id(self)}-{op}"
+            for op in CONTROL_OPERATIONS
+        }
+        for name, unique in names.items():
             events.register(name, handler, unique_id=unique)
 
         def unregister() -> None:
-            for name in names:
+            for name, unique in names.items():
                 events.unregister(name, handler, unique_id=unique)
 
         return unregister

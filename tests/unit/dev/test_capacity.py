@@ -147,13 +147,35 @@ def test_watch_control_counts_a_clients_control_writes_at_the_clocks_time(client
     clock = SimulatedClock(100.75)
     stop = model.watch_control(client, clock, DEFAULT_LAYOUT, table="t")
     with Stubber(client) as stub:
-        for _ in range(4):
-            stub.add_response("put_item", {})
-        client.put_item(TableName="t", Item=BIG_FENCE)
+        for operation in ("put_item",) * 3 + (
+            "delete_item",
+            "update_item",
+            "transact_write_items",
+            "batch_write_item",
+            "put_item",
+            "delete_item",
+        ):
+            stub.add_response(operation, {})
+        client.put_item(TableName="t", Item=BIG_FENCE)  # 2 WCU
         client.put_item(TableName="t", Item=key("AGGREGATES", "r#k"))  # the writers' to count
         client.put_item(TableName="other", Item=BIG_FENCE)
+        client.delete_item(TableName="t", Key=key(f"{CONTROL}#5", "floor#r"))  # 1
+        client.update_item(
+            TableName="t",
+            Key=key(CONTROL, "routing#s"),
+            UpdateExpression="SET a = :a",
+            ExpressionAttributeValues={":a": {"N": "1"}},
+        )  # 1
+        clock.now = 101.0
+        client.transact_write_items(
+            TransactItems=[{"Delete": {"TableName": "t", "Key": key(CONTROL, "fence#s")}}]
+        )  # 2
+        client.batch_write_item(
+            RequestItems={"t": [{"DeleteRequest": {"Key": key(CONTROL, "top#r")}}]}
+        )  # 1
         stop()
         client.put_item(TableName="t", Item=BIG_FENCE)  # no longer watched
+        client.delete_item(TableName="t", Key=key(CONTROL, "floor#r"))
     report = model.report()
-    assert report.control_partition == Peak(CONTROL, 2, 100)
-    assert report.control_writes == 1
+    assert report.control_partition == Peak(CONTROL, 3, 101)  # the later second wins a tie
+    assert (report.control_writes, report.control_wcu) == (5, 7)
