@@ -39,9 +39,9 @@ import argparse
 import itertools
 import json
 import math
+import re
 import sys
 import time
-import re
 import zlib
 from collections import Counter
 from collections.abc import Sequence
@@ -172,9 +172,9 @@ WIDE = "wide keys"
 WIDE_BASE = "wide keys, one partition"
 WIDE_RATE = HOT_RATE
 """Source records (likes) per simulated second of the wide-keys workload."""
-WIDE_SECONDS = 3
-"""Simulated seconds of the wide-keys workload: 60,000 likes, each on a post of its own, so the
-posts' and the users' keys (:data:`WIDE_USERS`) number 110,000."""
+WIDE_SECONDS = 2.5
+"""Simulated seconds of the wide-keys workload: 50,000 likes, each on a post of its own and by
+a user of its own (:func:`wide_likes`), so 100,000 keys, each written once: the coldest keys."""
 WIDE_POSTS = 100_000
 WIDE_USERS = 50_000
 WIDE_PARTITIONS = 64
@@ -247,7 +247,7 @@ def _rules_wide(aggregate_partitions: int = 1, control_partitions: int = 1) -> R
             "likes_per_post",
             match={"post": {"exists": True}},
             key="{post}",
-            write_shards="auto",  # type: ignore[arg-type]
+            write_shards="auto",
         ),
         rule(
             "likes_per_user",
@@ -256,7 +256,7 @@ def _rules_wide(aggregate_partitions: int = 1, control_partitions: int = 1) -> R
             leaderboard=True,
             leaderboard_store="list",
             leaderboard_partitions=WIDE_LEADERBOARD_PARTITIONS,
-            write_shards="auto",  # type: ignore[arg-type]
+            write_shards="auto",
         ),
         layout=layout,
     )
@@ -494,7 +494,7 @@ def run_wide(
     aggregate_partitions: int = WIDE_AGGREGATE_PARTITIONS,
     control_partitions: int = WIDE_CONTROL_PARTITIONS,
     *,
-    seconds: int = WIDE_SECONDS,
+    seconds: float = WIDE_SECONDS,
 ) -> Figures:
     """The wide-keys workload on a fresh DynamoDB Local: :data:`WIDE_RATE` likes a second for
     ``seconds`` simulated seconds (:func:`wide_likes`) at P = :data:`WIDE_PARTITIONS`,
@@ -518,7 +518,7 @@ def run_wide(
         control_partitions=control_partitions,
     )
     rules = _rules_wide(aggregate_partitions, control_partitions)
-    likes = wide_likes(WIDE_RATE * seconds)
+    likes = wide_likes(round(WIDE_RATE * seconds))
     start = 1_700_000_000.0
     with DynamoDBLocal() as local:
         ddb = local.client("dynamodb")
@@ -641,6 +641,47 @@ def render(console: Console, runs: list[Figures]) -> None:
             f"{r.seconds:.0f}",
         )
     console.print(hot)
+    wide_runs = [r for r in runs if r.workload in (WIDE, WIDE_BASE)]
+    if not wide_runs:
+        return
+    first = wide_runs[0]
+    wide = Table(
+        title=f"Wide keys, {first.keys:,} keys, {first.source_records:,} source records at "
+        f"{WIDE_RATE:,} a second, P={WIDE_PARTITIONS}, exactly-once, write_shards: auto "
+        "(peaks in WCU per second; limit 1,000)",
+        title_justify="left",
+    )
+    for header in (
+        "aggregate\npartitions",
+        "control\npartitions",
+        "WCU\nper 1k",
+        "item\npeak",
+        "aggregates'\npartition peak",
+        "control\npartition peak",
+        "hottest\npartition",
+        "over\nlimit",
+        "get\nrequests",
+        "top-N\nrequests",
+        "exact",
+        "run s",
+    ):
+        wide.add_column(header, justify="right")
+    for r in wide_runs:
+        wide.add_row(
+            str(r.aggregate_partitions),
+            str(r.control_partitions),
+            f"{r.wcu_per_1k:,.1f}",
+            f"{r.item_peak:,}",
+            f"{r.partition_peak:,}",
+            f"{r.control_peak:,}",
+            f"{r.hottest_peak:,} ({r.hottest_peak_name})",
+            f"{r.throttled_seconds:,}",
+            str(r.get_requests),
+            str(r.top_requests),
+            "[green]✓[/]" if r.exact else "[bold red]FAIL[/]",
+            f"{r.seconds:.0f}",
+        )
+    console.print(wide)
 
 
 def plot(runs: list[Figures], directory: Path) -> list[Path]:
@@ -721,6 +762,40 @@ def parser() -> argparse.ArgumentParser:
         help="skip the write_shards: auto runs at P=64 (and the scale-auto line)",
     )
     p.add_argument(
+        "--no-wide",
+        action="store_true",
+        help="skip the wide-keys runs (and the scale-wide line)",
+    )
+    p.add_argument(
+        "--only-wide",
+        action="store_true",
+        help="run only the wide-keys workload (its table and the scale-wide line, last)",
+    )
+    p.add_argument(
+        "--aggregate-partitions",
+        type=int,
+        default=WIDE_AGGREGATE_PARTITIONS,
+        metavar="N",
+        help=f"the wide keys' aggregate_partitions ({WIDE_AGGREGATE_PARTITIONS}; 1 to "
+        f"{MAX_AGGREGATE_PARTITIONS})",
+    )
+    p.add_argument(
+        "--control-partitions",
+        type=int,
+        default=WIDE_CONTROL_PARTITIONS,
+        metavar="N",
+        help=f"the wide keys' control_partitions ({WIDE_CONTROL_PARTITIONS}; 1 to "
+        f"{MAX_CONTROL_PARTITIONS})",
+    )
+    p.add_argument(
+        "--wide-seconds",
+        type=float,
+        default=WIDE_SECONDS,
+        metavar="S",
+        help=f"simulated seconds of the wide keys ({WIDE_SECONDS}: "
+        f"{round(WIDE_RATE * WIDE_SECONDS):,} likes, as many posts, {WIDE_USERS:,} users)",
+    )
+    p.add_argument(
         "--plots", type=Path, default=PLOTS, metavar="DIR", help="where the PNGs go (bench/plots)"
     )
     return p
@@ -784,6 +859,66 @@ def _auto_line(runs: list[Figures]) -> str | None:
     )
 
 
+def _wide_line(runs: list[Figures]) -> str | None:
+    """``scale-wide: P=64 <k> keys at <r> records/s: partition peak <w> WCU/s; <s> s over a
+    limit; exact <yes|no>``: the spread run's keys, source rate, hottest partition key value
+    (aggregates and control items alike) and seconds over a limit; exact when every wide-keys
+    run (the comparison on today's layout too) equals its ground truth. The run on today's
+    layout stands in when it is the only one (``--aggregate-partitions 1 --control-partitions
+    1``); ``None`` without a wide-keys run."""
+    wide = [r for r in runs if r.workload == WIDE] or [r for r in runs if r.workload == WIDE_BASE]
+    if not wide:
+        return None
+    r = wide[0]
+    exact = all(w.exact for w in runs if w.workload in (WIDE, WIDE_BASE))
+    return (
+        f"scale-wide: P={r.partitions} {r.keys} keys at {WIDE_RATE} records/s: partition peak "
+        f"{r.hottest_peak} WCU/s; {r.throttled_seconds} s over a limit; "
+        f"exact {'yes' if exact else 'no'}"
+    )
+
+
+def _run_wide(console: Console, args: argparse.Namespace) -> list[Figures]:
+    """The wide keys with the chosen layout, then on today's (1 and 1) for comparison."""
+    layouts = [(args.aggregate_partitions, args.control_partitions)]
+    if layouts[0] != (1, 1):
+        layouts.append((1, 1))
+    done = []
+    for aggregates, control in layouts:
+        with console.status(
+            f"wide keys, P={WIDE_PARTITIONS}, aggregate_partitions {aggregates}, "
+            f"control_partitions {control} ..."
+        ):
+            done.append(run_wide(aggregates, control, seconds=args.wide_seconds))
+        r = done[-1]
+        console.print(
+            f"wide keys P={WIDE_PARTITIONS} partitions {aggregates}/{control}: {r.keys:,} keys, "
+            f"{r.wcu_per_1k:,.1f} WCU/1k, item peak {r.item_peak:,} WCU/s, aggregates' "
+            f"partition peak {r.partition_peak:,} WCU/s, control partition peak "
+            f"{r.control_peak:,} WCU/s ({r.control_peak_name or 'none'}), hottest "
+            f"{r.hottest_peak:,} WCU/s ({r.hottest_peak_name}), {r.throttled_seconds} s over a "
+            f"limit, get {r.get_requests} request(s), "
+            f"{'exact' if r.exact else 'NOT EXACT ' + '; '.join(r.differences)} "
+            f"({r.seconds:.0f} s); {_routing(r)}",
+            highlight=False,
+        )
+    return done
+
+
+def _wide_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the wide keys' options (one line), or ``None``."""
+    if args.no_wide and args.only_wide:
+        return "--no-wide and --only-wide exclude each other"
+    if not 1 <= args.aggregate_partitions <= MAX_AGGREGATE_PARTITIONS:
+        top = MAX_AGGREGATE_PARTITIONS
+        return f"--aggregate-partitions: 1 to {top}, got {args.aggregate_partitions}"
+    if not 1 <= args.control_partitions <= MAX_CONTROL_PARTITIONS:
+        return f"--control-partitions: 1 to {MAX_CONTROL_PARTITIONS}, got {args.control_partitions}"
+    if not 0 < args.wide_seconds <= 60:
+        return f"--wide-seconds: above 0 and at most 60, got {args.wide_seconds}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(width=150) if not sys.stdout.isatty() else Console()
@@ -795,9 +930,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if 64 not in partitions:
         console.print("error: --partitions must include 64 (the last line reports P=64)")
         return 2
+    problem = _wide_problem(args)
+    if problem is not None:
+        console.print(f"error: {problem}", highlight=False)
+        return 2
     runs: list[Figures] = []
     try:
-        for p in partitions:
+        for p in () if args.only_wide else partitions:
             for mode in MODES:
                 with console.status(f"flights, P={p}, {mode} ..."):
                     runs.append(run_flights(p, mode))
@@ -830,17 +969,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if p == 64 and not args.no_auto:
                 runs.extend(_run_auto(console, runs))
+        if not args.no_wide:
+            runs.extend(_run_wide(console, args))
     except AggregatorError as exc:
         console.print(f"error: {exc}", highlight=False)
         return 2
     render(console, runs)
-    for path in plot(runs, args.plots):
-        console.print(f"plot: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    if not args.only_wide:
+        for path in plot(runs, args.plots):
+            console.print(f"plot: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2, default=str))
-    auto = _auto_line(runs)
-    if auto is not None:
-        print(auto)
+    for line in (_auto_line(runs), _wide_line(runs)):
+        if line is not None:
+            print(line)
+    if args.only_wide:
+        return 0 if all(r.exact for r in runs) else 1
     p64 = [r for r in runs if r.workload == "flights" and r.partitions == 64]
     largest = max(r.largest_item_bytes for r in p64)
     print(
