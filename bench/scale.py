@@ -1,9 +1,9 @@
 """Exactly-once at many shards (``make bench-scale``, or ``python -m bench.scale``).
 
-Two workloads, each replayed through the shard twin (:mod:`aggregator.dev.shards`: ``P``
+Three workloads, each replayed through the shard twin (:mod:`aggregator.dev.shards`: ``P``
 partitions, each a lineage of shards rolling over every 4 hours, Lambda's polling and batching
 on a simulated clock) on DynamoDB Local, with the capacity model
-(:mod:`aggregator.dev.capacity`) watching every aggregate write:
+(:mod:`aggregator.dev.capacity`) watching every aggregate write and every control item's:
 
 **Flights, 48 simulated hours.** Two days of the 2013 New York City departures, replayed like
 ``aggregator demo`` (insert as scheduled, modify to departed or cancelled, delete 2 % as
@@ -29,8 +29,20 @@ is not derived, against the flights without write sharding, and the hot keys wit
 rules; the line before the last is ``scale-auto: P=64 flights WCU <r> of unsharded; hot keys <s>
 s over a limit; exact <yes|no>``.
 
+**Wide keys, 20,000 source records a second** (unless ``--no-wide``): 50,000 likes at 20,000 a
+second, each on a post of its own (of 100,000) and by a user of its own (of 50,000), so 100,000
+keys each written once, counted per post and per user (a leaderboard kept in top lists), both
+with ``write_shards: auto``, at P=64, exactly-once, on a table laid out with
+``aggregate_partitions`` and ``control_partitions`` (64 and 8: :data:`WIDE_AGGREGATE_PARTITIONS`,
+:data:`WIDE_CONTROL_PARTITIONS`), then on today's layout (1 and 1) for comparison. The capacity
+model watches the control items' writes too (in every run); the line after ``scale-auto:`` is
+``scale-wide: P=64 <k> keys at <r> records/s: partition peak <w> WCU/s; <s> s over a limit;
+exact <yes|no>`` (the spread run's keys, rate, hottest partition key value over aggregates and
+control items, and seconds over a limit). ``--only-wide`` runs this workload alone.
+
 The last line is ``scale: P=64 exactly-once/at-least-once WCU <ratio>; largest aggregate item
-<bytes> B``. Exit 1 when an aggregate differs from the ground truth, 2 on an error.
+<bytes> B`` (``scale-wide:`` with ``--only-wide``). Exit 1 when an aggregate differs from the
+ground truth, 2 on an error.
 """
 
 from __future__ import annotations
