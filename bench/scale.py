@@ -578,6 +578,7 @@ def _ratio(runs: list[Figures], partitions: int, workload: str = "flights") -> f
 
 
 def render(console: Console, runs: list[Figures]) -> None:
+    """A table per workload that ran."""
     table = Table(title="Flights, 48 simulated hours, 4-hour rollovers", title_justify="left")
     for header in (
         "P",
@@ -614,7 +615,8 @@ def render(console: Console, runs: list[Figures]) -> None:
             "[green]✓[/]" if r.exact else "[bold red]FAIL[/]",
             f"{r.seconds:.0f}",
         )
-    console.print(table)
+    if table.row_count:
+        console.print(table)
     hot = Table(
         title=f"Hot keys, {HOT_RATE:,} source records/s for {HOT_SECONDS} simulated s "
         "(peaks in WCU per second; limit 1,000)",
@@ -652,7 +654,8 @@ def render(console: Console, runs: list[Figures]) -> None:
             "[green]✓[/]" if r.exact else "[bold red]FAIL[/]",
             f"{r.seconds:.0f}",
         )
-    console.print(hot)
+    if hot.row_count:
+        console.print(hot)
     wide_runs = [r for r in runs if r.workload in (WIDE, WIDE_BASE)]
     if not wide_runs:
         return

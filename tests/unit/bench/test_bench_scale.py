@@ -129,6 +129,7 @@ def wide(workload, partitions, hottest, over, exact, keys=100_000):
         "exactly-once",
         keys=keys,
         hottest_peak=hottest,
+        hottest_peak_name="AGGREGATES#7" if partitions > 1 else "AGGREGATES",
         throttled_seconds=over,
         exact=exact,
         aggregate_partitions=partitions,
@@ -170,3 +171,16 @@ def test_a_bad_wide_option_is_one_line_and_exit_2(capsys):
 
     assert main(["--control-partitions", "0"]) == 2
     assert capsys.readouterr().out == "error: --control-partitions: 1 to 32, got 0\n"
+
+
+def test_render_shows_only_the_workloads_that_ran():
+    from rich.console import Console
+
+    from bench.scale import render
+
+    console = Console(width=200, record=True)
+    render(console, [wide(WIDE, 64, 712, 0, True), wide(WIDE_BASE, 1, 40_366, 5, True)])
+    text = console.export_text()
+    assert "Flights" not in text and "Hot keys" not in text
+    assert "Wide keys, 100,000 keys" in text
+    assert "712 (AGGREGATES#7)" in text and "40,366 (AGGREGATES)" in text
