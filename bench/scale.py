@@ -1,9 +1,9 @@
 """Exactly-once at many shards (``make bench-scale``, or ``python -m bench.scale``).
 
-Two workloads, each replayed through the shard twin (:mod:`aggregator.dev.shards`: ``P``
+Three workloads, each replayed through the shard twin (:mod:`aggregator.dev.shards`: ``P``
 partitions, each a lineage of shards rolling over every 4 hours, Lambda's polling and batching
 on a simulated clock) on DynamoDB Local, with the capacity model
-(:mod:`aggregator.dev.capacity`) watching every aggregate write:
+(:mod:`aggregator.dev.capacity`) watching every aggregate write and every control item's:
 
 **Flights, 48 simulated hours.** Two days of the 2013 New York City departures, replayed like
 ``aggregator demo`` (insert as scheduled, modify to departed or cancelled, delete 2 % as
@@ -29,8 +29,20 @@ is not derived, against the flights without write sharding, and the hot keys wit
 rules; the line before the last is ``scale-auto: P=64 flights WCU <r> of unsharded; hot keys <s>
 s over a limit; exact <yes|no>``.
 
+**Wide keys, 20,000 source records a second** (unless ``--no-wide``): 50,000 likes at 20,000 a
+second, each on a post of its own (of 100,000) and by a user of its own (of 50,000), so 100,000
+keys each written once, counted per post and per user (a leaderboard kept in top lists), both
+with ``write_shards: auto``, at P=64, exactly-once, on a table laid out with
+``aggregate_partitions`` and ``control_partitions`` (64 and 8: :data:`WIDE_AGGREGATE_PARTITIONS`,
+:data:`WIDE_CONTROL_PARTITIONS`), then on today's layout (1 and 1) for comparison. The capacity
+model watches the control items' writes too (in every run); the line after ``scale-auto:`` is
+``scale-wide: P=64 <k> keys at <r> records/s: partition peak <w> WCU/s; <s> s over a limit;
+exact <yes|no>`` (the spread run's keys, rate, hottest partition key value over aggregates and
+control items, and seconds over a limit). ``--only-wide`` runs this workload alone.
+
 The last line is ``scale: P=64 exactly-once/at-least-once WCU <ratio>; largest aggregate item
-<bytes> B``. Exit 1 when an aggregate differs from the ground truth, 2 on an error.
+<bytes> B`` (``scale-wide:`` with ``--only-wide``). Exit 1 when an aggregate differs from the
+ground truth, 2 on an error.
 """
 
 from __future__ import annotations
@@ -39,9 +51,11 @@ import argparse
 import itertools
 import json
 import math
+import re
 import sys
 import time
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
@@ -53,6 +67,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aggregator.core.exceptions import AggregatorError
+from aggregator.core.layout import MAX_AGGREGATE_PARTITIONS, MAX_CONTROL_PARTITIONS, TableLayout
 from aggregator.core.rules import Rule, RuleSet, load_rules, rule
 
 __all__ = ["main"]
@@ -115,6 +130,13 @@ class Figures:
     partition_peak_name: str = ""
     index_peak: int = 0
     index_peak_name: str = ""
+    control_peak: int = 0
+    """The control items' hottest partition key value (the capacity model's watched writes)."""
+    control_peak_name: str = ""
+    hottest_peak: int = 0
+    """The hottest partition key value over aggregates and control items alike."""
+    hottest_peak_name: str = ""
+    control_wcu: int = 0
     throttled_seconds: int = 0
     routing_reads: int = 0
     """``write_shards: auto``: routing items read (1 RCU each), created (one per shard), rules
@@ -123,6 +145,12 @@ class Figures:
     routing_hot_starts: int = 0
     routing_switches: int = 0
     top_requests: int = 0
+    get_requests: int = 0
+    """Requests of one ``get`` (the wide-keys workload)."""
+    keys: int = 0
+    """Aggregate keys of the ground truth (the wide-keys workload)."""
+    aggregate_partitions: int = 1
+    control_partitions: int = 1
     shards: int = 0
     simulated_hours: float = 0.0
     exact: bool = False
@@ -152,6 +180,27 @@ HOT_AUTO_SECONDS = HOT_SECONDS
 """The hot-key workload with ``write_shards: auto``: the same burst, which every shard's first
 batch shows hot (:mod:`aggregator.dynamodb.routing`)."""
 LEADERBOARD_PARTITIONS = 4
+WIDE = "wide keys"
+WIDE_BASE = "wide keys, one partition"
+WIDE_RATE = HOT_RATE
+"""Source records (likes) per simulated second of the wide-keys workload."""
+WIDE_SECONDS = 2.5
+"""Simulated seconds of the wide-keys workload: 50,000 likes, each on a post of its own and by
+a user of its own (:func:`wide_likes`), so 100,000 keys, each written once: the coldest keys."""
+WIDE_POSTS = 100_000
+WIDE_USERS = 50_000
+WIDE_PARTITIONS = 64
+"""P of the wide-keys workload (stream shards open at a time)."""
+WIDE_AGGREGATE_PARTITIONS = 64
+"""``aggregate_partitions`` of the spread run: at 20,000 likes a second each writes two
+aggregates (a post's and a user's), about 40,000 WCU a second over every value; 40 values of
+1,000 WCU/s would be full, 64 leave a third free for the CRC-32's unevenness over the keys and
+for bursts."""
+WIDE_CONTROL_PARTITIONS = 8
+"""``control_partitions`` of the spread run: the control items' writes (the shards' fences and
+routing items, the top lists of ``likes_per_user``) are a few thousand WCU a second at P=64;
+eight values keep each under half a partition's limit."""
+WIDE_LEADERBOARD_PARTITIONS = 8
 
 
 def _rules_flights(sharded: bool = True, auto: bool = False) -> RuleSet:
@@ -197,6 +246,51 @@ def _rules_hot(write_shards: int | str = WRITE_SHARDS) -> RuleSet:
     )
 
 
+def _rules_wide(aggregate_partitions: int = 1, control_partitions: int = 1) -> RuleSet:
+    """Likes counted per post and per user (a leaderboard kept in top lists over
+    :data:`WIDE_LEADERBOARD_PARTITIONS` index partitions), both ``write_shards: auto``, on a
+    table whose aggregates spread over ``aggregate_partitions`` partition key values and whose
+    control items spread over ``control_partitions`` (1 and 1: today's layout)."""
+    layout = TableLayout(
+        aggregate_partitions=aggregate_partitions, control_partitions=control_partitions
+    )
+    return RuleSet.of(
+        rule(
+            "likes_per_post",
+            match={"post": {"exists": True}},
+            key="{post}",
+            write_shards="auto",
+        ),
+        rule(
+            "likes_per_user",
+            match={"user": {"exists": True}},
+            key="{user}",
+            leaderboard=True,
+            leaderboard_store="list",
+            leaderboard_partitions=WIDE_LEADERBOARD_PARTITIONS,
+            write_shards="auto",
+        ),
+        layout=layout,
+    )
+
+
+def wide_likes(count: int) -> list[tuple[str, str]]:
+    """The wide-keys workload's likes, ``(post, user)`` in arrival order: like ``i`` is on post
+    ``i * 7,919 mod 100,000`` (7,919 is prime to 100,000, so the first 100,000 likes are on
+    distinct posts) by user ``i mod 50,000``."""
+    return [(f"post-{(i * 7919) % WIDE_POSTS}", f"user-{i % WIDE_USERS}") for i in range(count)]
+
+
+def wide_truth(likes: Sequence[tuple[str, str]]) -> dict[str, dict[str, Decimal]]:
+    """Likes per post and per user, counted from the likes themselves."""
+    posts: Counter[str] = Counter(post for post, _ in likes)
+    users: Counter[str] = Counter(user for _, user in likes)
+    return {
+        "likes_per_post": {k: Decimal(v) for k, v in posts.items()},
+        "likes_per_user": {k: Decimal(v) for k, v in users.items()},
+    }
+
+
 def per_flight_keys(steps: Any) -> Any:
     """The replay's writes with one item collection per flight (partition key
     ``FLIGHT#<day>#<flight>``, sort key ``FLIGHT``), so the flights spread over the partitions
@@ -227,6 +321,7 @@ def _run_twin(
     ddb = local.client("dynamodb")
     clock = SimulatedClock(start)
     capacity = CapacityModel()
+    capacity.watch_control(ddb, clock, rules.layout, table=table)
     twin = ShardTwin(
         local.client("dynamodbstreams"),
         _stream_arn(ddb, table),
@@ -270,11 +365,14 @@ def _run_twin(
         ("item", report.item),
         ("partition", report.partition),
         ("index", report.index_partition),
+        ("control", report.control_partition),
+        ("hottest", report.hottest_partition),
     ):
         if peak is not None:
             setattr(figures, f"{name}_peak", peak.wcu_per_second)
             setattr(figures, f"{name}_peak_name", peak.name)
     figures.throttled_seconds = report.throttled_seconds
+    figures.control_wcu = report.control_wcu
     figures.shards = twin.shards_opened()
     figures.simulated_hours = (clock.now - start) / 3600
     routings = [p.routing for p in processors if p.routing is not None]
@@ -383,6 +481,93 @@ def run_hot(
     return figures
 
 
+def scanned_spread_aggregates(
+    ddb: Any, table: str, layout: TableLayout
+) -> dict[str, dict[str, Decimal]]:
+    """Non-zero aggregates per rule read by a plain ``Scan`` of the whole table, independent of
+    :class:`~aggregator.dynamodb.query.AggregateStore` and of the layout's own key functions:
+    items whose partition key value is ``aggregates_pk`` or ``aggregates_pk`` followed by ``#``
+    and digits (a spread value; a partial's collection, ``aggregates_pk#<rule>#<key>``, is not).
+    Tables with a sort key."""
+    spread = re.compile(re.escape(layout.aggregates_pk) + r"(#[0-9]+)?")
+    out: dict[str, dict[str, Decimal]] = {}
+    pages = ddb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True)
+    for page in pages:
+        for item in page["Items"]:
+            if not spread.fullmatch(item[layout.partition_key]["S"]):
+                continue
+            value = Decimal(item[layout.value_attribute]["N"])
+            if value != 0:
+                out.setdefault(item["rule"]["S"], {})[item["key"]["S"]] = value
+    return out
+
+
+def run_wide(
+    aggregate_partitions: int = WIDE_AGGREGATE_PARTITIONS,
+    control_partitions: int = WIDE_CONTROL_PARTITIONS,
+    *,
+    seconds: float = WIDE_SECONDS,
+) -> Figures:
+    """The wide-keys workload on a fresh DynamoDB Local: :data:`WIDE_RATE` likes a second for
+    ``seconds`` simulated seconds (:func:`wide_likes`) at P = :data:`WIDE_PARTITIONS`,
+    exactly-once, with the rules of :func:`_rules_wide` on a table laid out with
+    ``aggregate_partitions`` and ``control_partitions``; every aggregate against
+    :func:`wide_truth`, and the requests of one ``get`` and of one top-N."""
+    from aggregator.dev.demo import write_steps
+    from aggregator.dev.flights import ReplayStep
+    from aggregator.dev.local import DynamoDBLocal
+    from aggregator.dynamodb.query import AggregateStore
+    from aggregator.dynamodb.table import create_table
+
+    began = time.monotonic()
+    spread = aggregate_partitions > 1 or control_partitions > 1
+    mode = "exactly-once"
+    figures = Figures(
+        WIDE if spread else WIDE_BASE,
+        WIDE_PARTITIONS,
+        mode,
+        aggregate_partitions=aggregate_partitions,
+        control_partitions=control_partitions,
+    )
+    rules = _rules_wide(aggregate_partitions, control_partitions)
+    likes = wide_likes(round(WIDE_RATE * seconds))
+    start = 1_700_000_000.0
+    with DynamoDBLocal() as local:
+        ddb = local.client("dynamodb")
+        table = "scale-wide"
+        create_table(ddb, table, layout=rules.layout)
+        key = rules.layout.partition_key
+        items = tuple(
+            {key: f"LIKE#{i}", rules.layout.sort_key or "": "LIKE", "post": post, "user": user}
+            for i, (post, user) in enumerate(likes)
+        )
+        write_steps(ddb, table, [ReplayStep(FIRST_DAY, "schedule", "put", items)])
+
+        def arrival(record: dict[str, Any]) -> float:
+            number = int(record["dynamodb"]["Keys"][key]["S"].split("#")[1])
+            return start + number / WIDE_RATE
+
+        _run_twin(local, rules, table, WIDE_PARTITIONS, mode, start, arrival, figures)
+        truth = wide_truth(likes)
+        figures.keys = sum(len(keys) for keys in truth.values())
+        scanned = scanned_spread_aggregates(ddb, table, rules.layout)
+        figures.differences = [
+            f"{name} differs" for name in truth if truth[name] != scanned.get(name, {})
+        ]
+        figures.differences += [f"{name} unexpected" for name in scanned if name not in truth]
+        figures.exact = not figures.differences
+        store = AggregateStore(ddb, table, rules)
+        store.get("likes_per_post", likes[0][0])  # the manifest's read aside
+        before = store.requests
+        store.get("likes_per_post", likes[-1][0])
+        figures.get_requests = store.requests - before
+        before = store.requests
+        store.top("likes_per_user", TOP_N)
+        figures.top_requests = store.requests - before
+    figures.seconds = time.monotonic() - began
+    return figures
+
+
 def _ratio(runs: list[Figures], partitions: int, workload: str = "flights") -> float:
     """Exactly-once WCU per 1,000 source records over at-least-once's, for one P."""
     by_mode = {r.mode: r for r in runs if r.workload == workload and r.partitions == partitions}
@@ -393,6 +578,7 @@ def _ratio(runs: list[Figures], partitions: int, workload: str = "flights") -> f
 
 
 def render(console: Console, runs: list[Figures]) -> None:
+    """A table per workload that ran."""
     table = Table(title="Flights, 48 simulated hours, 4-hour rollovers", title_justify="left")
     for header in (
         "P",
@@ -429,7 +615,8 @@ def render(console: Console, runs: list[Figures]) -> None:
             "[green]✓[/]" if r.exact else "[bold red]FAIL[/]",
             f"{r.seconds:.0f}",
         )
-    console.print(table)
+    if table.row_count:
+        console.print(table)
     hot = Table(
         title=f"Hot keys, {HOT_RATE:,} source records/s for {HOT_SECONDS} simulated s "
         "(peaks in WCU per second; limit 1,000)",
@@ -467,7 +654,49 @@ def render(console: Console, runs: list[Figures]) -> None:
             "[green]✓[/]" if r.exact else "[bold red]FAIL[/]",
             f"{r.seconds:.0f}",
         )
-    console.print(hot)
+    if hot.row_count:
+        console.print(hot)
+    wide_runs = [r for r in runs if r.workload in (WIDE, WIDE_BASE)]
+    if not wide_runs:
+        return
+    first = wide_runs[0]
+    wide = Table(
+        title=f"Wide keys, {first.keys:,} keys, {first.source_records:,} source records at "
+        f"{WIDE_RATE:,} a second, P={WIDE_PARTITIONS}, exactly-once, write_shards: auto "
+        "(peaks in WCU per second; limit 1,000)",
+        title_justify="left",
+    )
+    for header in (
+        "aggregate\npartitions",
+        "control\npartitions",
+        "WCU\nper 1k",
+        "item\npeak",
+        "aggregates'\npartition peak",
+        "control\npartition peak",
+        "hottest\npartition",
+        "over\nlimit",
+        "get\nrequests",
+        "top-N\nrequests",
+        "exact",
+        "run s",
+    ):
+        wide.add_column(header, justify="right")
+    for r in wide_runs:
+        wide.add_row(
+            str(r.aggregate_partitions),
+            str(r.control_partitions),
+            f"{r.wcu_per_1k:,.1f}",
+            f"{r.item_peak:,}",
+            f"{r.partition_peak:,}",
+            f"{r.control_peak:,}",
+            f"{r.hottest_peak:,} ({r.hottest_peak_name})",
+            f"{r.throttled_seconds:,}",
+            str(r.get_requests),
+            str(r.top_requests),
+            "[green]✓[/]" if r.exact else "[bold red]FAIL[/]",
+            f"{r.seconds:.0f}",
+        )
+    console.print(wide)
 
 
 def plot(runs: list[Figures], directory: Path) -> list[Path]:
@@ -548,6 +777,40 @@ def parser() -> argparse.ArgumentParser:
         help="skip the write_shards: auto runs at P=64 (and the scale-auto line)",
     )
     p.add_argument(
+        "--no-wide",
+        action="store_true",
+        help="skip the wide-keys runs (and the scale-wide line)",
+    )
+    p.add_argument(
+        "--only-wide",
+        action="store_true",
+        help="run only the wide-keys workload (its table and the scale-wide line, last)",
+    )
+    p.add_argument(
+        "--aggregate-partitions",
+        type=int,
+        default=WIDE_AGGREGATE_PARTITIONS,
+        metavar="N",
+        help=f"the wide keys' aggregate_partitions ({WIDE_AGGREGATE_PARTITIONS}; 1 to "
+        f"{MAX_AGGREGATE_PARTITIONS})",
+    )
+    p.add_argument(
+        "--control-partitions",
+        type=int,
+        default=WIDE_CONTROL_PARTITIONS,
+        metavar="N",
+        help=f"the wide keys' control_partitions ({WIDE_CONTROL_PARTITIONS}; 1 to "
+        f"{MAX_CONTROL_PARTITIONS})",
+    )
+    p.add_argument(
+        "--wide-seconds",
+        type=float,
+        default=WIDE_SECONDS,
+        metavar="S",
+        help=f"simulated seconds of the wide keys ({WIDE_SECONDS}: "
+        f"{round(WIDE_RATE * WIDE_SECONDS):,} likes, as many posts, {WIDE_USERS:,} users)",
+    )
+    p.add_argument(
         "--plots", type=Path, default=PLOTS, metavar="DIR", help="where the PNGs go (bench/plots)"
     )
     return p
@@ -611,6 +874,66 @@ def _auto_line(runs: list[Figures]) -> str | None:
     )
 
 
+def _wide_line(runs: list[Figures]) -> str | None:
+    """``scale-wide: P=64 <k> keys at <r> records/s: partition peak <w> WCU/s; <s> s over a
+    limit; exact <yes|no>``: the spread run's keys, source rate, hottest partition key value
+    (aggregates and control items alike) and seconds over a limit; exact when every wide-keys
+    run (the comparison on today's layout too) equals its ground truth. The run on today's
+    layout stands in when it is the only one (``--aggregate-partitions 1 --control-partitions
+    1``); ``None`` without a wide-keys run."""
+    wide = [r for r in runs if r.workload == WIDE] or [r for r in runs if r.workload == WIDE_BASE]
+    if not wide:
+        return None
+    r = wide[0]
+    exact = all(w.exact for w in runs if w.workload in (WIDE, WIDE_BASE))
+    return (
+        f"scale-wide: P={r.partitions} {r.keys} keys at {WIDE_RATE} records/s: partition peak "
+        f"{r.hottest_peak} WCU/s; {r.throttled_seconds} s over a limit; "
+        f"exact {'yes' if exact else 'no'}"
+    )
+
+
+def _run_wide(console: Console, args: argparse.Namespace) -> list[Figures]:
+    """The wide keys with the chosen layout, then on today's (1 and 1) for comparison."""
+    layouts = [(args.aggregate_partitions, args.control_partitions)]
+    if layouts[0] != (1, 1):
+        layouts.append((1, 1))
+    done = []
+    for aggregates, control in layouts:
+        with console.status(
+            f"wide keys, P={WIDE_PARTITIONS}, aggregate_partitions {aggregates}, "
+            f"control_partitions {control} ..."
+        ):
+            done.append(run_wide(aggregates, control, seconds=args.wide_seconds))
+        r = done[-1]
+        console.print(
+            f"wide keys P={WIDE_PARTITIONS} partitions {aggregates}/{control}: {r.keys:,} keys, "
+            f"{r.wcu_per_1k:,.1f} WCU/1k, item peak {r.item_peak:,} WCU/s, aggregates' "
+            f"partition peak {r.partition_peak:,} WCU/s, control partition peak "
+            f"{r.control_peak:,} WCU/s ({r.control_peak_name or 'none'}), hottest "
+            f"{r.hottest_peak:,} WCU/s ({r.hottest_peak_name}), {r.throttled_seconds} s over a "
+            f"limit, get {r.get_requests} request(s), "
+            f"{'exact' if r.exact else 'NOT EXACT ' + '; '.join(r.differences)} "
+            f"({r.seconds:.0f} s); {_routing(r)}",
+            highlight=False,
+        )
+    return done
+
+
+def _wide_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the wide keys' options (one line), or ``None``."""
+    if args.no_wide and args.only_wide:
+        return "--no-wide and --only-wide exclude each other"
+    if not 1 <= args.aggregate_partitions <= MAX_AGGREGATE_PARTITIONS:
+        top = MAX_AGGREGATE_PARTITIONS
+        return f"--aggregate-partitions: 1 to {top}, got {args.aggregate_partitions}"
+    if not 1 <= args.control_partitions <= MAX_CONTROL_PARTITIONS:
+        return f"--control-partitions: 1 to {MAX_CONTROL_PARTITIONS}, got {args.control_partitions}"
+    if not 0 < args.wide_seconds <= 60:
+        return f"--wide-seconds: above 0 and at most 60, got {args.wide_seconds}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(width=150) if not sys.stdout.isatty() else Console()
@@ -622,9 +945,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if 64 not in partitions:
         console.print("error: --partitions must include 64 (the last line reports P=64)")
         return 2
+    problem = _wide_problem(args)
+    if problem is not None:
+        console.print(f"error: {problem}", highlight=False)
+        return 2
     runs: list[Figures] = []
     try:
-        for p in partitions:
+        for p in () if args.only_wide else partitions:
             for mode in MODES:
                 with console.status(f"flights, P={p}, {mode} ..."):
                     runs.append(run_flights(p, mode))
@@ -657,17 +984,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if p == 64 and not args.no_auto:
                 runs.extend(_run_auto(console, runs))
+        if not args.no_wide:
+            runs.extend(_run_wide(console, args))
     except AggregatorError as exc:
         console.print(f"error: {exc}", highlight=False)
         return 2
     render(console, runs)
-    for path in plot(runs, args.plots):
-        console.print(f"plot: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    if not args.only_wide:
+        for path in plot(runs, args.plots):
+            console.print(f"plot: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2, default=str))
-    auto = _auto_line(runs)
-    if auto is not None:
-        print(auto)
+    for line in (_auto_line(runs), _wide_line(runs)):
+        if line is not None:
+            print(line)
+    if args.only_wide:
+        return 0 if all(r.exact for r in runs) else 1
     p64 = [r for r in runs if r.workload == "flights" and r.partitions == 64]
     largest = max(r.largest_item_bytes for r in p64)
     print(

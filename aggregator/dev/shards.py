@@ -34,7 +34,9 @@ What it models, from AWS's documentation:
 What it does not model: invocation duration (a batch takes no simulated time, so batches per shard
 per second are bounded by the polls, not by the function's latency), shard splits into two
 children, partition splits as a table grows, records trimmed after 24 hours, and throttling (the
-capacity model, :mod:`aggregator.dev.capacity`, reports where DynamoDB would throttle).
+capacity model, :mod:`aggregator.dev.capacity`, reports where DynamoDB would throttle: give the
+processors its ``observe`` as their observer for the aggregates, and call its ``watch_control``
+on their client with the twin's clock for the control items).
 """
 
 from __future__ import annotations
