@@ -7,11 +7,12 @@ Items (sort key text, or on a table without a sort key the partition key
     One item with two map attributes. ``rules`` holds each rule generation's state by storage
     name (:class:`~aggregator.core.lifecycle.RuleState`): ``{"fingerprint", "status",
     "registered_at", "backfill_id", "active_since", "retired_at", "partitions"}`` (the last
-    only when the generation spreads its aggregates over more than one partition key value). ``generations`` holds the
-    generation readers use, for each rule rebuilt at least once. Rules are added by the handler
-    or the local runner when they start with a rule the manifest does not know (status
-    ``pending``), with one conditional ``UpdateItem``, so two starting containers cannot both
-    register it; ``aggregator rebuild`` adds ``requested`` generations and switches readers.
+    only when the generation spreads its aggregates over more than one partition key value).
+    ``generations`` holds the generation readers use, for each rule rebuilt at least once.
+    Rules are added by the handler or the local runner when they start with a rule the
+    manifest does not know (status ``pending``), with one conditional ``UpdateItem``, so two
+    starting containers cannot both register it; ``aggregator rebuild`` adds ``requested``
+    generations and switches readers.
 ``fence#<shardId>``
     Where the handler's part of each rule generation begins in one shard
     (:class:`~aggregator.core.lifecycle.Fence`): map attributes ``after`` (40 digits) and
