@@ -22,6 +22,12 @@ Steps (:class:`Rebuild`; every step can be repeated, so a killed rebuild is run 
 
 Not supported: rebuilding a derived rule or the source of one (refused).
 
+**Spreading aggregates** (``table: aggregate_partitions``, or a rule's ``partitions``) changes
+where a rule's aggregates live, so it is a new definition rebuilt like any other: the new
+generation is written spread, the manifest records each generation's ``partitions``, and readers
+read the old generation where it is (unspread) until the switch (docs: Scaling, "Moving a live
+table to spread aggregates").
+
 **The leaderboard flag** is not part of the fingerprint (it changes no value), so turning it on
 or off builds no generation: the handler indexes (or stops indexing) the aggregates it updates
 from the deployment on, and the manifest keeps the flag the existing aggregates were written
