@@ -148,3 +148,25 @@ def test_a_listing_reads_every_value_and_merges_them_in_sort_key_order():
     pages = list(query_collections(call, "t", LAYOUT, ["AGGREGATES#3"], begins_with="r#"))
     assert [[i["sk"]["S"] for i in p] for p in pages] == [["r#c", "r#g"], ["r#h", "r#i"]]
     assert Decimal(len(call.requests)) == 2
+
+
+def test_explain_names_the_value_a_spread_rules_aggregate_is_under():
+    from aggregator.core.explain import explain_image, explain_record
+    from aggregator.core.records import Image
+
+    engine = Engine(RULES)
+    image = Image({k: ({"N": str(v)} if isinstance(v, int) else {"S": v}) for k, v in ITEM.items()})
+    placed = {
+        c.sort_key: c.partition
+        for e in explain_image(engine, image, now=0)
+        for c in e.contributions
+    }
+    assert placed["pair#ann#gem"] == home("pair#ann#gem", 8)
+    assert placed["mine#ann"] == home("mine#ann", 3)
+    plain = Engine(RuleSet.of(rule("per_owner", match=PATHS, key="{owner}")))
+    (explained,) = explain_image(plain, image, now=0)
+    assert [c.partition for c in explained.contributions] == [None]  # not spread: as before
+    record = explain_record(engine, StreamRecord(stream_record("INSERT", None, ITEM, seq=7)), now=0)
+    assert {c.ref.sort_key: c.partition(LAYOUT) for c in record.changes}["per_owner#ann"] == home(
+        "per_owner#ann", 8
+    )
