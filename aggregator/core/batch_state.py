@@ -19,7 +19,8 @@ def encode_batch(batch: BatchDeltas) -> str:
     """``batch`` as compact JSON text: ``{"v": 1, "first", "last", "deltas": {sk: [...]}}``,
     each coalesced delta a list of its fields (rule, key, display key, leaderboard flag, first
     sequence number, the parts as ``[shard, amount]`` with amounts as strings, the bucket, index
-    partitions, write shards, count parts, the per-value flag, the target and the auto flag).
+    partitions, write shards, count parts, the per-value flag, the target, the auto flag, and
+    the spread and key fields when the spread is above 1).
     Amounts stay exact: they travel as the strings of their ``Decimal``."""
     deltas = {
         sk: [
@@ -38,6 +39,9 @@ def encode_batch(batch: BatchDeltas) -> str:
             # a change to one of a target rule's partials (whose roll-up needs them)
             [list(d.ref.target), d.target_attribute] if d.ref.target is not None else None,
             int(d.auto_shards),
+            # the spread partition's facts; a delta of a rule that is not spread ends at the
+            # auto flag, as before spread partitions
+            *([d.partitions, d.key_fields] if d.partitions != 1 else []),
         ]
         for sk, d in batch.deltas.items()
     }
@@ -104,6 +108,9 @@ def decode_batch(text: str | None) -> BatchDeltas:
             target_attribute=target_attribute,
             # states written before write_shards: auto end at the target
             auto_shards=bool(rest[6]) if len(rest) >= 7 else False,
+            # states written before spread partitions (or of a rule not spread) end at the flag
+            partitions=rest[7] if len(rest) >= 9 else 1,
+            key_fields=rest[8] if len(rest) >= 9 else 1,
         )
     return batch
 

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from aggregator.core.exceptions import FailureCause
+from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add
 from aggregator.core.records import MalformedRecord, StreamRecord, pad_sequence_number
 from aggregator.core.rules import Bucket, WriteSpec
@@ -246,6 +247,9 @@ class CoalescedDelta:
     auto_shards
         The rule has ``write_shards: auto``: the writer measures its writes
         (:mod:`aggregator.dynamodb.routing`).
+    partitions, key_fields
+        The rule's spread and key fields (:class:`~aggregator.core.rules.WriteSpec`): the
+        aggregate item is under :meth:`partition` (a partial under its own collection).
     """
 
     ref: AggregateRef
@@ -262,6 +266,8 @@ class CoalescedDelta:
     per_value: bool = False
     target_attribute: str | None = None
     auto_shards: bool = False
+    partitions: int = 1
+    key_fields: int = 1
 
     @classmethod
     def of(
@@ -295,6 +301,8 @@ class CoalescedDelta:
             per_value=spec.per_value,
             target_attribute=spec.target_attribute if whole else None,
             auto_shards=spec.auto_shards,
+            partitions=spec.partitions,
+            key_fields=spec.key_fields,
         )
 
     @property
@@ -310,7 +318,14 @@ class CoalescedDelta:
             keeps_count=self.keeps_count,
             per_value=self.per_value,
             target_attribute=self.target_attribute,
+            partitions=self.partitions,
+            key_fields=self.key_fields,
         )
+
+    def partition(self, layout: TableLayout) -> str:
+        """The partition key value of the aggregate item (not a partial's) on ``layout``:
+        :meth:`~aggregator.core.layout.TableLayout.aggregate_partition` of its sort key."""
+        return layout.aggregate_partition(self.ref.sort_key, self.partitions, self.key_fields)
 
     def take_first(self, sequence_number: str) -> None:
         """Lower :attr:`first_sequence_number` to ``sequence_number`` when it is smaller (by

@@ -52,6 +52,9 @@ class Contributed:
     target: tuple[str, ...] | None = None
     """For a target rule: the application item's key values; ``sort_key`` is then its ledger's."""
     target_attribute: str | None = None
+    partition: str | None = None
+    """For a rule spread over several partition key values: the one the aggregate item is under
+    (:meth:`~aggregator.core.layout.TableLayout.aggregate_partition`); ``None`` otherwise."""
 
 
 @dataclass(slots=True)
@@ -88,6 +91,7 @@ class RuleExplanation:
                         if c.target is not None
                         else {}
                     ),
+                    **({"partition": c.partition} if c.partition is not None else {}),
                 }
                 for c in self.contributions
             ],
@@ -142,6 +146,11 @@ def explain_image(engine: Engine, image: Image, *, now: float) -> list[RuleExpla
                 ref.bucket.text if ref.bucket is not None else None,
                 ref.target,
                 None if rule.target is None else rule.target.attribute,
+                (
+                    engine.layout.aggregate_partition(ref.sort_key, rule.spread, rule.key_fields)
+                    if rule.spread > 1 and rule.target is None
+                    else None
+                ),
             )
             for ref, amount in found.items()
         ]

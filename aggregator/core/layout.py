@@ -523,6 +523,8 @@ class TableLayout(BaseModel):
         prefix = f"{self.aggregates_pk}#"
         if partition is None or sort is None or not partition.startswith(prefix):
             return None
+        if self.is_aggregates_partition(partition):  # a spread value, "<aggregates_pk>#<n>"
+            return None
         return partition[len(prefix) :] if sort.startswith(PARTIAL_PREFIX) else None
 
     def aggregate_sort_key(self, keys: Mapping[str, Any]) -> str | None:

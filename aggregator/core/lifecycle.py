@@ -301,6 +301,11 @@ class RuleState:
         Registered while the manifest's :class:`Genesis` held: the rule turns ``active``
         without a backfill once the handler has counted it from the start of every shard
         (:func:`counted_from_start`); ``active_since`` is then that moment.
+    partitions
+        How many partition key values the generation's aggregates spread over (the
+        definition's :attr:`Rule.spread <aggregator.core.rules.Rule.spread>` when it was
+        registered or requested; 1 for entries recorded before spread partitions): readers of
+        the generation, ``drop-rule`` and the listings read these values.
     """
 
     name: str
@@ -314,6 +319,7 @@ class RuleState:
     handler_leaderboard: bool | None = None
     target_attribute: str | None = None
     genesis: bool = False
+    partitions: int = 1
 
     def fenced(self, now: float) -> bool:
         """Whether the handler must honour the rule's fences at ``now`` (epoch seconds)."""

@@ -15,11 +15,16 @@ values of the items listed are current.
 Requests per page: 1 ``Query`` with a sort key; without one, 1 ``Query`` of the index (a page
 of keys, up to 1 MB) plus ``ceil(keys / 100)`` ``BatchGetItem`` (more if DynamoDB leaves keys
 unprocessed).
+
+A rule whose aggregates spread over several partition key values
+(:meth:`~aggregator.core.layout.TableLayout.aggregate_partition`) is listed by
+:func:`query_collections`: one such read per value, merged in sort key order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from aggregator.core.layout import TableLayout
@@ -39,7 +44,11 @@ __all__ = [
     "batch_get_items",
     "client_call",
     "query_collection",
+    "query_collections",
 ]
+
+MERGED_PAGE_ITEMS = 1000
+"""Items per page that :func:`query_collections` yields when it merges several partitions."""
 
 CollectionPage = list[dict[str, Any]]
 """One page of items (DynamoDB JSON), in key order."""
@@ -139,6 +148,62 @@ def query_collection(
         start = response.get("LastEvaluatedKey")
         if not start:
             return
+
+
+def query_collections(
+    call: Callable[..., dict[str, Any]],
+    table_name: str,
+    layout: TableLayout,
+    partitions: Sequence[str],
+    *,
+    begins_with: str | None = None,
+    between: tuple[str, str] | None = None,
+    descending: bool = False,
+    page_items: int | None = None,
+) -> Iterator[CollectionPage]:
+    """Pages of the items under every one of ``partitions`` (the spread values of a rule's
+    aggregates, :meth:`~aggregator.core.layout.TableLayout.aggregate_partitions_of`) whose sort
+    key text begins with ``begins_with`` or lies in ``between``, in sort key order across them
+    (descending with ``descending``), as if they were one collection.
+
+    With one partition, exactly :func:`query_collection`'s pages. With more, each partition is
+    read by :func:`query_collection` (at least one ``Query`` each, all started at once: up to a
+    1 MB page of each in memory) and the items are merged by sort key text (Python compares
+    ``str`` by code point, the order of their UTF-8 bytes, which is DynamoDB's order of string
+    keys) into pages of :data:`MERGED_PAGE_ITEMS`.
+
+    Raises
+    ------
+    As :func:`query_collection`.
+    """
+    options: dict[str, Any] = {
+        "begins_with": begins_with,
+        "between": between,
+        "descending": descending,
+        "page_items": page_items,
+    }
+    if len(partitions) == 1:
+        yield from query_collection(call, table_name, layout, partitions[0], **options)
+        return
+
+    def items(partition: str) -> Iterator[dict[str, Any]]:
+        for page in query_collection(call, table_name, layout, partition, **options):
+            yield from page
+
+    def order(item: dict[str, Any]) -> str:
+        return layout.sort_key_of(item) or ""
+
+    merged: Iterable[dict[str, Any]] = heapq.merge(
+        *(items(p) for p in partitions), key=order, reverse=descending
+    )
+    page: CollectionPage = []
+    for item in merged:
+        page.append(item)
+        if len(page) >= MERGED_PAGE_ITEMS:
+            yield page
+            page = []
+    if page:
+        yield page
 
 
 def _fetch(

@@ -166,7 +166,7 @@ class CostModel:
         index_entry = {
             k: written[k]
             for k in (
-                *lay.aggregate_key(delta.ref.sort_key),
+                *lay.aggregate_key(delta.ref.sort_key, delta.partition(lay)),
                 lay.leaderboard_attribute,
                 lay.value_attribute,
             )

@@ -11,11 +11,12 @@ Items (sort key text, or on a table without a sort key the partition key
     (:func:`~aggregator.dynamodb.control.check_control_partitions`). ``rules`` holds each rule
     generation's state by storage name (:class:`~aggregator.core.lifecycle.RuleState`):
     ``{"fingerprint", "status", "registered_at", "backfill_id", "active_since",
-    "retired_at"}``. ``generations`` holds the generation readers use, for each rule rebuilt at
-    least once. Rules are added by the handler
-    or the local runner when they start with a rule the manifest does not know (status
-    ``pending``), with one conditional ``UpdateItem``, so two starting containers cannot both
-    register it; ``aggregator rebuild`` adds ``requested`` generations and switches readers.
+    "retired_at", "partitions"}`` (the last only when the generation spreads its aggregates over
+    more than one partition key value). ``generations`` holds the generation readers use, for
+    each rule rebuilt at least once. Rules are added by the handler or the local runner when
+    they start with a rule the manifest does not know (status ``pending``), with one conditional
+    ``UpdateItem``, so two starting containers cannot both register it; ``aggregator rebuild``
+    adds ``requested`` generations and switches readers.
 ``fence#<shardId>``
     Where the handler's part of each rule generation begins in one shard
     (:class:`~aggregator.core.lifecycle.Fence`): map attributes ``after`` (40 digits) and
@@ -104,6 +105,8 @@ def _state_value(state: RuleState) -> dict[str, Any]:
         value["target_attribute"] = {"S": state.target_attribute}
     if state.genesis:
         value["genesis"] = {"BOOL": True}
+    if state.partitions != 1:  # absent: 1, as every entry recorded before spread partitions
+        value["partitions"] = {"N": str(state.partitions)}
     return {"M": value}
 
 
@@ -137,6 +140,7 @@ def _state_of(name: str, value: dict[str, Any]) -> RuleState:
         ),
         target_attribute=m.get("target_attribute", {}).get("S"),
         genesis=m.get("genesis", {}).get("BOOL", False),
+        partitions=int(m["partitions"]["N"]) if "partitions" in m else 1,
     )
 
 
@@ -205,6 +209,7 @@ def _resolve(
                     handler_leaderboard=r.leaderboard,
                     target_attribute=None if r.target is None else r.target.attribute,
                     genesis=candidate,
+                    partitions=r.spread,
                 )
             )
             continue
@@ -530,6 +535,7 @@ class Manifest:
                 "requested",
                 clock,
                 leaderboard=rule.leaderboard,
+                partitions=rule.spread,
             )
             added = self._add([state])
             if added[state.name] == state:

@@ -283,10 +283,11 @@ def index_partition(delta: CoalescedDelta) -> str:
 
 def item_key(layout: TableLayout, delta: CoalescedDelta) -> dict[str, Any]:
     """The key of the item an update of ``delta`` writes (DynamoDB JSON): its partial's
-    (``delta.slot``, a rule with ``write_shards``) or else its aggregate's."""
+    (``delta.slot``, a rule with ``write_shards``) or else its aggregate's, under the rule's
+    spread partition (:meth:`~aggregator.core.engine.CoalescedDelta.partition`)."""
     if delta.slot is not None:
         return dict(layout.partial_key(delta.ref.sort_key, delta.slot))
-    return dict(layout.aggregate_key(delta.ref.sort_key))
+    return dict(layout.aggregate_key(delta.ref.sort_key, delta.partition(layout)))
 
 
 def aggregate_counters(
@@ -380,7 +381,7 @@ def add_update(
     its descriptive attributes (:func:`aggregate_update`; ``index`` as there)."""
     return {
         "TableName": table_name,
-        "Key": layout.aggregate_key(delta.ref.sort_key),
+        "Key": layout.aggregate_key(delta.ref.sort_key, delta.partition(layout)),
         **aggregate_update(layout, delta, amount, count, index=index).render(),
     }
 

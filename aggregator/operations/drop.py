@@ -7,7 +7,10 @@ running it again:
 1. Mark the generation ``dropping`` in the manifest: from then on a handler starting with its
    definition is refused (it would write the aggregates again).
 2. Delete its aggregate items (sort keys ``<storage name>#...``): pages of the aggregates
-   collection (:func:`~aggregator.dynamodb.collections.query_collection`) deleted with
+   collection, under every partition key value the generation spreads them over as its
+   manifest entry records it (:func:`~aggregator.dynamodb.collections.query_collections`; a
+   rule counted without a manifest: the unspread value and the table's
+   ``aggregate_partitions``), deleted with
    ``BatchWriteItem``, 25 keys a request (DynamoDB API Reference, "BatchWriteItem"), unprocessed
    keys sent again (boto3's ``BatchWriter``); on a table with a sort key, each aggregate's
    partials (``write_shards``) before it, found with one ``Query`` of their collection. A run
@@ -50,7 +53,7 @@ from aggregator.core.layout import PARTIAL_PREFIX
 from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
-from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.collections import query_collections
 from aggregator.dynamodb.control import control_item_key, query_control
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.floors import FLOOR_PREFIX
@@ -137,7 +140,7 @@ class DropRule:
             # (no derived rule in the definitions reads it: a rule set names its sources)
             # a rule counted without the manifest (lifecycle off) has items but no entry
             self.targets = family or [RuleState(rule_name, "", "dropping", 0)]
-            if not family and not any(self._pages(rule_name)):
+            if not family and not any(self._pages(self.targets[0])):
                 raise ConfigError(
                     f"table {table_name!r} has no rule {rule_name!r}: no generation in its "
                     "manifest and no aggregates (aggregator status lists the rules it has)"
@@ -146,16 +149,26 @@ class DropRule:
     def count(self) -> dict[str, int]:
         """The aggregate items each target generation holds (their partials not counted), by
         storage name: what :meth:`run` would delete. Reads the aggregates, deletes nothing."""
-        return {s.name: sum(len(page) for page in self._pages(s.name)) for s in self.targets}
+        return {s.name: sum(len(page) for page in self._pages(s)) for s in self.targets}
 
-    def _pages(self, storage_name: str) -> Iterator[list[dict[str, Any]]]:
-        """Pages of a generation's aggregate items."""
-        return query_collection(
+    def _partitions(self, state: RuleState) -> tuple[str, ...]:
+        """The partition key values a generation's aggregates are under: those its manifest
+        entry records (``partitions``); for a rule counted without a manifest (no entry, its
+        spread unknown), the unspread value and the table's ``aggregate_partitions``."""
+        lay = self.layout
+        if state.fingerprint:  # a manifest entry
+            return lay.aggregate_partitions_of(state.partitions)
+        spread = lay.aggregate_partitions_of(lay.aggregate_partitions)
+        return tuple(dict.fromkeys((lay.aggregates_pk, *spread)))
+
+    def _pages(self, state: RuleState) -> Iterator[list[dict[str, Any]]]:
+        """Pages of a generation's aggregate items, under each of its partition key values."""
+        return query_collections(
             self.requests.send,
             self.table_name,
             self.layout,
-            self.layout.aggregates_pk,
-            begins_with=f"{storage_name}#",
+            self._partitions(state),
+            begins_with=f"{state.name}#",
         )
 
     def run(self) -> DropResult:
@@ -169,7 +182,7 @@ class DropRule:
                 self.manifest.set_state(
                     replace(known[name], status="dropping"), expected_status=known[name].status
                 )
-            result.items_deleted += self._delete_aggregates(name)
+            result.items_deleted += self._delete_aggregates(state)
             if state.target_attribute is not None:
                 result.targets_cleared += self._clear_targets(name, state.target_attribute)
             result.fences_removed += self._remove_fences(name)
@@ -178,9 +191,11 @@ class DropRule:
                 self.manifest.remove(name)
         return result
 
-    def _delete_aggregates(self, storage_name: str) -> int:
+    def _delete_aggregates(self, state: RuleState) -> int:
         deleted = 0
-        pages = self._pages(storage_name)
+        pages = self._pages(state)
+        lay = self.layout
+        keys = [lay.partition_key, *([lay.sort_key] if lay.sort_key else [])]
         # boto3's BatchWriter sends 25 deletes a request and sends unprocessed keys again
         with BatchWriter(self.table_name, self.client, flush_amount=BATCH_WRITE_ITEMS) as writer:
             for page in pages:
@@ -189,7 +204,7 @@ class DropRule:
                     # partials first: a run killed in between finds the aggregate again
                     for partial in self._partials(sort_key):
                         writer.delete_item(Key=partial)
-                    writer.delete_item(Key=self.layout.aggregate_key(sort_key))
+                    writer.delete_item(Key={k: item[k] for k in keys})  # where it is
                 deleted += len(page)
                 if self.on_deleted is not None:
                     self.on_deleted(len(page))

@@ -22,6 +22,12 @@ Steps (:class:`Rebuild`; every step can be repeated, so a killed rebuild is run 
 
 Not supported: rebuilding a derived rule or the source of one (refused).
 
+**Spreading aggregates** (``table: aggregate_partitions``, or a rule's ``partitions``) changes
+where a rule's aggregates live, so it is a new definition rebuilt like any other: the new
+generation is written spread, the manifest records each generation's ``partitions``, and readers
+read the old generation where it is (unspread) until the switch (docs: Scaling, "Moving a live
+table to spread aggregates").
+
 **The leaderboard flag** is not part of the fingerprint (it changes no value), so turning it on
 or off builds no generation: the handler indexes (or stops indexing) the aggregates it updates
 from the deployment on, and the manifest keeps the flag the existing aggregates were written
@@ -56,7 +62,7 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.client import requests_of
-from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.collections import query_collections
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.streams import TableStream
@@ -225,7 +231,12 @@ class Rebuild:
                 # aggregates the handler updates meanwhile would miss the index (or gain it)
                 return RebuildResult(name, "deploy-first", serving, serving)
             count = reindex_leaderboard(
-                self.table.client, self.table.table_name, self.rules, self.rule, serving
+                self.table.client,
+                self.table.table_name,
+                self.rules,
+                self.rule,
+                serving,
+                partitions=current.partitions,
             )
             self.manifest.set_leaderboard(serving, self.rule.leaderboard)
             return RebuildResult(name, "reindexed", serving, serving, reindexed=count)
@@ -260,7 +271,13 @@ def generation_label(storage_name: str) -> str:
 
 
 def reindex_leaderboard(
-    client: DynamoDBClient, table_name: str, rules: RuleSet, rule: Rule, storage_name: str
+    client: DynamoDBClient,
+    table_name: str,
+    rules: RuleSet,
+    rule: Rule,
+    storage_name: str,
+    *,
+    partitions: int | None = None,
 ) -> int:
     """Give every existing aggregate of generation ``storage_name`` of ``rule`` the leaderboard
     index attribute the handler writes for ``rule`` (``rule.leaderboard``), or remove it (the
@@ -269,8 +286,10 @@ def reindex_leaderboard(
     One ``UpdateItem`` per aggregate, conditional on the item existing (a ``drop-rule`` under
     way is not undone); idempotent, and safe beside the handler: the attribute is a function of
     the rule and the sort key (and a time bucket's granularity and start), never of the value.
-    Reads the rule's aggregates a page at a time
-    (:func:`~aggregator.dynamodb.collections.query_collection`).
+    Reads the rule's aggregates a page at a time under every partition key value the
+    generation spreads them over (``partitions``, as its manifest entry records it; default the
+    definition's: :func:`~aggregator.dynamodb.collections.query_collections`), and updates each
+    under its own key.
 
     Raises
     ------
@@ -280,11 +299,13 @@ def reindex_leaderboard(
     layout = rules.layout
     requests = requests_of(client)
     count = 0
-    for page in query_collection(
+    spread = rule.spread if partitions is None else partitions
+    keys = [layout.partition_key, *([layout.sort_key] if layout.sort_key else [])]
+    for page in query_collections(
         requests.send,
         table_name,
         layout,
-        layout.aggregates_pk,
+        layout.aggregate_partitions_of(spread),
         begins_with=f"{storage_name}#",
     ):
         for item in page:
@@ -307,7 +328,7 @@ def reindex_leaderboard(
                 requests.send(
                     "update_item",
                     TableName=table_name,
-                    Key=layout.aggregate_key(sort_key),
+                    Key={k: item[k] for k in keys},  # where it is, spread or not
                     **update.render(),
                 )
             except ClientError as exc:

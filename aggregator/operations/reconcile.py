@@ -45,7 +45,8 @@ aggregates they rank, and with ``repair`` written again from them
 (:mod:`aggregator.operations.top_list_check`; ``list_drifts`` of the report).
 
 Costs: two scans per check that finds candidates (one otherwise; 1 RCU per 4 KB, strongly
-consistent) and four reads of the rules' aggregates; one ``UpdateItem`` per repaired key.
+consistent) and four reads of the rules' aggregates (of every partition key value a rule's
+aggregates spread over: at least one ``Query`` each); one ``UpdateItem`` per repaired key.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ from aggregator.core.records import Image
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.checkpoint import is_checkpoint_attribute
 from aggregator.dynamodb.client import requests_of
-from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.collections import query_collections
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.updates import Update, aggregate_update
@@ -188,11 +189,11 @@ class _Checker:
         for name in self.names:
             if name in self.targets:
                 continue
-            for page in query_collection(
+            for page in query_collections(
                 call,
                 self.table_name,
                 self.layout,
-                self.layout.aggregates_pk,
+                self.layout.aggregate_partitions_of(self.rules.get(name).spread),
                 begins_with=f"{name}#",
             ):
                 for item in page:
@@ -547,6 +548,8 @@ def _repair(
         count=subtract(expected[1], stored[1]),
     )
     update = aggregate_update(layout, delta, difference)
+    # the live generation's definition (reconcile refuses changed ones): its spread partition
+    key = layout.aggregate_key(sort_key, delta.partition(layout))
     if row is None:
         update = update.where_missing(layout.value_attribute)
     else:
@@ -556,7 +559,7 @@ def _repair(
         requests_of(checker.client).send(
             "update_item",
             TableName=checker.table_name,
-            Key=layout.aggregate_key(sort_key),
+            Key=key,
             **update.render(),
         )
     except ClientError as exc:

@@ -42,7 +42,7 @@ from botocore.exceptions import ClientError
 from aggregator.core.clock import Clock
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.core.top_list_merge import TopList, merge, placement
-from aggregator.dynamodb.collections import client_call, query_collection
+from aggregator.dynamodb.collections import client_call, query_collections
 from aggregator.dynamodb.control import query_control
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.top_list_items import TOP_PREFIX, TopLists, decode
@@ -99,8 +99,12 @@ def _read(
                 lists[partition] = decode(item)
     aggregates: dict[str, dict[str, Decimal]] = defaultdict(dict)
     expiry: dict[str, int | None] = {}
-    for page in query_collection(
-        call, table_name, lay, lay.aggregates_pk, begins_with=f"{rule.name}#"
+    for page in query_collections(  # every value the rule's aggregates spread over
+        call,
+        table_name,
+        lay,
+        lay.aggregate_partitions_of(rule.spread),
+        begins_with=f"{rule.name}#",
     ):
         for item in page:
             sort_key = lay.sort_key_of(item)

@@ -12,7 +12,8 @@ parents' ``META`` items among them). The rules are the wide set (a windowed rule
 derived from another rule's aggregates, the other kinds, two target rules and a rule reading what
 one of them writes), without write sharding, with it, or with ``write_shards: auto`` and each
 shard switching between the aggregates and the partials at random (hot and cold turns at any
-time, through the real persisted switches).
+time, through the real persisted switches), on the single-partition layout or the spread one
+(``aggregate_partitions: 8``, every aggregate's placement checked apart: harness.misplaced).
 
 Target rules keep their sums on parent items the scenario writes before anything else (some
 parents are never created, one may be deleted on the way and never comes back); each path item
@@ -47,12 +48,14 @@ from tests.integration.harness import (
     delete,
     expected_from_items,
     final_items,
+    misplaced,
     parent_deletes_strategy,
     parent_of_child,
     parents_strategy,
     placed,
     put,
     run_property,
+    spread,
     stored,
     target_truth,
 )
@@ -82,6 +85,8 @@ AUTO_RULES = RuleSet.of(
     )
 )
 RULES = {"wide": WIDE_RULES, "sharded": SHARDED_RULES, "auto": AUTO_RULES}
+# Each of them on the spread layout too (aggregate_partitions: 8): a scenario draws which.
+SPREAD_RULES = {name: spread(rules) for name, rules in RULES.items()}
 
 
 class RandomRouting(ShardRouting):
@@ -141,6 +146,7 @@ scenario = st.fixed_dictionaries(
         "spacing": st.sampled_from([0, 1, 20, 2 * 3600]),
         "mode": st.sampled_from(["exactly-once", "window"]),
         "rules": st.sampled_from(sorted(RULES)),
+        "spread": st.booleans(),  # the rules on the spread layout (aggregate_partitions: 8)
         # rules "auto": the seed and chance of each shard's switches
         "switch_seed": st.integers(0, 2**16),
         "switch_chance": st.sampled_from([0.2, 0.5, 1.0]),
@@ -185,7 +191,7 @@ def apply_ops(ddb, name: str, operations, parents: Parents) -> None:
 
 def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> None:
     name = f"shards-{os.getpid()}-{next(_names)}"
-    rules = RULES[case["rules"]]
+    rules = (SPREAD_RULES if case["spread"] else RULES)[case["rules"]]
     arn = create_table(ddb, name)
     try:
         parents = Parents.of(case)
@@ -264,10 +270,14 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         report["tallies"] += truth.tallies
         report["ledger"] += sum(len(expected[r]) for r in TARGETS)
 
-        actual = stored(ddb, name, WIDE_RULES)
-        if (actual, truth.found, truth.problems) != (expected, truth.parents, []):
+        actual = stored(ddb, name, rules)
+        # on the spread layout, every aggregate where the design puts it (computed apart)
+        places = misplaced(ddb, name) if case["spread"] else []
+        report["spread"] += case["spread"]
+        if (actual, truth.found, truth.problems, places) != (expected, truth.parents, [], []):
             report["drift"] += 1
         assert actual == expected
+        assert places == []
         assert truth.found == truth.parents
         assert truth.problems == []
     finally:
@@ -287,6 +297,7 @@ def check_part(label: str, dynamodb_local, examples: int = EXAMPLES) -> None:
         "tallies": 0,
         "ledger": 0,
         "switches": 0,
+        "spread": 0,
     }
 
     run_property(
@@ -298,7 +309,7 @@ def check_part(label: str, dynamodb_local, examples: int = EXAMPLES) -> None:
             f"multi-shard property {label}: {r['scenarios']} scenarios, {r['records']} stream "
             f"records over {r['shards']} shards, {r['faults']} injected faults and retries, "
             f"{r['tallies']} parents' sums, {r['ledger']} ledger entries, "
-            f"{r['switches']} write sharding switches, "
+            f"{r['switches']} write sharding switches, {r['spread']} on the spread layout, "
             f"drift in {r['drift']} scenarios"
         ),
         f"shards-{label.replace('/', '-')}.json",

@@ -54,12 +54,14 @@ from tests.integration.harness import (
     delete,
     expected_from_items,
     final_items,
+    misplaced,
     parent_deletes_strategy,
     parent_of_child,
     parents_strategy,
     pipeline,
     put,
     run_property,
+    spread,
     stored,
     target_truth,
 )
@@ -67,6 +69,9 @@ from tests.integration.harness import (
 pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_EXAMPLES", "40"))
+SPREAD_EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_SPREAD_EXAMPLES", "6"))
+"""Scenarios of the spread layout (``aggregate_partitions: 8``), beside the 40."""
+SPREAD_RULES = spread(WIDE_RULES)
 PART_SIZE = int(os.environ.get("AGGREGATOR_PROPERTY_PART_SIZE", "100" if SOAK else "10"))
 PARTS = max(1, math.ceil(EXAMPLES / PART_SIZE))
 _names = itertools.count()
@@ -246,7 +251,11 @@ def apply_ops(ddb, name: str, operations, parents: Parents) -> list[dict[str, An
     return kept
 
 
-def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> None:
+def run_scenario(
+    ddb, streams, case: dict[str, Any], report: dict[str, int], rules=WIDE_RULES
+) -> None:
+    """One scenario with ``rules`` (the wide rules, on the single-partition or the spread
+    layout); the ground truth is the wide rules over the final items either way."""
     name = f"prop-{os.getpid()}-{next(_names)}"
     arn = create_table(ddb, name)
     try:
@@ -264,7 +273,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
             "duplicate": lambda n: n in case["duplicates"],
             "crash": lambda n: crashes.get(n),
             "transform": corrupter,
-            "rules": WIDE_RULES,
+            "rules": rules,
         }
         first = pipeline(ddb, streams, name, arn, kill_after_batches=case["kill_after"], **options)
         try:
@@ -289,11 +298,14 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
             items,
             parents,
         )
-        actual = stored(ddb, name, WIDE_RULES)
+        actual = stored(ddb, name, rules)
         letters = {(d.sequence_number, d.rule) for d in list_dead_letters(ddb, name)}
         # a replay afterwards applies nothing of a bad item's letter: nothing counts twice
-        replayed = replay_dead_letters(ddb, name, WIDE_RULES, min_age_seconds=0)
-        after_replay = stored(ddb, name, WIDE_RULES)
+        replayed = replay_dead_letters(ddb, name, rules, min_age_seconds=0)
+        after_replay = stored(ddb, name, rules)
+        # on the spread layout, every aggregate where the design puts it (computed apart)
+        places = misplaced(ddb, name) if rules is SPREAD_RULES else []
+        report["spread_items"] += int(not places and rules is SPREAD_RULES)
         report["bad_items"] += len(corrupter.bad_items)
         expected = truth.expected
         report["tallies"] += truth.tallies
@@ -302,9 +314,11 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
             (actual, after_replay) != (expected, expected)
             or letters != corrupter.expected_letters()
             or (truth.found, truth.problems) != (truth.parents, [])
+            or places
         ):
             report["drift"] += 1
         assert actual == expected
+        assert places == []
         assert truth.found == truth.parents
         assert truth.problems == []
         assert letters == corrupter.expected_letters()
@@ -330,6 +344,7 @@ def test_aggregates_equal_rules_over_final_items(part, request):
         "bad_items": 0,
         "tallies": 0,
         "ledger": 0,
+        "spread_items": 0,
     }
 
     run_property(
@@ -346,3 +361,34 @@ def test_aggregates_equal_rules_over_final_items(part, request):
         ),
         f"part-{part:05d}.json",
     )
+
+
+def test_the_spread_layout_stays_exact(dynamodb_local):
+    """The same scenarios on the spread layout (``aggregate_partitions: 8``): every aggregate
+    exact, read back through the spread reads, and placed where the design says."""
+    ddb = dynamodb_local.client("dynamodb")
+    streams = dynamodb_local.client("dynamodbstreams")
+    report = {
+        "scenarios": 0,
+        "drift": 0,
+        "records": 0,
+        "faults": 0,
+        "malformed": 0,
+        "bad_items": 0,
+        "tallies": 0,
+        "ledger": 0,
+        "spread_items": 0,
+    }
+    run_property(
+        scenario,
+        SPREAD_EXAMPLES,
+        lambda case: run_scenario(ddb, streams, case, report, SPREAD_RULES),
+        report,
+        lambda r: (
+            f"property, spread layout: {r['scenarios']} scenarios, {r['records']} stream "
+            f"records, {r['faults']} injected faults and retries, {r['malformed']} malformed "
+            f"records, {r['spread_items']} checked placements, drift in {r['drift']} scenarios"
+        ),
+        "spread.json",
+    )
+    assert report["spread_items"] == report["scenarios"]

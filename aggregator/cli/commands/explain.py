@@ -156,6 +156,8 @@ def _rule_tree(parent: Tree, explanations: list[RuleExplanation], layout: TableL
                     node.add(Text(f"key {c.key} ({where}): {c.amount:+}"))
                     continue
                 bucket = f", {c.granularity} bucket {c.bucket}" if c.granularity else ""
+                if c.partition is not None:  # a spread rule: which partition key value
+                    bucket += f", under {layout.partition_key} {c.partition}"
                 node.add(Text(f"key {c.key} (sort key {c.sort_key}{bucket}): {c.amount:+}"))
 
 
@@ -348,6 +350,11 @@ def _record_json(explained: RecordExplanation, layout: TableLayout) -> dict[str,
                 "partial": c.ref.partial,
                 "auto_shards": c.auto_shards,
                 "update": _update_text(layout, c),
+                **(
+                    {"partition": c.partition(layout)}
+                    if c.partitions > 1 and not c.ref.partial and c.target_attribute is None
+                    else {}
+                ),
             }
             for c in explained.changes
         ],
@@ -383,6 +390,8 @@ def _print_record(explained: RecordExplanation, layout: TableLayout) -> None:
             if c.target_attribute is not None
             else c.ref.sort_key
         )
+        if c.target_attribute is None and not c.ref.partial and c.partitions > 1:
+            where += f" under {layout.partition_key} {c.partition(layout)}"  # a spread rule
         node.add(Text(f"UpdateItem {where}: {_update_text(layout, c)}"))
     for f in explained.failures:
         counts = (

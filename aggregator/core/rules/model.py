@@ -371,6 +371,8 @@ class Rule(BaseModel):
             keeps_count=self.kind.keeps_count,
             per_value=self.kind.per_value,
             target_attribute=None if self.target is None else self.target.attribute,
+            partitions=self.spread,
+            key_fields=self.key_fields,
         )
 
     def attributes(self) -> frozenset[str]:

@@ -41,6 +41,12 @@ class WriteSpec:
         For a rule with a ``target``: the attribute of the application's item its sums go to
         (:mod:`aggregator.dynamodb.targets`); ``None`` otherwise. Partials add to their own
         items.
+    partitions, key_fields
+        The rule's spread (:attr:`Rule.spread`: how many partition key values its aggregates
+        spread over) and :attr:`Rule.key_fields`: with an aggregate's sort key they give the
+        partition key value it is written under
+        (:meth:`~aggregator.core.layout.TableLayout.aggregate_partition`). Partials keep their
+        own item collections; their roll-up writes the total under its partition.
     """
 
     indexed: bool = False
@@ -50,3 +56,5 @@ class WriteSpec:
     keeps_count: bool = False
     per_value: bool = False
     target_attribute: str | None = None
+    partitions: int = 1
+    key_fields: int = 1

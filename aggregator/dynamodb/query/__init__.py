@@ -40,6 +40,18 @@ them; each key is in exactly one partition, so the merged top ``n`` is exact. Wh
 fewer than ``n`` entries it reads the unspread partition too (one more request): during the
 rebuild that spreads a leaderboard, readers still read the generation built before.
 
+Spread partitions
+-----------------
+A rule whose aggregates spread over ``N`` partition key values (its ``partitions``, or the
+table's ``aggregate_partitions``: :mod:`aggregator.core.layout`, "Spread partitions") keeps
+every item of one key (its time buckets, its value items) under the one value its *home*
+hashes to, so every read of one key costs what it costs unspread: ``get`` one ``GetItem``, a
+window one ``Query`` per run of buckets, percentiles one ``Query``. A read of the whole rule
+(``list``, ``histogram`` of a rule, ``top`` without the leaderboard index, key suggestions)
+sends at least one ``Query`` per value, ``N`` in all, merged in sort-key order. The ``N`` is the
+serving generation's, as the manifest records it (a rebuild that changes it serves the old
+generation, with its own, until the switch).
+
 Tables without a sort key
 -------------------------
 Every read of a collection (``list``, ``histogram``, ``top`` of a rule without a leaderboard,
@@ -284,14 +296,16 @@ class AggregateStore:
 
         Reads at most :data:`~aggregator.dynamodb.query.keys.SUGGESTION_SAMPLE` of the rule's
         aggregate items, the first in key order (one eventually consistent ``Query`` page with
-        ``Limit``; on a table without a sort key, of the keys-only collection index), and keeps
+        ``Limit`` per partition key value the rule spreads over; on a table without a sort key,
+        of the keys-only collection index), and keeps
         the keys that :func:`~aggregator.dynamodb.query.keys.resembles` ``key``. When none does
         and the key has one placeholder, it tries the value asked after each of the sampled
         values' prefixes up to their last separator (``PLAYER#`` + ``p13``), most frequent
         first, at most :data:`~aggregator.dynamodb.query.keys.SUGGESTION_PROBES`: one
         eventually consistent ``GetItem`` each (a ``Query`` with ``Limit`` 1 for a kind that
         keeps one item per value).
-        So the cost is bounded whatever the number of keys: at most 1 + 3 requests, the
+        So the cost is bounded whatever the number of keys: at most N + 3 requests (N the
+        rule's partitions, 1 unless spread), the
         ``Query`` half an RCU per started 4 KB of the items it reads (Developer Guide, "Read
         consumption for Query": eventually consistent), each probe half an RCU per started 4 KB.
         A key beyond the sample is found only by its prefix.
@@ -312,7 +326,8 @@ class AggregateStore:
         return suggest_keys(self.reader, rule, key)
 
     def list(self, rule: str) -> Iterator[Aggregate]:
-        """Every aggregate of ``rule`` in sort-key order (paginated ``Query``, 1 MB pages).
+        """Every aggregate of ``rule`` in sort-key order (paginated ``Query``, 1 MB pages; a
+        rule spread over N partition key values reads each, merged in sort-key order).
 
         For a rule with a ``target``, its *ledger*: per target key, the sum of the deltas that
         found no item (:mod:`aggregator.dynamodb.targets`); its sums themselves are on the

@@ -69,9 +69,7 @@ def get(reader: StoreReader, rule: str, key: KeyArgument = ()) -> Aggregate | No
         return summary(reader, rule, sk, stored, kind, values) if values else None
     response = reader.call(
         "get_item",
-        Key={
-            **reader.layout.aggregate_key(sk),
-        },
+        Key=reader.aggregate_key(sk),  # under the key's home: one request, spread or not
         ConsistentRead=True,
     )
     item = response.get("Item")
@@ -143,6 +141,6 @@ def list_aggregates(reader: StoreReader, rule: str) -> Iterator[Aggregate]:
     if kind.reading.scope == "values":
         yield from list_values(reader, rule, stored, kind)
         return
-    for page in reader.pages(begins_with=f"{stored}#"):
+    for page in reader.pages(reader.partitions(rule), begins_with=f"{stored}#"):
         for item in page:
             yield aggregate(reader, item, rule, stored)

@@ -96,6 +96,14 @@ class ServingGenerations:
         stored = self.storage_name(rule)  # (re)reads the manifest first when due
         return self._states.get(stored)
 
+    def last_state(self, rule: str) -> RuleState | None:
+        """As :meth:`state`, from the last read of the manifest without reading it again (the
+        read the caller's :meth:`storage_name` made, so both describe one generation); reads
+        it only when it was never read."""
+        if self._generations is None:
+            return self.state(rule)
+        return self._states.get(generation_name(rule, self._generations.get(rule, 1)))
+
     def any_listed(self, rule: str) -> bool:
         """Whether the manifest lists any rule at all (from the read :meth:`storage_name` of
         ``rule`` makes when due)."""

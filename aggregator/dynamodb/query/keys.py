@@ -139,7 +139,7 @@ def suggest_keys(reader: StoreReader, rule: str, key: KeyArgument) -> KeySuggest
     displayed: list[str] = []
     # the parts after the key: a bucket's granularity and start, a kind's value
     after_key = (2 if windowed else 0) + (1 if per_value else 0)
-    for sk in key_page(reader, f"{stored}#", SUGGESTION_SAMPLE):
+    for sk in key_page(reader, reader.partitions(rule), f"{stored}#", SUGGESTION_SAMPLE):
         head = sk.rsplit("#", after_key)[0] if after_key else sk
         text = unescape_key_part(head[len(stored) + 1 :])
         if text not in displayed:
@@ -162,47 +162,51 @@ def suggest_keys(reader: StoreReader, rule: str, key: KeyArgument) -> KeySuggest
     )
 
 
-def key_page(reader: StoreReader, prefix: str, limit: int) -> list[str]:
-    """The sort key texts of the first ``limit`` aggregates items whose sort key begins with
-    ``prefix``: one eventually consistent ``Query`` page projecting the keys (of the
-    collection index on a table without a sort key)."""
+def key_page(reader: StoreReader, partitions: Sequence[str], prefix: str, limit: int) -> list[str]:
+    """The sort key texts of the first ``limit`` aggregate items under ``partitions`` (one
+    key's home, or a rule's partitions) whose sort key begins with ``prefix``, in sort key
+    order: one eventually consistent ``Query`` page projecting the keys per partition (of the
+    collection index on a table without a sort key), the first ``limit`` of their union."""
     lay = reader.layout
-    if lay.sort_key is not None:
-        request: dict[str, Any] = {
-            "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
-            "ExpressionAttributeNames": {"#pk": lay.partition_key, "#sk": lay.sort_key},
-            "ExpressionAttributeValues": {
-                ":pk": {"S": lay.aggregates_pk},
-                ":prefix": {"S": prefix},
-            },
-            "ProjectionExpression": "#sk",
-        }
-    else:
-        request = {
-            "IndexName": lay.collection_index,
-            "KeyConditionExpression": "#c = :pk AND begins_with(#pk, :prefix)",
-            "ExpressionAttributeNames": {
-                "#c": lay.collection_attribute,
-                "#pk": lay.partition_key,
-            },
-            "ExpressionAttributeValues": {
-                ":pk": {"S": lay.aggregates_pk},
-                ":prefix": {"S": f"{lay.aggregates_pk}#{prefix}"},
-            },
-        }
-    response = reader.call("query", Limit=limit, ReturnConsumedCapacity="TOTAL", **request)
-    keys = (lay.sort_key_of(item) for item in response.get("Items", []))
-    return [k for k in keys if k is not None]
+    found: list[str] = []
+    for partition in partitions:
+        if lay.sort_key is not None:
+            request: dict[str, Any] = {
+                "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
+                "ExpressionAttributeNames": {"#pk": lay.partition_key, "#sk": lay.sort_key},
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": partition},
+                    ":prefix": {"S": prefix},
+                },
+                "ProjectionExpression": "#sk",
+            }
+        else:
+            request = {
+                "IndexName": lay.collection_index,
+                "KeyConditionExpression": "#c = :pk AND begins_with(#pk, :prefix)",
+                "ExpressionAttributeNames": {
+                    "#c": lay.collection_attribute,
+                    "#pk": lay.partition_key,
+                },
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": partition},
+                    ":prefix": {"S": f"{partition}#{prefix}"},
+                },
+            }
+        response = reader.call("query", Limit=limit, ReturnConsumedCapacity="TOTAL", **request)
+        keys = (lay.sort_key_of(item) for item in response.get("Items", []))
+        found += [k for k in keys if k is not None]
+    return sorted(found)[:limit]
 
 
 def exists(reader: StoreReader, sort_key: str, per_value: bool) -> bool:
     """Whether the aggregate ``sort_key`` has an item (a value item for a kind with one per
     value): one eventually consistent read."""
     if per_value:
-        return bool(key_page(reader, f"{sort_key}#", 1))
+        return bool(key_page(reader, (reader.home(sort_key),), f"{sort_key}#", 1))
     response = reader.call(
         "get_item",
-        Key=reader.layout.aggregate_key(sort_key),
+        Key=reader.aggregate_key(sort_key),
         ProjectionExpression="#pk",
         ExpressionAttributeNames={"#pk": reader.layout.partition_key},
         ReturnConsumedCapacity="TOTAL",

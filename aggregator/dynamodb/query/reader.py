@@ -1,6 +1,14 @@
 """What every read of :class:`~aggregator.dynamodb.query.AggregateStore` shares: the client and
-its request counting, the rules, the serving generations, and the pages of the ``AGGREGATES``
-collection with their modelled read units."""
+its request counting, the rules, the serving generations, where each rule's aggregates are (the
+partition key values its serving generation spreads them over), and the pages of the
+``AGGREGATES`` collections with their modelled read units.
+
+A read of one key (``get``, a window's buckets, a key's value items) reads the one partition key
+value of the key's *home* (:meth:`StoreReader.home`): one request, spread or not. A listing of a
+rule reads every value of its serving generation (:meth:`StoreReader.partitions`), one ``Query``
+(or more, per 1 MB page) each, merged in sort key order
+(:func:`~aggregator.dynamodb.collections.query_collections`).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from aggregator.core.exceptions import QueryError, RuleError
 from aggregator.core.layout import TableLayout
+from aggregator.core.lifecycle import generation_of
 from aggregator.core.rules import Rule, RuleSet
 from aggregator.dynamodb.batch import UnprocessedKeysError
 from aggregator.dynamodb.client import RequestClient
-from aggregator.dynamodb.collections import query_collection
+from aggregator.dynamodb.collections import query_collections
 from aggregator.dynamodb.errors import AwsError
 from aggregator.dynamodb.query.generations import ServingGenerations
 
@@ -66,6 +75,35 @@ class StoreReader:
         """The name ``rule``'s serving generation is stored under."""
         return self.generations.storage_name(rule)
 
+    def spread(self, rule: str) -> int:
+        """How many partition key values ``rule``'s serving generation spreads its aggregates
+        over: as the manifest records the generation (1 for an entry recorded before spread
+        partitions), or the definition's when the manifest does not list it (fixed
+        generations, a table without a manifest). From the manifest read that named the
+        serving generation (:meth:`storage_name`), not a new one."""
+        state = self.generations.last_state(rule)
+        return self.rule(rule).spread if state is None else state.partitions
+
+    def partitions(self, rule: str) -> tuple[str, ...]:
+        """Every partition key value ``rule``'s serving generation keeps aggregates under (what
+        a listing reads)."""
+        return self.layout.aggregate_partitions_of(self.spread(rule))
+
+    def home(self, sort_key: str) -> str:
+        """The partition key value of the aggregate (or time bucket, or value item) of the
+        serving generation whose sort key text is ``sort_key``
+        (:meth:`~aggregator.core.layout.TableLayout.aggregate_partition`; the rule is named by
+        the storage name the sort key starts with)."""
+        rule = generation_of(sort_key.partition("#")[0])[0]
+        return self.layout.aggregate_partition(
+            sort_key, self.spread(rule), self.rule(rule).key_fields
+        )
+
+    def aggregate_key(self, sort_key: str) -> dict[str, dict[str, str]]:
+        """The primary key (DynamoDB JSON) of the serving generation's item ``sort_key``,
+        under its :meth:`home`."""
+        return self.layout.aggregate_key(sort_key, self.home(sort_key))
+
     def call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
         """:meth:`send` to this store's table."""
         return self.send(operation, TableName=self.table_name, **kwargs)
@@ -82,22 +120,24 @@ class StoreReader:
 
     def pages(
         self,
+        partitions: Sequence[str],
         *,
         begins_with: str | None = None,
         between: tuple[str, str] | None = None,
         descending: bool = False,
         page_items: int | None = None,
     ) -> Iterator[list[Any]]:
-        """Pages of the aggregates collection whose sort key text begins with ``begins_with``
-        or lies in ``between``: raw DynamoDB-JSON items, read as
-        :func:`aggregator.dynamodb.collections.query_collection` states (strongly consistent
+        """Pages of the aggregates under ``partitions`` (one key's :meth:`home`, or a rule's
+        :meth:`partitions`) whose sort key text begins with ``begins_with`` or lies in
+        ``between``, in sort key order: raw DynamoDB-JSON items, read as
+        :func:`aggregator.dynamodb.collections.query_collections` states (strongly consistent
         with a sort key; through the collection index without one)."""
         try:
-            yield from query_collection(
+            yield from query_collections(
                 self.send,
                 self.table_name,
                 self.layout,
-                self.layout.aggregates_pk,
+                partitions,
                 begins_with=begins_with,
                 between=between,
                 descending=descending,
@@ -107,12 +147,13 @@ class StoreReader:
             raise QueryError(f"reading {self.table_name!r}: {exc}") from None
 
     def range(self, low: str, high: str) -> tuple[list[dict[str, Any]], int, int]:
-        """Items with sort keys in ``[low, high]``: ``(items, requests, modelled RCU)``
+        """Items of one key with sort keys in ``[low, high]`` (its time buckets: both bounds
+        under the key's :meth:`home`): ``(items, requests, modelled RCU)``
         (:meth:`page_units`)."""
         items: list[dict[str, Any]] = []
         before = self.counts.requests
         units = 0
-        for page in self.pages(between=(low, high)):
+        for page in self.pages((self.home(low),), between=(low, high)):
             units += self.page_units(page)
             items.extend(page)
         return items, self.counts.requests - before, units
@@ -127,6 +168,7 @@ class StoreReader:
 
         if self.layout.has_sort_key:
             return max(1, math.ceil(sum(typed_item_size(i) for i in page) / 4096))
+        # no sort key: spread is 1, every key under its own "<aggregates_pk>#<sort key>"
         keys = [self.layout.aggregate_key(self.layout.sort_key_of(i) or "") for i in page]
         key_bytes = sum(typed_item_size(k) for k in keys)
         units = max(1, math.ceil(math.ceil(key_bytes / 4096) / 2))

@@ -66,6 +66,7 @@ def value_items(
     out: list[ValueCount] = []
     items_read = units = 0
     for page in reader.pages(
+        (reader.home(sort_key),),  # the key's value items share its home
         begins_with=f"{sort_key}#",
         descending=reading.order == "descending",
         page_items=25 if first_only else None,
@@ -110,7 +111,8 @@ def summary(
 
 def list_values(reader: StoreReader, rule: str, stored: str, kind: Kind) -> Iterator[Aggregate]:
     """One :class:`Aggregate` per key of a kind with one item per value: a key's value items
-    are contiguous in sort-key order (they share its prefix), read in ascending order."""
+    are contiguous in sort-key order (they share its prefix and its home), read in ascending
+    order across the rule's partitions."""
     current: str | None = None
     values: list[ValueCount] = []
     descending = kind.reading.order == "descending"
@@ -121,7 +123,7 @@ def list_values(reader: StoreReader, rule: str, stored: str, kind: Kind) -> Iter
         ordered = list(reversed(values)) if descending else values
         return summary(reader, rule, current, stored, kind, ordered)
 
-    for page in reader.pages(begins_with=f"{stored}#"):
+    for page in reader.pages(reader.partitions(rule), begins_with=f"{stored}#"):
         for item in page:
             prefix, value = value_count(reader.layout, item, kind)
             if prefix != current:

@@ -42,7 +42,13 @@ def test_each_rule_states_its_write_facts():
         ),
         "target": (
             rule("target", match=PATHS, target=TALLY),
-            WriteSpec(target_attribute="pathCount"),
+            # "{pk}#META": two fields make the aggregate's home
+            WriteSpec(target_attribute="pathCount", key_fields=2),
+        ),
+        # spread over 8 partition key values; a key of two fields
+        "spread": (
+            rule("spread", key="{a}#{b}", partitions=8),
+            WriteSpec(partitions=8, key_fields=2),
         ),
     }
     assert {name: r.write_spec for name, (r, _) in cases.items()} == {
