@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "DEFAULT_MAX_WORKERS",
     "AtLeastOnceWriter",
     "BatchWriter",
     "WriteResult",
@@ -52,6 +53,14 @@ __all__ = [
     "Writer",
     "place",
 ]
+
+DEFAULT_MAX_WORKERS = 32
+"""Concurrent requests inside a batch: items are written ``max_workers`` at a time, each a
+sequence of requests (its update, then rarely a prune or an expiry). With ``ParallelizationFactor:
+1`` a shard's throughput is bounded by the time per batch, and at 8 ms a request 32 requests in
+flight keep the function busy (``python -m bench.shard_throughput``: 8 left it waiting on the
+network half the time; 64 gained nothing on one vCPU, the GIL and botocore's CPU per request
+bound it)."""
 
 
 @runtime_checkable
@@ -128,7 +137,7 @@ class BatchWriter:
     mode
         The write mode's name.
     max_workers
-        Concurrent items per batch.
+        Concurrent items per batch (:data:`DEFAULT_MAX_WORKERS`).
     """
 
     def __init__(
@@ -138,7 +147,7 @@ class BatchWriter:
         targets: ItemProtocol | None = None,
         *,
         mode: str,
-        max_workers: int = 8,
+        max_workers: int = DEFAULT_MAX_WORKERS,
     ) -> None:
         self.parts = parts
         self.aggregates = aggregates
@@ -276,7 +285,7 @@ class AtLeastOnceWriter(BatchWriter):
         table_name: str,
         *,
         layout: TableLayout = DEFAULT_LAYOUT,
-        max_workers: int = 8,
+        max_workers: int = DEFAULT_MAX_WORKERS,
         clock: Clock = time.time,
         observer: WriteObserver | None = None,
         options: WriterOptions | None = None,
