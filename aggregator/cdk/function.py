@@ -140,8 +140,10 @@ class AggregatorFunction(Construct):
         The write mode (``AGGREGATOR_MODE``): ``"exactly-once"`` (default), ``"window"`` or
         ``"at-least-once"``.
     batch_size
-        Stream records per invocation, 1 to 10,000 (default 100; the SAM template's
-        ``BatchSize``).
+        Stream records per invocation, 1 to 10,000 (default 10,000, Lambda's maximum for a
+        DynamoDB stream; the SAM template's ``BatchSize``). Lambda also ends a batch at 6 MB
+        and after the batching window; larger batches coalesce more (docs: "Keeping up with a
+        shard").
     window_seconds
         Tumbling window length in seconds, 1 to 900 (default 60; ``WindowSeconds``). Lambda
         names the shard only with tumbling windows, which the exactly-once modes need.
@@ -204,7 +206,7 @@ class AggregatorFunction(Construct):
         artifact: str | os.PathLike[str] | None = None,
         boto3: str = "bundle",
         mode: str = "exactly-once",
-        batch_size: int = 100,
+        batch_size: int = 10_000,
         window_seconds: int = 60,
         tracing: bool = False,
         log_level: str = "INFO",
