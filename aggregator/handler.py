@@ -13,7 +13,7 @@ Configuration (environment variables, read once per execution environment):
 ``AGGREGATOR_CHECKPOINT_RETENTION_SECONDS`` (default 90000)
     Age after which another shard's checkpoint on an aggregate item is pruned; must exceed the
     mapping's ``MaximumRecordAgeInSeconds``.
-``AGGREGATOR_MAX_WORKERS`` (default 8)
+``AGGREGATOR_MAX_WORKERS`` (default 32, :data:`~aggregator.dynamodb.writer.DEFAULT_MAX_WORKERS`)
     Concurrent ``UpdateItem`` requests per batch.
 ``AGGREGATOR_ENDPOINT_URL`` (optional)
     A DynamoDB endpoint such as DynamoDB Local.
@@ -73,16 +73,18 @@ from aggregator.dynamodb.tablecheck import (
     home_region_refusal,
     key_schema_problems,
 )
+from aggregator.dynamodb.writer import DEFAULT_MAX_WORKERS
 from aggregator.runtime.processor import StreamProcessor, create_processor
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Tracer
+    from botocore.config import Config
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
     from mypy_boto3_sqs import SQSClient
 
 
-__all__ = ["HandlerSettings", "build_processor", "handler", "reset"]
+__all__ = ["HandlerSettings", "build_processor", "client_config", "handler", "reset"]
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
 # the service dimension always (the template's DeadLettersAlarm watches DeadLetters by it)
@@ -126,7 +128,7 @@ class HandlerSettings:
     table_name: str
     definitions: Path
     mode: str = "exactly-once"
-    max_workers: int = 8
+    max_workers: int = DEFAULT_MAX_WORKERS
     endpoint_url: str | None = None
     checkpoint_retention_seconds: int = 90_000
     on_failure_queue_url: str | None = None
@@ -155,7 +157,7 @@ class HandlerSettings:
             definitions = Path(env.get("LAMBDA_TASK_ROOT", os.getcwd())) / definitions
         numbers = {}
         for name, default in (
-            ("AGGREGATOR_MAX_WORKERS", "8"),
+            ("AGGREGATOR_MAX_WORKERS", str(DEFAULT_MAX_WORKERS)),
             ("AGGREGATOR_CHECKPOINT_RETENTION_SECONDS", "90000"),
         ):
             text = env.get(name, default)
@@ -189,6 +191,26 @@ class HandlerSettings:
             home_region=home_region,
             region=env.get("AWS_REGION") or None,
         )
+
+
+def client_config(max_workers: int = DEFAULT_MAX_WORKERS) -> Config:
+    """The handler's DynamoDB client configuration: botocore's standard retries (10 attempts),
+    a connection per concurrent request and then some (``2 * max_workers``, at least 10), and no
+    client-side parameter validation.
+
+    The requests are built by the writer, never from user input, and DynamoDB validates them
+    anyway (a bad one fails with ``ValidationException`` instead of ``ParamValidationError``);
+    botocore's validation was about a fifth of its CPU per request (botocore documents the
+    option "for performance reasons", ``botocore.config.Config``), and CPU per request bounds a
+    shard's throughput (``python -m bench.shard_throughput``).
+    """
+    from botocore.config import Config
+
+    return Config(
+        retries={"mode": "standard", "max_attempts": 10},
+        max_pool_connections=max(10, 2 * max_workers),
+        parameter_validation=False,
+    )
 
 
 def build_processor(
@@ -231,15 +253,11 @@ def build_processor(
     rules = load_rules(settings.definitions)
     if client is None:
         import boto3
-        from botocore.config import Config
 
         client = boto3.client(
             "dynamodb",
             endpoint_url=settings.endpoint_url,
-            config=Config(
-                retries={"mode": "standard", "max_attempts": 10},
-                max_pool_connections=max(10, 2 * settings.max_workers),
-            ),
+            config=client_config(settings.max_workers),
         )
     last_resort = None
     if settings.on_failure_queue_url:

@@ -71,7 +71,7 @@ RulePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 HANDLER = "aggregator.handler.handler"
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
-MEMORY_MB = 512
+MEMORY_MB = 1769
 TIMEOUT_SECONDS = 60
 MAX_BATCHING_WINDOW_SECONDS = 1
 RETRY_ATTEMPTS = 10
@@ -95,8 +95,9 @@ class AggregatorFunction(Construct):
 
     Creates, in this construct's scope:
 
-    - ``Function``: handler ``aggregator.handler.handler``, Python 3.12 on arm64, 512 MB, 60 s,
-      the artifact of ``aggregator build`` (rules in ``definitions/``);
+    - ``Function``: handler ``aggregator.handler.handler``, Python 3.12 on arm64, 1,769 MB (one
+      vCPU: a shard is CPU-bound, docs "Keeping up with a shard"), 60 s, the artifact of
+      ``aggregator build`` (rules in ``definitions/``);
     - ``Stream``: the event source mapping from the table's stream, ``TRIM_HORIZON``, with the
       rules' ``FilterCriteria``, ``ReportBatchItemFailures``, ``BisectBatchOnFunctionError``, 10
       retries, a 24 h maximum record age, ``ParallelizationFactor`` 1, tumbling windows, and the
@@ -145,8 +146,10 @@ class AggregatorFunction(Construct):
         The write mode (``AGGREGATOR_MODE``): ``"exactly-once"`` (default), ``"window"`` or
         ``"at-least-once"``.
     batch_size
-        Stream records per invocation, 1 to 10,000 (default 100; the SAM template's
-        ``BatchSize``).
+        Stream records per invocation, 1 to 10,000 (default 10,000, Lambda's maximum for a
+        DynamoDB stream; the SAM template's ``BatchSize``). Lambda also ends a batch at 6 MB
+        and after the batching window; larger batches coalesce more (docs: "Keeping up with a
+        shard").
     window_seconds
         Tumbling window length in seconds, 1 to 900 (default 60; ``WindowSeconds``). Lambda
         names the shard only with tumbling windows, which the exactly-once modes need.
@@ -220,7 +223,7 @@ class AggregatorFunction(Construct):
         artifact: str | os.PathLike[str] | None = None,
         boto3: str = "bundle",
         mode: str = "exactly-once",
-        batch_size: int = 100,
+        batch_size: int = 10_000,
         window_seconds: int = 60,
         tracing: bool = False,
         log_level: str = "INFO",

@@ -33,7 +33,7 @@ from aggregator.dynamodb.targets import (
     TargetItems,
 )
 from aggregator.dynamodb.write_parts import ItemProtocol, WriteParts, WriterOptions
-from aggregator.dynamodb.writer import BatchWriter, Writer
+from aggregator.dynamodb.writer import DEFAULT_MAX_WORKERS, BatchWriter, Writer
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -85,7 +85,7 @@ def make_writer(
     table_name: str,
     *,
     layout: TableLayout = DEFAULT_LAYOUT,
-    max_workers: int = 8,
+    max_workers: int = DEFAULT_MAX_WORKERS,
     options: WriterOptions | None = None,
     clock: Clock = time.time,
     observer: WriteObserver | None = None,
@@ -103,7 +103,8 @@ def make_writer(
     layout
         Attribute names and reserved partition keys.
     max_workers
-        Concurrent items per batch.
+        Concurrent items per batch
+        (:data:`~aggregator.dynamodb.writer.DEFAULT_MAX_WORKERS`).
     options
         The mode's options (:class:`~aggregator.dynamodb.write_parts.WriterOptions`: throttling
         retries, the checkpoint retention); the defaults without.

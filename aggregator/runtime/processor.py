@@ -40,7 +40,7 @@ from aggregator.dynamodb.manifest import RuleLifecycle
 from aggregator.dynamodb.modes import WriterOptions, make_writer
 from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.top_list_items import TopLists, top_sort_key
-from aggregator.dynamodb.writer import Writer
+from aggregator.dynamodb.writer import DEFAULT_MAX_WORKERS, Writer
 from aggregator.runtime.outcome import BatchCounts, BatchOutcome
 from aggregator.runtime.telemetry import LogSink, MetricsSink, emit_metrics
 
@@ -439,7 +439,7 @@ def create_processor(
     *,
     mode: str = "exactly-once",
     layout: TableLayout | None = None,
-    max_workers: int = 8,
+    max_workers: int = DEFAULT_MAX_WORKERS,
     metrics: MetricsSink | None = None,
     logger: LogSink | None = None,
     clock: Clock = time.time,
