@@ -41,6 +41,13 @@ practices for designing and using partition keys effectively") the shard moves t
 below :data:`COOL_WCU_PER_SECOND` it moves back. A new shard (after a split or the shards'
 rollover) starts on the aggregates.
 
+A rule whose aggregates spread over ``n`` partition key values (``partitions``:
+:meth:`~aggregator.core.layout.TableLayout.aggregate_partition`) puts a ``n``-th of that load on
+each, so its estimate is divided by ``n``, and so is its deltas' start line; but writes of an
+aggregate other shards wrote too (a hot key: its writers above 1) are not divided, since they
+land on one item of one value. Cold keys of a spread rule therefore stay on the aggregates (no
+partial and roll-up per write), while a hot key still moves once its writers show.
+
 What it cannot do: a burst that starts cold is written to the aggregates for the few seconds
 before the first switch takes effect (the switch is decided from writes already made, and takes
 effect a second or two later).
@@ -210,10 +217,12 @@ class HeatMeter:
             span = min(self.window_seconds, max(1.0, now - heat.first_seconds))
             return sum(n for _, n in heat.deltas) / span
 
-    def estimate(self, shard_id: str, rule: str, now: float) -> float:
-        """Estimated WCU a second that the rule's writes put on the aggregates partition:
-        this shard's writes a second times the aggregate's WCU times its recent writers (0 with
-        no write in the window)."""
+    def estimate(self, shard_id: str, rule: str, now: float, spread: int = 1) -> float:
+        """Estimated WCU a second that the rule's writes put on one of its aggregates' partition
+        key values: this shard's writes a second times the aggregate's WCU times its recent
+        writers (0 with no write in the window), divided by ``spread`` (the rule's partition
+        key values), but never below what its writes of aggregates other shards wrote too (the
+        writers above 1) put there: a hot key lands on one value."""
         with self._lock:
             heat = self._heat.get((shard_id, rule))
             if heat is None or heat.first_seconds is None:
@@ -223,7 +232,10 @@ class HeatMeter:
                 return 0.0
             span = min(self.window_seconds, max(1.0, now - heat.first_seconds))
             units = sum(u * w for _, u, w in heat.writes)
-            return units / span
+            if spread <= 1:
+                return units / span
+            shared = sum(u * w for _, u, w in heat.writes if w > 1)
+            return max(units / spread, shared) / span
 
 
 def _deltas_by_rule(batch: BatchDeltas) -> dict[str, int]:
@@ -249,6 +261,9 @@ class ShardRouting:
         The user's table and the framework's layout in it.
     rules
         Names of the rules with ``write_shards: auto``.
+    spreads
+        How many partition key values each of them spreads its aggregates over (its
+        ``partitions``; absent: 1): module docstring.
     clock
         Epoch seconds (the writers' clock).
     hot_wcu_per_second, cool_wcu_per_second, start_hot_deltas_per_second
@@ -263,6 +278,7 @@ class ShardRouting:
         layout: TableLayout,
         rules: Iterable[str],
         *,
+        spreads: Mapping[str, int] | None = None,
         clock: Clock = time.time,
         hot_wcu_per_second: float = HOT_WCU_PER_SECOND,
         cool_wcu_per_second: float = COOL_WCU_PER_SECOND,
@@ -273,6 +289,7 @@ class ShardRouting:
         self.table_name = table_name
         self.layout = layout
         self.rules = tuple(sorted(set(rules)))
+        self.spreads = dict(spreads or {})
         self.heat = HeatMeter()
         self.hot_wcu_per_second = hot_wcu_per_second
         self.cool_wcu_per_second = cool_wcu_per_second
@@ -403,7 +420,12 @@ class ShardRouting:
         times = [int(t) for t in created_seconds]
         seconds = max(times) - min(times) + 1 if times else 1
         deltas = _deltas_by_rule(batch)
-        return {r for r, n in deltas.items() if n / seconds >= self.start_hot_deltas_per_second}
+        return {r for r, n in deltas.items() if n / seconds >= self._start_line(r)}
+
+    def _start_line(self, rule: str) -> float:
+        """The deltas a second at which ``rule`` starts (or goes) hot: the start line times its
+        partition key values."""
+        return self.start_hot_deltas_per_second * max(1, self.spreads.get(rule, 1))
 
     def wants_switch(self, shard_id: str, rule: str, hot: bool, now: float) -> bool:
         """Whether ``shard_id`` should switch ``rule`` now. A cold shard goes hot when the heat
@@ -412,14 +434,12 @@ class ShardRouting:
         when both fall low: the estimate (with the aggregate's size and writers as last seen)
         below :attr:`cool_wcu_per_second` and its deltas below a tenth of the start line.
         (Tests override it: any answer is safe.)"""
-        rate = self.heat.estimate(shard_id, rule, now)
+        rate = self.heat.estimate(shard_id, rule, now, self.spreads.get(rule, 1))
         deltas = self.heat.deltas_per_second(shard_id, rule, now)
+        line = self._start_line(rule)
         if hot:
-            return (
-                rate < self.cool_wcu_per_second
-                and deltas < self.start_hot_deltas_per_second / COOL_DELTAS_FRACTION
-            )
-        return rate > self.hot_wcu_per_second or deltas >= self.start_hot_deltas_per_second
+            return rate < self.cool_wcu_per_second and deltas < line / COOL_DELTAS_FRACTION
+        return rate > self.hot_wcu_per_second or deltas >= line
 
     def _persist(self, shard_id: str, rule: str, switches: list[int], at: int) -> bool:
         made, read = self._read.get((shard_id, rule), (None, list(switches)))

@@ -505,6 +505,7 @@ def create_processor(
             table_name,
             layout,
             engine.auto_rules,
+            spreads={r.name: r.spread for r in engine.rules if r.auto_shards},
             clock=clock,
         )
     writer = make_writer(

@@ -105,7 +105,9 @@ def test_a_table_without_a_sort_key_needs_no_spread():
 
 def test_stream_filters_drop_every_spread_value_and_pass_derived_sources():
     rules = RuleSet.of(
-        rule("per", key="{player}"), rule("hist", source="per", key="{value}"), layout=SPREAD
+        rule("per", key="{player}", partitions=16),
+        rule("hist", source="per", key="{value}"),
+        layout=SPREAD,
     )
     patterns = [json.loads(f["Pattern"]) for f in filter_criteria(rules)["Filters"]]
 
@@ -131,4 +133,22 @@ def test_the_roles_leading_keys_cover_the_spread_values():
     single = render_regions(RuleSet.of(rule("per", key="{p}")))
     assert single["aggregates-leading-keys"]["Condition"]["ForAllValues:StringEquals"] == {
         "dynamodb:LeadingKeys": ["AGGREGATES"]
+    }
+
+
+def test_the_tables_spread_leaves_derived_rules_their_sources_and_targets_alone():
+    rules = RuleSet.of(
+        rule("per", key="{player}"),
+        rule("hist", source="per", key="{value}"),
+        rule("plain", key="{x}"),
+        rule("tally", target={"partition_key": "{post}", "sort_key": "META", "attribute": "n"}),
+        rule("mine", key="{x}", source=None, partitions=4),
+        layout=SPREAD,
+    )
+    assert {r.name: r.spread for r in rules} == {
+        "per": 1,
+        "hist": 1,
+        "plain": 16,
+        "tally": 1,
+        "mine": 4,
     }

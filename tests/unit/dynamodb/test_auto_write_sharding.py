@@ -130,6 +130,34 @@ def test_the_heat_estimate_is_writes_a_second_times_units_times_writers():
     assert meter.estimate("shardId-other", "total", 110.0) == 0.0
 
 
+def test_a_spread_rules_estimate_is_shared_by_its_partition_key_values_but_a_hot_key_is_not():
+    meter = HeatMeter(window_seconds=10)
+    for t in range(100):  # 10 writes a second of cold keys: 2 WCU each, this shard alone
+        meter.record(SHARD, "likes", 100 + t / 10, 2, 1)
+    assert meter.estimate(SHARD, "likes", 110.0) == pytest.approx(20.0)
+    assert meter.estimate(SHARD, "likes", 110.0, spread=8) == pytest.approx(20.0 / 8)
+    for t in range(10):  # one key that 40 shards write, once a second
+        meter.record(SHARD, "likes", 100 + t, 1, 40)
+    everything = (100 * 2 + 10 * 40) / 10
+    assert meter.estimate(SHARD, "likes", 110.0) == pytest.approx(everything)
+    # the hot key's writes land on one value: never divided
+    assert meter.estimate(SHARD, "likes", 110.0, spread=64) == pytest.approx(10 * 40 / 10)
+
+
+def test_a_spread_rules_first_batch_is_hot_only_past_its_start_line_times_its_values():
+    engine = Engine(AUTO)
+    records = [owner_record(i, 100 + i // 3) for i in range(6)]  # 3 deltas a second
+    times = [r.approximate_creation_time for r in records]
+    batch = engine.process(records)
+    spread = ShardRouting(
+        None, "t", AUTO.layout, ["total"], spreads={"total": 2}, start_hot_deltas_per_second=2
+    )
+    assert spread.hot_at_start(batch, times) == set()  # 3 a second under 2 x 2
+    assert spread.wants_switch(SHARD, "total", hot=False, now=110.0) is False
+    single = ShardRouting(None, "t", AUTO.layout, ["total"], start_hot_deltas_per_second=2)
+    assert single.hot_at_start(batch, times) == {"total"}
+
+
 @mock_aws
 def test_a_shard_starts_with_its_routing_item_and_the_first_creator_wins():
     client = boto3.client("dynamodb", region_name="us-east-1")
