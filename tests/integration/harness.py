@@ -138,10 +138,16 @@ SPREAD = 8
 
 
 def spread(rules: RuleSet, partitions: int = SPREAD) -> RuleSet:
-    """``rules`` on a layout whose ``aggregate_partitions`` is ``partitions`` (every rule that
-    does not say spreads its aggregates over that many partition key values)."""
+    """``rules`` on a layout whose ``aggregate_partitions`` is ``partitions``, every rule that
+    does not say spreading its aggregates over that many partition key values: derived rules,
+    their sources and target rules too (they say so here, since the table's number leaves
+    them at 1)."""
     layout = TableLayout(**{**rules.layout.model_dump(), "aggregate_partitions": partitions})
-    return RuleSet.of(*rules.rules, layout=layout)
+    said = [
+        r if r.partitions is not None else r.model_copy(update={"partitions": partitions})
+        for r in rules.rules
+    ]
+    return RuleSet.of(*said, layout=layout)
 
 
 def misplaced(ddb, table: str, partitions: int = SPREAD) -> list[str]:
