@@ -44,9 +44,10 @@ rollover) starts on the aggregates.
 A rule whose aggregates spread over ``n`` partition key values (``partitions``:
 :meth:`~aggregator.core.layout.TableLayout.aggregate_partition`) puts a ``n``-th of that load on
 each, so its estimate is divided by ``n``, and so is its deltas' start line; but writes of an
-aggregate other shards wrote too (a hot key: its writers above 1) are not divided, since they
-land on one item of one value. Cold keys of a spread rule therefore stay on the aggregates (no
-partial and roll-up per write), while a hot key still moves once its writers show.
+aggregate other shards wrote too (a hot key: its writers above 1), and a first batch's deltas of
+its busiest aggregate, are not divided, since they land on one item of one value. Cold keys of
+a spread rule therefore stay on the aggregates (no partial and roll-up per write), while a hot
+key still moves.
 
 What it cannot do: a burst that starts cold is written to the aggregates for the few seconds
 before the first switch takes effect (the switch is decided from writes already made, and takes
@@ -220,9 +221,9 @@ class HeatMeter:
     def estimate(self, shard_id: str, rule: str, now: float, spread: int = 1) -> float:
         """Estimated WCU a second that the rule's writes put on one of its aggregates' partition
         key values: this shard's writes a second times the aggregate's WCU times its recent
-        writers (0 with no write in the window), divided by ``spread`` (the rule's partition
-        key values), but never below what its writes of aggregates other shards wrote too (the
-        writers above 1) put there: a hot key lands on one value."""
+        writers (0 with no write in the window), the writes of aggregates only this shard wrote
+        divided by ``spread`` (the rule's partition key values), those of aggregates other
+        shards wrote too (writers above 1) not: a hot key lands on one value."""
         with self._lock:
             heat = self._heat.get((shard_id, rule))
             if heat is None or heat.first_seconds is None:
@@ -235,7 +236,16 @@ class HeatMeter:
             if spread <= 1:
                 return units / span
             shared = sum(u * w for _, u, w in heat.writes if w > 1)
-            return max(units / spread, shared) / span
+            return ((units - shared) / spread + shared) / span
+
+
+def _busiest_by_rule(batch: BatchDeltas) -> dict[str, int]:
+    """Per ``auto`` rule in ``batch``, the per-record deltas of its busiest aggregate."""
+    busiest: dict[str, int] = {}
+    for d in batch.deltas.values():
+        if d.auto_shards:
+            busiest[d.ref.rule] = max(busiest.get(d.ref.rule, 0), len(d.parts))
+    return busiest
 
 
 def _deltas_by_rule(batch: BatchDeltas) -> dict[str, int]:
@@ -416,11 +426,19 @@ class ShardRouting:
     def hot_at_start(self, batch: BatchDeltas, created_seconds: Iterable[Decimal]) -> set[str]:
         """The ``auto`` rules a shard's first batch shows hot: at least
         :data:`START_HOT_DELTAS_PER_SECOND` per-record deltas a second of the records'
-        creation times (``batch`` evaluated without routing)."""
+        creation times (``batch`` evaluated without routing), times the rule's partition key
+        values for all its deltas, not for those of its busiest aggregate (one key is on one
+        value)."""
         times = [int(t) for t in created_seconds]
         seconds = max(times) - min(times) + 1 if times else 1
         deltas = _deltas_by_rule(batch)
-        return {r for r, n in deltas.items() if n / seconds >= self._start_line(r)}
+        busiest = _busiest_by_rule(batch)
+        line = self.start_hot_deltas_per_second
+        return {
+            r
+            for r, n in deltas.items()
+            if n / seconds >= self._start_line(r) or busiest.get(r, 0) / seconds >= line
+        }
 
     def _start_line(self, rule: str) -> float:
         """The deltas a second at which ``rule`` starts (or goes) hot: the start line times its

@@ -141,21 +141,30 @@ def test_a_spread_rules_estimate_is_shared_by_its_partition_key_values_but_a_hot
     everything = (100 * 2 + 10 * 40) / 10
     assert meter.estimate(SHARD, "likes", 110.0) == pytest.approx(everything)
     # the hot key's writes land on one value: never divided
-    assert meter.estimate(SHARD, "likes", 110.0, spread=64) == pytest.approx(10 * 40 / 10)
+    assert meter.estimate(SHARD, "likes", 110.0, spread=64) == pytest.approx(
+        (100 * 2 / 64 + 10 * 40) / 10
+    )
 
 
 def test_a_spread_rules_first_batch_is_hot_only_past_its_start_line_times_its_values():
-    engine = Engine(AUTO)
-    records = [owner_record(i, 100 + i // 3) for i in range(6)]  # 3 deltas a second
-    times = [r.approximate_creation_time for r in records]
-    batch = engine.process(records)
-    spread = ShardRouting(
-        None, "t", AUTO.layout, ["total"], spreads={"total": 2}, start_hot_deltas_per_second=2
+    per = RuleSet.of(
+        rule("per", match={"sk": {"prefix": "PATH#"}}, key="{owner}", write_shards="auto")
     )
-    assert spread.hot_at_start(batch, times) == set()  # 3 a second under 2 x 2
-    assert spread.wants_switch(SHARD, "total", hot=False, now=110.0) is False
-    single = ShardRouting(None, "t", AUTO.layout, ["total"], start_hot_deltas_per_second=2)
-    assert single.hot_at_start(batch, times) == {"total"}
+    records = [owner_record(i, 100 + i // 3, owner=f"o{i}") for i in range(6)]  # 6 keys, 3 a s
+    times = [r.approximate_creation_time for r in records]
+    batch = Engine(per).process(records)
+    spread = ShardRouting(
+        None, "t", per.layout, ["per"], spreads={"per": 2}, start_hot_deltas_per_second=2
+    )
+    assert spread.hot_at_start(batch, times) == set()  # 3 a second, under 2 x 2
+    single = ShardRouting(None, "t", per.layout, ["per"], start_hot_deltas_per_second=2)
+    assert single.hot_at_start(batch, times) == {"per"}
+    # one key's deltas land on one value: its line is not multiplied
+    total = Engine(AUTO).process([owner_record(i, 100 + i // 3) for i in range(6)])
+    wide = ShardRouting(
+        None, "t", AUTO.layout, ["total"], spreads={"total": 64}, start_hot_deltas_per_second=3
+    )
+    assert wide.hot_at_start(total, times) == {"total"}  # TOTAL: 3 a second on one aggregate
 
 
 @mock_aws
