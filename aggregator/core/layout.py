@@ -161,9 +161,8 @@ class TableLayout(BaseModel):
     aggregate_partitions
         How many partition key values a rule's aggregates spread over when the rule does not say
         (its ``partitions``): 1 keeps them all under ``aggregates_pk`` (module docstring,
-        "Spread partitions"). Not applied to derived rules, their sources and target rules,
-        which ``aggregator rebuild`` cannot build anew: they spread when they say so. Tables
-        with a sort key only; at most :data:`MAX_AGGREGATE_PARTITIONS`.
+        "Spread partitions"). Tables with a sort key only; at most
+        :data:`MAX_AGGREGATE_PARTITIONS`.
     control_partitions
         How many partition key values the control items (fences, routing items, top lists,
         floors, backfill records; not the manifest) spread over. Tables with a sort key only; at

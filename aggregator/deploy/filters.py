@@ -76,11 +76,19 @@ def filter_patterns(rules: RuleSet, layout: TableLayout | None = None) -> list[d
         ]
         patterns = [{"dynamodb": {"Keys": {pk: {"S": [{"anything-but": reserved}]}}}}]
         if read:
+            # the values the read rules' aggregates are under (a rule at 1 under aggregates_pk)
+            sources = set(rules.sources)
+            values = dict.fromkeys(
+                value
+                for r in rules
+                if r.name in sources or r.top_listed
+                for value in layout.aggregate_partitions_of(r.spread)
+            )
             patterns.append(
                 {
                     "dynamodb": {
                         "Keys": {
-                            pk: {"S": list(aggregates)},
+                            pk: {"S": list(values)},
                             sk: {"S": [{"prefix": prefix} for prefix in read]},
                         }
                     }

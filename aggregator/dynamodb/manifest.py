@@ -172,7 +172,9 @@ class _Resolution:
                 f"rule(s) {', '.join(self.changed)} changed definition under the same name: "
                 "their aggregates were built with the old one, and mixing two definitions in one "
                 "aggregate is silent corruption; run `aggregator rebuild RULE` with the new "
-                "definition before deploying it (or give the changed rule a new name)"
+                "definition before deploying it (or give the changed rule a new name; a derived "
+                "rule, its source or a target rule, which rebuild refuses, keeps its place under "
+                "a new table: aggregate_partitions with partitions: 1)"
             )
         if self.moved:
             raise ConfigError(

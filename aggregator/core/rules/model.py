@@ -169,8 +169,7 @@ class Rule(BaseModel):
         written at a high total rate stay under a partition's 1,000 WCU a second (Developer
         Guide, "Best practices for designing and using partition keys effectively"). ``None``
         (not given): the table's ``aggregate_partitions``, which a
-        :class:`~aggregator.core.rules.RuleSet` fills in when it is above 1 (not for derived
-        rules, their sources and target rules: 1 unless they say). Every item of one
+        :class:`~aggregator.core.rules.RuleSet` fills in when it is above 1. Every item of one
         key shares a value, so a read of one key stays one request; a listing of the rule reads
         each value. Changing it builds a new generation (``aggregator rebuild``). Needs a table
         with a sort key for more than 1; at most

@@ -81,20 +81,13 @@ class RuleSet(BaseModel):
         if partial:
             return rules
         # the table's aggregate_partitions for every rule that does not say (left unset at 1,
-        # which Rule.spread reads as 1), but derived rules, their sources and target rules:
-        # `rebuild` cannot build them anew, so a table-wide change must not change their
-        # fingerprints (they spread when they say so)
+        # which Rule.spread reads as 1), whatever reads it: a rule's place must not depend on
+        # the other rules
         spread = info.data.get("layout", DEFAULT_LAYOUT).aggregate_partitions
         if spread == 1:
             return rules
-        sources = {r.source for r in rules if r.source is not None}
         return tuple(
-            r
-            if r.partitions is not None
-            or r.source is not None
-            or r.target is not None
-            or r.name in sources
-            else r.model_copy(update={"partitions": spread})
+            r if r.partitions is not None else r.model_copy(update={"partitions": spread})
             for r in rules
         )
 
@@ -282,7 +275,7 @@ def target_problems(
             writers[target.attribute].remove(i)  # its own error: no cycle reported on top
         pk = target.partition_key
         if pk.is_literal and (
-            pk.template in layout.reserved_partition_keys
+            layout.reserved_partition(pk.template) is not None
             or (
                 not layout.has_sort_key
                 and any(pk.template.startswith(f"{p}#") for p in layout.reserved_partition_keys)

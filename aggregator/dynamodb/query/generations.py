@@ -17,7 +17,11 @@ from aggregator.core.exceptions import ConfigError, QueryError
 from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import RuleState, generation_name
 from aggregator.dynamodb.client import requests_of
-from aggregator.dynamodb.control import CONTROL_PARTITIONS_ATTRIBUTE, check_control_partitions
+from aggregator.dynamodb.control import (
+    CONTROL_MOVE_ATTRIBUTE,
+    CONTROL_PARTITIONS_ATTRIBUTE,
+    check_control_partitions,
+)
 from aggregator.dynamodb.errors import AwsError
 from aggregator.dynamodb.manifest import (
     MANIFEST_SORT_KEY,
@@ -117,11 +121,12 @@ class ServingGenerations:
                 "get_item",
                 TableName=self.table_name,
                 Key=self.layout.item_key(self.layout.control_pk, MANIFEST_SORT_KEY),
-                ProjectionExpression="#g, #r, #c",
+                ProjectionExpression="#g, #r, #c, #m",
                 ExpressionAttributeNames={
                     "#g": "generations",
                     "#r": "rules",
                     "#c": CONTROL_PARTITIONS_ATTRIBUTE,
+                    "#m": CONTROL_MOVE_ATTRIBUTE,
                 },
                 ConsistentRead=True,
             ).get("Item")

@@ -136,19 +136,37 @@ def test_the_roles_leading_keys_cover_the_spread_values():
     }
 
 
-def test_the_tables_spread_leaves_derived_rules_their_sources_and_targets_alone():
+def test_the_tables_spread_is_every_rules_that_does_not_say_whatever_reads_it():
     rules = RuleSet.of(
         rule("per", key="{player}"),
         rule("hist", source="per", key="{value}"),
-        rule("plain", key="{x}"),
         rule("tally", target={"partition_key": "{post}", "sort_key": "META", "attribute": "n"}),
-        rule("mine", key="{x}", source=None, partitions=4),
+        rule("kept", key="{x}", partitions=1),
         layout=SPREAD,
     )
-    assert {r.name: r.spread for r in rules} == {
-        "per": 1,
-        "hist": 1,
-        "plain": 16,
-        "tally": 1,
-        "mine": 4,
-    }
+    assert {r.name: r.spread for r in rules} == {"per": 16, "hist": 16, "tally": 16, "kept": 1}
+    # a rule's place does not depend on the rules that read it
+    alone = RuleSet.of(rule("per", key="{player}"), layout=SPREAD)
+    assert rule_fingerprint(alone.rules[0]) == rule_fingerprint(rules.rules[0])
+
+
+def test_stream_filters_pass_a_source_at_one_value_when_other_rules_spread():
+    rules = RuleSet.of(
+        rule("per", key="{player}", partitions=1),
+        rule("hist", source="per", key="{value}"),
+        rule("best", key="{player}", leaderboard=True, leaderboard_store="list", partitions=1),
+        rule("wide", key="{player}"),
+        layout=SPREAD,
+    )
+    patterns = [json.loads(f["Pattern"]) for f in filter_criteria(rules)["Filters"]]
+
+    def passes(pk: str, sk: str) -> bool:
+        record = {"dynamodb": {"Keys": {"pk": {"S": pk}, "sk": {"S": sk}}}}
+        return any(_matches(p, record) for p in patterns)
+
+    assert passes("AGGREGATES", "per#ana")  # the source, at one value
+    assert passes("AGGREGATES", "best#ana")  # a top-listed rule, at one value
+    assert not passes("AGGREGATES", "wide#ana")
+    for n in range(16):
+        assert not passes(f"AGGREGATES#{n}", "wide#ana")
+        assert not passes(f"AGGREGATES#{n}", "hist#2")
