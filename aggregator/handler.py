@@ -28,9 +28,11 @@ Configuration (environment variables, read once per execution environment):
 ``AGGREGATOR_HOME_REGION`` (optional; the template's ``HomeRegion``, the CDK construct's
 ``home_region``)
     For a global table, the one Region that counts. Set and different from ``AWS_REGION`` (the
-    Region Lambda runs the function in), the handler refuses every batch before any request;
-    unset on a table whose ``DescribeTable`` lists ``Replicas``, it refuses every batch too
-    (:func:`~aggregator.dynamodb.tablecheck.home_region_refusal`). A refused batch fails the
+    Region Lambda runs the function in), the handler refuses every batch before any request
+    (:func:`~aggregator.dynamodb.tablecheck.home_region_refusal`). Unset on a table whose
+    ``DescribeTable`` lists ``Replicas``, it counts, and logs an error at cold start
+    (:func:`~aggregator.dynamodb.tablecheck.unhomed_replicas_warning`): refusing would lose the
+    records of a deployment that subscribes one Region only. A refused batch fails the
     invocation: Lambda retries it (bisected, up to the mapping's ``MaximumRetryAttempts``),
     then sends its metadata to the on-failure queue and moves on. The decision is made once
     per execution environment (one ``DescribeTable`` at cold start, the key check's own).
@@ -72,6 +74,7 @@ from aggregator.dynamodb.tablecheck import (
     HomeRegionError,
     home_region_refusal,
     key_schema_problems,
+    unhomed_replicas_warning,
 )
 from aggregator.dynamodb.writer import DEFAULT_MAX_WORKERS
 from aggregator.runtime.processor import StreamProcessor, create_processor
@@ -87,6 +90,8 @@ if TYPE_CHECKING:
 __all__ = ["HandlerSettings", "build_processor", "client_config", "handler", "reset"]
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "ddb-aggregator"))
+_HANDLER_LOGGER = logger
+"""The module's logger, for functions whose ``logger`` parameter shadows it."""
 # the service dimension always (the template's DeadLettersAlarm watches DeadLetters by it)
 metrics = Metrics(
     namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "DdbAggregator"),
@@ -229,8 +234,9 @@ def build_processor(
     none is given). With ``check_table``, one ``DescribeTable`` verifies that the table's keys
     are the layout's, of type ``S``: a table keyed otherwise is refused here, at cold start,
     instead of failing (or mis-aggregating) batch after batch. A function outside its table's
-    home Region is refused before that, and a global table without a home Region after it
-    (module docstring, ``AGGREGATOR_HOME_REGION``): nothing is written to the table then.
+    home Region is refused before that (module docstring, ``AGGREGATOR_HOME_REGION``): nothing
+    is written to the table then; a global table without a home Region is logged as an error
+    after it.
 
     Raises
     ------
@@ -279,14 +285,12 @@ def build_processor(
                 f"table {settings.table_name!r} does not fit the rules' layout: "
                 + "; ".join(p.line() for p in problems)
             )
-        refusal = home_region_refusal(
-            settings.table_name,
-            region=settings.region,
-            home_region=settings.home_region,
-            description=description,
-        )
-        if refusal is not None:
-            raise HomeRegionError(refusal)
+        if not settings.home_region:
+            warning = unhomed_replicas_warning(
+                settings.table_name, region=settings.region, description=description
+            )
+            if warning is not None:
+                (logger or _HANDLER_LOGGER).error(warning)
     return create_processor(
         rules,
         client,

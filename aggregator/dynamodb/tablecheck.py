@@ -89,13 +89,11 @@ def home_region_refusal(
     https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/V2globaltables_HowItWorks.html),
     and a stream record does not tell where the write was made (``awsRegion`` is "the region in
     which the GetRecords request was received": DynamoDB Streams API Reference, ``Record``).
-    So one Region counts, the home Region, and the handler refuses:
-
-    - when ``home_region`` is set and ``region`` (the function's, ``AWS_REGION``) is another;
-      decided without ``description``, before any request;
-    - when ``home_region`` is not set and ``description`` (``DescribeTable``'s ``Table``) lists
-      ``Replicas`` (Developer Guide, "Determining the version of a global table":
-      https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/V2globaltables_versions.html).
+    So one Region counts, the home Region, and the handler refuses when ``home_region`` is set
+    and ``region`` (the function's, ``AWS_REGION``) is another; decided before any request.
+    A table with replicas and no home Region is not refused (a deployment that subscribes one
+    Region only was right before the parameter existed, and a refusal would lose its records):
+    :func:`unhomed_replicas_warning` says it instead.
 
     Returns
     -------
@@ -112,19 +110,29 @@ def home_region_refusal(
             "none). Meanwhile Lambda retries each batch, then sends it to the on-failure queue; "
             f"{home_region} counts these records from its own stream (see {GLOBAL_TABLES_DOC})"
         )
-    replicas = [r.get("RegionName", "?") for r in (description or {}).get("Replicas") or []]
-    if not home_region and replicas:
-        here = f" in {region}" if region else ""
-        return (
-            f"not counting: table {table_name!r} is a global table with replicas in "
-            f"{', '.join(replicas)}, and no home Region is set; every replica's stream carries "
-            "every write, so exactly one Region may count. Fix: deploy the stack in every "
-            "Region with HomeRegion=<the Region that counts> (CDK: home_region; the function's "
-            f"AGGREGATOR_HOME_REGION). Meanwhile Lambda retries each batch{here}, then sends it "
-            "to the on-failure queue: run aggregator reconcile --repair in the home Region once "
-            f"it counts (see {GLOBAL_TABLES_DOC})"
-        )
     return None
+
+
+def unhomed_replicas_warning(
+    table_name: str, *, region: str | None, description: Mapping[str, Any] | None
+) -> str | None:
+    """The line the handler logs (as an error, once per execution environment) when
+    ``description`` (``DescribeTable``'s ``Table``) lists ``Replicas`` (Developer Guide,
+    "Determining the version of a global table":
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/V2globaltables_versions.html)
+    and no home Region is set: it keeps counting, since it cannot tell whether it is the only
+    Region that does; ``None`` for a table without replicas."""
+    replicas = [r.get("RegionName", "?") for r in (description or {}).get("Replicas") or []]
+    if not replicas:
+        return None
+    here = f" in {region}" if region else ""
+    return (
+        f"counting table {table_name!r}{here}, a global table with replicas in "
+        f"{', '.join(replicas)}, without a home Region: every replica's stream carries every "
+        "write, so if another Region counts too, each write is counted twice. Fix: deploy the "
+        "stack in every Region with HomeRegion=<the Region that counts> (CDK: home_region; the "
+        f"function's AGGREGATOR_HOME_REGION) (see {GLOBAL_TABLES_DOC})"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ other request, so a refused cold start is seen to write nothing.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,11 @@ from botocore.stub import Stubber
 from aggregator import handler as handler_module
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
-from aggregator.dynamodb.tablecheck import HomeRegionError, home_region_refusal
+from aggregator.dynamodb.tablecheck import (
+    HomeRegionError,
+    home_region_refusal,
+    unhomed_replicas_warning,
+)
 from aggregator.handler import HandlerSettings, build_processor
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -79,8 +84,8 @@ def test_outside_the_home_region_nothing_is_requested(dynamodb: Any) -> None:
     assert isinstance(info.value, ConfigError)
 
 
-def test_a_global_table_without_a_home_region_is_refused_after_one_describe(
-    dynamodb: Any,
+def test_a_global_table_without_a_home_region_counts_and_says_so_after_one_describe(
+    dynamodb: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     with Stubber(dynamodb) as stub:
         stub.add_response(
@@ -88,16 +93,22 @@ def test_a_global_table_without_a_home_region_is_refused_after_one_describe(
             {"Table": _description(["us-east-1", "ap-southeast-2"])},
             {"TableName": "orders"},
         )
-        with pytest.raises(HomeRegionError) as info:
-            build_processor(_settings("eu-west-1", None), client=dynamodb)
+        with caplog.at_level(logging.ERROR):
+            processor = build_processor(_settings("eu-west-1", None), client=dynamodb)
         stub.assert_no_pending_responses()
-    message = str(info.value)
-    assert message.startswith(
-        "not counting: table 'orders' is a global table with replicas in us-east-1, "
-        "ap-southeast-2, and no home Region is set;"
+    assert [r.name for r in processor.engine.rules] == [r.name for r in load_rules(RULES)]
+    message = unhomed_replicas_warning(
+        "orders", region="eu-west-1", description=_description(["us-east-1", "ap-southeast-2"])
+    )
+    assert message is not None and message.startswith(
+        "counting table 'orders' in eu-west-1, a global table with replicas in us-east-1, "
+        "ap-southeast-2, without a home Region:"
     )
     assert "HomeRegion=<the Region that counts>" in message
-    assert "aggregator reconcile --repair" in message
+    assert any(message in record.getMessage() for record in caplog.records)
+    assert (
+        unhomed_replicas_warning("orders", region="eu-west-1", description=_description([])) is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -129,8 +140,8 @@ def test_the_home_region_and_a_plain_table_count(
         ("eu-west-1", "eu-west-1", ["us-east-1"], False),
         ("eu-west-1", None, None, False),  # not described yet: nothing known against it
         ("eu-west-1", None, [], False),
-        ("eu-west-1", None, ["us-east-1"], True),
-        (None, None, ["us-east-1"], True),
+        ("eu-west-1", None, ["us-east-1"], False),  # counted, with an error logged
+        (None, None, ["us-east-1"], False),
     ],
 )
 def test_home_region_refusal(
