@@ -198,8 +198,9 @@ aggregates (a post's and a user's), about 40,000 WCU a second over every value; 
 for bursts."""
 WIDE_CONTROL_PARTITIONS = 8
 """``control_partitions`` of the spread run: the control items' writes (the shards' fences and
-routing items, the top lists of ``likes_per_user``) are a few thousand WCU a second at P=64;
-eight values keep each under half a partition's limit."""
+routing items, the top lists of ``likes_per_user``) were estimated at a few thousand WCU a
+second at P=64 (measured: about a hundred); eight values keep each under half a partition's
+limit."""
 WIDE_LEADERBOARD_PARTITIONS = 8
 
 

@@ -48,8 +48,9 @@ What it models, and what it does not
   second is the capacity model's concern (``make bench-scale``).
 - Our CPU is this machine's, shared with whatever else runs on it. Lambda gives a function CPU in
   proportion to its memory (a full vCPU at 1,769 MB; Lambda Developer Guide, "Configure Lambda
-  function memory"): at the template's 512 MB, about 0.29 of one, so a CPU-bound run is slower
-  there. The table prints the CPU milliseconds per record to scale by.
+  function memory"): at 512 MB (the template's memory before it became 1,769 MB), about 0.29
+  of one, so a CPU-bound run is slower there. The table prints the CPU milliseconds per record
+  to scale by.
 - Lambda's own time between batches is not modelled: invocation overhead, ``GetRecords`` (1,000
   records or 1 MB a call, DynamoDB Streams API reference; a batch over 1,000 records takes several
   calls), and the wait for the next poll (Lambda polls a shard 4 times a second; whether it reads
@@ -137,10 +138,11 @@ CAPTURED_WIDTH = 150
 
 def shard_line(records_per_second: float, latency_ms: float, batch_size: int) -> str:
     """The last line: ``shard-throughput: <r> records/s per shard at <l> ms a request (batch
-    <b>)``, ``r`` rounded down to an integer, ``l`` without a trailing ``.0``."""
+    <b>)``, ``r`` rounded to an integer (as the table shows it), ``l`` without a trailing
+    ``.0``."""
     latency = f"{latency_ms:g}"
     return (
-        f"shard-throughput: {int(records_per_second)} records/s per shard at {latency} ms a "
+        f"shard-throughput: {round(records_per_second)} records/s per shard at {latency} ms a "
         f"request (batch {batch_size})"
     )
 

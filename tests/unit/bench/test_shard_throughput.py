@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_the_last_line_has_the_issues_format():
     assert shard_line(2345.9, 8.0, 10_000) == (
-        "shard-throughput: 2345 records/s per shard at 8 ms a request (batch 10000)"
+        "shard-throughput: 2346 records/s per shard at 8 ms a request (batch 10000)"
     )
     assert shard_line(12.0, 2.5, 100) == (
         "shard-throughput: 12 records/s per shard at 2.5 ms a request (batch 100)"
