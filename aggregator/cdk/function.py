@@ -243,9 +243,9 @@ class AggregatorFunction(Construct):
         _check_range("window_seconds", window_seconds, 1, 900)
         _check_range("iterator_age_alarm_milliseconds", iterator_age_alarm_milliseconds, 1_000)
         if (
-            home_region is not None
+            home_region  # "" is no home Region, as the SAM template's empty HomeRegion
             and not Token.is_unresolved(home_region)
-            and not (home_region and re.fullmatch(REGION_PATTERN, home_region))
+            and not re.fullmatch(REGION_PATTERN, home_region)
         ):
             raise ConfigError(
                 f"home_region must be a Region name such as eu-west-1, got {home_region!r}"
@@ -369,7 +369,7 @@ class AggregatorFunction(Construct):
         # A global table: the subscription (and its lag alarm) only in the home Region; the
         # condition is decided at deployment (AWS::Region), so region-agnostic stacks get it too
         self.count_here: CfnCondition | None = None
-        if home_region is not None:
+        if home_region:
             self.count_here = CfnCondition(
                 self, "CountHere", expression=Fn.condition_equals(home_region, Aws.REGION)
             )
