@@ -154,12 +154,16 @@ class DropRule:
     def _partitions(self, state: RuleState) -> tuple[str, ...]:
         """The partition key values a generation's aggregates are under: those its manifest
         entry records (``partitions``); for a rule counted without a manifest (no entry, its
-        spread unknown), the unspread value and the table's ``aggregate_partitions``."""
+        spread unknown), the unspread value, the table's ``aggregate_partitions`` and the
+        definition's ``partitions``."""
         lay = self.layout
         if state.fingerprint:  # a manifest entry
             return lay.aggregate_partitions_of(state.partitions)
         spread = lay.aggregate_partitions_of(lay.aggregate_partitions)
-        return tuple(dict.fromkeys((lay.aggregates_pk, *spread)))
+        defined = next((r.spread for r in self.rules if r.name == state.name), 1)
+        return tuple(
+            dict.fromkeys((lay.aggregates_pk, *spread, *lay.aggregate_partitions_of(defined)))
+        )
 
     def _pages(self, state: RuleState) -> Iterator[list[dict[str, Any]]]:
         """Pages of a generation's aggregate items, under each of its partition key values."""
