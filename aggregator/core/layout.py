@@ -65,9 +65,10 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from decimal import Decimal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = [
     "AGGREGATE_ATTRIBUTES",
@@ -120,6 +121,15 @@ which Lambda caps at 4,096 characters (Lambda Developer Guide, "Lambda event fil
 
 MAX_CONTROL_PARTITIONS = 32
 """Most partition key values the control items spread over (``control_partitions``)."""
+
+
+def _whole_number(value: Any) -> Any:
+    """A YAML number (read as :class:`~decimal.Decimal`) that is whole, as an ``int``; anything
+    else as it is, for the strict integer check (booleans and text are refused)."""
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    return value
+
 
 _AttributeName = Field(min_length=1, max_length=255)
 """DynamoDB attribute names are 1 to 255 bytes for key attributes (Developer Guide, "Supported
@@ -197,8 +207,12 @@ class TableLayout(BaseModel):
     target_checkpoints_attribute: str = Field(
         default="aggregator_checkpoints", min_length=1, max_length=255
     )
-    aggregate_partitions: int = Field(default=1, ge=1, le=MAX_AGGREGATE_PARTITIONS)
-    control_partitions: int = Field(default=1, ge=1, le=MAX_CONTROL_PARTITIONS)
+    aggregate_partitions: Annotated[int, BeforeValidator(_whole_number)] = Field(
+        default=1, ge=1, le=MAX_AGGREGATE_PARTITIONS, strict=True
+    )
+    control_partitions: Annotated[int, BeforeValidator(_whole_number)] = Field(
+        default=1, ge=1, le=MAX_CONTROL_PARTITIONS, strict=True
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> TableLayout:

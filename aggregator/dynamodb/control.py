@@ -115,7 +115,8 @@ def check_control_partitions(
         f"backfill records) under {_values(recorded)}, but the definitions say "
         f"control_partitions: {layout.control_partitions}; set control_partitions: {recorded} "
         "in their table: section (a table keeps the number its first rules were registered "
-        "with; docs: Table layout)"
+        "with), or move the items with the stream subscription stopped: aggregator "
+        "move-control-items --subscription-stopped (docs: Table layout)"
     )
 
 

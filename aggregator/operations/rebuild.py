@@ -186,7 +186,8 @@ class Rebuild:
         if self.rule.is_derived or rules.derived_from(rule_name):
             raise ConfigError(
                 f"rule {rule_name!r} is derived, or the source of a derived rule: such rules "
-                "have one generation; deploy the changed rule under a new name instead"
+                "have one generation; deploy the changed rule under a new name instead (if only "
+                "its spread changed with the table's aggregate_partitions, give it partitions: 1)"
             )
         self.rules = rules
         self.table = table

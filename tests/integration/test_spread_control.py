@@ -188,7 +188,9 @@ def test_a_layout_that_disagrees_with_the_table_is_refused(ddb, dynamodb_local, 
         f"error: table '{table}' keeps its control items (fences, routing items, top lists, "
         "backfill records) under 4 partition key values, but the definitions say "
         "control_partitions: 2; set control_partitions: 4 in their table: section (a table "
-        "keeps the number its first rules were registered with; docs: Table layout)\n"
+        "keeps the number its first rules were registered with), or move the items with the "
+        "stream subscription stopped: aggregator move-control-items --subscription-stopped "
+        "(docs: Table layout)\n"
     )
     for command in (["run"], ["status"], ["query", "top", "board"]):
         refused = cli.invoke(main, [*command, *common, "-d", str(two)])

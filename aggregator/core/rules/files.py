@@ -273,6 +273,13 @@ def load_rules(
             for r in rules
             if r.sharded
         ]
+        errors += [
+            f"{read.origin[r.name]}: rule {rule_name(r.name)}, field 'partitions': needs a table "
+            "with a sort key (this table: section has sort_key: null): without one every "
+            "aggregate has a partition key value of its own already"
+            for r in rules
+            if r.spread > 1
+        ]
     if errors:
         raise RuleError("\n".join(errors))
     if not rules:

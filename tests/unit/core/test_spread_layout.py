@@ -170,3 +170,22 @@ def test_stream_filters_pass_a_source_at_one_value_when_other_rules_spread():
     for n in range(16):
         assert not passes(f"AGGREGATES#{n}", "wide#ana")
         assert not passes(f"AGGREGATES#{n}", "hist#2")
+
+
+def test_a_rules_spread_without_a_sort_key_names_the_file_rule_and_field(tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "table: {partition_key: PK, sort_key: null}\n"
+        "rules:\n  - {name: c, key: '{x}', partitions: 4}\n"
+    )
+    with pytest.raises(RuleError) as info:
+        load_rules(path)
+    assert str(info.value).startswith(
+        f"{path}: rule 'c', field 'partitions': needs a table with a sort key"
+    )
+
+
+@pytest.mark.parametrize("value", [True, "8"])
+def test_the_tables_counts_are_whole_numbers_not_booleans_or_text(tmp_path, value):
+    with pytest.raises(ValidationError):
+        TableLayout(aggregate_partitions=value)

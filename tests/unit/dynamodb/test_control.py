@@ -50,7 +50,8 @@ def test_a_layout_that_differs_is_refused_in_one_line() -> None:
         "table 't' keeps its control items (fences, routing items, top lists, backfill "
         "records) under 1 partition key value, but the definitions say control_partitions: 4; "
         "set control_partitions: 1 in their table: section (a table keeps the number its "
-        "first rules were registered with; docs: Table layout)"
+        "first rules were registered with), or move the items with the stream subscription "
+        "stopped: aggregator move-control-items --subscription-stopped (docs: Table layout)"
     )
 
 
