@@ -204,7 +204,7 @@ def target_policy(rules: RuleSet) -> dict[str, Any]:
 def target_condition(rules: RuleSet) -> dict[str, Any]:
     """The ``Condition`` of the role's ``TargetAttributesOnly`` statement (module docstring)."""
     layout = rules.layout
-    keys = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
+    keys = list(layout.key_attributes)
     written = sorted({r.target.attribute for r in rules if r.target is not None})
     return {
         "Condition": {

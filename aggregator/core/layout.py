@@ -377,12 +377,30 @@ class TableLayout(BaseModel):
             return {self.partition_key: {"S": partition}, self.sort_key: {"S": sort_key}}
         return {self.partition_key: {"S": self.key_text(partition, sort_key)}}
 
+    @property
+    def key_attributes(self) -> tuple[str, ...]:
+        """The table's key attribute names: ``(partition_key,)`` or ``(partition_key,
+        sort_key)``."""
+        if self.sort_key is None:
+            return (self.partition_key,)
+        return (self.partition_key, self.sort_key)
+
+    def key_of(self, item: Mapping[str, Any]) -> dict[str, Any]:
+        """The primary key (DynamoDB JSON) of an item as a read returned it: its own key
+        attributes, wherever it lives (a spread value, a partial's collection, the application's
+        partition).
+
+        Raises
+        ------
+        KeyError
+            When the item lacks a key attribute (a projection that left it out).
+        """
+        return {name: item[name] for name in self.key_attributes}
+
     def target_key(self, values: tuple[str, ...]) -> dict[str, dict[str, str]]:
         """The primary key (DynamoDB JSON) of an application item a rule targets, from its key
         values (``(pk,)`` or ``(pk, sk)``, :meth:`aggregator.core.rules.Target.render`)."""
-        names = (
-            (self.partition_key,) if self.sort_key is None else (self.partition_key, self.sort_key)
-        )
+        names = self.key_attributes
         return {name: {"S": value} for name, value in zip(names, values, strict=True)}
 
     def aggregate_key(

@@ -37,7 +37,6 @@ __all__ = [
     "CONTROL_PARTITIONS_ATTRIBUTE",
     "ControlLayoutError",
     "check_control_partitions",
-    "control_item_key",
     "moving_control_partitions",
     "query_control",
     "recorded_control_partitions",
@@ -142,10 +141,3 @@ def query_control(
     """
     for partition in layout.control_partition_values:
         yield from query_collection(call, table_name, layout, partition, begins_with=begins_with)
-
-
-def control_item_key(layout: TableLayout, item: Mapping[str, Any]) -> dict[str, Any]:
-    """The primary key (DynamoDB JSON) of a control item as a listing returned it: its own key
-    attributes, wherever it lives."""
-    names = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
-    return {name: item[name] for name in names}

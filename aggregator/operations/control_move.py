@@ -43,7 +43,6 @@ from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import query_collection
 from aggregator.dynamodb.control import (
-    control_item_key,
     moving_control_partitions,
     recorded_control_partitions,
 )
@@ -142,7 +141,7 @@ def move_control_items(
                 if sort_key is None or sort_key == MANIFEST_SORT_KEY:
                     continue
                 new_key = layout.control_key(sort_key)
-                old_key = control_item_key(source, old)
+                old_key = source.key_of(old)
                 if new_key == old_key:
                     continue
                 requests.send("put_item", TableName=table_name, Item={**old, **new_key})

@@ -54,7 +54,7 @@ from aggregator.core.lifecycle import RuleState, generations_of
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import query_collections
-from aggregator.dynamodb.control import control_item_key, query_control
+from aggregator.dynamodb.control import query_control
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.floors import FLOOR_PREFIX
 from aggregator.dynamodb.manifest import Manifest
@@ -198,8 +198,6 @@ class DropRule:
     def _delete_aggregates(self, state: RuleState) -> int:
         deleted = 0
         pages = self._pages(state)
-        lay = self.layout
-        keys = [lay.partition_key, *([lay.sort_key] if lay.sort_key else [])]
         # boto3's BatchWriter sends 25 deletes a request and sends unprocessed keys again
         with BatchWriter(self.table_name, self.client, flush_amount=BATCH_WRITE_ITEMS) as writer:
             for page in pages:
@@ -208,7 +206,7 @@ class DropRule:
                     # partials first: a run killed in between finds the aggregate again
                     for partial in self._partials(sort_key):
                         writer.delete_item(Key=partial)
-                    writer.delete_item(Key={k: item[k] for k in keys})  # where it is
+                    writer.delete_item(Key=self.layout.key_of(item))  # where it is
                 deleted += len(page)
                 if self.on_deleted is not None:
                     self.on_deleted(len(page))
@@ -218,8 +216,7 @@ class DropRule:
         """Remove ``attribute`` and the generation's checkpoint map entries from the application
         items that have them (module docstring, step 3); returns how many were cleared."""
         lay = self.layout
-        keys = [lay.partition_key] + ([lay.sort_key] if lay.sort_key else [])
-        names = {f"#k{i}": k for i, k in enumerate(keys)}
+        names = {f"#k{i}": k for i, k in enumerate(lay.key_attributes)}
         names.update({"#a": attribute, "#m": lay.target_checkpoints_attribute})
         prefix = rule_token(storage_name)
         cleared = 0
@@ -235,7 +232,7 @@ class DropRule:
                 if total is not None and total.startswith(f"{storage_name}#"):
                     # a partial of the rule (write_shards): its sums roll up into the targets
                     self.requests.send(
-                        "delete_item", TableName=self.table_name, Key={k: item[k] for k in keys}
+                        "delete_item", TableName=self.table_name, Key=lay.key_of(item)
                     )
                     continue
                 if lay.is_reserved(item):
@@ -247,15 +244,13 @@ class DropRule:
                 ]
                 if attribute not in item and not entries:
                     continue
-                if self._clear_item(item, keys, attribute, entries):
+                if self._clear_item(item, attribute, entries):
                     cleared += 1
                     if self.on_deleted is not None:
                         self.on_deleted(1)
         return cleared
 
-    def _clear_item(
-        self, item: dict[str, Any], keys: list[str], attribute: str, entries: list[str]
-    ) -> bool:
+    def _clear_item(self, item: dict[str, Any], attribute: str, entries: list[str]) -> bool:
         """One item's ``REMOVE`` of the attribute and the rule's checkpoint map entries (the
         whole map when they are all it holds, so no empty map is left behind), on condition
         that the item exists and its attribute is as read."""
@@ -276,7 +271,7 @@ class DropRule:
             self.requests.send(
                 "update_item",
                 TableName=self.table_name,
-                Key={k: item[k] for k in keys},
+                Key=self.layout.key_of(item),
                 **update.render(),
             )
         except ClientError as exc:
@@ -324,7 +319,7 @@ class DropRule:
                     if partition != storage_name and not partition.startswith(f"{storage_name}#"):
                         continue  # another rule's whose name starts with this one's
                     self.requests.send(
-                        "delete_item", TableName=self.table_name, Key=control_item_key(lay, item)
+                        "delete_item", TableName=self.table_name, Key=lay.key_of(item)
                     )
                     removed += 1
         return removed
@@ -337,7 +332,7 @@ class DropRule:
             for item in page:
                 if storage_name not in item.get("after", {}).get("M", {}):
                     continue
-                key = control_item_key(self.layout, item)
+                key = self.layout.key_of(item)
                 update = Update().remove(("after", storage_name)).remove(("set_by", storage_name))
                 self.requests.send(
                     "update_item", TableName=self.table_name, Key=key, **update.render()

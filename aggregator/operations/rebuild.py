@@ -301,7 +301,6 @@ def reindex_leaderboard(
     requests = requests_of(client)
     count = 0
     spread = rule.spread if partitions is None else partitions
-    keys = [layout.partition_key, *([layout.sort_key] if layout.sort_key else [])]
     for page in query_collections(
         requests.send,
         table_name,
@@ -329,7 +328,7 @@ def reindex_leaderboard(
                 requests.send(
                     "update_item",
                     TableName=table_name,
-                    Key={k: item[k] for k in keys},  # where it is, spread or not
+                    Key=layout.key_of(item),  # where it is, spread or not
                     **update.render(),
                 )
             except ClientError as exc:

@@ -219,8 +219,7 @@ class _Checker:
         if not self.targets:
             return out, present
         lay = self.layout
-        keys = [lay.partition_key] + ([lay.sort_key] if lay.sort_key else [])
-        wanted = [*keys, lay.target_checkpoints_attribute]
+        wanted = [*lay.key_attributes, lay.target_checkpoints_attribute]
         wanted += sorted({r.target.attribute for r in self.targets.values() if r.target})
         names = {f"#p{i}": n for i, n in enumerate(wanted)}
         request = {

@@ -327,6 +327,12 @@ def run_scenario(
         ddb.delete_table(TableName=name)
 
 
+def new_report() -> dict[str, int]:
+    """The counts a property run reports, at zero."""
+    keys = ("scenarios", "drift", "records", "faults", "malformed", "bad_items", "tallies")
+    return dict.fromkeys((*keys, "ledger", "spread_items"), 0)
+
+
 @pytest.mark.parametrize("part", range(PARTS))
 def test_aggregates_equal_rules_over_final_items(part, request):
     examples = min(PART_SIZE, EXAMPLES - part * PART_SIZE)
@@ -335,17 +341,7 @@ def test_aggregates_equal_rules_over_final_items(part, request):
     server = request.getfixturevalue("fresh_dynamodb_local" if SOAK else "dynamodb_local")
     ddb = server.client("dynamodb")
     streams = server.client("dynamodbstreams")
-    report = {
-        "scenarios": 0,
-        "drift": 0,
-        "records": 0,
-        "faults": 0,
-        "malformed": 0,
-        "bad_items": 0,
-        "tallies": 0,
-        "ledger": 0,
-        "spread_items": 0,
-    }
+    report = new_report()
 
     run_property(
         scenario,
@@ -368,17 +364,7 @@ def test_the_spread_layout_stays_exact(dynamodb_local):
     exact, read back through the spread reads, and placed where the design says."""
     ddb = dynamodb_local.client("dynamodb")
     streams = dynamodb_local.client("dynamodbstreams")
-    report = {
-        "scenarios": 0,
-        "drift": 0,
-        "records": 0,
-        "faults": 0,
-        "malformed": 0,
-        "bad_items": 0,
-        "tallies": 0,
-        "ledger": 0,
-        "spread_items": 0,
-    }
+    report = new_report()
     run_property(
         scenario,
         SPREAD_EXAMPLES,

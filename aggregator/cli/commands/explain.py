@@ -135,7 +135,7 @@ def _live_item(
 
 def _target_text(layout: TableLayout, values: tuple[str, ...]) -> str:
     """An application item's key as ``PK=POST#1, SK=META``."""
-    names = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
+    names = layout.key_attributes
     return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=False))
 
 

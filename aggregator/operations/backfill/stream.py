@@ -47,7 +47,7 @@ before giving up."""
 
 def item_digest(keys: dict[str, Any], layout: TableLayout) -> bytes:
     """16-byte BLAKE2b digest of an item's primary key (DynamoDB JSON)."""
-    names = [layout.partition_key] + ([layout.sort_key] if layout.sort_key else [])
+    names = layout.key_attributes
     text = json.dumps([keys.get(n) for n in names], sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 

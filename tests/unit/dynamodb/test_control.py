@@ -13,7 +13,6 @@ from aggregator.core.layout import TableLayout
 from aggregator.dynamodb.control import (
     ControlLayoutError,
     check_control_partitions,
-    control_item_key,
     moving_control_partitions,
     query_control,
     recorded_control_partitions,
@@ -76,7 +75,7 @@ def test_a_listing_reads_every_value_and_keys_come_from_the_items() -> None:
 
     items = [i for page in query_control(call, "t", FOUR, begins_with="fence#") for i in page]
     assert asked == ["AGGREGATOR#CONTROL", *(f"AGGREGATOR#CONTROL#{n}" for n in range(4))]
-    assert [control_item_key(FOUR, i)["pk"]["S"] for i in items] == asked
+    assert [FOUR.key_of(i)["pk"]["S"] for i in items] == asked
     asked.clear()
     list(query_control(call, "t", TableLayout(), begins_with="fence#"))
     assert asked == ["AGGREGATOR#CONTROL"]
