@@ -79,7 +79,6 @@ def home_region_refusal(
     *,
     region: str | None,
     home_region: str | None,
-    description: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Why the handler must not count here, or ``None`` when it may.
 
@@ -122,7 +121,7 @@ def unhomed_replicas_warning(
     https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/V2globaltables_versions.html)
     and no home Region is set: it keeps counting, since it cannot tell whether it is the only
     Region that does; ``None`` for a table without replicas."""
-    replicas = [r.get("RegionName", "?") for r in (description or {}).get("Replicas") or []]
+    replicas = replica_regions(description or {})
     if not replicas:
         return None
     here = f" in {region}" if region else ""
@@ -357,11 +356,17 @@ def table_warnings(description: Mapping[str, Any], layout: TableLayout) -> list[
     return warnings
 
 
+def replica_regions(description: Mapping[str, Any]) -> list[str]:
+    """The Regions of a global table's replicas in ``DescribeTable``'s ``Table`` (``Replicas``;
+    empty for a table without)."""
+    return [r.get("RegionName", "?") for r in description.get("Replicas") or []]
+
+
 def replica_warning(description: Mapping[str, Any]) -> str | None:
     """:func:`table_warnings`' line about a global table's replicas, or ``None`` for a table
     without (``DescribeTable``'s ``Table``): it names the home-Region setting and
     :data:`GLOBAL_TABLES_DOC`."""
-    replicas = [r.get("RegionName", "?") for r in description.get("Replicas") or []]
+    replicas = replica_regions(description)
     if not replicas:
         return None
     version = description.get("GlobalTableVersion")

@@ -147,11 +147,12 @@ def test_the_home_region_and_a_plain_table_count(
 def test_home_region_refusal(
     region: str | None, home_region: str | None, replicas: list[str] | None, refused: bool
 ) -> None:
-    description = None if replicas is None else _description(replicas)
-    refusal = home_region_refusal(
-        "orders", region=region, home_region=home_region, description=description
-    )
+    refusal = home_region_refusal("orders", region=region, home_region=home_region)
     assert (refusal is not None) is refused
+    # replicas never refuse by themselves: the handler warns about them (without a home Region)
+    description = None if replicas is None else _description(replicas)
+    warning = unhomed_replicas_warning("orders", region=region, description=description)
+    assert (warning is not None) is bool(replicas)
 
 
 def test_settings_read_the_home_region_and_the_functions_region() -> None:
