@@ -167,8 +167,8 @@ def query_collections(
     (descending with ``descending``), as if they were one collection.
 
     With one partition, exactly :func:`query_collection`'s pages. With more, each partition is
-    read by :func:`query_collection` (at least one ``Query`` each, all started at once: up to a
-    1 MB page of each in memory) and the items are merged by sort key text (Python compares
+    read by :func:`query_collection` (at least one ``Query`` each, the first pages one after
+    another as the merge starts: up to a 1 MB page of each in memory) and the items are merged by sort key text (Python compares
     ``str`` by code point, the order of their UTF-8 bytes, which is DynamoDB's order of string
     keys) into pages of :data:`MERGED_PAGE_ITEMS`.
 
