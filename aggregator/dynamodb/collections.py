@@ -168,9 +168,9 @@ def query_collections(
 
     With one partition, exactly :func:`query_collection`'s pages. With more, each partition is
     read by :func:`query_collection` (at least one ``Query`` each, the first pages one after
-    another as the merge starts: up to a 1 MB page of each in memory) and the items are merged by sort key text (Python compares
-    ``str`` by code point, the order of their UTF-8 bytes, which is DynamoDB's order of string
-    keys) into pages of :data:`MERGED_PAGE_ITEMS`.
+    another as the merge starts: up to a 1 MB page of each in memory) and the items are merged
+    by sort key text (Python compares ``str`` by code point, the order of their UTF-8 bytes,
+    which is DynamoDB's order of string keys) into pages of :data:`MERGED_PAGE_ITEMS`.
 
     Raises
     ------
