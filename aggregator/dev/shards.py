@@ -320,6 +320,11 @@ class ShardTwin:
         """A ``dynamodbstreams`` client that sees only ``partition``'s shards."""
         return PartitionStream(self, partition)
 
+    def whole(self) -> WholeStream:
+        """A ``dynamodbstreams`` client that sees every partition's shards (what a reader of the
+        whole stream, such as a backfill's collector, reads)."""
+        return WholeStream(self)
+
 
 class PartitionStream:
     """The Streams API of one partition of a :class:`ShardTwin` (what a runner reads)."""
@@ -381,6 +386,22 @@ class PartitionStream:
         if not (closed and end >= len(shard.records)):
             response["NextShardIterator"] = f"{shard_id}|{end}"
         return response
+
+
+class WholeStream(PartitionStream):
+    """The Streams API of every partition of a :class:`ShardTwin`: ``DescribeStream`` lists the
+    shards of all partitions; iterators and records are those of :class:`PartitionStream`."""
+
+    def __init__(self, twin: ShardTwin) -> None:
+        super().__init__(twin, 0)
+
+    def describe_stream(self, **kwargs: Any) -> dict[str, Any]:
+        shards = [
+            shard
+            for p in range(self.twin.plan.partitions)
+            for shard in self.twin.view(p).describe_stream()["StreamDescription"]["Shards"]
+        ]
+        return {"StreamDescription": {"StreamArn": self.twin.stream_arn, "Shards": shards}}
 
 
 class EventSourceTwin:
