@@ -1,7 +1,7 @@
 """The Lambda entry point of a distributed backfill's tasks:
 ``aggregator.backfill_handler.handler(event, context)``.
 
-The state machine of the deployed stack (:mod:`aggregator.deploy.backfill_machine`) invokes it
+The state machine of the deployed stack (``aggregator.deploy.backfill_machine``) invokes it
 with ``{"aggregator_backfill": {"task": ..., ...}}``
 (:func:`~aggregator.operations.backfill.distributed.run_task`). It is the framework's code
 package, as the stream handler (:mod:`aggregator.handler`) is, with the same ``AGGREGATOR_*``

@@ -1,6 +1,6 @@
 """A local stand-in for the backfill's state machine (:class:`LocalExecution`): the same tasks
 (:func:`~aggregator.operations.backfill.distributed.run_task`) in the same order and loops as the
-Step Functions definition runs them (:mod:`aggregator.deploy.backfill_machine`), on threads of
+Step Functions definition runs them (``aggregator.deploy.backfill_machine``), on threads of
 this process, with an invocation time budget, so that tests and the twin can run a distributed
 backfill without AWS.
 

@@ -12,6 +12,7 @@ page; :mod:`aggregator.dynamodb.collections` on a table without a sort key).
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Collection
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from aggregator.core.layout import TableLayout
 from aggregator.core.lifecycle import (
     RuleState,
     generation_name,
@@ -30,6 +32,7 @@ from aggregator.core.lifecycle import (
 )
 from aggregator.core.routing import moved_at
 from aggregator.core.rules import Rule, RuleSet
+from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.collections import client_call
 from aggregator.dynamodb.control import query_control
 from aggregator.dynamodb.deadletters import list_dead_letters
@@ -53,12 +56,35 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class BackfillProgress:
     """A backfill's progress: ``segments_done`` of ``segments`` finished, ``pages`` read so
-    far (all segments)."""
+    far (all segments). A backfill on AWS (``on_aws``,
+    :mod:`aggregator.operations.backfill.distributed`) also counts the items scanned, the
+    stream records its collector read and the changes among them, and its join and reduce
+    tasks done (of ``join_buckets`` and ``reduce_buckets``); its figures are added after each
+    commit, so an invocation killed between the two leaves them a little short."""
 
     backfill_id: str
     segments: int
     segments_done: int
     pages: int
+    on_aws: bool = False
+    items: int = 0
+    stream_records: int = 0
+    changes: int = 0
+    join_buckets: int = 0
+    joins_done: int = 0
+    reduce_buckets: int = 0
+    reduces_done: int = 0
+
+    def text(self) -> str:
+        """The progress as ``aggregator status`` shows it."""
+        if not self.on_aws:
+            return f"{self.segments_done}/{self.segments} segments, {self.pages} pages"
+        return (
+            f"on AWS: {self.segments_done:,}/{self.segments:,} segments, {self.items:,} items, "
+            f"{self.stream_records:,} stream records read ({self.changes:,} changes), joins "
+            f"{self.joins_done}/{self.join_buckets}, reduces "
+            f"{self.reduces_done}/{self.reduce_buckets}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +180,18 @@ def _backfill(
     client: DynamoDBClient, table_name: str, rules: RuleSet, backfill_id: str
 ) -> BackfillProgress:
     layout = rules.layout
+    meta = (
+        requests_of(client)
+        .send(
+            "get_item",
+            TableName=table_name,
+            Key=layout.control_key(f"backfill#{backfill_id}#meta"),
+            ConsistentRead=True,
+        )
+        .get("Item", {})
+    )
+    if meta.get("mode", {}).get("S") == "distributed":
+        return _distributed_backfill(client, table_name, layout, backfill_id, meta)
     segments = 0
     done = 0
     pages = 0
@@ -167,6 +205,46 @@ def _backfill(
                 done += bool(item.get("done", {}).get("BOOL"))
                 pages += int(item.get("page", {}).get("N", "0"))
     return BackfillProgress(backfill_id, segments, done, pages)
+
+
+def _distributed_backfill(
+    client: DynamoDBClient,
+    table_name: str,
+    layout: TableLayout,
+    backfill_id: str,
+    meta: dict[str, Any],
+) -> BackfillProgress:
+    """A backfill on AWS: its settings (meta item) and figures (``#stats``): two reads, however
+    many segments."""
+    settings = json.loads(meta["settings"]["S"])
+    stats = (
+        requests_of(client)
+        .send(
+            "get_item",
+            TableName=table_name,
+            Key=layout.control_key(f"backfill#{backfill_id}#stats"),
+            ConsistentRead=True,
+        )
+        .get("Item", {})
+    )
+
+    def count(name: str) -> int:
+        return int(stats.get(name, {}).get("N", "0"))
+
+    return BackfillProgress(
+        backfill_id,
+        int(settings["segments"]),
+        count("segments_done"),
+        count("pages"),
+        on_aws=True,
+        items=count("items"),
+        stream_records=count("stream_records"),
+        changes=count("changes"),
+        join_buckets=int(settings["join_buckets"]),
+        joins_done=count("joins_done"),
+        reduce_buckets=int(settings["reduce_buckets"]),
+        reduces_done=count("reduces_done"),
+    )
 
 
 def _definition_command(report: RuleReport, t: str) -> str:

@@ -34,6 +34,8 @@ def backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def with_options(**kwargs: Any) -> Any:
         options = {name: kwargs.pop(name) for name in BACKFILL_OPTION_NAMES}
+        if options["segments"] is None:  # each way of running has its default
+            del options["segments"]
         return command(backfill_options=options, **kwargs)
 
     wrapped: Callable[..., Any] = with_options
@@ -41,10 +43,9 @@ def backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
         [
             click.option(
                 "--segments",
-                type=click.IntRange(1, 64),
-                default=4,
-                show_default=True,
-                help="Parallel Scan segments (TotalSegments), one thread each.",
+                type=click.IntRange(1, 1_000_000),
+                help="Parallel Scan segments (TotalSegments): 1 to 64, one thread each (default "
+                "4); with backfill --on-aws up to 1,000,000 (default 256).",
             ),
             click.option(
                 "--page-items",
@@ -202,26 +203,151 @@ def print_backfill_summary(stats: BackfillStats, names: str) -> None:
         )
 
 
+def start_on_aws(
+    table: LiveTable,
+    rule_names: list[str] | None,
+    backfill_options: dict[str, Any],
+    *,
+    state_machine: str | None,
+    workers: int,
+    join_buckets: int,
+    reduce_buckets: int,
+) -> None:
+    """Begin (or resume) a distributed backfill here, where its rules are checked and a refusal
+    is one line, then start the stack's state machine on it (module docstring)."""
+    import json
+    import os
+    import time
+
+    import boto3
+
+    from aggregator.core.exceptions import ConfigError
+    from aggregator.dynamodb.client import requests_of
+    from aggregator.operations.backfill.distributed.start import start_backfill
+
+    arn = state_machine or os.environ.get("AGGREGATOR_BACKFILL_STATE_MACHINE")
+    if not arn:
+        raise ConfigError(
+            "name the backfill's state machine: --state-machine <arn> (the stack's "
+            "BackfillStateMachineArn output) or AGGREGATOR_BACKFILL_STATE_MACHINE"
+        )
+    if backfill_options.get("max_wcu") is not None:
+        raise ConfigError("--max-wcu applies to a backfill in one process; on AWS give --max-rcu")
+    sfn = requests_of(boto3.client("stepfunctions"))
+    sfn.send("describe_state_machine", stateMachineArn=arn)  # a wrong ARN fails before anything
+    settings, resumed = start_backfill(
+        table.rules,
+        table.table_stream(),
+        rule_names=rule_names,
+        segments=backfill_options.get("segments", 256),
+        join_buckets=join_buckets,
+        reduce_buckets=reduce_buckets,
+        workers=workers,
+        max_rcu=backfill_options.get("max_rcu"),
+        stream_lag_seconds=backfill_options.get("stream_lag_seconds", 5.0),
+        page_items=backfill_options.get("page_items", 1000),
+    )
+    rules = [*settings.rules, *settings.carried]
+    execution_input = {
+        "rules": rules,
+        "segments": settings.segments,
+        "join_buckets": settings.join_buckets,
+        "reduce_buckets": settings.reduce_buckets,
+        "workers": settings.workers,
+        "max_rcu": settings.max_rcu,
+        "stream_lag_seconds": settings.stream_lag_seconds,
+        "page_items": settings.page_items,
+    }
+    started = sfn.send(
+        "start_execution",
+        stateMachineArn=arn,
+        name=f"backfill-{settings.backfill_id}-{int(time.time())}",
+        input=json.dumps(execution_input),
+    )
+    console.print(
+        f"backfill {settings.backfill_id}{' (resumed)' if resumed else ''} started on AWS: "
+        f"{', '.join(rules)}, {settings.segments} segments, "
+        f"{settings.workers} workers; execution {started['executionArn']}; "
+        "`aggregator status` shows its progress",
+        highlight=False,
+    )
+
+
 @click.command("backfill", short_help="Count the items already in the table for pending rules.")
 @table_rules_options("Comma-separated rules to backfill (default: every rule pending a backfill).")
 @backfill_options
+@click.option(
+    "--on-aws",
+    is_flag=True,
+    help="Run it on the deployed stack's state machine (Step Functions and Lambda) instead of "
+    "in this process: for tables one process cannot finish (docs: Backfill on AWS).",
+)
+@click.option(
+    "--state-machine",
+    metavar="ARN",
+    help="With --on-aws: the stack's BackfillStateMachineArn output (default: "
+    "$AGGREGATOR_BACKFILL_STATE_MACHINE).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 10_000),
+    default=64,
+    show_default=True,
+    help="With --on-aws: segments scanned at once (Lambda invocations); --max-rcu is shared "
+    "by them.",
+)
+@click.option(
+    "--join-buckets",
+    type=click.IntRange(1, 10_000),
+    default=64,
+    show_default=True,
+    help="With --on-aws: tasks that join the changed items with the scan's.",
+)
+@click.option(
+    "--reduce-buckets",
+    type=click.IntRange(1, 10_000),
+    default=64,
+    show_default=True,
+    help="With --on-aws: tasks that sum and write the aggregates (one checkpoint each).",
+)
 @endpoint_option
 def backfill_cmd(
     definitions: RuleSources,
     table_name: str,
     rule_names: list[str] | None,
     backfill_options: dict[str, Any],
+    on_aws: bool,
+    state_machine: str | None,
+    workers: int,
+    join_buckets: int,
+    reduce_buckets: int,
     endpoint_url: str | None,
 ) -> None:
     """Count the items already in the table for rules pending a backfill, exactly, while the
     application writes and the handler runs; resumes a killed backfill where it stopped.
 
     Deploy the rules first (the handler, or `aggregator run`, records them as pending), then
-    run this. Progress is kept in the table under the control partition.
+    run this. Progress is kept in the table under the control partition. With --on-aws the
+    deployed stack's state machine runs it on Lambda, beyond one process's memory and the
+    stream's 24 hours; `aggregator status` then shows its progress.
     """
     from aggregator.operations.backfill import Backfill, NothingToBackfill
 
     table = LiveTable.open(table_name, definitions, endpoint_url)
+    if on_aws:
+        try:
+            start_on_aws(
+                table,
+                rule_names,
+                backfill_options,
+                state_machine=state_machine,
+                workers=workers,
+                join_buckets=join_buckets,
+                reduce_buckets=reduce_buckets,
+            )
+        except NothingToBackfill as done:
+            console.print(str(done), highlight=False)
+        return
     try:
         with backfill_progress(table.client, table_name) as on_page:
             backfill = Backfill(

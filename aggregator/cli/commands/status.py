@@ -23,8 +23,7 @@ def _state_cell(report: RuleReport) -> str:
     for g in report.generations:
         text = f"{g.generation}: {g.status}"
         if g.backfill is not None:
-            b = g.backfill
-            text += f" ({b.segments_done}/{b.segments} segments, {b.pages} pages)"
+            text += f" ({g.backfill.text()})"
         if g.unfenced:
             text += " (unfenced)"
         if g.index_stale:

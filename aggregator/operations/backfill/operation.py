@@ -137,7 +137,10 @@ class Backfill:
         carry_keys: int = DEFAULT_CARRY_KEYS,
     ) -> None:
         if not 1 <= segments <= MAX_SEGMENTS:
-            raise ConfigError(f"segments must be 1 to {MAX_SEGMENTS}, got {segments}")
+            raise ConfigError(
+                f"segments must be 1 to {MAX_SEGMENTS} in one process, got {segments} (more: "
+                "aggregator backfill --on-aws)"
+            )
         client, table_name = table.client, table.table_name
         self.manifest = Manifest(client, table_name, rules.layout)
         states = self.manifest.load()
@@ -304,6 +307,12 @@ class Backfill:
         if ids:
             self.stats.backfill_id = str(next(iter(ids)))
             meta = self.control.get(f"backfill#{self.stats.backfill_id}#meta") or {}
+            if meta.get("mode", {}).get("S") == "distributed":
+                raise ConfigError(
+                    f"backfill {self.stats.backfill_id} runs on AWS (aggregator backfill "
+                    "--on-aws): `aggregator status` shows its progress; start it again there "
+                    "if its execution stopped"
+                )
             rules = sorted(meta.get("rules", {}).get("SS", []))
             segments = int(meta.get("segments", {}).get("N", "0"))
             if rules != sorted(self.states) or segments != self.segments:

@@ -233,4 +233,12 @@ def _flush(
     if not buffer.empty:
         buffer.write(COLLECTOR, len(progress.attempts), attempt)
         written = attempt
-    return job.commit(COLLECTOR, progress, written, collector.state(final=final), done=final)
+    records, changes = collector.records, collector.changes
+    before = progress.state
+    if not job.commit(COLLECTOR, progress, written, collector.state(final=final), done=final):
+        return False
+    job.add_stats(
+        stream_records=records - int(before.get("records", 0)),
+        changes=changes - int(before.get("changes", 0)),
+    )
+    return True

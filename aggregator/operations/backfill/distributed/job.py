@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -346,6 +347,24 @@ class Job:
                 base = first[: -len("#0")]
                 keys.extend(f"{base}#{c}" for c in range(int(item["chunks"]["N"])))
         return keys
+
+    def add_stats(self, **counts: int) -> None:
+        """Add to the backfill's figures (``backfill#<id>#stats``, one ``ADD``): what
+        ``aggregator status`` shows while it runs. Added after the commit they describe, so a
+        task killed between the two leaves them short (the ``finish`` summary recounts them)."""
+        update = Update()
+        for name, value in counts.items():
+            if value:
+                update = update.add(name, Decimal(value))
+        if not update.adds:
+            return
+        update = with_collection(update, self.layout, self.layout.control_pk)
+        self.requests.send(
+            "update_item",
+            TableName=self.table_name,
+            Key=self.layout.control_key(self.key("stats")),
+            **update.render(),
+        )
 
     # -- counting ------------------------------------------------------------------------------
 

@@ -78,5 +78,6 @@ def join_bucket_task(job: Job, bucket: int, *, stop_at: float) -> bool:
     attempt = new_attempt()
     buffer.write(writer, 0, attempt)
     state = {"changed_items": len(first), "changes": changes, "scanned_changed": len(seen)}
-    job.commit(writer, progress, attempt, state, done=True)
+    if job.commit(writer, progress, attempt, state, done=True):
+        job.add_stats(joins_done=1, changed_items=len(first))
     return True

@@ -117,6 +117,7 @@ def reduce_bucket_task(job: Job, bucket: int, *, stop_at: float) -> bool:
             apply(total, applied)
             save()
         save(done=True)
+        job.add_stats(reduces_done=1, aggregates=keys_written)
         return True
     finally:
         writer.close()

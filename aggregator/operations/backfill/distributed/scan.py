@@ -83,6 +83,7 @@ def scan_segment(job: Job, segment: int, *, stop_at: float) -> bool:
         job.evaluation_failures = 0
         if not job.commit(writer, progress, attempt, state, done=not start):
             return False  # another invocation moved the segment on: the next call resumes there
+        job.add_stats(items=items, pages=pages, rcu=rcu, segments_done=int(not start))
         if not start:
             return True
         if time.monotonic() >= stop_at:
