@@ -106,7 +106,8 @@ def total_line(e: CostEstimate) -> str:
         f"${d['DynamoDB writes']:,.2f} + stream reads ${d['stream reads']:,.2f} + Lambda "
         f"${lambda_dollars:,.2f} + Step Functions ${d['Step Functions']:,.2f}; "
         f"${e.dollars_per_item * 1e6:,.3f} per million items; the scan saturates at "
-        f"{e.saturating_workers:,} workers; worker peak memory {e.worker_peak_mb:,.0f} MB"
+        f"{e.saturating_workers:,} workers; the collector reads up to "
+        f"{e.collector_capacity:,.0f} records/s; worker peak memory {e.worker_peak_mb:,.0f} MB"
     )
 
 
@@ -121,14 +122,15 @@ def estimate_lines(inputs: BackfillCostInputs, worker_counts: Sequence[int]) -> 
 
 def sample_items(count: int, seed: int = 1) -> list[dict[str, dict[str, str]]]:
     """``count`` likes of 1 KB in DynamoDB JSON (definitions/reference_counts.yaml's layout):
-    ``PK`` a post of ten million, ``SK`` ``LIKE#USER#<n>``, a time and a 900-character body."""
+    ``PK`` a post of ten million, ``SK`` ``LIKE#USER#<n>``, a time and a 980-character body
+    (about 1,020 bytes each by DynamoDB's rules)."""
     rnd = random.Random(seed)
     return [
         {
             "PK": {"S": f"POST#{rnd.randrange(10_000_000)}"},
             "SK": {"S": f"LIKE#USER#{n}"},
             "likedAt": {"N": str(1_700_000_000 + n)},
-            "body": {"S": "".join(rnd.choices(string.ascii_letters, k=900))},
+            "body": {"S": "".join(rnd.choices(string.ascii_letters, k=980))},
         }
         for n in range(count)
     ]

@@ -139,17 +139,18 @@ RECORD_OVERHEAD_BYTES = 100
 ENTRY_BYTES = 32
 """An S entry, a B entry or a partial amount as stored, compressed: an assumption. Measured for
 ``likes_per_post`` (definitions/reference_counts.yaml): an S entry is the 16-byte digest and a
-43-byte contribution (``{"likes_per_post#POST%235741736":["1","0"]}``), 24.4 bytes a entry
+43-byte contribution (``{"likes_per_post#POST%235741736":["1","0"]}``), 24.4 bytes an entry
 once a thousand are zlib-compressed together."""
 KB = 1024
 READ_UNIT_BYTES = 4096
 
 # -- this machine (measured) and DynamoDB's side (assumed) ----------------------------------------
-SCAN_CPU_ITEMS_PER_SECOND = 37_000
+SCAN_CPU_ITEMS_PER_SECOND = 36_000
 """Items one core counts a second: parsing the ``Scan`` response (botocore), the item's digest,
 ``Engine.image_entries`` for ``likes_per_post`` (definitions/reference_counts.yaml), adding to the
-carry and encoding its S entry, on 1 KB items (``python -m bench.backfill_scale --measure``:
-MEASURED on the development machine, rounded down)."""
+carry and encoding its S entry, on 1 KB items. MEASURED with ``python -m bench.backfill_scale
+--measure`` on the development machine (x86, 2 shared cores): 36,676, 38,060 and 37,272 in three
+runs; the lowest, rounded down. Lambda's arm64 core is taken as equal (not measured)."""
 SCAN_PAGE_SECONDS = 0.1
 """Seconds one strongly consistent 1 MB ``Scan`` page takes to arrive: an ASSUMPTION (AWS
 publishes "single-digit millisecond" latency for small requests, nothing per 1 MB page)."""
