@@ -34,6 +34,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from aggregator.core.deltas import NO_AMOUNTS, add_amounts
 from aggregator.core.engine import Engine
@@ -234,8 +235,15 @@ MODEL_OPTIONS: tuple[tuple[str, str, object, str], ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m bench.backfill_scale",
         description="The distributed backfill's cost model for a billion items (hours, dollars "
         "per worker count), then its twin run.",

@@ -40,9 +40,10 @@ aggregate keys, ``w`` application writes a second of which a share ``q`` change 
   the scan's end whose contributions differ (an upper bound on the changed items: each is counted
   as a different item).
 - **Records**: a flush of ``n`` entries over ``B`` buckets writes one record per bucket it touches
-  (``B * (1 - (1 - 1/B)**n)`` of them), each ``ceil((100 + entries * bytes) / 1,024)`` write
-  units; scan workers flush S entries every ``flush_items`` and partials every ``carry_keys``
-  distinct keys; the collector every ``flush_items`` B entries and at least once per invocation.
+  (``B * (1 - (1 - 1/B)**n)`` of them; more where a bucket's entries pass 350 KB), each
+  ``ceil((100 + entries * bytes) / 1,024)`` write units; scan workers flush S entries every
+  ``flush_items`` and partials every ``carry_keys`` distinct keys; the collector every
+  ``flush_items`` B entries and at least once per invocation.
 - **Join** reads every S and B record (strongly consistent: 1 read unit per started 4 KB per
   record) in ``ceil(H / W')`` waves; **reduce** reads every partial (``ceil(K / R /
   carry_keys)`` times) and writes each of the ``K`` aggregates once, ``ceil((aggregate bytes +
@@ -88,6 +89,7 @@ from typing import Any
 from aggregator.dynamodb.checkpoint import SEQUENCE_NUMBER_BYTES, checkpoint_attribute
 from aggregator.dynamodb.writer import DEFAULT_MAX_WORKERS
 from aggregator.operations.backfill.operation import DEFAULT_STREAM_LAG_SECONDS
+from aggregator.operations.backfill.segments import MAX_PAGE_RECORD_BYTES
 
 __all__ = [
     "BOUNDS",
@@ -439,12 +441,18 @@ def distinct(keys: int, draws: float) -> float:
 
 def flush_write_units(buckets: int, entries: float) -> tuple[float, float]:
     """``(records, write units)`` of one flush of ``entries`` entries over ``buckets`` buckets:
-    one record per bucket touched, each ``ceil((overhead + its entries * ENTRY_BYTES) / 1 KB)``
-    write units (its entries taken as the mean)."""
-    records = touched(buckets, entries)
-    if records == 0:
+    one record per bucket touched, split into records of at most
+    :data:`~aggregator.operations.backfill.MAX_PAGE_RECORD_BYTES` (350 KB: items are at most
+    400 KB), each ``ceil((overhead + its entries * ENTRY_BYTES) / 1 KB)`` write units (a bucket's
+    entries shared evenly among its records)."""
+    touched_buckets = touched(buckets, entries)
+    if touched_buckets == 0:
         return 0.0, 0.0
-    per_record = math.ceil((RECORD_OVERHEAD_BYTES + entries / records * ENTRY_BYTES) / KB)
+    per_bucket = entries / touched_buckets
+    fit = (MAX_PAGE_RECORD_BYTES - RECORD_OVERHEAD_BYTES) // ENTRY_BYTES
+    chunks = max(1, math.ceil(per_bucket / fit))
+    records = touched_buckets * chunks
+    per_record = math.ceil((RECORD_OVERHEAD_BYTES + per_bucket / chunks * ENTRY_BYTES) / KB)
     return records, records * per_record
 
 

@@ -67,7 +67,8 @@ def test_bad_options_fail_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
 
 
 def test_inputs_the_model_refuses_fail_in_one_line(capsys):

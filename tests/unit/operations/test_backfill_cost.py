@@ -69,10 +69,11 @@ def test_a_small_case_computed_by_hand():
     scan = e.phase("scan")
     assert scan.seconds == pytest.approx(1_000_000 / 20_480)  # 48.83 s
     assert scan.read_units == 250_000  # 1 KB items, strongly consistent: 1 unit per 4 items
-    # per segment: 250,000 S entries in one flush, one record (one join bucket) of 100 + 32 *
-    # 250,000 bytes = 7,813 units; the partials: the 1,000 keys in one record of 100 + 32,000
-    # bytes = 32 units; one progress commit per flush (2)
-    assert scan.write_units == 4 * (7813 + 32 + 2)
+    # per segment: 250,000 S entries in one flush to one join bucket: 8,000,000 bytes, in
+    # records of at most 350 KB: (358,400 - 100) // 32 = 11,196 entries fit, so 23 records of
+    # 10,869.6 entries, each ceil((100 + 347,826) / 1,024) = 340 units; the partials: the 1,000
+    # keys in one record of 100 + 32,000 bytes = 32 units; a progress commit per flush (2)
+    assert scan.write_units == 4 * (23 * 340 + 32 + 2)
     assert scan.invocations == 4  # one per segment: 97.7 s each, under 600 s
     # B entries: 100 writes/s, half of them changing a contribution, from the fence to the
     # scan's end and its lag
@@ -107,6 +108,8 @@ def test_the_helpers():
     # 10 entries over one bucket: one record of 100 + 320 bytes, 1 unit; 100 entries: 4 units
     assert flush_write_units(1, 10) == (1, 1)
     assert flush_write_units(1, 100) == (1, 4)
+    # 20,000 entries: 2 records of 10,000 (320,100 bytes: 313 units each)
+    assert flush_write_units(1, 20_000) == (2, 2 * 313)
     assert CHECKPOINT_BYTES == 14 + 17 + 4
 
 
