@@ -21,7 +21,7 @@ UV_COMPILE = $(UV) pip compile --quiet pyproject.toml requirements/build.in --ex
 	--universal --python-version 3.11 --generate-hashes
 
 .PHONY: install lock test-latest test-lowest test-yaml test-package demo test lint docs docs-sessions soak bench \
-	bench-scale bench-shard clean build-AggregatorFunction
+	bench-scale bench-shard bench-backfill-scale clean build-AggregatorFunction
 
 # A virtualenv from a lock file: $(1) the virtualenv, $(2) the lock. Every package comes from the
 # lock (--no-deps; uv checks the hashes); the package itself is installed editable with the
@@ -214,6 +214,13 @@ bench-scale: install
 # "shard-throughput: <r> records/s per shard at <l> ms a request (batch <b>)".
 bench-shard: install
 	$(BIN)/python -m bench.shard_throughput $(ARGS)
+
+# The distributed backfill (issue 33): the cost model's estimate for a billion 1 KB items with 1,000
+# application writes a second, per worker count (hours, dollars; docs/operations/backfill-cost.md),
+# then the twin run. Its last line: "backfill-scale: <segments> segments, <workers> workers: <x>
+# items/s, worker peak memory <m> MB, exact <yes|no>".
+bench-backfill-scale: install
+	$(BIN)/python -m bench.backfill_scale $(ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-lowest .cache .pytest_cache .ruff_cache .mypy_cache site
