@@ -68,11 +68,44 @@ class TwinFigures:
 
 
 def run_twin(args: argparse.Namespace) -> TwinFigures | None:
-    """The twin run of the distributed backfill: workers as separate processes with an
-    invocation budget, killed and resumed, live writes and handler crashes, every aggregate
-    compared with a truth computed without the engine. Not built yet: returns ``None`` (and the
-    bench prints no ``backfill-scale:`` line)."""
-    return None
+    """The twin run of the distributed backfill (:func:`aggregator.dev.backfill_twin.
+    run_backfill_twin`): a table of ``--twin-likes`` items adopted on DynamoDB Local, a stream
+    of ``--twin-partitions`` rolling shards with crashing handlers, an application writing
+    throughout, ``--twin-segments`` segments scanned by ``--twin-workers`` invocations at once,
+    each a process with a time budget, a quarter killed at a random moment; every aggregate
+    compared with a count of the items made without the engine. Prints a ``twin:`` line of its
+    figures; ``--no-twin`` skips it (``None``)."""
+    if args.no_twin:
+        return None
+    from aggregator.dev.backfill_twin import TwinSettings, run_backfill_twin
+    from aggregator.dev.local import DynamoDBLocal
+
+    settings = TwinSettings(
+        likes=args.twin_likes,
+        partitions=args.twin_partitions,
+        segments=args.twin_segments,
+        workers=args.twin_workers,
+        seed=args.twin_seed,
+    )
+    with DynamoDBLocal() as local:
+        result = run_backfill_twin(local, settings)
+    print(
+        f"twin: {result.items_scanned:,} items scanned in {result.backfill_seconds:.1f} s over "
+        f"{result.shards} shards ({settings.partitions} open at once); {result.invocations} "
+        f"invocations of {settings.budget_seconds:g} s, {result.killed} killed; "
+        f"{result.application_writes:,} application writes and {result.handler_crashes} handler "
+        f"crashes meanwhile; {result.changes:,} changes of {result.changed_items:,} items; "
+        f"{len(result.wrong)} aggregates wrong"
+    )
+    for wrong in result.wrong[:5]:
+        print(f"twin: wrong: {wrong}")
+    return TwinFigures(
+        segments=settings.segments,
+        workers=settings.workers,
+        items_per_second=result.items_per_second,
+        peak_memory_mb=result.worker_peak_mb,
+        exact=result.exact,
+    )
 
 
 def twin_line(figures: TwinFigures) -> str:
@@ -259,6 +292,15 @@ def parser() -> argparse.ArgumentParser:
         default=WORKER_COUNTS,
         help="worker counts of the estimate lines (16,64,256,1000,4000)",
     )
+    p.add_argument("--no-twin", action="store_true", help="print the model's lines only")
+    for flag, name, default, text in (
+        ("--twin-likes", "twin_likes", 40_000, "items in the twin's table before the backfill"),
+        ("--twin-partitions", "twin_partitions", 64, "stream shards open at once"),
+        ("--twin-segments", "twin_segments", 256, "the twin's Scan segments"),
+        ("--twin-workers", "twin_workers", 8, "the twin's invocations at once"),
+        ("--twin-seed", "twin_seed", 0, "the twin's random seed"),
+    ):
+        p.add_argument(flag, dest=name, type=int, default=default, help=f"{text} ({default:,})")
     p.add_argument(
         "--measure",
         action="store_true",

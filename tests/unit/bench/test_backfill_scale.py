@@ -40,8 +40,8 @@ def test_one_estimate_line_per_worker_count_then_the_total_for_the_default():
     )
 
 
-def test_without_a_twin_it_prints_the_estimate_only(capsys):
-    assert main(["--items", "1000000", "--worker-counts", "4,8"]) == 0
+def test_with_no_twin_it_prints_the_estimate_only(capsys):
+    assert main(["--items", "1000000", "--worker-counts", "4,8", "--no-twin"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
     assert lines[0].startswith("estimate: 1,000,000 items, 4 workers: ")
