@@ -188,6 +188,16 @@ class Backfill:
         self.skipped = selection.skipped
         """Pending derived rules left out, each with the reason."""
         self.states = {n: states[n] for n in (*self.rule_names, *self.carried)}
+        for backfill_id in {
+            s.backfill_id for s in self.states.values() if s.status == "backfilling"
+        }:
+            meta = self.control.get(f"backfill#{backfill_id}#meta") or {}
+            if meta.get("mode", {}).get("S") == "distributed":
+                raise ConfigError(
+                    f"backfill {backfill_id} runs on AWS (aggregator backfill --on-aws): "
+                    "`aggregator status` shows its progress; start it again there if its "
+                    "execution stopped"
+                )
         targets = [n for n in self.rule_names if self.rules.get(n).target is not None]
         if targets and segments > MAX_TARGET_SEGMENTS:
             raise ConfigError(
@@ -307,12 +317,6 @@ class Backfill:
         if ids:
             self.stats.backfill_id = str(next(iter(ids)))
             meta = self.control.get(f"backfill#{self.stats.backfill_id}#meta") or {}
-            if meta.get("mode", {}).get("S") == "distributed":
-                raise ConfigError(
-                    f"backfill {self.stats.backfill_id} runs on AWS (aggregator backfill "
-                    "--on-aws): `aggregator status` shows its progress; start it again there "
-                    "if its execution stopped"
-                )
             rules = sorted(meta.get("rules", {}).get("SS", []))
             segments = int(meta.get("segments", {}).get("N", "0"))
             if rules != sorted(self.states) or segments != self.segments:
