@@ -222,11 +222,15 @@ def _expected_stream_arn(deployment: str) -> Any:
     return {"Fn::GetAtt": ["Table", "StreamArn"]}
 
 
-def _statements(deployed: dict[str, Any], *, targets: bool = False) -> list[dict[str, Any]]:
-    """The role's statements; those of target and leaderboard rules only with ``targets``
+def _statements(
+    deployed: dict[str, Any], *, targets: bool = False, role_name: str = "AggregatorRole"
+) -> list[dict[str, Any]]:
+    """The statements of the role ``role_name`` (the stream function's by default); those of
+    target and leaderboard rules only with ``targets``
     (:func:`~tests.unit.role_policy.target_attributes` and
     :func:`~tests.unit.role_policy.leaderboard_index_query` check them)."""
-    _, role = _only_resource(deployed, "AWS::IAM::Role")
+    role = deployed["Resources"][role_name]
+    assert role["Type"] == "AWS::IAM::Role"
     return [
         statement
         for policy in role["Properties"].get("Policies", [])
@@ -465,8 +469,7 @@ def test_function_settings(
     assert function["MemorySize"] == 1769
     assert function["Timeout"] == 60
     assert function["Tracing"] == {"Ref": "Tracing"}
-    log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
-    assert function["LoggingConfig"] == {"LogGroup": {"Ref": log_group}}
+    assert function["LoggingConfig"] == {"LogGroup": {"Ref": "LogGroup"}}
     assert function["Environment"]["Variables"] == {
         "AGGREGATOR_TABLE_NAME": {
             "Fn::If": ["CreateTable", {"Ref": table_name}, {"Ref": "ExistingTableName"}]
@@ -520,15 +523,25 @@ def test_existing_table_parameters_flow_into_the_function(
 def test_the_explicit_role_is_all_the_function_gets(
     template: dict[str, Any], function: dict[str, Any]
 ) -> None:
-    role_name, role = _only_resource(template, "AWS::IAM::Role")
-    # With a Role of its own, SAM attaches nothing to the function: no Policies, no policy
+    roles = _resources_of_type(template, "AWS::IAM::Role")
+    assert sorted(roles) == ["AggregatorRole", "BackfillRole", "BackfillStateMachineRole"]
+    role = roles["AggregatorRole"]
+    # With a Role of its own, SAM attaches nothing to a function: no Policies, no policy
     # templates, no managed policies (AWSLambdaDynamoDBExecutionRole has stream reads on "*").
-    assert function["Role"] == {"Fn::GetAtt": [role_name, "Arn"]}
-    assert "Policies" not in function
-    assert "PermissionsBoundary" not in function
-    assert "ManagedPolicyArns" not in role["Properties"]
-    iam = {r["Type"] for r in template["Resources"].values() if r["Type"].startswith("AWS::IAM::")}
-    assert iam == {"AWS::IAM::Role"}  # no AWS::IAM::Policy attaching more to it
+    backfill = template["Resources"]["BackfillFunction"]["Properties"]
+    assert function["Role"] == {"Fn::GetAtt": ["AggregatorRole", "Arn"]}
+    assert backfill["Role"] == {"Fn::GetAtt": ["BackfillRole", "Arn"]}
+    for props in (function, backfill):
+        assert "Policies" not in props
+        assert "PermissionsBoundary" not in props
+    assert not any("ManagedPolicyArns" in r["Properties"] for r in roles.values())
+    # one AWS::IAM::Policy, attached to the state machine's role only (what it needs of the
+    # state machine, which names the role): nothing attaches more to the functions' roles
+    policies = _resources_of_type(template, "AWS::IAM::Policy")
+    assert list(policies) == ["BackfillStateMachinePolicy"]
+    assert policies["BackfillStateMachinePolicy"]["Properties"]["Roles"] == [
+        {"Ref": "BackfillStateMachineRole"}
+    ]
     text = TEMPLATE_PATH.read_text(encoding="utf-8")
     for managed in (
         "DynamoDBCrudPolicy",
@@ -595,11 +608,10 @@ def test_stream_reads_are_scoped_to_the_stream(deployment: tuple[str, Any]) -> N
 def test_queue_and_log_permissions(template: dict[str, Any], deployment: tuple[str, Any]) -> None:
     _, deployed = deployment
     queue_name, _ = _only_resource(template, "AWS::SQS::Queue")
-    log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
     assert_queue_and_log_permissions(
         _statements(deployed),
         {"Fn::GetAtt": [queue_name, "Arn"]},
-        {"Fn::GetAtt": [log_group, "Arn"]},
+        {"Fn::GetAtt": ["LogGroup", "Arn"]},
     )
 
 
@@ -702,8 +714,7 @@ def test_outputs(template: dict[str, Any]) -> None:
     outputs = {name: o["Value"] for name, o in template["Outputs"].items()}
     table_name, _ = _only_resource(template, "AWS::DynamoDB::Table")
     queue_name, _ = _only_resource(template, "AWS::SQS::Queue")
-    role_name, _ = _only_resource(template, "AWS::IAM::Role")
-    log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
+    role_name, log_group = "AggregatorRole", "LogGroup"
     assert outputs == {
         "TableName": {"Fn::If": ["CreateTable", {"Ref": table_name}, {"Ref": "ExistingTableName"}]},
         "TableStreamArn": {
@@ -717,7 +728,10 @@ def test_outputs(template: dict[str, Any]) -> None:
         "AggregatorRoleArn": {"Fn::GetAtt": [role_name, "Arn"]},
         "FailureQueueUrl": {"Ref": queue_name},  # Ref of an SQS queue is its URL
         "LogGroupName": {"Ref": log_group},
+        # the backfill on AWS starts it (only where it is created)
+        "BackfillStateMachineArn": {"Ref": "BackfillStateMachine"},
     }
+    assert template["Outputs"]["BackfillStateMachineArn"]["Condition"] == "CreateBackfill"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1035,7 +1049,16 @@ def test_alarm_parameters(
 # global tables: one home Region counts (docs/deployment/global-tables.md)
 # --------------------------------------------------------------------------------------------
 
-COUNTING_ONLY = {MAPPING, "IteratorAgeAlarm"}
+BACKFILL_RESOURCES = {
+    "BackfillLogGroup",
+    "BackfillRole",
+    "BackfillFunction",
+    "BackfillStateMachineRole",
+    "BackfillStateMachinePolicy",
+    "BackfillStateMachine",
+}
+"""The backfill on AWS (parameter ``Backfill``)."""
+COUNTING_ONLY = {MAPPING, "IteratorAgeAlarm", *BACKFILL_RESOURCES}
 """What a stack creates only in the Region that counts the stream."""
 
 
@@ -1057,7 +1080,8 @@ def test_home_region_subscribes_only_the_home_regions_stack(
     deployed = _deploy(template, region, HomeRegion=home_region, **DEPLOYMENTS[deployment])
     resources = deployed["Resources"]
     assert deployed["Conditions"]["CountHere"] is counts
-    # elsewhere exactly the subscription and its lag alarm are missing; the function, its role
+    # elsewhere exactly the subscription, its lag alarm and the backfill on AWS (which would
+    # count twice) are missing; the function, its role
     # (stream reads included: harmless without a mapping), the queue and the other alarms stay
     missing = set(everywhere) - set(resources)
     assert missing == (set() if counts else COUNTING_ONLY)
