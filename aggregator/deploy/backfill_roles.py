@@ -80,7 +80,12 @@ def backfill_function_statements(
         ``["control-leading-keys"]``).
     """
     return [
-        {"Sid": "ScanTheTable", "Effect": "Allow", "Action": "dynamodb:Scan", "Resource": table_arn},
+        {
+            "Sid": "ScanTheTable",
+            "Effect": "Allow",
+            "Action": "dynamodb:Scan",
+            "Resource": table_arn,
+        },
         {
             "Sid": "DescribeTheTable",
             "Effect": "Allow",
@@ -113,7 +118,12 @@ def backfill_function_statements(
             "Resource": stream_arn,
         },
         # ListStreams has no resource type (Service Authorization Reference, Amazon DynamoDB)
-        {"Sid": "ListStreams", "Effect": "Allow", "Action": "dynamodb:ListStreams", "Resource": "*"},
+        {
+            "Sid": "ListStreams",
+            "Effect": "Allow",
+            "Action": "dynamodb:ListStreams",
+            "Resource": "*",
+        },
         {
             "Sid": "OwnLogGroup",
             "Effect": "Allow",

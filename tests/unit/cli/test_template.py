@@ -31,12 +31,15 @@ from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.role_policy import (
     ITEM_WRITES,
     LEADERBOARD_SID,
+    PK_ONLY_BACKFILL_ITEM_GRANTS,
     PK_ONLY_ITEM_GRANTS,
     TARGET_SID,
+    assert_backfill_role_policy,
     assert_every_statement_allows_named_actions,
     assert_item_access_only_under_the_reserved_partitions,
     assert_no_other_table_access,
     assert_queue_and_log_permissions,
+    assert_state_machine_role_policy,
     assert_stream_reads_are_scoped_to_the_stream,
     assert_xray_writes_only_when_traced,
     pk_only_item_grants,
@@ -862,6 +865,8 @@ def test_without_a_sort_key_the_role_writes_only_keys_under_the_reserved_prefixe
     deployed = _deploy(template, **DEPLOYMENTS[name])
     granted = pk_only_item_grants(_statements(deployed))
     assert granted == PK_ONLY_ITEM_GRANTS
+    backfill = _statements(deployed, role_name="BackfillRole")
+    assert pk_only_item_grants(backfill) == PK_ONLY_BACKFILL_ITEM_GRANTS
     layout = load_rules(PK_ONLY_DEFINITIONS).layout
 
     def allowed(action: str, key: str) -> bool:
@@ -1142,3 +1147,200 @@ def test_home_region_accepts_region_names_only(
     assert pattern == f"^$|^{REGION_PATTERN}$"
     # CloudFormation matches AllowedPattern against the whole value
     assert (re.fullmatch(pattern, value) is not None) is accepted
+
+
+# --------------------------------------------------------------------------------------------
+# the backfill on AWS (docs/operations/backfill-on-aws.md)
+# --------------------------------------------------------------------------------------------
+
+EXECUTION_ARNS = [
+    {
+        "Fn::Sub": "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:execution:"
+        "${BackfillStateMachine.Name}" + tail
+    }
+    for tail in (":*", "/*")
+]
+
+
+@pytest.mark.parametrize(
+    ("backfill", "home_region", "created"),
+    [("Enabled", "", True), ("Disabled", "", False), ("Enabled", "us-east-1", False)],
+)
+def test_the_backfill_is_optional_and_only_where_the_stack_counts(
+    template: dict[str, Any], backfill: str, home_region: str, created: bool
+) -> None:
+    assert template["Parameters"]["Backfill"]["Default"] == "Enabled"
+    assert template["Conditions"]["CreateBackfill"] == {
+        "Fn::And": [
+            {"Fn::Equals": [{"Ref": "Backfill"}, "Enabled"]},
+            {"Condition": "CountHere"},
+        ]
+    }
+    conditioned = {
+        n for n, r in template["Resources"].items() if r.get("Condition") == "CreateBackfill"
+    }
+    assert conditioned == BACKFILL_RESOURCES
+    deployed = _deploy(template, Backfill=backfill, HomeRegion=home_region)
+    assert (set(deployed["Resources"]) >= BACKFILL_RESOURCES) is created
+    assert (BACKFILL_RESOURCES & set(deployed["Resources"]) != set()) is created
+    assert ("BackfillStateMachineArn" in deployed["Outputs"]) is created
+    # nothing else refers to what is not created
+    if not created:
+        text = json.dumps(deployed)
+        assert all(f'"{name}"' not in text for name in BACKFILL_RESOURCES)
+
+
+def test_the_backfill_function_is_the_stream_functions_code_with_the_longest_timeout(
+    template: dict[str, Any], function: dict[str, Any]
+) -> None:
+    resource = template["Resources"]["BackfillFunction"]
+    backfill = resource["Properties"]
+    assert resource["Metadata"] == template["Resources"]["AggregatorFunction"]["Metadata"]
+    for key in ("CodeUri", "Handler", "Runtime", "Architectures"):
+        assert backfill[key] == function[key], key
+    assert backfill["Timeout"] == 900  # Lambda's maximum (Lambda Developer Guide, quotas)
+    assert backfill["MemorySize"] == {"Ref": "BackfillMemorySize"}
+    memory = template["Parameters"]["BackfillMemorySize"]
+    assert (memory["Default"], memory["MinValue"], memory["MaxValue"]) == (1769, 128, 10240)
+    assert backfill["Role"] == {"Fn::GetAtt": ["BackfillRole", "Arn"]}
+    assert backfill["LoggingConfig"] == {"LogGroup": {"Ref": "BackfillLogGroup"}}
+    assert "Events" not in backfill and "Tracing" not in backfill
+    # the stream function's settings, without its queue (no grant) and with tracing off
+    variables = dict(function["Environment"]["Variables"])
+    del variables["AGGREGATOR_ON_FAILURE_QUEUE_URL"]
+    variables["POWERTOOLS_TRACE_DISABLED"] = "true"
+    assert backfill["Environment"]["Variables"] == variables
+    group = template["Resources"]["BackfillLogGroup"]["Properties"]
+    assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${AWS::StackName}-backfill"}
+    assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_the_state_machine_runs_the_definition_with_the_backfill_function(
+    template: dict[str, Any],
+) -> None:
+    from aggregator.deploy.backfill_machine import backfill_definition
+
+    machine = template["Resources"]["BackfillStateMachine"]
+    assert machine["Type"] == "AWS::StepFunctions::StateMachine"
+    props = machine["Properties"]
+    assert props["StateMachineType"] == "STANDARD"
+    assert props["Definition"] == backfill_definition()
+    assert props["DefinitionSubstitutions"] == {
+        "BackfillFunctionArn": {"Fn::GetAtt": ["BackfillFunction", "Arn"]}
+    }
+    assert props["RoleArn"] == {"Fn::GetAtt": ["BackfillStateMachineRole", "Arn"]}
+
+
+def test_the_backfill_function_role_is_least_privilege(deployment: tuple[str, Any]) -> None:
+    name, deployed = deployment
+    statements = _statements(deployed, targets=True, role_name="BackfillRole")
+    assert_backfill_role_policy(
+        statements,
+        table_arn=_expected_table_arn(name),
+        stream_arn=_expected_stream_arn(name),
+        log_group_arn={"Fn::GetAtt": ["BackfillLogGroup", "Arn"]},
+    )
+    # the reducers write what the stream function writes: the same rule-dependent statements
+    stream_function = _statements(deployed, targets=True)
+    for sid in (TARGET_SID, LEADERBOARD_SID):
+        assert [s for s in statements if s.get("Sid") == sid] == [
+            s for s in stream_function if s.get("Sid") == sid
+        ]
+    role = deployed["Resources"]["BackfillRole"]["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "lambda.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ]
+
+
+def test_the_state_machine_role_invokes_the_function_and_runs_its_own_map_runs(
+    deployment: tuple[str, Any],
+) -> None:
+    _, deployed = deployment
+    resources = deployed["Resources"]
+    statements = [
+        *_statements(deployed, role_name="BackfillStateMachineRole"),
+        *resources["BackfillStateMachinePolicy"]["Properties"]["PolicyDocument"]["Statement"],
+    ]
+    assert_state_machine_role_policy(
+        statements,
+        function_arn={"Fn::GetAtt": ["BackfillFunction", "Arn"]},
+        state_machine_arn={"Ref": "BackfillStateMachine"},
+        execution_arns=EXECUTION_ARNS,
+    )
+    trust = resources["BackfillStateMachineRole"]["Properties"]["AssumeRolePolicyDocument"]
+    assert trust["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "states.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+            "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}},
+        }
+    ]
+
+
+def test_the_statements_are_the_deploy_modules(template: dict[str, Any]) -> None:
+    """One source: the state machine role's statements are those of
+    aggregator.deploy.backfill_roles (the CDK construct builds its own from them)."""
+    from aggregator.deploy.backfill_roles import (
+        state_machine_invoke_statements,
+        state_machine_self_statements,
+    )
+
+    resources = template["Resources"]
+    (policy,) = resources["BackfillStateMachineRole"]["Properties"]["Policies"]
+    assert policy["PolicyDocument"]["Statement"] == state_machine_invoke_statements(
+        {"Fn::GetAtt": ["BackfillFunction", "Arn"]}
+    )
+    document = resources["BackfillStateMachinePolicy"]["Properties"]["PolicyDocument"]
+    assert document["Statement"] == state_machine_self_statements(
+        {"Ref": "BackfillStateMachine"}, EXECUTION_ARNS
+    )
+
+
+@pytest.mark.parametrize(
+    ("execution", "allowed"),
+    [
+        ("execution:backfill-AbC:7f3e", True),  # an execution of the state machine
+        ("execution:backfill-AbC/Scan:0b5d", True),  # a child of its Scan Map Run
+        ("execution:backfill-AbC/Join:0b5d", True),
+        ("execution:backfill-AbCD:7f3e", False),  # another state machine's
+        ("execution:backfill-AbCD/Scan:7f3e", False),
+        ("execution:other:backfill-AbC", False),
+        ("stateMachine:backfill-AbC", False),
+    ],
+)
+def test_the_execution_arns_match_its_own_executions_only(execution: str, allowed: bool) -> None:
+    """IAM matches a Resource's ``*`` like StringLike (any run of characters): the two
+    patterns, for a state machine named ``backfill-AbC``, against ARNs of executions."""
+    prefix = "arn:aws:states:eu-west-1:123456789012:"
+    patterns = [
+        arn["Fn::Sub"]
+        .replace("${AWS::Partition}", "aws")
+        .replace("${AWS::Region}", "eu-west-1")
+        .replace("${AWS::AccountId}", "123456789012")
+        .replace("${BackfillStateMachine.Name}", "backfill-AbC")
+        for arn in EXECUTION_ARNS
+    ]
+    assert any(_iam_string_like(p, prefix + execution) for p in patterns) is allowed
+
+
+def test_a_template_without_the_backfill_regions_still_renders(tmp_path: Path) -> None:
+    """A template written before the backfill on AWS has neither optional region: rendering and
+    checking it work as before."""
+    from aggregator.cli.template import check_template_regions
+
+    text = TEMPLATE_PATH.read_text(encoding="utf-8")
+    start = text.index("  # The backfill on AWS (parameter Backfill")
+    end = text.index("\nOutputs:")
+    old = text[:start].rstrip("\n") + "\n" + text[end:]
+    old = old[: old.index("  BackfillStateMachineArn:")]
+    assert "aggregator:begin backfill" not in old
+    path = tmp_path / "template.yaml"
+    path.write_text(old, encoding="utf-8")
+    rules = load_rules(ROOT / "definitions")
+    assert check_template_regions(path, rules)
+    assert render_template(old, rules) == old
