@@ -207,8 +207,8 @@ def backfill_definition(function_arn: str = FUNCTION_ARN_PLACEHOLDER) -> dict[st
       besides a fixed ~60: about 3,500 collector invocations, 35 days of 15-minute ones (each
       invocation must use its time, not return at once);
     - each child execution holds one segment's or bucket's loop: about 3,500 invocations;
-    - the lists of segments and buckets travel in the state's data: 256 KiB, some 30,000 items
-      in all (the CLI asks for far fewer);
+    - the lists of segments and buckets travel in the state's data, 256 KiB at most: some
+      40,000 numbers in all;
     - a Standard execution lasts at most one year.
     """
     backfill_id = "$.backfill.backfill_id"
