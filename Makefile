@@ -21,7 +21,8 @@ UV_COMPILE = $(UV) pip compile --quiet pyproject.toml requirements/build.in --ex
 	--universal --python-version 3.11 --generate-hashes
 
 .PHONY: install lock test-latest test-lowest test-yaml test-package demo test lint docs docs-sessions soak bench \
-	bench-scale bench-shard bench-backfill-scale clean build-AggregatorFunction
+	bench-scale bench-shard bench-backfill-scale clean build-AggregatorFunction \
+	build-BackfillFunction
 
 # A virtualenv from a lock file: $(1) the virtualenv, $(2) the lock. Every package comes from the
 # lock (--no-deps; uv checks the hashes); the package itself is installed editable with the
@@ -198,6 +199,8 @@ ARTIFACTS_DIR ?= build/AggregatorFunction
 build-AggregatorFunction: install
 	$(BIN)/aggregator build -d definitions --output "$(ARTIFACTS_DIR)" --template template.yaml \
 		$(BUILD_ARGS)
+# template.yaml's BackfillFunction (the backfill on AWS): the same artifact.
+build-BackfillFunction: build-AggregatorFunction
 
 # WCU per like when the tally lives on the post (bench/reference_counts.py), then WCU and
 # requests per 1,000 stream records for each write mode at batch sizes 100 and 1,000.

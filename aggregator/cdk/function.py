@@ -46,6 +46,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from jsii.errors import JSIIError
 
+from aggregator.cdk.backfill import BACKFILL_MEMORY_MB, BackfillOnAws
 from aggregator.cdk.code import LocalBuild, function_code
 from aggregator.cdk.policies import role_statements, target_policies
 from aggregator.cli.project.build import (
@@ -113,9 +114,11 @@ class AggregatorFunction(Construct):
       retained when the stack is deleted);
     - ``LogGroup``: the function's log group (``log_retention``, deleted with the stack);
     - with ``alarms``, ``IteratorAgeAlarm``, ``DeadLettersAlarm`` and ``FailureQueueAlarm``;
+    - with ``backfill``, ``Backfill``: the backfill on AWS (the backfill function, its role and
+      log group, the state machine, its role and map-run policy);
     - with ``home_region``, ``CountHere``: a ``CfnCondition`` (the stack's ``AWS::Region``
-      equals ``home_region``) on ``Stream`` and ``IteratorAgeAlarm``, as the SAM template's
-      ``HomeRegion`` does.
+      equals ``home_region``) on ``Stream``, ``IteratorAgeAlarm`` and the backfill's resources,
+      as the SAM template's ``HomeRegion`` does.
 
     Parameters
     ----------
@@ -181,9 +184,20 @@ class AggregatorFunction(Construct):
         to count there. The condition compares with ``AWS::Region`` at deployment, so it holds
         for region-agnostic stacks too. ``None`` (the default): a table without replicas,
         counted in the stack's Region (no condition).
+    backfill
+        Create the backfill on AWS (default ``True``; the SAM template's ``Backfill``):
+        ``Backfill``, a :class:`~aggregator.cdk.backfill.BackfillOnAws` (the backfill function,
+        the state machine, their roles; docs "Backfill on AWS"). With ``home_region``, under the
+        ``CountHere`` condition too: a backfill elsewhere would count twice.
+    backfill_memory_size
+        The backfill function's memory in MB, 128 to 10,240 (default 1,769, one vCPU;
+        ``BackfillMemorySize``).
 
     Attributes
     ----------
+    backfill : BackfillOnAws or None
+        The backfill on AWS (``backfill.state_machine.attr_arn``: what ``aggregator backfill``
+        starts), or ``None`` without ``backfill``.
     function : aws_lambda.Function
     event_source_mapping : aws_lambda.EventSourceMapping
     count_here : aws_cdk.CfnCondition or None
@@ -233,6 +247,8 @@ class AggregatorFunction(Construct):
         alarm_topic: sns.ITopic | None = None,
         iterator_age_alarm_milliseconds: int = 600_000,
         home_region: str | None = None,
+        backfill: bool = True,
+        backfill_memory_size: int = BACKFILL_MEMORY_MB,
     ) -> None:
         super().__init__(scope, construct_id)
         if mode not in WRITE_MODES:
@@ -242,6 +258,7 @@ class AggregatorFunction(Construct):
         _check_range("batch_size", batch_size, 1, 10_000)
         _check_range("window_seconds", window_seconds, 1, 900)
         _check_range("iterator_age_alarm_milliseconds", iterator_age_alarm_milliseconds, 1_000)
+        _check_range("backfill_memory_size", backfill_memory_size, 128, 10_240)
         if (
             home_region  # "" is no home Region, as the SAM template's empty HomeRegion
             and not Token.is_unresolved(home_region)
@@ -298,11 +315,29 @@ class AggregatorFunction(Construct):
             if artifact is not None
             else LocalBuild(files, boto3, FunctionRuntime.of(RUNTIME.name, ARCHITECTURE.name))
         )
+        self.function_environment: dict[str, str] = {
+            "AGGREGATOR_TABLE_NAME": table.table_name,
+            # a table table_for_rules created comes with this stream: it holds every
+            # write, so new rules need no backfill (as the SAM template's own table)
+            "AGGREGATOR_GENESIS_STREAM_ARN": (stream_arn if _created_for_rules(table) else ""),
+            "AGGREGATOR_DEFINITIONS": DEFINITIONS_DIR,
+            "AGGREGATOR_MODE": mode,
+            "AGGREGATOR_HOME_REGION": home_region or "",
+            "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": str(CHECKPOINT_RETENTION_SECONDS),
+            "AGGREGATOR_ON_FAILURE_QUEUE_URL": self.queue.queue_url,
+            "POWERTOOLS_SERVICE_NAME": service,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "POWERTOOLS_LOG_LEVEL": log_level,
+            "POWERTOOLS_TRACE_DISABLED": "false" if tracing else "true",
+        }
+        """The stream function's environment variables (the backfill function's, less the queue
+        and tracing)."""
         try:
+            code = function_code(files, artifact, local_build, RUNTIME)
             self.function = lambda_.Function(
                 self,
                 "Function",
-                code=function_code(files, artifact, local_build, RUNTIME),
+                code=code,
                 handler=HANDLER,
                 runtime=RUNTIME,
                 architecture=ARCHITECTURE,
@@ -311,23 +346,7 @@ class AggregatorFunction(Construct):
                 role=self.role.without_policy_updates(),
                 tracing=lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.PASS_THROUGH,
                 log_group=self.log_group,
-                environment={
-                    "AGGREGATOR_TABLE_NAME": table.table_name,
-                    # a table table_for_rules created comes with this stream: it holds every
-                    # write, so new rules need no backfill (as the SAM template's own table)
-                    "AGGREGATOR_GENESIS_STREAM_ARN": (
-                        stream_arn if _created_for_rules(table) else ""
-                    ),
-                    "AGGREGATOR_DEFINITIONS": DEFINITIONS_DIR,
-                    "AGGREGATOR_MODE": mode,
-                    "AGGREGATOR_HOME_REGION": home_region or "",
-                    "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": str(CHECKPOINT_RETENTION_SECONDS),
-                    "AGGREGATOR_ON_FAILURE_QUEUE_URL": self.queue.queue_url,
-                    "POWERTOOLS_SERVICE_NAME": service,
-                    "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-                    "POWERTOOLS_LOG_LEVEL": log_level,
-                    "POWERTOOLS_TRACE_DISABLED": "false" if tracing else "true",
-                },
+                environment=self.function_environment,
             )
         except RuntimeError:
             # the local build's own error, not jsii's wrapping of it
@@ -366,6 +385,25 @@ class AggregatorFunction(Construct):
             if alarms
             else ()
         )
+        self.backfill: BackfillOnAws | None = (
+            BackfillOnAws(
+                self,
+                "Backfill",
+                code=code,
+                handler=HANDLER,
+                runtime=RUNTIME,
+                architecture=ARCHITECTURE,
+                environment=self.function_environment,
+                regions=regions,
+                table_arn=table_arn,
+                stream_arn=stream_arn,
+                leaderboard_index=self.rules.layout.leaderboard_index,
+                memory_size=backfill_memory_size,
+                log_retention=log_retention,
+            )
+            if backfill
+            else None
+        )
         # A global table: the subscription (and its lag alarm) only in the home Region; the
         # condition is decided at deployment (AWS::Region), so region-agnostic stacks get it too
         self.count_here: CfnCondition | None = None
@@ -374,7 +412,9 @@ class AggregatorFunction(Construct):
                 self, "CountHere", expression=Fn.condition_equals(home_region, Aws.REGION)
             )
             lag_alarm = [self.alarms[0].node.default_child] if self.alarms else []
-            for resource in (mapping, *lag_alarm):
+            # the backfill too: elsewhere it would count twice
+            backfill_resources = self.backfill.resources() if self.backfill else []
+            for resource in (mapping, *lag_alarm, *backfill_resources):
                 assert isinstance(resource, CfnResource)
                 resource.cfn_options.condition = self.count_here
 

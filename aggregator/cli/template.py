@@ -1,7 +1,7 @@
 """Render the parts of ``template.yaml`` that follow from the rules and their table layout.
 
-The SAM template keeps its hand-written structure; six regions of it are rendered from the
-deployed rule set, each between marker comments::
+The SAM template keeps its hand-written structure; eight regions of it are rendered from the
+deployed rule set (the last two for the backfill on AWS), each between marker comments::
 
     # aggregator:begin <region>
     ...
@@ -42,7 +42,19 @@ Regions
     and ``ALL_OLD``/``ALL_NEW`` would return attributes the policy does not allow). Without
     either kind of rule the region is empty.
 
-``aggregator template -d DIR`` rewrites the regions in place; ``--check`` compares instead (the
+``backfill-policies`` (optional)
+    The ``Policies`` of ``BackfillRole``, the backfill function's role: ``ddb-aggregator-backfill``
+    (:func:`aggregator.deploy.backfill_roles.backfill_function_statements`, with the
+    ``dynamodb:LeadingKeys`` conditions of the two regions above), then the policies of
+    ``target-policy`` (the reducers write what the stream function writes).
+``backfill-definition`` (optional)
+    The ``Definition`` of ``BackfillStateMachine``
+    (:func:`aggregator.deploy.backfill_machine.backfill_definition`; the function's ARN is
+    ``${BackfillFunctionArn}``, a ``DefinitionSubstitutions`` entry).
+
+The optional regions may be absent (a template written before the backfill on AWS, or one that
+leaves it out); every other region must be there. ``aggregator template -d DIR`` rewrites the
+regions in place; ``--check`` compares instead (the
 build runs it on the rules it ships, so a template rendered for other rules cannot be deployed).
 """
 
@@ -59,7 +71,10 @@ from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
 
 __all__ = [
+    "OPTIONAL_REGIONS",
     "REGIONS",
+    "STREAM_ARN",
+    "TABLE_ARN",
     "check_template_regions",
     "leaderboard_policy",
     "render_regions",
@@ -75,7 +90,11 @@ REGIONS = (
     "control-leading-keys",
     "filters",
     "target-policy",
+    "backfill-policies",
+    "backfill-definition",
 )
+OPTIONAL_REGIONS = frozenset({"backfill-policies", "backfill-definition"})
+"""Regions a template may leave out (module docstring)."""
 
 _BEGIN = re.compile(r"^(?P<indent>[ ]*)# aggregator:begin (?P<name>[a-z-]+)[ ]*$")
 _END = "# aggregator:end {name}"
@@ -110,6 +129,11 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
         When a reserved partition key value holds ``*`` or ``?`` (IAM wildcards), or a filter
         pattern is too long (:func:`aggregator.deploy.filters.filter_patterns`).
     """
+    from aggregator.deploy.backfill_machine import backfill_definition
+    from aggregator.deploy.backfill_roles import (
+        BACKFILL_POLICY_NAME,
+        backfill_function_statements,
+    )
     from aggregator.deploy.filters import filter_criteria
     from aggregator.dynamodb.table import table_definition
 
@@ -122,6 +146,29 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
             )
     definition = table_definition(layout)
     targets = any(r.target is not None for r in rules)
+    aggregates = _leading_keys(
+        layout,
+        layout.aggregates_pk,
+        collections=any(r.sharded or r.spread > 1 for r in rules),
+    )
+    control = _leading_keys(layout, layout.control_pk, collections=layout.control_partitions > 1)
+    rule_policies = [
+        *([leaderboard_policy(rules)] if any(r.leaderboard for r in rules) else []),
+        *([target_policy(rules)] if targets else []),
+    ]
+    backfill_policy = {
+        "PolicyName": BACKFILL_POLICY_NAME,
+        "PolicyDocument": {
+            "Version": "2012-10-17",
+            "Statement": backfill_function_statements(
+                table_arn=TABLE_ARN,
+                stream_arn=STREAM_ARN,
+                log_group_arn={"Fn::GetAtt": ["BackfillLogGroup", "Arn"]},
+                aggregates_condition=aggregates["Condition"],
+                control_condition=control["Condition"],
+            ),
+        },
+    }
     return {
         "table": {
             "AttributeDefinitions": definition["AttributeDefinitions"],
@@ -129,20 +176,13 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
             "GlobalSecondaryIndexes": definition["GlobalSecondaryIndexes"],
             "TimeToLiveSpecification": {"AttributeName": layout.ttl_attribute, "Enabled": True},
         },
-        "aggregates-leading-keys": _leading_keys(
-            layout,
-            layout.aggregates_pk,
-            collections=any(r.sharded or r.spread > 1 for r in rules),
-        ),
+        "aggregates-leading-keys": aggregates,
         "dead-letters-leading-keys": _leading_keys(layout, layout.dead_letters_pk),
-        "control-leading-keys": _leading_keys(
-            layout, layout.control_pk, collections=layout.control_partitions > 1
-        ),
+        "control-leading-keys": control,
         "filters": {"FilterCriteria": filter_criteria(rules)},
-        "target-policy": [
-            *([leaderboard_policy(rules)] if any(r.leaderboard for r in rules) else []),
-            *([target_policy(rules)] if targets else []),
-        ],
+        "target-policy": rule_policies,
+        "backfill-policies": [backfill_policy, *rule_policies],
+        "backfill-definition": {"Definition": backfill_definition()},
     }
 
 
@@ -155,6 +195,15 @@ TABLE_ARN = {
 }
 """The table's ARN as the template's other statements name it (created, or taken from the
 stream ARN of an existing table), in the long form of the intrinsic functions."""
+
+STREAM_ARN = {
+    "Fn::If": [
+        "CreateTable",
+        {"Fn::GetAtt": ["Table", "StreamArn"]},
+        {"Ref": "ExistingTableStreamArn"},
+    ]
+}
+"""The table's stream ARN, as the template names it."""
 
 
 def leaderboard_policy(rules: RuleSet) -> dict[str, Any]:
@@ -273,7 +322,7 @@ def render_template(text: str, rules: RuleSet, *, source: str = "template") -> s
             out += _dump(content[name], indent)
         out.append(lines[i])
         i += 1
-    missing = [name for name in REGIONS if name not in seen]
+    missing = [name for name in REGIONS if name not in seen and name not in OPTIONAL_REGIONS]
     if missing:
         raise ConfigError(
             f"{source}: no region {', '.join(map(repr, missing))}: mark where it goes with "

@@ -1,7 +1,8 @@
-"""What the aggregator function's role may do, as assertions on its policy statements.
+"""What the aggregator function's role may do, as assertions on its policy statements; the same
+for the backfill on AWS: the backfill function's role and the state machine's.
 
 Shared by the SAM template's tests (test_template.py, on each rendered deployment) and the CDK
-construct's (test_cdk.py, on each synthesized stack): both deploy the same role. A statement is
+construct's (test_cdk.py, on each synthesized stack): both deploy the same roles. A statement is
 CloudFormation JSON (``Action`` and ``Resource`` a value or a list); the expected resources are
 passed as the template spells them (an ARN, or a ``Ref``/``Fn::GetAtt``).
 """
@@ -33,6 +34,26 @@ PK_ONLY_ITEM_GRANTS = {
     "dynamodb:GetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
     "dynamodb:PutItem": {"AGGREGATOR#DEAD_LETTERS#*", "AGGREGATOR#CONTROL#*"},
     "dynamodb:BatchGetItem": {"AGGREGATOR#CONTROL#*"},
+}
+# What the backfill's tasks do to items (the design's control items, the reducers' exactly-once
+# writer): the stream function's grants under the aggregates and control partitions, no dead
+# letters; on a table without a sort key, the same prefixes.
+BACKFILL_ITEM_GRANTS = {
+    action: keys - {DEFAULT_LAYOUT.dead_letters_pk}
+    for action, keys in ITEM_GRANTS.items()
+    if keys - {DEFAULT_LAYOUT.dead_letters_pk}
+}
+PK_ONLY_BACKFILL_ITEM_GRANTS = {
+    "dynamodb:UpdateItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
+    "dynamodb:GetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
+    "dynamodb:PutItem": {"AGGREGATOR#CONTROL#*"},
+    "dynamodb:BatchGetItem": {"AGGREGATOR#CONTROL#*"},
+}
+STATE_MACHINE_ACTIONS = {
+    "lambda:InvokeFunction",
+    "states:StartExecution",
+    "states:DescribeExecution",
+    "states:StopExecution",
 }
 STREAM_ACTIONS = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -87,7 +108,9 @@ def assert_every_statement_allows_named_actions(statements: list[dict[str, Any]]
 
 
 def assert_item_access_only_under_the_reserved_partitions(
-    statements: list[dict[str, Any]], table_arn: Any
+    statements: list[dict[str, Any]],
+    table_arn: Any,
+    expected: dict[str, set[str]] = ITEM_GRANTS,
 ) -> None:
     granted: dict[str, set[str]] = {}
     for statement in statements:
@@ -108,8 +131,8 @@ def assert_item_access_only_under_the_reserved_partitions(
         assert keys and keys <= set(RESERVED_PARTITION_KEYS)
         for action in items:
             granted.setdefault(action, set()).update(keys)
-    # exactly what the handler does
-    assert granted == ITEM_GRANTS
+    # exactly what the handler (or the backfill) does
+    assert granted == expected
     assert not any(DEFAULT_LAYOUT.runner_pk in keys for keys in granted.values())
     writes = {action for action in granted if action in ITEM_WRITES}
     assert writes == {"dynamodb:UpdateItem", "dynamodb:PutItem"}
@@ -212,6 +235,75 @@ def assert_role_policy(
     assert_stream_reads_are_scoped_to_the_stream(statements, stream_arn)
     assert_queue_and_log_permissions(statements, queue_arn, log_group_arn)
     assert_xray_writes_only_when_traced(statements, traced)
+
+
+def assert_backfill_role_policy(
+    statements: list[dict[str, Any]], *, table_arn: Any, stream_arn: Any, log_group_arn: Any
+) -> None:
+    """The backfill function's role, for a table with a sort key: ``Scan`` of the table alone
+    (no condition: a Scan names no partition key), ``DescribeTable``, item grants under the
+    aggregates and control partitions only (:data:`BACKFILL_ITEM_GRANTS`), the stream's reads,
+    its own log group; no queue, no X-Ray, no dead letters; the rule-dependent statements as
+    the stream function's."""
+    target_attributes(statements, table_arn)
+    leaderboard_index_query(statements)
+    statements = [s for s in statements if s.get("Sid") not in (TARGET_SID, LEADERBOARD_SID)]
+    assert_every_statement_allows_named_actions(statements)
+    assert_item_access_only_under_the_reserved_partitions(
+        statements, table_arn, BACKFILL_ITEM_GRANTS
+    )
+    assert_stream_reads_are_scoped_to_the_stream(statements, stream_arn)
+    assert_xray_writes_only_when_traced(statements, traced=False)
+    dynamodb = {
+        action: statement
+        for statement in statements
+        for action in as_list(statement["Action"])
+        if action.startswith("dynamodb:")
+    }
+    assert set(dynamodb) == {
+        *BACKFILL_ITEM_GRANTS,
+        *STREAM_ACTIONS,
+        "dynamodb:ListStreams",
+        "dynamodb:DescribeTable",
+        "dynamodb:Scan",
+    }
+    for absent in ("Query", "DeleteItem", "BatchWriteItem", "PartiQLSelect"):
+        assert f"dynamodb:{absent}" not in dynamodb
+    for action in ("dynamodb:Scan", "dynamodb:DescribeTable"):
+        statement = dynamodb[action]
+        assert as_list(statement["Action"]) == [action]  # alone in its statement
+        assert as_list(statement["Resource"]) == [table_arn]  # the table, not an index
+        assert "Condition" not in statement
+    services = {a.split(":")[0] for s in statements for a in as_list(s["Action"])}
+    assert services == {"dynamodb", "logs"}
+    (logs,) = [s for s in statements if as_list(s["Action"])[0].startswith("logs:")]
+    assert set(as_list(logs["Action"])) == {"logs:CreateLogStream", "logs:PutLogEvents"}
+    assert as_list(logs["Resource"]) == [log_group_arn]
+
+
+def assert_state_machine_role_policy(
+    statements: list[dict[str, Any]],
+    *,
+    function_arn: Any,
+    state_machine_arn: Any,
+    execution_arns: list[Any],
+) -> None:
+    """The backfill state machine's role (its own policy and the map-run policy together):
+    invoke the backfill function; start, describe and stop its own executions; nothing else, no
+    ``"*"``."""
+    assert statements
+    granted: dict[str, list[Any]] = {}
+    for statement in statements:
+        assert statement["Effect"] == "Allow"
+        assert set(statement) <= {"Sid", "Effect", "Action", "Resource"}  # no condition
+        assert "*" not in as_list(statement["Resource"])
+        for action in as_list(statement["Action"]):
+            assert action not in granted, f"{action} granted twice"
+            granted[action] = as_list(statement["Resource"])
+    assert set(granted) == STATE_MACHINE_ACTIONS
+    assert granted["lambda:InvokeFunction"] == [function_arn]
+    assert granted["states:StartExecution"] == [state_machine_arn]
+    assert granted["states:DescribeExecution"] == granted["states:StopExecution"] == execution_arns
 
 
 def leaderboard_index_query(statements: list[dict[str, Any]]) -> bool:

@@ -51,9 +51,12 @@ from tests.unit.cli.test_template import (
     _statements,
 )
 from tests.unit.role_policy import (
+    PK_ONLY_BACKFILL_ITEM_GRANTS,
     PK_ONLY_ITEM_GRANTS,
     as_list,
+    assert_backfill_role_policy,
     assert_role_policy,
+    assert_state_machine_role_policy,
     pk_only_item_grants,
 )
 
@@ -68,13 +71,21 @@ rules:
   - {name: likes_total, match: {type: like}, key: TOTAL, write_shards: 8}
 """
 
-# The SAM template's resources, by type (each stack has one of each).
+# The SAM template's resources, by type and CDK logical ID (the construct's path, then a hash).
 SAM_NAMES = {
-    "AWS::DynamoDB::Table": "Table",
-    "AWS::SQS::Queue": "Queue",
-    "AWS::Logs::LogGroup": "LogGroup",
-    "AWS::IAM::Role": "AggregatorRole",
-    "AWS::Lambda::Function": "AggregatorFunction",
+    ("AWS::DynamoDB::Table", "Table"): "Table",
+    ("AWS::SQS::Queue", "AggregatorQueue"): "Queue",
+    ("AWS::Logs::LogGroup", "AggregatorLogGroup"): "LogGroup",
+    ("AWS::IAM::Role", "AggregatorRole"): "AggregatorRole",
+    ("AWS::Lambda::Function", "AggregatorFunction"): "AggregatorFunction",
+    ("AWS::Logs::LogGroup", "AggregatorBackfillLogGroup"): "BackfillLogGroup",
+    ("AWS::IAM::Role", "AggregatorBackfillRole"): "BackfillRole",
+    ("AWS::Lambda::Function", "AggregatorBackfillFunction"): "BackfillFunction",
+    ("AWS::IAM::Role", "AggregatorBackfillStateMachineRole"): "BackfillStateMachineRole",
+    ("AWS::StepFunctions::StateMachine", "AggregatorBackfillStateMachine"): (
+        "BackfillStateMachine"
+    ),
+    ("AWS::IAM::Policy", "AggregatorBackfillMapRunsPolicy"): "BackfillStateMachinePolicy",
 }
 MINIMIZE_POLICIES = "@aws-cdk/aws-iam:minimizePolicies"
 HOME_REGION = "eu-west-1"
@@ -119,7 +130,7 @@ class Synthesized:
 
     def asset(self, stack: str) -> Path:
         """The directory of the stack's function code, as staged for deployment."""
-        (function,) = _of_type(self.template(stack), "AWS::Lambda::Function").values()
+        function = _as_sam(self.template(stack))["Resources"]["AggregatorFunction"]
         key = function["Properties"]["Code"]["S3Key"]
         return self.outdir / f"asset.{key.removesuffix('.zip')}"
 
@@ -182,6 +193,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesize
             rules=sharded,
             boto3="runtime",
             alarms=False,
+            backfill=False,
         )
         # a global table's stacks: one region-agnostic, one for a Region; the condition is
         # decided at deployment in both
@@ -231,12 +243,18 @@ def _of_type(template: dict[str, Any], resource_type: str) -> dict[str, dict[str
 def _as_sam(template: dict[str, Any]) -> dict[str, Any]:
     """``template`` with the logical IDs of the resources the SAM template also has renamed to
     its names (``Ref`` and ``Fn::GetAtt`` follow)."""
+    import re
+
     names: dict[str, str] = {}
-    for resource_type, sam_name in SAM_NAMES.items():
-        found = _of_type(template, resource_type)
+    for (resource_type, prefix), sam_name in SAM_NAMES.items():
+        found = [
+            name
+            for name in _of_type(template, resource_type)
+            if re.fullmatch(prefix + "[0-9A-F]{8}", name)
+        ]
+        assert len(found) <= 1, found
         if found:
-            ((name, _),) = found.items()
-            names[name] = sam_name
+            names[found[0]] = sam_name
 
     def rename(node: Any) -> Any:
         if isinstance(node, list):
@@ -306,10 +324,14 @@ def test_the_role_is_the_sam_templates(
     # nothing attached besides: no managed policies, no AWS::IAM::Policy (CDK's grants through
     # the function would create one; the function holds an immutable view of the role)
     assert "ManagedPolicyArns" not in role
-    iam = {
-        r["Type"] for r in cdk_template["Resources"].values() if r["Type"].startswith("AWS::IAM::")
-    }
-    assert iam == {"AWS::IAM::Role"}
+    iam = {n: r for n, r in cdk_template["Resources"].items() if r["Type"].startswith("AWS::IAM::")}
+    # the state machine's map-run policy is the only one, on its role only (as the template's)
+    assert sorted(n for n, r in iam.items() if r["Type"] == "AWS::IAM::Policy") == [
+        "BackfillStateMachinePolicy"
+    ]
+    assert iam["BackfillStateMachinePolicy"]["Properties"]["Roles"] == [
+        {"Ref": "BackfillStateMachineRole"}
+    ]
 
 
 def test_minimized_policies_keep_the_statements(synthesized: Synthesized) -> None:
@@ -502,7 +524,7 @@ def test_home_region_conditions_the_subscription_and_its_lag_alarm(
     assert ("AWS::Lambda::EventSourceMapping" in created) is counts
     assert ("AWS::CloudWatch::Alarm/lag" in created) is counts
     assert {"AWS::Lambda::Function", "AWS::IAM::Role", "AWS::SQS::Queue"} <= created
-    (function,) = _of_type(template, "AWS::Lambda::Function").values()
+    function = _as_sam(template)["Resources"]["AggregatorFunction"]
     variables = function["Properties"]["Environment"]["Variables"]
     assert variables["AGGREGATOR_HOME_REGION"] == HOME_REGION
 
@@ -531,6 +553,8 @@ def test_without_a_sort_key(synthesized: Synthesized) -> None:
     template = _as_sam(synthesized.template("pk-only"))
     rules = load_rules(PK_ONLY)
     assert pk_only_item_grants(_statements(template)) == PK_ONLY_ITEM_GRANTS
+    backfill = _statements(template, role_name="BackfillRole")
+    assert pk_only_item_grants(backfill) == PK_ONLY_BACKFILL_ITEM_GRANTS
     table = template["Resources"]["Table"]["Properties"]
     assert table["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
     region = render_regions(rules)["table"]
@@ -699,3 +723,80 @@ def test_without_the_extra_the_import_says_what_to_install() -> None:
     )
     assert result.returncode == 1
     assert "aggregator.cdk needs the AWS CDK: pip install 'ddb-aggregator[cdk]'" in result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# the backfill on AWS
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(DEPLOYMENTS))
+def test_the_backfill_is_the_sam_templates(
+    synthesized: Synthesized, sam_template: dict[str, Any], name: str
+) -> None:
+    """The backfill function, its role, the state machine and its role and policy: what the
+    SAM template deploys, by the same assertions."""
+    cdk_template = _as_sam(synthesized.template(name))
+    resources = cdk_template["Resources"]
+    deployed = _deploy(sam_template, **DEPLOYMENTS[name])
+    sam = deployed["Resources"]
+    created = name.startswith("created")
+    # the function: the stream function's code, its settings
+    props = resources["BackfillFunction"]["Properties"]
+    sam_props = sam["BackfillFunction"]["Properties"]
+    assert props["Code"] == resources["AggregatorFunction"]["Properties"]["Code"]
+    for key in ("Handler", "Runtime", "Architectures", "Timeout", "Role"):
+        assert props[key] == sam_props[key], key
+    assert _same(props["MemorySize"], sam_props["MemorySize"])
+    assert props["LoggingConfig"] == sam_props["LoggingConfig"]
+    assert props["Environment"] == sam_props["Environment"]
+    # its role: the same statements, and least privilege
+    statements = _statements(cdk_template, targets=True, role_name="BackfillRole")
+    assert statements == _statements(deployed, targets=True, role_name="BackfillRole")
+    assert_backfill_role_policy(
+        statements,
+        table_arn={"Fn::GetAtt": ["Table", "Arn"]} if created else EXISTING_TABLE_ARN,
+        stream_arn={"Fn::GetAtt": ["Table", "StreamArn"]} if created else EXISTING_STREAM_ARN,
+        log_group_arn={"Fn::GetAtt": ["BackfillLogGroup", "Arn"]},
+    )
+    # the state machine: the definition, its function, its role
+    machine = resources["BackfillStateMachine"]["Properties"]
+    sam_machine = sam["BackfillStateMachine"]["Properties"]
+    assert json.loads(machine["DefinitionString"]) == sam_machine["Definition"]
+    for key in ("StateMachineType", "DefinitionSubstitutions", "RoleArn"):
+        assert machine[key] == sam_machine[key], key
+    role = resources["BackfillStateMachineRole"]["Properties"]
+    sam_role = sam["BackfillStateMachineRole"]["Properties"]
+    assert (
+        role["AssumeRolePolicyDocument"]["Statement"]
+        == (sam_role["AssumeRolePolicyDocument"]["Statement"])
+    )
+    assert role["Policies"] == sam_role["Policies"]
+    policy = resources["BackfillStateMachinePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    name_of = {"Name": {"Fn::GetAtt": ["BackfillStateMachine", "Name"]}}
+    execution = "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:execution:${Name}"
+    assert_state_machine_role_policy(
+        [*role["Policies"][0]["PolicyDocument"]["Statement"], *policy],
+        function_arn={"Fn::GetAtt": ["BackfillFunction", "Arn"]},
+        state_machine_arn={"Ref": "BackfillStateMachine"},
+        execution_arns=[{"Fn::Sub": [execution + tail, name_of]} for tail in (":*", "/*")],
+    )
+
+
+def test_without_the_backfill_there_is_none(synthesized: Synthesized) -> None:
+    template = synthesized.template("sharded")
+    assert not _of_type(template, "AWS::StepFunctions::StateMachine")
+    assert len(_of_type(template, "AWS::Lambda::Function")) == 1
+    assert len(_of_type(template, "AWS::IAM::Role")) == 1
+    assert not _of_type(template, "AWS::IAM::Policy")
+
+
+def test_backfill_memory_out_of_range_is_refused(stack: cdk.Stack) -> None:
+    with pytest.raises(ConfigError, match="backfill_memory_size must be from 128 to 10240"):
+        AggregatorFunction(
+            stack,
+            "Aggregator",
+            table=_existing_table(stack),
+            rules=DEFINITIONS,
+            backfill_memory_size=64,
+        )

@@ -357,13 +357,20 @@ def test_the_wheel_carries_the_project_files() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_the_project_makefile_builds_the_function_by_its_logical_id() -> None:
+def test_the_project_makefile_builds_the_functions_by_their_logical_ids() -> None:
+    """Each function (the stream's and the backfill's) has its target; both ship the one
+    artifact, built for AggregatorFunction's runtime and architecture, which they share."""
     template = cfn_yaml_loads(TEMPLATE_PATH.read_text(encoding="utf-8"), str(TEMPLATE_PATH))
-    (name,) = [
-        n for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"
-    ]
-    assert template["Resources"][name]["Metadata"] == {"BuildMethod": "makefile"}
-    assert f"\nbuild-{name}:" in project_file("Makefile")
+    functions = {
+        n: r for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"
+    }
+    assert sorted(functions) == ["AggregatorFunction", "BackfillFunction"]
+    for name, resource in functions.items():
+        assert resource["Metadata"] == {"BuildMethod": "makefile"}
+        assert f"\nbuild-{name}:" in project_file("Makefile")
+        for key in ("CodeUri", "Handler", "Runtime", "Architectures"):
+            assert resource["Properties"][key] == functions["AggregatorFunction"]["Properties"][key]
+    assert "\nbuild-BackfillFunction: build-AggregatorFunction\n" in project_file("Makefile")
 
 
 def test_the_runtime_comes_from_the_template(tmp_path: Path) -> None:

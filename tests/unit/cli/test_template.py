@@ -31,12 +31,15 @@ from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.role_policy import (
     ITEM_WRITES,
     LEADERBOARD_SID,
+    PK_ONLY_BACKFILL_ITEM_GRANTS,
     PK_ONLY_ITEM_GRANTS,
     TARGET_SID,
+    assert_backfill_role_policy,
     assert_every_statement_allows_named_actions,
     assert_item_access_only_under_the_reserved_partitions,
     assert_no_other_table_access,
     assert_queue_and_log_permissions,
+    assert_state_machine_role_policy,
     assert_stream_reads_are_scoped_to_the_stream,
     assert_xray_writes_only_when_traced,
     pk_only_item_grants,
@@ -222,11 +225,15 @@ def _expected_stream_arn(deployment: str) -> Any:
     return {"Fn::GetAtt": ["Table", "StreamArn"]}
 
 
-def _statements(deployed: dict[str, Any], *, targets: bool = False) -> list[dict[str, Any]]:
-    """The role's statements; those of target and leaderboard rules only with ``targets``
+def _statements(
+    deployed: dict[str, Any], *, targets: bool = False, role_name: str = "AggregatorRole"
+) -> list[dict[str, Any]]:
+    """The statements of the role ``role_name`` (the stream function's by default); those of
+    target and leaderboard rules only with ``targets``
     (:func:`~tests.unit.role_policy.target_attributes` and
     :func:`~tests.unit.role_policy.leaderboard_index_query` check them)."""
-    _, role = _only_resource(deployed, "AWS::IAM::Role")
+    role = deployed["Resources"][role_name]
+    assert role["Type"] == "AWS::IAM::Role"
     return [
         statement
         for policy in role["Properties"].get("Policies", [])
@@ -465,8 +472,7 @@ def test_function_settings(
     assert function["MemorySize"] == 1769
     assert function["Timeout"] == 60
     assert function["Tracing"] == {"Ref": "Tracing"}
-    log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
-    assert function["LoggingConfig"] == {"LogGroup": {"Ref": log_group}}
+    assert function["LoggingConfig"] == {"LogGroup": {"Ref": "LogGroup"}}
     assert function["Environment"]["Variables"] == {
         "AGGREGATOR_TABLE_NAME": {
             "Fn::If": ["CreateTable", {"Ref": table_name}, {"Ref": "ExistingTableName"}]
@@ -520,15 +526,25 @@ def test_existing_table_parameters_flow_into_the_function(
 def test_the_explicit_role_is_all_the_function_gets(
     template: dict[str, Any], function: dict[str, Any]
 ) -> None:
-    role_name, role = _only_resource(template, "AWS::IAM::Role")
-    # With a Role of its own, SAM attaches nothing to the function: no Policies, no policy
+    roles = _resources_of_type(template, "AWS::IAM::Role")
+    assert sorted(roles) == ["AggregatorRole", "BackfillRole", "BackfillStateMachineRole"]
+    role = roles["AggregatorRole"]
+    # With a Role of its own, SAM attaches nothing to a function: no Policies, no policy
     # templates, no managed policies (AWSLambdaDynamoDBExecutionRole has stream reads on "*").
-    assert function["Role"] == {"Fn::GetAtt": [role_name, "Arn"]}
-    assert "Policies" not in function
-    assert "PermissionsBoundary" not in function
-    assert "ManagedPolicyArns" not in role["Properties"]
-    iam = {r["Type"] for r in template["Resources"].values() if r["Type"].startswith("AWS::IAM::")}
-    assert iam == {"AWS::IAM::Role"}  # no AWS::IAM::Policy attaching more to it
+    backfill = template["Resources"]["BackfillFunction"]["Properties"]
+    assert function["Role"] == {"Fn::GetAtt": ["AggregatorRole", "Arn"]}
+    assert backfill["Role"] == {"Fn::GetAtt": ["BackfillRole", "Arn"]}
+    for props in (function, backfill):
+        assert "Policies" not in props
+        assert "PermissionsBoundary" not in props
+    assert not any("ManagedPolicyArns" in r["Properties"] for r in roles.values())
+    # one AWS::IAM::Policy, attached to the state machine's role only (what it needs of the
+    # state machine, which names the role): nothing attaches more to the functions' roles
+    policies = _resources_of_type(template, "AWS::IAM::Policy")
+    assert list(policies) == ["BackfillStateMachinePolicy"]
+    assert policies["BackfillStateMachinePolicy"]["Properties"]["Roles"] == [
+        {"Ref": "BackfillStateMachineRole"}
+    ]
     text = TEMPLATE_PATH.read_text(encoding="utf-8")
     for managed in (
         "DynamoDBCrudPolicy",
@@ -595,11 +611,10 @@ def test_stream_reads_are_scoped_to_the_stream(deployment: tuple[str, Any]) -> N
 def test_queue_and_log_permissions(template: dict[str, Any], deployment: tuple[str, Any]) -> None:
     _, deployed = deployment
     queue_name, _ = _only_resource(template, "AWS::SQS::Queue")
-    log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
     assert_queue_and_log_permissions(
         _statements(deployed),
         {"Fn::GetAtt": [queue_name, "Arn"]},
-        {"Fn::GetAtt": [log_group, "Arn"]},
+        {"Fn::GetAtt": ["LogGroup", "Arn"]},
     )
 
 
@@ -702,8 +717,7 @@ def test_outputs(template: dict[str, Any]) -> None:
     outputs = {name: o["Value"] for name, o in template["Outputs"].items()}
     table_name, _ = _only_resource(template, "AWS::DynamoDB::Table")
     queue_name, _ = _only_resource(template, "AWS::SQS::Queue")
-    role_name, _ = _only_resource(template, "AWS::IAM::Role")
-    log_group, _ = _only_resource(template, "AWS::Logs::LogGroup")
+    role_name, log_group = "AggregatorRole", "LogGroup"
     assert outputs == {
         "TableName": {"Fn::If": ["CreateTable", {"Ref": table_name}, {"Ref": "ExistingTableName"}]},
         "TableStreamArn": {
@@ -717,7 +731,10 @@ def test_outputs(template: dict[str, Any]) -> None:
         "AggregatorRoleArn": {"Fn::GetAtt": [role_name, "Arn"]},
         "FailureQueueUrl": {"Ref": queue_name},  # Ref of an SQS queue is its URL
         "LogGroupName": {"Ref": log_group},
+        # the backfill on AWS starts it (only where it is created)
+        "BackfillStateMachineArn": {"Ref": "BackfillStateMachine"},
     }
+    assert template["Outputs"]["BackfillStateMachineArn"]["Condition"] == "CreateBackfill"
 
 
 # --------------------------------------------------------------------------------------------
@@ -848,6 +865,8 @@ def test_without_a_sort_key_the_role_writes_only_keys_under_the_reserved_prefixe
     deployed = _deploy(template, **DEPLOYMENTS[name])
     granted = pk_only_item_grants(_statements(deployed))
     assert granted == PK_ONLY_ITEM_GRANTS
+    backfill = _statements(deployed, role_name="BackfillRole")
+    assert pk_only_item_grants(backfill) == PK_ONLY_BACKFILL_ITEM_GRANTS
     layout = load_rules(PK_ONLY_DEFINITIONS).layout
 
     def allowed(action: str, key: str) -> bool:
@@ -1035,7 +1054,16 @@ def test_alarm_parameters(
 # global tables: one home Region counts (docs/deployment/global-tables.md)
 # --------------------------------------------------------------------------------------------
 
-COUNTING_ONLY = {MAPPING, "IteratorAgeAlarm"}
+BACKFILL_RESOURCES = {
+    "BackfillLogGroup",
+    "BackfillRole",
+    "BackfillFunction",
+    "BackfillStateMachineRole",
+    "BackfillStateMachinePolicy",
+    "BackfillStateMachine",
+}
+"""The backfill on AWS (parameter ``Backfill``)."""
+COUNTING_ONLY = {MAPPING, "IteratorAgeAlarm", *BACKFILL_RESOURCES}
 """What a stack creates only in the Region that counts the stream."""
 
 
@@ -1057,7 +1085,8 @@ def test_home_region_subscribes_only_the_home_regions_stack(
     deployed = _deploy(template, region, HomeRegion=home_region, **DEPLOYMENTS[deployment])
     resources = deployed["Resources"]
     assert deployed["Conditions"]["CountHere"] is counts
-    # elsewhere exactly the subscription and its lag alarm are missing; the function, its role
+    # elsewhere exactly the subscription, its lag alarm and the backfill on AWS (which would
+    # count twice) are missing; the function, its role
     # (stream reads included: harmless without a mapping), the queue and the other alarms stay
     missing = set(everywhere) - set(resources)
     assert missing == (set() if counts else COUNTING_ONLY)
@@ -1118,3 +1147,200 @@ def test_home_region_accepts_region_names_only(
     assert pattern == f"^$|^{REGION_PATTERN}$"
     # CloudFormation matches AllowedPattern against the whole value
     assert (re.fullmatch(pattern, value) is not None) is accepted
+
+
+# --------------------------------------------------------------------------------------------
+# the backfill on AWS (docs/operations/backfill-on-aws.md)
+# --------------------------------------------------------------------------------------------
+
+EXECUTION_ARNS = [
+    {
+        "Fn::Sub": "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:execution:"
+        "${BackfillStateMachine.Name}" + tail
+    }
+    for tail in (":*", "/*")
+]
+
+
+@pytest.mark.parametrize(
+    ("backfill", "home_region", "created"),
+    [("Enabled", "", True), ("Disabled", "", False), ("Enabled", "us-east-1", False)],
+)
+def test_the_backfill_is_optional_and_only_where_the_stack_counts(
+    template: dict[str, Any], backfill: str, home_region: str, created: bool
+) -> None:
+    assert template["Parameters"]["Backfill"]["Default"] == "Enabled"
+    assert template["Conditions"]["CreateBackfill"] == {
+        "Fn::And": [
+            {"Fn::Equals": [{"Ref": "Backfill"}, "Enabled"]},
+            {"Condition": "CountHere"},
+        ]
+    }
+    conditioned = {
+        n for n, r in template["Resources"].items() if r.get("Condition") == "CreateBackfill"
+    }
+    assert conditioned == BACKFILL_RESOURCES
+    deployed = _deploy(template, Backfill=backfill, HomeRegion=home_region)
+    assert (set(deployed["Resources"]) >= BACKFILL_RESOURCES) is created
+    assert (BACKFILL_RESOURCES & set(deployed["Resources"]) != set()) is created
+    assert ("BackfillStateMachineArn" in deployed["Outputs"]) is created
+    # nothing else refers to what is not created
+    if not created:
+        text = json.dumps(deployed)
+        assert all(f'"{name}"' not in text for name in BACKFILL_RESOURCES)
+
+
+def test_the_backfill_function_is_the_stream_functions_code_with_the_longest_timeout(
+    template: dict[str, Any], function: dict[str, Any]
+) -> None:
+    resource = template["Resources"]["BackfillFunction"]
+    backfill = resource["Properties"]
+    assert resource["Metadata"] == template["Resources"]["AggregatorFunction"]["Metadata"]
+    for key in ("CodeUri", "Handler", "Runtime", "Architectures"):
+        assert backfill[key] == function[key], key
+    assert backfill["Timeout"] == 900  # Lambda's maximum (Lambda Developer Guide, quotas)
+    assert backfill["MemorySize"] == {"Ref": "BackfillMemorySize"}
+    memory = template["Parameters"]["BackfillMemorySize"]
+    assert (memory["Default"], memory["MinValue"], memory["MaxValue"]) == (1769, 128, 10240)
+    assert backfill["Role"] == {"Fn::GetAtt": ["BackfillRole", "Arn"]}
+    assert backfill["LoggingConfig"] == {"LogGroup": {"Ref": "BackfillLogGroup"}}
+    assert "Events" not in backfill and "Tracing" not in backfill
+    # the stream function's settings, without its queue (no grant) and with tracing off
+    variables = dict(function["Environment"]["Variables"])
+    del variables["AGGREGATOR_ON_FAILURE_QUEUE_URL"]
+    variables["POWERTOOLS_TRACE_DISABLED"] = "true"
+    assert backfill["Environment"]["Variables"] == variables
+    group = template["Resources"]["BackfillLogGroup"]["Properties"]
+    assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${AWS::StackName}-backfill"}
+    assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_the_state_machine_runs_the_definition_with_the_backfill_function(
+    template: dict[str, Any],
+) -> None:
+    from aggregator.deploy.backfill_machine import backfill_definition
+
+    machine = template["Resources"]["BackfillStateMachine"]
+    assert machine["Type"] == "AWS::StepFunctions::StateMachine"
+    props = machine["Properties"]
+    assert props["StateMachineType"] == "STANDARD"
+    assert props["Definition"] == backfill_definition()
+    assert props["DefinitionSubstitutions"] == {
+        "BackfillFunctionArn": {"Fn::GetAtt": ["BackfillFunction", "Arn"]}
+    }
+    assert props["RoleArn"] == {"Fn::GetAtt": ["BackfillStateMachineRole", "Arn"]}
+
+
+def test_the_backfill_function_role_is_least_privilege(deployment: tuple[str, Any]) -> None:
+    name, deployed = deployment
+    statements = _statements(deployed, targets=True, role_name="BackfillRole")
+    assert_backfill_role_policy(
+        statements,
+        table_arn=_expected_table_arn(name),
+        stream_arn=_expected_stream_arn(name),
+        log_group_arn={"Fn::GetAtt": ["BackfillLogGroup", "Arn"]},
+    )
+    # the reducers write what the stream function writes: the same rule-dependent statements
+    stream_function = _statements(deployed, targets=True)
+    for sid in (TARGET_SID, LEADERBOARD_SID):
+        assert [s for s in statements if s.get("Sid") == sid] == [
+            s for s in stream_function if s.get("Sid") == sid
+        ]
+    role = deployed["Resources"]["BackfillRole"]["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "lambda.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ]
+
+
+def test_the_state_machine_role_invokes_the_function_and_runs_its_own_map_runs(
+    deployment: tuple[str, Any],
+) -> None:
+    _, deployed = deployment
+    resources = deployed["Resources"]
+    statements = [
+        *_statements(deployed, role_name="BackfillStateMachineRole"),
+        *resources["BackfillStateMachinePolicy"]["Properties"]["PolicyDocument"]["Statement"],
+    ]
+    assert_state_machine_role_policy(
+        statements,
+        function_arn={"Fn::GetAtt": ["BackfillFunction", "Arn"]},
+        state_machine_arn={"Ref": "BackfillStateMachine"},
+        execution_arns=EXECUTION_ARNS,
+    )
+    trust = resources["BackfillStateMachineRole"]["Properties"]["AssumeRolePolicyDocument"]
+    assert trust["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "states.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+            "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}},
+        }
+    ]
+
+
+def test_the_statements_are_the_deploy_modules(template: dict[str, Any]) -> None:
+    """One source: the state machine role's statements are those of
+    aggregator.deploy.backfill_roles (the CDK construct builds its own from them)."""
+    from aggregator.deploy.backfill_roles import (
+        state_machine_invoke_statements,
+        state_machine_self_statements,
+    )
+
+    resources = template["Resources"]
+    (policy,) = resources["BackfillStateMachineRole"]["Properties"]["Policies"]
+    assert policy["PolicyDocument"]["Statement"] == state_machine_invoke_statements(
+        {"Fn::GetAtt": ["BackfillFunction", "Arn"]}
+    )
+    document = resources["BackfillStateMachinePolicy"]["Properties"]["PolicyDocument"]
+    assert document["Statement"] == state_machine_self_statements(
+        {"Ref": "BackfillStateMachine"}, EXECUTION_ARNS
+    )
+
+
+@pytest.mark.parametrize(
+    ("execution", "allowed"),
+    [
+        ("execution:backfill-AbC:7f3e", True),  # an execution of the state machine
+        ("execution:backfill-AbC/Scan:0b5d", True),  # a child of its Scan Map Run
+        ("execution:backfill-AbC/Join:0b5d", True),
+        ("execution:backfill-AbCD:7f3e", False),  # another state machine's
+        ("execution:backfill-AbCD/Scan:7f3e", False),
+        ("execution:other:backfill-AbC", False),
+        ("stateMachine:backfill-AbC", False),
+    ],
+)
+def test_the_execution_arns_match_its_own_executions_only(execution: str, allowed: bool) -> None:
+    """IAM matches a Resource's ``*`` like StringLike (any run of characters): the two
+    patterns, for a state machine named ``backfill-AbC``, against ARNs of executions."""
+    prefix = "arn:aws:states:eu-west-1:123456789012:"
+    patterns = [
+        arn["Fn::Sub"]
+        .replace("${AWS::Partition}", "aws")
+        .replace("${AWS::Region}", "eu-west-1")
+        .replace("${AWS::AccountId}", "123456789012")
+        .replace("${BackfillStateMachine.Name}", "backfill-AbC")
+        for arn in EXECUTION_ARNS
+    ]
+    assert any(_iam_string_like(p, prefix + execution) for p in patterns) is allowed
+
+
+def test_a_template_without_the_backfill_regions_still_renders(tmp_path: Path) -> None:
+    """A template written before the backfill on AWS has neither optional region: rendering and
+    checking it work as before."""
+    from aggregator.cli.template import check_template_regions
+
+    text = TEMPLATE_PATH.read_text(encoding="utf-8")
+    start = text.index("  # The backfill on AWS (parameter Backfill")
+    end = text.index("\nOutputs:")
+    old = text[:start].rstrip("\n") + "\n" + text[end:]
+    old = old[: old.index("  BackfillStateMachineArn:")]
+    assert "aggregator:begin backfill" not in old
+    path = tmp_path / "template.yaml"
+    path.write_text(old, encoding="utf-8")
+    rules = load_rules(ROOT / "definitions")
+    assert check_template_regions(path, rules)
+    assert render_template(old, rules) == old
