@@ -42,14 +42,15 @@ MAP_RUNS_POLICY_NAME = "ddb-aggregator-backfill-map-runs"
 class BackfillOnAws(Construct):
     """The backfill function and its state machine, as the SAM template deploys them.
 
-    ``code``, ``handler``, ``runtime``, ``architecture`` and ``environment`` are the stream
+    ``code``, ``runtime``, ``architecture`` and ``environment`` are the stream
     function's (its environment less the on-failure queue, tracing off); ``regions`` are
     :func:`aggregator.cli.template.render_regions`'.
 
     Attributes
     ----------
     function : aws_lambda.Function
-        ``BackfillFunction``: the stream function's code and handler, ``memory_size`` MB, 900 s.
+        ``BackfillFunction``: the stream function's code, the handler
+        ``aggregator.backfill_handler.handler``, ``memory_size`` MB, 900 s.
     role, log_group
         Its role (:func:`~aggregator.deploy.backfill_roles.backfill_function_statements` and
         the rules' policies) and log group.

@@ -70,6 +70,7 @@ RulePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 # The function and its stream subscription as template.yaml declares them
 # (tests/unit/cdk/test_cdk.py compares the two).
 HANDLER = "aggregator.handler.handler"
+BACKFILL_HANDLER = "aggregator.backfill_handler.handler"
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
 MEMORY_MB = 1769
@@ -390,7 +391,7 @@ class AggregatorFunction(Construct):
                 self,
                 "Backfill",
                 code=code,
-                handler=HANDLER,
+                handler=BACKFILL_HANDLER,
                 runtime=RUNTIME,
                 architecture=ARCHITECTURE,
                 environment=self.function_environment,

@@ -62,8 +62,8 @@ TRANSIENT_LAMBDA_ERRORS = (
 )
 """Lambda's transient errors, retried with exponential backoff (Step Functions Developer Guide,
 "Handling transient Lambda service exceptions"; ``TooManyRequestsException``: the account's or
-the function's concurrency is exhausted). Any other error fails the execution; ``start`` resumes
-the backfill under way when it is started again."""
+the function's concurrency is exhausted). A task's own error (a refusal, ``ConfigError``) fails
+the execution; ``start`` resumes the backfill under way when it is started again."""
 
 RETRY: list[dict[str, Any]] = [
     {
@@ -73,9 +73,19 @@ RETRY: list[dict[str, Any]] = [
         "BackoffRate": 2,
         "MaxDelaySeconds": 60,
         "JitterStrategy": "FULL",
-    }
+    },
+    {
+        "ErrorEquals": ["Lambda.Unknown"],
+        "IntervalSeconds": 5,
+        "MaxAttempts": 3,
+        "BackoffRate": 2,
+    },
 ]
-"""2, 4, 8, ... seconds (at most 60, fully jittered) between six more attempts."""
+"""2, 4, 8, ... seconds (at most 60, fully jittered) between six more attempts of a transient
+error; and three more of an invocation that died (``Lambda.Unknown``: "out-of-memory errors and
+function timeouts", Step Functions Developer Guide, "Handle Lambda service exceptions"), which
+every task makes harmless: it resumes from its last commit
+(:mod:`aggregator.operations.backfill.distributed`, "Killed tasks")."""
 
 EXECUTION_INPUT = (
     "rules",

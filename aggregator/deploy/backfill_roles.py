@@ -17,7 +17,9 @@ The function (what the backfill's tasks do to the table):
 - ``DescribeTheTable``: ``DescribeTable`` (the key schema, the stream's ARN);
 - ``AggregatesPartitionOnly`` and ``ControlPartitionOnly``: the stream function's own item
   grants under the reserved partitions (``UpdateItem``/``GetItem`` of aggregates, by the reducers'
-  exactly-once writer; ``GetItem``/``BatchGetItem``/``PutItem``/``UpdateItem`` of control items:
+  exactly-once writer, and ``BatchGetItem``/``Query`` of them, by the ``finish`` task's settling
+  of top lists, :func:`aggregator.operations.top_list_check.settle_top_lists`;
+  ``GetItem``/``BatchGetItem``/``PutItem``/``UpdateItem`` of control items:
   the backfill's progress, its committed data records, the manifest), with the same
   ``dynamodb:LeadingKeys`` conditions (:func:`aggregator.cli.template.render_regions`);
 - ``ReadTheTablesStream``/``ListStreams``: the collector's stream reads;
@@ -95,7 +97,12 @@ def backfill_function_statements(
         {
             "Sid": "AggregatesPartitionOnly",
             "Effect": "Allow",
-            "Action": ["dynamodb:UpdateItem", "dynamodb:GetItem"],
+            "Action": [
+                "dynamodb:UpdateItem",
+                "dynamodb:GetItem",
+                "dynamodb:BatchGetItem",
+                "dynamodb:Query",
+            ],
             "Resource": table_arn,
             "Condition": dict(aggregates_condition),
         },

@@ -36,18 +36,24 @@ PK_ONLY_ITEM_GRANTS = {
     "dynamodb:BatchGetItem": {"AGGREGATOR#CONTROL#*"},
 }
 # What the backfill's tasks do to items (the design's control items, the reducers' exactly-once
-# writer): the stream function's grants under the aggregates and control partitions, no dead
-# letters; on a table without a sort key, the same prefixes.
+# writer, the finish task's settling of top lists): the stream function's grants under the
+# aggregates and control partitions, no dead letters, and BatchGetItem and Query of aggregates;
+# on a table without a sort key, the same prefixes.
 BACKFILL_ITEM_GRANTS = {
-    action: keys - {DEFAULT_LAYOUT.dead_letters_pk}
-    for action, keys in ITEM_GRANTS.items()
-    if keys - {DEFAULT_LAYOUT.dead_letters_pk}
+    **{
+        action: keys - {DEFAULT_LAYOUT.dead_letters_pk}
+        for action, keys in ITEM_GRANTS.items()
+        if keys - {DEFAULT_LAYOUT.dead_letters_pk}
+    },
+    "dynamodb:BatchGetItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
+    "dynamodb:Query": {DEFAULT_LAYOUT.aggregates_pk},
 }
 PK_ONLY_BACKFILL_ITEM_GRANTS = {
     "dynamodb:UpdateItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
     "dynamodb:GetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
     "dynamodb:PutItem": {"AGGREGATOR#CONTROL#*"},
-    "dynamodb:BatchGetItem": {"AGGREGATOR#CONTROL#*"},
+    "dynamodb:BatchGetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
+    "dynamodb:Query": {"AGGREGATES#*"},
 }
 STATE_MACHINE_ACTIONS = {
     "lambda:InvokeFunction",
@@ -267,8 +273,10 @@ def assert_backfill_role_policy(
         "dynamodb:DescribeTable",
         "dynamodb:Scan",
     }
-    for absent in ("Query", "DeleteItem", "BatchWriteItem", "PartiQLSelect"):
+    for absent in ("DeleteItem", "BatchWriteItem", "PartiQLSelect"):
         assert f"dynamodb:{absent}" not in dynamodb
+    # Query of aggregates only (the finish task's top lists), never of the application's items
+    assert as_list(dynamodb["dynamodb:Query"]["Resource"]) == [table_arn]
     for action in ("dynamodb:Scan", "dynamodb:DescribeTable"):
         statement = dynamodb[action]
         assert as_list(statement["Action"]) == [action]  # alone in its statement

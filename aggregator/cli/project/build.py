@@ -4,8 +4,9 @@ What ships, into ``output``:
 
 - ``aggregator/``: the *installed* aggregator package (wherever this CLI imports it from: a wheel
   in a virtualenv, or an editable checkout) without ``aggregator/cli``, ``aggregator/dev``,
-  ``aggregator/cdk``, ``aggregator/operations`` and ``aggregator/deploy``, which the handler
-  never imports (import-linter contracts keep it so);
+  ``aggregator/cdk`` and ``aggregator/deploy``, which neither handler imports (import-linter
+  contracts keep it so); ``aggregator/operations`` ships for the backfill function
+  (:mod:`aggregator.backfill_handler`), and the stream handler never imports it;
 - ``definitions/``: the rule files (top-level ``*.yaml``/``*.yml`` of each directory, or files),
   where the template's ``DefinitionsPath`` (default ``definitions``) points the function;
 - the package's runtime dependencies (its distribution metadata, less the CLI-only ``click`` and
@@ -68,10 +69,11 @@ DEFINITIONS_DIR = "definitions"
 """Where the rule files land in the artifact: the function's ``AGGREGATOR_DEFINITIONS`` (the
 template's ``DefinitionsPath`` default, the handler's own default)."""
 
-_NOT_SHIPPED = frozenset({"cli", "dev", "cdk", "operations", "deploy"})
-"""Subpackages of ``aggregator`` the handler never imports (import-linter contracts in
-``pyproject.toml``): the CLI, the dev tools, the CDK construct (which deploys the artifact), the
-operator jobs and the deploy-time tools."""
+_NOT_SHIPPED = frozenset({"cli", "dev", "cdk", "deploy"})
+"""Subpackages of ``aggregator`` neither handler imports (import-linter contracts in
+``pyproject.toml``): the CLI, the dev tools, the CDK construct (which deploys the artifact) and
+the deploy-time tools. (The operator jobs ship: the backfill function runs the distributed
+backfill's tasks.)"""
 
 _RUNTIME_BOTO3 = frozenset({"boto3"})
 

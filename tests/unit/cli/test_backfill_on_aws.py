@@ -77,8 +77,9 @@ def test_it_begins_the_backfill_and_starts_the_state_machine_on_it(aws) -> None:
     # the local command and status see it as a backfill on AWS
     local = invoke(["backfill", "--table", "game", "-d", DEFS])
     assert "runs on AWS" in error_line(local)
-    status = invoke(["status", "--table", "game", "-d", DEFS])
-    assert "on AWS: 0/300 segments" in status.stdout, status.stdout
+    status = json.loads(invoke(["status", "--table", "game", "-d", DEFS, "--json"]).stdout)
+    progress = [g["backfill"] for r in status["rules"] for g in r["generations"] if g["backfill"]]
+    assert progress and all(p["on_aws"] and p["segments"] == 300 for p in progress), progress
 
 
 def test_without_a_state_machine_it_says_how_to_name_one(aws) -> None:

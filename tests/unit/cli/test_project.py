@@ -368,8 +368,13 @@ def test_the_project_makefile_builds_the_functions_by_their_logical_ids() -> Non
     for name, resource in functions.items():
         assert resource["Metadata"] == {"BuildMethod": "makefile"}
         assert f"\nbuild-{name}:" in project_file("Makefile")
-        for key in ("CodeUri", "Handler", "Runtime", "Architectures"):
+        for key in ("CodeUri", "Runtime", "Architectures"):
             assert resource["Properties"][key] == functions["AggregatorFunction"]["Properties"][key]
+    handlers = {n: r["Properties"]["Handler"] for n, r in functions.items()}
+    assert handlers == {
+        "AggregatorFunction": "aggregator.handler.handler",
+        "BackfillFunction": "aggregator.backfill_handler.handler",
+    }
     assert "\nbuild-BackfillFunction: build-AggregatorFunction\n" in project_file("Makefile")
 
 
@@ -456,9 +461,9 @@ def test_artifact_ships_the_runtime_package_and_the_chosen_rules_only(tmp_path: 
     assert sorted(p.name for p in artifact.iterdir()) == ["aggregator", "definitions"]
     shipped = _package_files(artifact / "aggregator")
     source = _package_files(ROOT / "aggregator")
-    # everything but the dev tools, the CLI, the CDK construct, the operator jobs and the
-    # deploy-time tools
-    left_out = ("dev/", "cli/", "cdk/", "operations/", "deploy/")
+    # everything but the dev tools, the CLI, the CDK construct and the deploy-time tools (the
+    # operator jobs ship for the backfill function)
+    left_out = ("dev/", "cli/", "cdk/", "deploy/")
     assert shipped == {f for f in source if not f.startswith(left_out)}
     # and each module's bytecode, checked against its source's hash (PEP 552), so it stays
     # valid whatever modification times the zip gives the files
@@ -526,6 +531,23 @@ print(json.dumps({
     assert Path(loaded["definitions"]) == artifact / "definitions"
     assert loaded["rules"] == len(load_rules(ROOT / "definitions"))
     assert loaded["blocked"] == []
+
+    # the backfill function's closure too, with the operator jobs it runs and nothing else
+    backfill = script.replace('"aggregator.operations",\n    ', "").replace(
+        "import aggregator.handler as handler",
+        "import aggregator.backfill_handler\nimport aggregator.handler as handler",
+    )
+    assert backfill != script
+    run = subprocess.run(
+        [sys.executable, "-c", backfill],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["blocked"] == []
 
 
 def test_artifact_needs_rule_files(tmp_path: Path) -> None:

@@ -1190,14 +1190,16 @@ def test_the_backfill_is_optional_and_only_where_the_stack_counts(
         assert all(f'"{name}"' not in text for name in BACKFILL_RESOURCES)
 
 
-def test_the_backfill_function_is_the_stream_functions_code_with_the_longest_timeout(
+def test_the_backfill_function_is_the_stream_functions_code_with_its_own_entry_point(
     template: dict[str, Any], function: dict[str, Any]
 ) -> None:
     resource = template["Resources"]["BackfillFunction"]
     backfill = resource["Properties"]
     assert resource["Metadata"] == template["Resources"]["AggregatorFunction"]["Metadata"]
-    for key in ("CodeUri", "Handler", "Runtime", "Architectures"):
+    for key in ("CodeUri", "Runtime", "Architectures"):
         assert backfill[key] == function[key], key
+    # its own entry point in the same code: the stream handler never loads the backfill
+    assert backfill["Handler"] == "aggregator.backfill_handler.handler"
     assert backfill["Timeout"] == 900  # Lambda's maximum (Lambda Developer Guide, quotas)
     assert backfill["MemorySize"] == {"Ref": "BackfillMemorySize"}
     memory = template["Parameters"]["BackfillMemorySize"]
