@@ -76,7 +76,7 @@ RETRY: list[dict[str, Any]] = [
     },
     {
         "ErrorEquals": ["Lambda.Unknown"],
-        "IntervalSeconds": 5,
+        "IntervalSeconds": 1,
         "MaxAttempts": 3,
         "BackoffRate": 2,
     },
