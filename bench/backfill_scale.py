@@ -94,7 +94,8 @@ def run_twin(args: argparse.Namespace) -> TwinFigures | None:
         f"{result.shards} shards ({settings.partitions} open at once); {result.invocations} "
         f"invocations of {settings.budget_seconds:g} s, {result.killed} killed; "
         f"{result.application_writes:,} application writes and {result.handler_crashes} handler "
-        f"crashes meanwhile; {result.changes:,} changes of {result.changed_items:,} items; "
+        f"crashes meanwhile; {result.changes:,} changes of {result.changed_items:,} items; at most "
+        f"{result.most_backfill_checkpoints} backfill checkpoint(s) per aggregate; "
         f"{len(result.wrong)} aggregates wrong"
     )
     for wrong in result.wrong[:5]:

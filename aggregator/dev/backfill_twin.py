@@ -38,6 +38,7 @@ from aggregator.dev.backfill_execution import LocalExecution
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults, SimulatedCrash
 from aggregator.dev.local import ACCESS_KEY, REGION, SECRET_KEY, DynamoDBLocal
 from aggregator.dev.shards import EventSourceTwin, ShardPlan, ShardTwin, SimulatedClock
+from aggregator.dynamodb.checkpoint import checkpoint_attribute
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.query import AggregateStore
 from aggregator.dynamodb.streams import TableStream
@@ -112,6 +113,9 @@ class TwinResult:
     changed_items: int = 0
     shards: int = 0
     handler_crashes: int = 0
+    most_backfill_checkpoints: int = 0
+    """The most checkpoint entries of the backfill's on one aggregate item (one per reduce
+    bucket that wrote it: 1, however many segments counted it)."""
     wrong: list[str] = field(default_factory=list)
 
     @property
@@ -454,12 +458,36 @@ class _Twin:
         self.source.run()
         self.source.close()
         result.items_scanned = int(summary["items_scanned"])
+        backfill_id = str(summary["backfill_id"])
         result.changes = int(summary["changes"])
         result.changed_items = int(summary["changed_items"])
         result.shards = self.twin.shards_opened()
         self.check()
+        self.count_checkpoints(backfill_id)
         self.ddb.delete_table(TableName=self.table)
         return result
+
+    def count_checkpoints(self, backfill_id: str) -> None:
+        """The most checkpoints of the backfill's reduce tasks on one aggregate item."""
+        names = {
+            checkpoint_attribute(f"backfill.{backfill_id}.{b}")
+            for b in range(self.settings.reduce_buckets)
+        }
+        start = None
+        while True:
+            kwargs: dict[str, Any] = {"TableName": self.table, "ConsistentRead": True}
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            page = self.ddb.scan(**kwargs)
+            for item in page["Items"]:
+                if self.rules.layout.is_aggregates_partition(item["PK"]["S"]):
+                    found = len(names & set(item))
+                    self.result.most_backfill_checkpoints = max(
+                        self.result.most_backfill_checkpoints, found
+                    )
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
 
     def check(self) -> None:
         """Every post's aggregates against :func:`_truth`."""
