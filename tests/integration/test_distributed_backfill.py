@@ -136,7 +136,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                 killer.arm(rnd.randint(0, 12) if kill else None)
 
         table = TableStream(killer, streams, name, arn)  # type: ignore[arg-type]
-        execution = LocalExecution.in_process(RULES, table, budget_seconds=1.5, before=before)
+        execution = LocalExecution.in_process(RULES, table, budget_seconds=0.6, before=before)
         summary = execution.run(
             {
                 "segments": case["segments"],
