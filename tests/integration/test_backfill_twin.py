@@ -4,7 +4,7 @@ and reduce invocations as separate processes with a time budget, some killed at 
 moment; every aggregate equals a count of the items made without the engine, and the backfill
 ends while the application writes.
 
-``make test`` runs it small (8 shards at once, 16 segments); ``make soak`` at the issue's size
+``make test`` runs it small (8 shards at once, 8 segments); ``make soak`` at the issue's size
 (64 shards at once, 256 segments, 40,000 items: :class:`~aggregator.dev.backfill_twin.
 TwinSettings`' defaults), with a few seeds.
 """
@@ -27,10 +27,10 @@ SMALL = TwinSettings(
     likes=600,
     partitions=8,
     rollover_seconds=5.0,
-    segments=16,
+    segments=8,
     workers=4,
-    join_buckets=3,
-    reduce_buckets=3,
+    join_buckets=2,
+    reduce_buckets=2,
     budget_seconds=1.0,
     kill_share=0.3,
     writes_per_second=60.0,
