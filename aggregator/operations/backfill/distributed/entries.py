@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from decimal import Decimal
 
 from aggregator.core.batch_state import decode_batch, encode_batch
@@ -112,8 +112,10 @@ def encode_entries(rules: RuleSet, entries: Iterable[Entry]) -> bytes:
     return zlib.compress(text.encode("utf-8"))
 
 
-def decode_entries(data: bytes) -> list[Entry]:
-    """The entries :func:`encode_entries` wrote, in order.
+def decode_entries(data: bytes, wanted: Container[bytes] | None = None) -> list[Entry]:
+    """The entries :func:`encode_entries` wrote, in order; with ``wanted``, only those whose
+    digest is in it (the others are skipped before their amounts are decoded: a join reads many
+    entries and keeps few).
 
     Raises
     ------
@@ -121,11 +123,15 @@ def decode_entries(data: bytes) -> list[Entry]:
         When ``data`` is not such a text.
     """
     decoded = json.loads(zlib.decompress(data).decode("utf-8"))
-    refs = [d.ref for d in decode_batch(decoded["refs"]).deltas.values()]
-    return [
-        (
-            bytes.fromhex(digest),
-            {refs[at]: (Decimal(amount), Decimal(count)) for at, amount, count in parts},
+    refs: list[AggregateRef] | None = None
+    out: list[Entry] = []
+    for digest_hex, parts in decoded["items"]:
+        digest = bytes.fromhex(digest_hex)
+        if wanted is not None and digest not in wanted:
+            continue
+        if refs is None:
+            refs = [d.ref for d in decode_batch(decoded["refs"]).deltas.values()]
+        out.append(
+            (digest, {refs[at]: (Decimal(amount), Decimal(count)) for at, amount, count in parts})
         )
-        for digest, parts in decoded["items"]
-    ]
+    return out
