@@ -18,8 +18,8 @@ own, ``ResultPath``), or on. The three maps are Distributed Maps (``ItemProcesso
 ``Mode: DISTRIBUTED``, ``ExecutionType: STANDARD``): each item runs as a child workflow execution
 with its own history, so the number of segments and buckets does not bound the parent's history
 (an inline Map's iterations would all count against the parent's 25,000 events), and
-``MaxConcurrencyPath: $.workers`` bounds how many run at once (Step Functions Developer Guide,
-"Map state", ``MaxConcurrencyPath``; "Using Map state in Distributed mode").
+``MaxConcurrencyPath: $.backfill.workers`` bounds how many run at once (Step Functions
+Developer Guide, "Map state", ``MaxConcurrencyPath``; "Using Map state in Distributed mode").
 
 Sources: Step Functions Developer Guide, "Step Functions service quotas" (25,000 events in an
 execution's history; 256 KiB of input or output per state; a Standard execution lasts at most one
@@ -55,6 +55,7 @@ LAMBDA_INVOKE = "arn:aws:states:::lambda:invoke"
 Functions"). The partition-less form is valid in every partition."""
 
 TRANSIENT_LAMBDA_ERRORS = (
+    "Lambda.ClientExecutionTimeoutException",
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
     "Lambda.SdkClientException",
@@ -65,7 +66,11 @@ TRANSIENT_LAMBDA_ERRORS = (
 the function's concurrency is exhausted). A task's own error (a refusal, ``ConfigError``) fails
 the execution; ``start`` resumes the backfill under way when it is started again."""
 
+TASK_REFUSALS = ("ConfigError", "HomeRegionError")
+"""A task's own refusals (its message says what to do): never retried, they fail the execution."""
+
 RETRY: list[dict[str, Any]] = [
+    {"ErrorEquals": list(TASK_REFUSALS), "MaxAttempts": 0},
     {
         "ErrorEquals": list(TRANSIENT_LAMBDA_ERRORS),
         "IntervalSeconds": 2,
@@ -80,14 +85,26 @@ RETRY: list[dict[str, Any]] = [
         "MaxAttempts": 3,
         "BackoffRate": 2,
     },
+    {
+        "ErrorEquals": ["States.ALL"],
+        "IntervalSeconds": 5,
+        "MaxAttempts": 3,
+        "BackoffRate": 3,
+        "JitterStrategy": "FULL",
+    },
 ]
-"""2, 4, 8, ... seconds (at most 60, fully jittered) between six more attempts of a transient
-error; and three more of an invocation that died (``Lambda.Unknown``: "out-of-memory errors and
-function timeouts", Step Functions Developer Guide, "Handle Lambda service exceptions"), which
-every task makes harmless: it resumes from its last commit
-(:mod:`aggregator.operations.backfill.distributed`, "Killed tasks")."""
+"""The retriers, first match wins (Step Functions Developer Guide, "Handling errors in Step
+Functions workflows"): a task's refusal (:data:`TASK_REFUSALS`) never; Lambda's transient
+errors six more times, 2, 4, 8, ... seconds apart (at most 60, fully jittered); an invocation
+that died (``Lambda.Unknown``: "out-of-memory errors and function timeouts", Step Functions
+Developer Guide, "Handle Lambda service exceptions") three more times, 1 s apart and doubling;
+any other error of a task (a request DynamoDB kept refusing after the client's own retries, a
+connection lost) three more times, 5, 15, 45 s apart. Every task makes a retry harmless: it
+resumes from its last commit (:mod:`aggregator.operations.backfill.distributed`, "Killed
+tasks")."""
 
 EXECUTION_INPUT = (
+    "backfill_id",
     "rules",
     "segments",
     "join_buckets",
@@ -97,7 +114,8 @@ EXECUTION_INPUT = (
     "stream_lag_seconds",
 )
 """The keys of the execution's input, every one present (``null`` where the contract allows it:
-``rules``, ``max_rcu``)."""
+``backfill_id``, to begin a new backfill rather than resume the one ``aggregator backfill
+--on-aws`` began; ``rules``; ``max_rcu``)."""
 
 MAP_STATES = {"Scan": "segments", "Join": "join_buckets", "Reduce": "reduce_buckets"}
 """Each Distributed Map state and the list it maps over (``start``'s response, under
@@ -105,7 +123,7 @@ MAP_STATES = {"Scan": "segments", "Join": "join_buckets", "Reduce": "reduce_buck
 
 
 def _task(
-    function_arn: str, task: str, *, extra: dict[str, str] | None = None, returns: tuple[str, ...]
+    function_arn: str, task: str, *, extra: dict[str, Any] | None = None, returns: tuple[str, ...]
 ) -> dict[str, Any]:
     """A ``Task`` state invoking ``task`` for the backfill in ``$.backfill_id`` (a map's item) or
     ``$.backfill.backfill_id``; ``returns``: the response's keys kept as the task's result."""
@@ -127,7 +145,7 @@ def _loop(
     *,
     name: str,
     backfill_id: str,
-    extra: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
     until: str = "done",
     then: dict[str, Any],
     returns: tuple[str, ...] = ("done",),
@@ -156,7 +174,7 @@ def _loop(
 
 def _map(function_arn: str, name: str, task: str, item: str, *, then: str) -> dict[str, Any]:
     """A Distributed Map over ``$.backfill.<MAP_STATES[name]>``: one child execution per item,
-    ``task`` until done; at most ``$.workers`` at once."""
+    ``task`` until done; at most ``$.backfill.workers`` at once."""
     child = _loop(
         function_arn,
         task,
@@ -174,7 +192,8 @@ def _map(function_arn: str, name: str, task: str, item: str, *, then: str) -> di
             "backfill_id.$": "$.backfill.backfill_id",
             f"{item}.$": "$$.Map.Item.Value",
         },
-        "MaxConcurrencyPath": "$.workers",
+        # the backfill's own setting (start's answer), which its read budget is shared by
+        "MaxConcurrencyPath": "$.backfill.workers",
         # a failed item (a task's error other than Lambda's transient ones) fails the map
         "ToleratedFailureCount": 0,
         "ItemProcessor": {
@@ -200,13 +219,15 @@ def backfill_definition(function_arn: str = FUNCTION_ARN_PLACEHOLDER) -> dict[st
     -------
     dict
         The definition, ``json.dumps``-able. Its execution takes the input
-        ``{"rules": [...] | null, "segments": S, "join_buckets": H, "reduce_buckets": R,
-        "workers": W, "max_rcu": N | null, "stream_lag_seconds": L}`` (:data:`EXECUTION_INPUT`;
-        ``workers``, a non-negative integer, is each map's ``MaxConcurrency``: 0 lets Step
-        Functions run every item at once). ``start`` gets all of it and answers
-        ``{"backfill_id", "segments": [0..S-1], "join_buckets": [0..H-1],
-        "reduce_buckets": [0..R-1]}``, kept as ``$.backfill``; the execution's output is its
-        input with ``backfill`` and ``finish`` (``{"summary": ...}``, ``finish``'s).
+        ``{"backfill_id": id | null, "rules": [...] | null, "segments": S, "join_buckets": H,
+        "reduce_buckets": R, "workers": W, "max_rcu": N | null, "stream_lag_seconds": L}``
+        (:data:`EXECUTION_INPUT`). ``start`` gets all of it (with a ``backfill_id``, the one
+        ``aggregator backfill --on-aws`` began, it resumes that one and its settings stand) and
+        answers ``{"backfill_id", "workers", "segments": [0..S-1], "join_buckets": [0..H-1],
+        "reduce_buckets": [0..R-1]}``, kept as ``$.backfill``; ``workers`` (1 or more) is each
+        map's ``MaxConcurrency``, the backfill's own (its read budget is shared by that many).
+        The execution's output is its input with ``backfill`` and ``finish``
+        (``{"summary": ...}``, ``finish``'s).
 
     Notes
     -----
@@ -253,7 +274,7 @@ def backfill_definition(function_arn: str = FUNCTION_ARN_PLACEHOLDER) -> dict[st
         function_arn,
         "start",
         extra={f"{key}.$": f"$.{key}" for key in EXECUTION_INPUT},
-        returns=("backfill_id", *MAP_STATES.values()),
+        returns=("backfill_id", "workers", *MAP_STATES.values()),
     )
     finish = _task(
         function_arn, "finish", extra={"backfill_id.$": backfill_id}, returns=("summary",)
@@ -272,6 +293,7 @@ def backfill_definition(function_arn: str = FUNCTION_ARN_PLACEHOLDER) -> dict[st
                 "collect",
                 name="Fence",
                 backfill_id=backfill_id,
+                extra={"until_fenced": True},
                 until="fenced",
                 returns=("done", "fenced"),
                 then={"Type": "Pass", "Next": "ScanAndCollect"},

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aggregator.core.clock import Clock
+from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import RuleSet
+from aggregator.dev.faults import SimulatedCrash
 from aggregator.dynamodb.streams import TableStream
 from aggregator.operations.backfill.distributed import run_task
 
@@ -37,15 +39,23 @@ class LocalExecution:
     ----------
     invoke
         One invocation of a task (:data:`Invoke`).
+    died_retries
+        Invocations of one task in a row that may die (raise one of ``died``) before the
+        execution fails: the definition retries ``Lambda.Unknown`` 3 times.
     retries
-        Failed invocations of one task in a row before the execution fails (the state machine's
-        retries).
+        Other failed invocations of one task in a row before the execution fails (the
+        definition retries any other error 3 times); a task's refusal (``ConfigError``) fails
+        it at once, as there.
+    died
+        What a died invocation raises (default :class:`~aggregator.dev.faults.SimulatedCrash`).
     calls
         Every request made, in order (tests check the protocol's order with it).
     """
 
     invoke: Invoke
-    retries: int = 20
+    died_retries: int = 3
+    retries: int = 3
+    died: tuple[type[BaseException], ...] = (SimulatedCrash,)
     calls: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -58,6 +68,7 @@ class LocalExecution:
         budget_seconds: float = 60.0,
         clock: Clock | None = None,
         before: Callable[[dict[str, Any]], None] | None = None,
+        died_retries: int = 3,
     ) -> LocalExecution:
         """Invocations in this process, each with ``budget_seconds``; ``before`` is called with
         each request first (a test interleaves writes or raises to kill it)."""
@@ -70,15 +81,21 @@ class LocalExecution:
                 request, rules=rules, table=table, remaining_seconds=budget_seconds, **extra
             )
 
-        return cls(invoke)
+        return cls(invoke, died_retries=died_retries)
 
     def _call(self, request: dict[str, Any]) -> dict[str, Any]:
-        failures = 0
+        deaths = failures = 0
         while True:
             with self.lock:
                 self.calls.append(dict(request))
             try:
                 return self.invoke(request)
+            except ConfigError:
+                raise  # a task's refusal: never retried
+            except self.died:
+                deaths += 1
+                if deaths > self.died_retries:
+                    raise
             except Exception:
                 failures += 1
                 if failures > self.retries:
@@ -94,11 +111,11 @@ class LocalExecution:
         """The execution: start, collect until fenced, then the collector beside the map of
         scans (``workers`` at once) and the scan's end, then the joins, the reduces, finish.
         Returns ``finish``'s response."""
-        started = self._call({"task": "start", **execution_input})
+        started = self._call({"task": "start", "backfill_id": None, **execution_input})
         backfill_id = started["backfill_id"]
         base = {"backfill_id": backfill_id}
         workers = max(1, int(started["workers"]))
-        self._until_done({"task": "collect", **base}, flag="fenced")
+        self._until_done({"task": "collect", **base, "until_fenced": True}, flag="fenced")
         with ThreadPoolExecutor(max_workers=1) as collector_pool:
             collector = collector_pool.submit(self._until_done, {"task": "collect", **base})
             self._map("scan", "segment", started["segments"], base, workers)

@@ -436,7 +436,9 @@ class _Twin:
         try:
             self.wait_for_deployment()
             began = time.monotonic()
-            summary = LocalExecution(self.invoke, retries=50).run(
+            # the twin kills far more often than Lambda would (a quarter of the invocations):
+            # a died one is retried until it lives, so that every path is exercised
+            summary = LocalExecution(self.invoke, died_retries=1_000).run(
                 {
                     "segments": settings.segments,
                     "join_buckets": settings.join_buckets,

@@ -102,6 +102,7 @@ def test_the_state_machine_runs_the_backfill_exactly(dynamodb_local, monkeypatch
         )
         machine = sfn.create_state_machine(name="backfill", definition=definition, roleArn=ROLE_ARN)
         execution = {
+            "backfill_id": None,
             "rules": None,
             "segments": 3,
             "join_buckets": 2,

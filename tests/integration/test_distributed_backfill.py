@@ -55,6 +55,7 @@ scenario = st.fixed_dictionaries(
         "seed": st.integers(0, 2**16),
         "mode": st.sampled_from(["exactly-once", "window"]),
         "crashes": st.lists(st.tuples(st.integers(1, 12), st.integers(0, 3)), max_size=2),
+        "stream_lag": st.sampled_from([0, 0, 0.2]),
     }
 )
 
@@ -63,9 +64,9 @@ class Killer:
     """Wraps the DynamoDB client of the tasks: in the thread of an armed invocation, the n-th
     request raises :class:`SimulatedCrash` (the invocation is killed there)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, local: threading.local | None = None) -> None:
         self._client = client
-        self._local = threading.local()
+        self._local = threading.local() if local is None else local
         self.kills = 0
 
     def arm(self, after_requests: int | None) -> None:
@@ -120,6 +121,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         kills_left = case["kills"]
         one_at_a_time = threading.Lock()
         killer = Killer(ddb)
+        stream_killer = Killer(streams, killer._local)  # one count for both clients
 
         def before(request: dict[str, Any]) -> None:
             nonlocal kills_left
@@ -135,15 +137,17 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                     kills_left -= 1
                 killer.arm(rnd.randint(0, 12) if kill else None)
 
-        table = TableStream(killer, streams, name, arn)  # type: ignore[arg-type]
-        execution = LocalExecution.in_process(RULES, table, budget_seconds=0.6, before=before)
+        table = TableStream(killer, stream_killer, name, arn)  # type: ignore[arg-type]
+        execution = LocalExecution.in_process(
+            RULES, table, budget_seconds=0.6, before=before, died_retries=100
+        )
         summary = execution.run(
             {
                 "segments": case["segments"],
                 "join_buckets": case["join_buckets"],
                 "reduce_buckets": case["reduce_buckets"],
                 "workers": 2,
-                "stream_lag_seconds": 0,
+                "stream_lag_seconds": case["stream_lag"],
                 "page_items": case["page_items"],
                 "carry_keys": case["carry_keys"],
             }
@@ -159,7 +163,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
         report["scenarios"] += 1
         report["items"] += summary["items_scanned"]
         report["changed"] += summary["changed_items"]
-        report["kills"] += killer.kills
+        report["kills"] += killer.kills + stream_killer.kills
         report["invocations"] += len(execution.calls)
         assert actual == expected
     finally:

@@ -217,7 +217,7 @@ def start_on_aws(
     is one line, then start the stack's state machine on it (module docstring)."""
     import json
     import os
-    import time
+    import uuid
 
     import boto3
 
@@ -247,8 +247,17 @@ def start_on_aws(
         stream_lag_seconds=backfill_options.get("stream_lag_seconds", 5.0),
         page_items=backfill_options.get("page_items", 1000),
     )
+    prefix = f"backfill-{settings.backfill_id}-"
+    running = sfn.send("list_executions", stateMachineArn=arn, statusFilter="RUNNING")
+    for execution in running.get("executions", []):
+        if execution["name"].startswith(prefix):
+            raise ConfigError(
+                f"backfill {settings.backfill_id} is running on AWS already (execution "
+                f"{execution['executionArn']}): `aggregator status` shows its progress"
+            )
     rules = [*settings.rules, *settings.carried]
     execution_input = {
+        "backfill_id": settings.backfill_id,
         "rules": rules,
         "segments": settings.segments,
         "join_buckets": settings.join_buckets,
@@ -256,12 +265,11 @@ def start_on_aws(
         "workers": settings.workers,
         "max_rcu": settings.max_rcu,
         "stream_lag_seconds": settings.stream_lag_seconds,
-        "page_items": settings.page_items,
     }
     started = sfn.send(
         "start_execution",
         stateMachineArn=arn,
-        name=f"backfill-{settings.backfill_id}-{int(time.time())}",
+        name=f"{prefix}{uuid.uuid4().hex[:8]}",
         input=json.dumps(execution_input),
     )
     console.print(

@@ -48,7 +48,10 @@ class RateLimiter:
         self.available = per_second or 0.0
         self.at = time.monotonic()
 
-    def take(self, units: float) -> None:
+    def take(self, units: float, *, until: float | None = None) -> None:
+        """Spend ``units``, sleeping as long as the rate needs, but never past the monotonic time
+        ``until`` (a task's deadline: the debt is then left to the next caller, or lost with
+        the invocation)."""
         if not self.per_second:
             return
         with self.lock:
@@ -59,5 +62,7 @@ class RateLimiter:
             self.at = now
             self.available -= units
             wait = -self.available / self.per_second if self.available < 0 else 0.0
+        if until is not None:
+            wait = min(wait, until - time.monotonic())
         if wait > 0:
             time.sleep(wait)

@@ -17,6 +17,7 @@ from moto import mock_aws
 
 from aggregator.core.rules import load_rules
 from aggregator.dynamodb.manifest import Manifest
+from aggregator.operations.backfill.distributed import start
 from tests.unit.cli.test_boundary import error_line, invoke
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -25,6 +26,8 @@ DEFS = str(ROOT / "definitions" / "cloud_adventure.yaml")
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    # moto's DynamoDB Streams answers no DescribeStream here: no shard, no fence to compare
+    monkeypatch.setattr(start, "check_fences", lambda *args: None)
     for name in ("AGGREGATOR_ENDPOINT_URL", "AGGREGATOR_BACKFILL_STATE_MACHINE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_REGION", "us-east-1")
@@ -73,6 +76,10 @@ def test_it_begins_the_backfill_and_starts_the_state_machine_on_it(aws) -> None:
     assert execution["name"].startswith(f"backfill-{backfill_id}-")
     sent = json.loads(sfn.describe_execution(executionArn=execution["executionArn"])["input"])
     assert sent["segments"] == 300 and sent["workers"] == 12
+    assert sent["backfill_id"] == backfill_id  # the machine's start resumes this one
+    # a second start while the execution runs is refused
+    again = invoke([*args, aws["machine"]])
+    assert "running on AWS already" in error_line(again)
     assert sorted(sent["rules"]) == sorted(states)
     # the local command and status see it as a backfill on AWS
     local = invoke(["backfill", "--table", "game", "-d", DEFS])

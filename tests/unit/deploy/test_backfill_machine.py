@@ -30,6 +30,7 @@ from aggregator.deploy.backfill_machine import (
     EXECUTION_INPUT,
     FUNCTION_ARN_PLACEHOLDER,
     MAP_STATES,
+    TASK_REFUSALS,
     TRANSIENT_LAMBDA_ERRORS,
     backfill_definition,
 )
@@ -38,6 +39,7 @@ FUNCTION_ARN = "arn:aws:lambda:us-east-1:123456789012:function:backfill"
 ROLE_ARN = "arn:aws:iam::123456789012:role/backfill-state-machine"
 SEGMENTS, JOIN_BUCKETS, REDUCE_BUCKETS, WORKERS = 5, 3, 2, 2
 EXECUTION = {
+    "backfill_id": None,
     "rules": ["likes_by_post"],
     "segments": SEGMENTS,
     "join_buckets": JOIN_BUCKETS,
@@ -68,7 +70,7 @@ class FakeBackfill:
     """The backfill function's task contract over an in-memory protocol state."""
 
     fail: tuple[str, int] | None = None
-    """``(task, key)`` whose first invocation fails with an unhandled function error."""
+    """``(task, key)`` whose first invocation the task refuses (``ConfigError``)."""
     throttle: tuple[str, int] | None = None
     """``(task, key)`` whose first invocation Lambda refuses (TooManyRequestsException)."""
     calls: list[Call] = field(default_factory=list)
@@ -100,7 +102,8 @@ class FakeBackfill:
                     "Invoke",
                 )
             if self.fail == (task, key) and attempt == 0:
-                error = {"errorType": "RuntimeError", "errorMessage": "a bug"}
+                # a task's refusal (its class name is the error's name, as Lambda reports it)
+                error = {"errorType": "ConfigError", "errorMessage": "refused"}
                 return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": error}
             time.sleep(0.005)  # long enough for the map's workers to overlap
             with self.lock:
@@ -119,6 +122,7 @@ class FakeBackfill:
                 "segments": list(range(event["segments"])),
                 "join_buckets": list(range(event["join_buckets"])),
                 "reduce_buckets": list(range(event["reduce_buckets"])),
+                "workers": event["workers"],
             }
         assert event["backfill_id"] == BACKFILL_ID, event
         if task == "collect":
@@ -211,11 +215,17 @@ def test_the_definition_runs_the_protocol_in_order(
     assert calls[-1].task == "finish" and len(fake.of("finish")) == 1
 
     # every invocation of a loop had the same input
-    by_loop: dict[tuple[str, int | None], set[str]] = {}
+    by_loop: dict[tuple[str, int | None, bool], set[str]] = {}
     for call in calls:
-        by_loop.setdefault((call.task, call.key), set()).add(json.dumps(call.payload))
+        fence = bool(call.payload["aggregator_backfill"].get("until_fenced"))
+        by_loop.setdefault((call.task, call.key, fence), set()).add(json.dumps(call.payload))
     assert all(len(inputs) == 1 for inputs in by_loop.values()), by_loop
-    assert json.loads(next(iter(by_loop[("scan", 3)]))) == {
+    # the fence loop asks the collector to return once fenced; the collector's own loop does not
+    assert {k for k in by_loop if k[0] == "collect"} == {
+        ("collect", None, True),
+        ("collect", None, False),
+    }
+    assert json.loads(next(iter(by_loop[("scan", 3, False)]))) == {
         "aggregator_backfill": {"task": "scan", "backfill_id": BACKFILL_ID, "segment": 3}
     }
 
@@ -234,17 +244,18 @@ def test_the_definition_runs_the_protocol_in_order(
         "segments": list(range(SEGMENTS)),
         "join_buckets": list(range(JOIN_BUCKETS)),
         "reduce_buckets": list(range(REDUCE_BUCKETS)),
+        "workers": WORKERS,
     }
     assert output["finish"] == {"summary": {"aggregates": 7}}
 
 
-def test_a_function_error_fails_the_execution_without_a_retry(
+def test_a_tasks_refusal_fails_the_execution_without_a_retry(
     sfn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeBackfill(fail=("scan_end", None))
     ended = run(sfn, fake, monkeypatch, EXECUTION)
     assert ended["status"] == "FAILED"
-    assert fake.counts[("scan_end", None)] == 1  # not retried: a bug is not transient
+    assert fake.counts[("scan_end", None)] == 1  # not retried: a refusal is final
     assert not fake.of("join") and not fake.of("finish")
 
 
@@ -288,11 +299,14 @@ def test_the_definition_names_what_the_contract_needs() -> None:
     tasks = {name: s for name, s in every.items() if s["Type"] == "Task"}
     assert len(tasks) == 8  # start, fence, collect, scan, scan_end, join, reduce, finish
     for state in tasks.values():
-        retry, died = state["Retry"]
-        assert retry["ErrorEquals"] == list(TRANSIENT_LAMBDA_ERRORS)
-        assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] >= 3
-        # an invocation that died (out of memory, timed out) is harmless: retried
+        refused, transient, died, other = state["Retry"]
+        # a task's refusal is final; every other error is retried (a retry is harmless)
+        assert refused == {"ErrorEquals": list(TASK_REFUSALS), "MaxAttempts": 0}
+        assert transient["ErrorEquals"] == list(TRANSIENT_LAMBDA_ERRORS)
+        assert transient["BackoffRate"] > 1 and transient["MaxAttempts"] >= 3
+        # an invocation that died (out of memory, timed out) resumes from its last commit
         assert died["ErrorEquals"] == ["Lambda.Unknown"] and died["MaxAttempts"] >= 1
+        assert other["ErrorEquals"] == ["States.ALL"] and other["MaxAttempts"] >= 1
     maps = {name: s for name, s in every.items() if s["Type"] == "Map"}
     assert set(maps) == set(MAP_STATES)
     for name, state in maps.items():
@@ -300,7 +314,7 @@ def test_the_definition_names_what_the_contract_needs() -> None:
             "Mode": "DISTRIBUTED",
             "ExecutionType": "STANDARD",
         }
-        assert state["MaxConcurrencyPath"] == "$.workers"
+        assert state["MaxConcurrencyPath"] == "$.backfill.workers"
         assert state["ItemsPath"] == f"$.backfill.{MAP_STATES[name]}"
         assert state["ResultPath"] is None  # the children's outputs are dropped
         assert state["ToleratedFailureCount"] == 0

@@ -29,8 +29,13 @@ from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.updates import Update, with_collection
 
-__all__ = ["MAX_RECORD_BYTES", "Job", "Progress", "Settings", "new_attempt"]
+__all__ = ["CONTROL_TTL_SECONDS", "MAX_RECORD_BYTES", "Job", "Progress", "Settings", "new_attempt"]
 
+CONTROL_TTL_SECONDS = 30 * 24 * 3600
+"""A distributed backfill's control items (data records, progress, figures) expire 30 days after
+their last write (on a table whose TTL is on the layout's ``ttl_attribute``: ``aggregator
+prepare-table`` turns it on), long after the backfill ends: the data records are large (a few
+dozen bytes for each item scanned), and nothing else deletes them."""
 MAX_RECORD_BYTES = 350 * 1024
 """The largest data record a task writes (its blob); more is split into chunks. DynamoDB items
 are at most 400 KB (Developer Guide, "Service, account, and table quotas")."""
@@ -236,8 +241,40 @@ class Job:
     def put(self, sort_key: str, attributes: Mapping[str, Any]) -> None:
         """Write a control item with ``attributes`` (DynamoDB JSON)."""
         fields = self.layout.control_fields(sort_key)
-        item = {**{k: {"S": v} for k, v in fields.items()}, **attributes}
+        item = {**{k: {"S": v} for k, v in fields.items()}, **attributes, **self._expiry()}
         self.requests.send("put_item", TableName=self.table_name, Item=item)
+
+    def put_if_version(self, sort_key: str, attributes: Mapping[str, Any], version: int) -> bool:
+        """Write a control item whose ``version`` attribute is ``version`` (or which does not
+        exist, for 0) with ``attributes`` and ``version + 1``; returns whether it was so."""
+        fields = self.layout.control_fields(sort_key)
+        item = {
+            **{k: {"S": v} for k, v in fields.items()},
+            **attributes,
+            "version": {"N": str(version + 1)},
+            **self._expiry(),
+        }
+        condition = "attribute_not_exists(#v)" if version == 0 else "#v = :v"
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Item": item,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#v": "version"},
+        }
+        if version:
+            request["ExpressionAttributeValues"] = {":v": {"N": str(version)}}
+        try:
+            self.requests.send("put_item", **request)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def _expiry(self) -> dict[str, Any]:
+        """The TTL attribute of the backfill's items: :data:`CONTROL_TTL_SECONDS` from now
+        (DynamoDB deletes them then, if the table's TTL is on that attribute)."""
+        return {self.layout.ttl_attribute: {"N": str(int(self.clock()) + CONTROL_TTL_SECONDS)}}
 
     def put_records(self, records: Mapping[str, Mapping[str, Any]]) -> None:
         """Write control items (``{sort key text: attributes}``), a few at a time."""
@@ -295,6 +332,7 @@ class Job:
             .set("state", {"S": json.dumps(state, sort_keys=True)})
             .set("done", {"BOOL": done})
             .set("commits", {"N": str(progress.commits + 1)})
+            .set(self.layout.ttl_attribute, self._expiry()[self.layout.ttl_attribute])
         )
         if progress.commits:
             update = update.where_equals("commits", {"N": str(progress.commits)})

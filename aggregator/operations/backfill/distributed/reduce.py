@@ -21,7 +21,12 @@ from aggregator.operations.backfill.distributed.entries import (
 from aggregator.operations.backfill.distributed.job import Job
 from aggregator.operations.backfill.distributed.join import segment_writers
 
-__all__ = ["join_writers", "reduce_bucket_task", "residue"]
+__all__ = ["REAPPLY_SECONDS", "join_writers", "reduce_bucket_task", "residue"]
+
+REAPPLY_SECONDS = 24 * 3600
+"""How old a reducer's pass may be when a later invocation applies it again: the exactly-once
+writer's checkpoints, which make the second application a no-op, are pruned 25 hours after they
+were written (:mod:`aggregator.dynamodb.checkpoint`, "Pruning")."""
 
 
 def join_writers(job: Job) -> list[str]:
@@ -61,6 +66,7 @@ def reduce_bucket_task(job: Job, bucket: int, *, stop_at: float) -> bool:
     state: dict[str, Any] = json.loads(item["state"]["S"]) if item else {}
     if state.get("done"):
         return True
+    version = int(state.get("version", 0))
     writers = job.progresses([*segment_writers(job), *join_writers(job)])
     if not all(p.done for p in writers.values()):
         raise ConfigError(f"backfill {job.backfill_id}: reduce {bucket} before the joins are done")
@@ -80,16 +86,23 @@ def reduce_bucket_task(job: Job, bucket: int, *, stop_at: float) -> bool:
     pseudo_shard = f"backfill.{job.backfill_id}.{bucket}"
 
     def save(*, pending: int | None = None, finished: bool = False) -> None:
+        """Record the reducer's state, on condition that no other invocation has since (a second
+        invocation of the bucket then stops: :class:`_Overtaken`)."""
+        nonlocal version
         data = {
             "applied": applied,
             "modulus": modulus,
             "residues_done": sorted(done),
             "pending": pending,
+            "pending_at": int(job.clock()) if pending is not None else None,
             "aggregates": written,
             "records": len(keys),
             "done": finished,
+            "version": version + 1,
         }
-        job.put(key, {"state": {"S": json.dumps(data)}})
+        if not job.put_if_version(key, {"state": {"S": json.dumps(data)}}, version):
+            raise _Overtaken
+        version += 1
 
     def one_pass(r: int, limit: int | None) -> Contribution | None:
         """The sums of residue ``r``; ``None`` when over ``limit`` aggregates or out of time."""
@@ -115,6 +128,13 @@ def reduce_bucket_task(job: Job, bucket: int, *, stop_at: float) -> bool:
 
     try:
         pending = state.get("pending")
+        if pending is not None and job.clock() - int(state["pending_at"]) > REAPPLY_SECONDS:
+            raise ConfigError(
+                f"backfill {job.backfill_id}: reduce {bucket} stopped while writing, over "
+                f"{REAPPLY_SECONDS // 3600} hours ago: the checkpoints that would skip what it had "
+                "written may be gone; run `aggregator reconcile --repair` on its rules after the "
+                "backfill, or backfill them anew"
+            )
         if pending is not None:  # recorded, perhaps applied: apply again (a no-op where it was)
             again = one_pass(int(pending), None)
             if again is None:
@@ -142,5 +162,11 @@ def reduce_bucket_task(job: Job, bucket: int, *, stop_at: float) -> bool:
         save(finished=True)
         job.add_stats(reduces_done=1, aggregates=written)
         return True
+    except _Overtaken:
+        return False  # another invocation of this bucket moved on: the next call looks again
     finally:
         writer.close()
+
+
+class _Overtaken(Exception):
+    """Another invocation saved the reducer's state since this one read it."""

@@ -53,7 +53,7 @@ def scan_segment(job: Job, segment: int, *, stop_at: float) -> bool:
             page = response.get("Items", [])
             start = response.get("LastEvaluatedKey")
             units = read_units(page)
-            limiter.take(float(units))
+            limiter.take(float(units), until=stop_at)
             rcu += int(units)
             pages += 1
             for item in page:

@@ -13,8 +13,10 @@ from typing import Any
 
 from aggregator.core.clock import Clock
 from aggregator.core.exceptions import ConfigError
-from aggregator.core.lifecycle import changed_definitions, resolved_rules
+from aggregator.core.layout import TableLayout
+from aggregator.core.lifecycle import RuleState, changed_definitions, resolved_rules
 from aggregator.core.rules import RuleSet
+from aggregator.dynamodb.fences import FenceStore
 from aggregator.dynamodb.manifest import Manifest
 from aggregator.dynamodb.streams import TableStream
 from aggregator.operations.backfill.distributed.collector import COLLECTOR
@@ -29,16 +31,24 @@ __all__ = [
     "DEFAULT_FLUSH_ITEMS",
     "DEFAULT_PAGE_ITEMS",
     "MAX_BUCKETS",
+    "MAX_ITEMS",
     "MAX_SEGMENTS",
+    "check_fences",
     "finish_backfill",
     "start_backfill",
 ]
 
-MAX_SEGMENTS = 1_000_000
-"""``TotalSegments`` is at most 1,000,000 (DynamoDB API Reference, ``Scan``)."""
+MAX_SEGMENTS = 20_000
+"""Most ``TotalSegments`` (DynamoDB allows 1,000,000: API Reference, ``Scan``): the state machine
+carries the lists of segments and buckets in its state, at most 256 KiB (Step Functions
+Developer Guide, "Step Functions service quotas"), so they hold at most :data:`MAX_ITEMS`
+numbers in all."""
 MAX_BUCKETS = 10_000
 """Join and reduce tasks each: the Distributed Map's default bound on child executions running
 at once is 10,000 (Step Functions Developer Guide, "Map state in Distributed mode")."""
+MAX_ITEMS = 30_000
+"""Most segments, join buckets and reduce buckets in all (about 200 KB of numbers in the state's
+256 KiB)."""
 DEFAULT_PAGE_ITEMS = 1000
 DEFAULT_CARRY_KEYS = 20_000
 DEFAULT_FLUSH_ITEMS = 50_000
@@ -68,8 +78,8 @@ def start_backfill(
     ConfigError
         As :class:`~aggregator.operations.backfill.Backfill` refuses rules (unknown, not
         deployed, active, pending for over 23 hours, counted without fences, a derived rule
-        without its source, a changed definition); when a setting is out of range; when the
-        backfill under way runs in one process.
+        without its source, a changed definition, rules fenced at different points); when a
+        setting is out of range; when the backfill under way runs in one process.
     """
     for name, value, high in (
         ("segments", segments, MAX_SEGMENTS),
@@ -79,6 +89,12 @@ def start_backfill(
     ):
         if not 1 <= value <= high:
             raise ConfigError(f"{name} must be 1 to {high:,}, got {value}")
+    items = segments + join_buckets + reduce_buckets
+    if items > MAX_ITEMS:
+        raise ConfigError(
+            f"segments, join buckets and reduce buckets are {items:,} in all, over "
+            f"{MAX_ITEMS:,} (the state machine carries their lists in 256 KiB)"
+        )
     manifest = Manifest(table.client, table.table_name, rules.layout)
     states = manifest.load()
     try:
@@ -98,14 +114,24 @@ def start_backfill(
     check_states(chosen, clock())
     ids = {s.backfill_id for s in chosen.values() if s.status == "backfilling"}
     pending = [n for n, s in chosen.items() if s.status == "pending"]
+    if len(ids) == 1:
+        backfill_id = str(next(iter(ids)))
+        settings = Job(rules, table, backfill_id, clock=clock).settings
+        if pending and sorted({*settings.rules, *settings.carried}) == sorted(chosen):
+            # a start killed while it marked the rules: mark the rest under its id
+            _mark(manifest, chosen, pending, backfill_id)
+        elif pending:
+            ids.add("")  # some of another backfill, some not: refused below
+        if not pending:
+            return settings, True
     if len(ids) > 1 or (ids and pending):
         raise ConfigError(
             f"rules {', '.join(sorted(chosen))}: some are being backfilled already, some not; "
             "backfill them apart"
         )
     if ids:
-        backfill_id = str(next(iter(ids)))
-        return Job(rules, table, backfill_id, clock=clock).settings, True
+        return Job(rules, table, str(next(iter(ids))), clock=clock).settings, True
+    check_fences(table, rules.layout, selection.base)
     settings = Settings(
         backfill_id=uuid.uuid4().hex[:12],
         rules=tuple(selection.base),
@@ -125,11 +151,45 @@ def start_backfill(
     table.client.put_item(
         TableName=table.table_name, Item={**{k: {"S": v} for k, v in fields.items()}, **meta}
     )
-    for name in pending:
-        state = replace(chosen[name], status="backfilling", backfill_id=settings.backfill_id)
+    _mark(manifest, chosen, pending, settings.backfill_id)
+    return settings, False
+
+
+def _mark(
+    manifest: Manifest, states: dict[str, RuleState], names: list[str], backfill_id: str
+) -> None:
+    """Mark the pending rules ``names`` ``backfilling`` under ``backfill_id``.
+
+    Raises
+    ------
+    ConfigError
+        When one changed state meanwhile (another backfill started).
+    """
+    for name in names:
+        state = replace(states[name], status="backfilling", backfill_id=backfill_id)
         if not manifest.set_state(state, expected_status="pending"):
             raise ConfigError(f"rule {name!r}: another backfill started meanwhile")
-    return settings, False
+
+
+def check_fences(table: TableStream, layout: TableLayout, rule_names: list[str]) -> None:
+    """Refuse rules that a handler fenced at different points in a shard (deployed at different
+    times): one backfill counts one state per item, at one fence per shard (as the local
+    backfill refuses them, before anything is begun).
+
+    Raises
+    ------
+    ConfigError
+        For the first such shard.
+    """
+    store = FenceStore(table.client, table.table_name, layout)
+    for shard in table.source.shards():
+        fences = {r: f.after for r, f in store.get(shard["ShardId"]).items() if r in rule_names}
+        if fences and (len(set(fences.values())) > 1 or len(fences) != len(rule_names)):
+            raise ConfigError(
+                f"rules {', '.join(sorted(rule_names))} were fenced at different points in "
+                f"shard {shard['ShardId']} (deployed at different times): backfill them apart, "
+                "with --rules"
+            )
 
 
 def mark_scan_ended(job: Job) -> None:

@@ -54,9 +54,11 @@ def run_task(
     ----------
     request
         ``{"task": <one of TASKS>, "backfill_id": ..., "segment" | "bucket": n}``; ``start``
-        takes the execution's input instead (``rules``, ``segments``, ``join_buckets``,
-        ``reduce_buckets``, ``workers``, ``max_rcu``, ``stream_lag_seconds``; and, optional,
-        ``page_items``, ``carry_keys``, ``flush_items``).
+        takes the execution's input instead (``backfill_id``: the backfill to resume, as
+        ``aggregator backfill --on-aws`` gives it, or ``null`` to begin one with ``rules``,
+        ``segments``, ``join_buckets``, ``reduce_buckets``, ``workers``, ``max_rcu``,
+        ``stream_lag_seconds``; and, optional, ``page_items``, ``carry_keys``, ``flush_items``);
+        ``collect`` takes ``until_fenced`` (return once the shards are fenced).
     rules, table
         The function's rules and its table with the stream.
     remaining_seconds
@@ -79,7 +81,12 @@ def run_task(
     if task not in TASKS:
         raise ConfigError(f"unknown backfill task {task!r}: expected one of {', '.join(TASKS)}")
     stop_at = stop_time(remaining_seconds)
-    if task == "start":
+    if task == "start" and request.get("backfill_id"):  # the one the CLI began: resume it
+        settings, resumed = (
+            Job(rules, table, str(request["backfill_id"]), clock=clock).settings,
+            True,
+        )
+    elif task == "start":
         settings, resumed = start_backfill(
             rules,
             table,
@@ -95,6 +102,7 @@ def run_task(
             flush_items=int(request.get("flush_items", DEFAULT_FLUSH_ITEMS)),
             clock=clock,
         )
+    if task == "start":
         return {
             "backfill_id": settings.backfill_id,
             "segments": list(range(settings.segments)),
@@ -109,7 +117,7 @@ def run_task(
         raise ConfigError(f"backfill task {task!r} needs a backfill_id") from None
     job = Job(rules, table, backfill_id, clock=clock)
     if task == "collect":
-        outcome = collect(job, stop_at=stop_at)
+        outcome = collect(job, stop_at=stop_at, until_fenced=bool(request.get("until_fenced")))
         return {"done": outcome.done, "fenced": outcome.fenced}
     if task == "scan":
         return {"done": scan_segment(job, _number(request, "segment"), stop_at=stop_at)}
