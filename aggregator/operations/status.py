@@ -180,16 +180,7 @@ def _backfill(
     client: DynamoDBClient, table_name: str, rules: RuleSet, backfill_id: str
 ) -> BackfillProgress:
     layout = rules.layout
-    meta = (
-        requests_of(client)
-        .send(
-            "get_item",
-            TableName=table_name,
-            Key=layout.control_key(f"backfill#{backfill_id}#meta"),
-            ConsistentRead=True,
-        )
-        .get("Item", {})
-    )
+    meta = _control_item(client, table_name, layout, f"backfill#{backfill_id}#meta")
     if meta.get("mode", {}).get("S") == "distributed":
         return _distributed_backfill(client, table_name, layout, backfill_id, meta)
     segments = 0
@@ -207,6 +198,23 @@ def _backfill(
     return BackfillProgress(backfill_id, segments, done, pages)
 
 
+def _control_item(
+    client: DynamoDBClient, table_name: str, layout: TableLayout, sort_key: str
+) -> dict[str, Any]:
+    """A control item (strongly consistent ``GetItem``), or ``{}``."""
+    item: dict[str, Any] = (
+        requests_of(client)
+        .send(
+            "get_item",
+            TableName=table_name,
+            Key=layout.control_key(sort_key),
+            ConsistentRead=True,
+        )
+        .get("Item", {})
+    )
+    return item
+
+
 def _distributed_backfill(
     client: DynamoDBClient,
     table_name: str,
@@ -217,16 +225,7 @@ def _distributed_backfill(
     """A backfill on AWS: its settings (meta item) and figures (``#stats``): two reads, however
     many segments."""
     settings = json.loads(meta["settings"]["S"])
-    stats = (
-        requests_of(client)
-        .send(
-            "get_item",
-            TableName=table_name,
-            Key=layout.control_key(f"backfill#{backfill_id}#stats"),
-            ConsistentRead=True,
-        )
-        .get("Item", {})
-    )
+    stats = _control_item(client, table_name, layout, f"backfill#{backfill_id}#stats")
 
     def count(name: str) -> int:
         return int(stats.get(name, {}).get("N", "0"))

@@ -20,13 +20,12 @@ from aggregator.core.deltas import (
     AggregateRef,
     Amounts,
     BatchDeltas,
-    CoalescedDelta,
     add_amounts,
 )
 from aggregator.core.engine import Engine
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.lifecycle import Fence, changed_definitions, resolved_rules
-from aggregator.core.records import Image, pad_sequence_number
+from aggregator.core.records import Image
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.client import requests_of
 from aggregator.dynamodb.manifest import FenceStore, Manifest
@@ -34,6 +33,7 @@ from aggregator.dynamodb.modes import make_writer
 from aggregator.dynamodb.streams import TableStream
 from aggregator.dynamodb.targets import MAX_TARGET_CHECKPOINTS
 from aggregator.operations.backfill.control import ControlItems
+from aggregator.operations.backfill.distributed.entries import amounts_batch
 from aggregator.operations.backfill.segments import SegmentScan
 from aggregator.operations.backfill.selection import (
     STREAM_RETENTION_SECONDS,
@@ -41,7 +41,7 @@ from aggregator.operations.backfill.selection import (
     select_rules,
 )
 from aggregator.operations.backfill.stats import BackfillStats, RateLimiter
-from aggregator.operations.backfill.stream import ChangedItems, read_shard
+from aggregator.operations.backfill.stream import ChangedItems, fence_position, read_shard
 from aggregator.operations.top_list_check import settle_top_lists
 
 __all__ = [
@@ -233,15 +233,11 @@ class Backfill:
     def _fence_all(self) -> None:
         """Step 1: fence every listed shard at the last record read from it (up to its bound,
         :func:`read_shard`), unless fenced already."""
-        iterators: dict[str, str | None] = {}
-        last: dict[str, str] = {}
         for shard in self.shards():
-            shard_id = shard["ShardId"]
-            end = "0"
-            for record in self.read_shard(shard, iterators, last):
-                end = max(end, record["dynamodb"]["SequenceNumber"], key=pad_sequence_number)
+            end = fence_position(self.table.streams_client, self.table.stream_arn, shard)
+            assert end is not None  # no deadline
             self.fence_store.put_if_absent(
-                [Fence(r, shard_id, pad_sequence_number(end), "backfill") for r in self.rule_names]
+                [Fence(r, shard["ShardId"], end, "backfill") for r in self.rule_names]
             )
 
     def _check_fences(self) -> None:
@@ -288,19 +284,7 @@ class Backfill:
     def batch(self, amounts: dict[AggregateRef, Amounts], sequence: int) -> BatchDeltas:
         """``amounts`` as a batch of coalesced deltas whose every sequence number is
         ``sequence`` (a page number: the carry's checkpoint)."""
-        seq = str(sequence)
-        batch = BatchDeltas(first_sequence_number=seq, last_sequence_number=seq)
-        for ref, (amount, count) in amounts.items():
-            batch.deltas[ref.sort_key] = CoalescedDelta.of(
-                self.rules.get(ref.rule).write_spec,
-                ref,
-                amount,
-                seq,
-                [(seq, amount)],
-                count=count,
-                count_parts=[(seq, count)],
-            )
-        return batch
+        return amounts_batch(self.rules, amounts, sequence)
 
     # -- the whole -----------------------------------------------------------------------------
 

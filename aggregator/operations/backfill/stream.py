@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,6 +34,7 @@ __all__ = [
     "ChangedItems",
     "FencedStream",
     "ReadBound",
+    "fence_position",
     "item_digest",
     "read_shard",
 ]
@@ -160,6 +162,30 @@ def read_shard(
                 "the end of a closed shard, or the first record written after the read began; "
                 "try again"
             )
+
+
+def fence_position(
+    streams: DynamoDBStreamsClient,
+    stream_arn: str,
+    shard: dict[str, Any],
+    *,
+    stop_at: float | None = None,
+) -> str | None:
+    """Where a backfill fences ``shard``: the sequence number of the last record read from its
+    oldest up to its bound (:func:`read_shard`), 40 digits (zeros for an empty shard); ``None``
+    when the monotonic clock passed ``stop_at`` first.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`read_shard`.
+    """
+    end = "0"
+    for record in read_shard(streams, stream_arn, shard, {}, {}):
+        end = max(end, record["dynamodb"]["SequenceNumber"], key=pad_sequence_number)
+        if stop_at is not None and time.monotonic() >= stop_at:
+            return None
+    return pad_sequence_number(end)
 
 
 class FencedStream(Protocol):

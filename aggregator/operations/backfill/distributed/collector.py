@@ -18,7 +18,7 @@ from aggregator.dynamodb.fences import FenceStore
 from aggregator.dynamodb.streams import parents_first
 from aggregator.operations.backfill.distributed.flushing import FlushBuffer
 from aggregator.operations.backfill.distributed.job import Job, Progress, new_attempt
-from aggregator.operations.backfill.stream import item_digest, read_shard
+from aggregator.operations.backfill.stream import fence_position, item_digest, read_shard
 
 __all__ = ["COLLECTOR", "CollectOutcome", "collect"]
 
@@ -103,17 +103,12 @@ class _Collector:
         return all(finished)
 
     def _fence_one(self, shard: dict[str, Any]) -> bool:
-        shard_id = shard["ShardId"]
-        iterators: dict[str, str | None] = {}
-        last: dict[str, str] = {}
-        end = "0"
         table = self.job.table
-        for record in read_shard(table.streams_client, table.stream_arn, shard, iterators, last):
-            end = max(end, record["dynamodb"]["SequenceNumber"], key=pad_sequence_number)
-            if time.monotonic() >= self.stop_at:
-                return False
+        end = fence_position(table.streams_client, table.stream_arn, shard, stop_at=self.stop_at)
+        if end is None:
+            return False
         self.fence_store.put_if_absent(
-            [Fence(r, shard_id, pad_sequence_number(end), "backfill") for r in self.rules]
+            [Fence(r, shard["ShardId"], end, "backfill") for r in self.rules]
         )
         return True
 
