@@ -66,6 +66,9 @@ RULES_YAML = {
 """The workload's rules: likes per post, and the stars the likes give (a delta that a write can
 change without changing the count)."""
 IN_PROCESS_TASKS = ("start", "collect", "scan_end", "finish")
+OVERRUN_SECONDS = 5.0
+"""How long past its budget an invocation may run (its process's start-up and exit) before the
+twin kills it, as Lambda kills a function at its timeout."""
 """Tasks run in this process: the collector reads the twin's shards, which live here."""
 
 
@@ -113,6 +116,9 @@ class TwinResult:
     changed_items: int = 0
     shards: int = 0
     handler_crashes: int = 0
+    overruns: int = 0
+    """Invocations that outlived their budget by more than :data:`OVERRUN_SECONDS` (killed, as
+    Lambda would: a task must stop itself in time)."""
     most_backfill_checkpoints: int = 0
     """The most checkpoint entries of the backfill's on one aggregate item (one per reduce
     bucket that wrote it: 1, however many segments counted it)."""
@@ -381,12 +387,13 @@ class _Twin:
         )
         process.start()
         send.close()
-        process.join(kill_at if kill_at is not None else settings.budget_seconds + 30)
+        process.join(kill_at if kill_at is not None else settings.budget_seconds + OVERRUN_SECONDS)
         if process.is_alive():
             process.kill()
             process.join()
             with self.lock:
                 self.result.killed += 1
+                self.result.overruns += kill_at is None
             raise SimulatedCrash(f"{request['task']} killed")
         if not receive.poll():
             raise SimulatedCrash(f"{request['task']} failed (exit code {process.exitcode})")

@@ -254,7 +254,8 @@ def summary(job: Job, **extra: Any) -> dict[str, Any]:
         "segments_done": sum(p.done for p in segments.values()),
         "items_scanned": sum(int(p.state.get("items", 0)) for p in segments.values()),
         "modelled_rcu": sum(int(p.state.get("rcu", 0)) for p in segments.values()),
-        "evaluation_failures": sum(int(p.state.get("failures", 0)) for p in segments.values()),
+        "evaluation_failures": sum(int(p.state.get("failures", 0)) for p in segments.values())
+        + int(collector.state.get("failures", 0)),
         "stream_records_read": int(collector.state.get("records", 0)),
         "changes": int(collector.state.get("changes", 0)),
         "changed_items": sum(int(p.state.get("changed_items", 0)) for p in joins.values()),
