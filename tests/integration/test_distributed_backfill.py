@@ -51,6 +51,7 @@ scenario = st.fixed_dictionaries(
         "reduce_buckets": st.integers(1, 3),
         "page_items": st.integers(1, 4),
         "carry_keys": st.integers(1, 6),
+        "flush_items": st.integers(1, 8),
         "kills": st.integers(0, 4),
         "seed": st.integers(0, 2**16),
         "mode": st.sampled_from(["exactly-once", "window"]),
@@ -150,6 +151,7 @@ def run_scenario(ddb, streams, case: dict[str, Any], report: dict[str, int]) -> 
                 "stream_lag_seconds": case["stream_lag"],
                 "page_items": case["page_items"],
                 "carry_keys": case["carry_keys"],
+                "flush_items": case["flush_items"],
             }
         )["summary"]
         for operations, _ in during:

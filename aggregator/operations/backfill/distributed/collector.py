@@ -174,9 +174,13 @@ class _Collector:
             seq = pad_sequence_number(raw["dynamodb"]["SequenceNumber"])
             if unread:
                 unread = False
-                # read from the shard's oldest record: nothing after the fence may be missing
-                # (the handler's fence is the sequence number before its first record's)
-                if fence is not None and int(seq) > int(fence.after) + 1:
+                # read from the shard's oldest record: nothing after the handler's fence (the
+                # sequence number before its first record's) may be missing
+                if (
+                    fence is not None
+                    and fence.set_by == "handler"
+                    and int(seq) > int(fence.after) + 1
+                ):
                     raise ConfigError(
                         f"shard {shard_id}: the stream no longer holds records the backfill "
                         "needs (the collector fell a day behind); deploy the rules under new "
@@ -187,6 +191,9 @@ class _Collector:
             if buffer.entry_count >= self.job.settings.flush_items or (
                 time.monotonic() >= self.stop_at
             ):
+                # stopped inside a page: the next read starts after the last record taken, not
+                # at the next page's iterator (which would skip the rest of this page)
+                self.iterators.pop(shard_id, None)
                 return False
         return True
 
