@@ -82,8 +82,8 @@ class BackfillProgress:
         return (
             f"on AWS: {self.segments_done:,}/{self.segments:,} segments, {self.items:,} items, "
             f"{self.stream_records:,} stream records read ({self.changes:,} changes), joins "
-            f"{self.joins_done}/{self.join_buckets}, reduces "
-            f"{self.reduces_done}/{self.reduce_buckets}"
+            f"{self.joins_done:,}/{self.join_buckets:,}, reduces "
+            f"{self.reduces_done:,}/{self.reduce_buckets:,}"
         )
 
 
@@ -276,6 +276,11 @@ def _build_command(
     if building is not None and building.status in ("pending", "backfilling"):
         if report.builds != report.serving and report.serving in states:
             return f"aggregator rebuild {report.rule} {t} (backfills it, then switches readers)"
+        if building.backfill is not None and building.backfill.on_aws:
+            return (
+                "wait for its execution; if it stopped (or never started): aggregator backfill "
+                f"--on-aws {t}"
+            )
         return f"aggregator backfill {t}"
     if report.builds is not None and report.builds != report.serving:
         return f"aggregator rebuild {report.rule} {t} (switches readers)"

@@ -34,8 +34,9 @@ def backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def with_options(**kwargs: Any) -> Any:
         options = {name: kwargs.pop(name) for name in BACKFILL_OPTION_NAMES}
-        if options["segments"] is None:  # each way of running has its default
-            del options["segments"]
+        for name in ("segments", "page_items"):
+            if options[name] is None:  # each way of running has its default
+                del options[name]
         return command(backfill_options=options, **kwargs)
 
     wrapped: Callable[..., Any] = with_options
@@ -43,17 +44,14 @@ def backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
         [
             click.option(
                 "--segments",
-                type=click.IntRange(1, 1_000_000),
+                type=click.IntRange(1, 20_000),
                 help="Parallel Scan segments (TotalSegments): 1 to 64, one thread each (default "
-                "4); with backfill --on-aws up to 1,000,000 (default 256).",
+                "4); with backfill --on-aws up to 20,000 (default 256).",
             ),
             click.option(
                 "--page-items",
                 type=click.IntRange(1, 1000),
-                default=200,
-                show_default=True,
-                help="Items per Scan page (each page's amounts are stored, then applied, as one "
-                "step).",
+                help="Items per Scan page (default 200; 1,000 with backfill --on-aws).",
             ),
             click.option(
                 "--max-rcu",
@@ -69,7 +67,8 @@ def backfill_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 "--stream-lag",
                 "stream_lag_seconds",
                 default=5.0,
-                help="Seconds a write may take to appear in the stream (waited after each page).",
+                help="Seconds a write may take to appear in the stream (waited after each page; "
+                "on AWS, before the collector's last pass).",
             ),
         ]
     ):
@@ -219,10 +218,11 @@ def start_on_aws(
     import os
     import uuid
 
-    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
 
     from aggregator.core.exceptions import ConfigError
     from aggregator.dynamodb.client import requests_of
+    from aggregator.dynamodb.errors import AwsError
     from aggregator.operations.backfill.distributed.start import start_backfill
 
     arn = state_machine or os.environ.get("AGGREGATOR_BACKFILL_STATE_MACHINE")
@@ -233,8 +233,11 @@ def start_on_aws(
         )
     if backfill_options.get("max_wcu") is not None:
         raise ConfigError("--max-wcu applies to a backfill in one process; on AWS give --max-rcu")
-    sfn = requests_of(boto3.client("stepfunctions"))
+    sfn = requests_of(_stepfunctions_client(arn))
     sfn.send("describe_state_machine", stateMachineArn=arn)  # a wrong ARN fails before anything
+    # the running executions, read before anything is begun (a caller without the right to
+    # list them learns it now, not after the rules were marked)
+    running = sfn.send("list_executions", stateMachineArn=arn, statusFilter="RUNNING")
     settings, resumed = start_backfill(
         table.rules,
         table.table_stream(),
@@ -248,7 +251,6 @@ def start_on_aws(
         page_items=backfill_options.get("page_items", 1000),
     )
     prefix = f"backfill-{settings.backfill_id}-"
-    running = sfn.send("list_executions", stateMachineArn=arn, statusFilter="RUNNING")
     for execution in running.get("executions", []):
         if execution["name"].startswith(prefix):
             raise ConfigError(
@@ -266,12 +268,18 @@ def start_on_aws(
         "max_rcu": settings.max_rcu,
         "stream_lag_seconds": settings.stream_lag_seconds,
     }
-    started = sfn.send(
-        "start_execution",
-        stateMachineArn=arn,
-        name=f"{prefix}{uuid.uuid4().hex[:8]}",
-        input=json.dumps(execution_input),
-    )
+    try:
+        started = sfn.send(
+            "start_execution",
+            stateMachineArn=arn,
+            name=f"{prefix}{uuid.uuid4().hex[:8]}",
+            input=json.dumps(execution_input),
+        )
+    except (AwsError, ClientError, BotoCoreError) as exc:
+        raise ConfigError(
+            f"backfill {settings.backfill_id} is begun (its rules are backfilling) but no "
+            f"execution started: {exc}; once that is fixed, run this command again to start it"
+        ) from None
     console.print(
         f"backfill {settings.backfill_id}{' (resumed)' if resumed else ''} started on AWS: "
         f"{', '.join(rules)}, {settings.segments} segments, "
@@ -279,6 +287,18 @@ def start_on_aws(
         "`aggregator status` shows its progress",
         highlight=False,
     )
+
+
+def _stepfunctions_client(state_machine_arn: str) -> Any:
+    """A Step Functions client in the state machine's Region (its ARN's fourth field), with the
+    CLI's timeouts and retries (:func:`aggregator.cli.clients.make_client`'s)."""
+    import boto3
+    from botocore.config import Config
+
+    parts = state_machine_arn.split(":")
+    region = parts[3] if len(parts) > 4 and parts[3] else None
+    config = Config(retries={"max_attempts": 10, "mode": "standard"}, connect_timeout=5)
+    return boto3.client("stepfunctions", region_name=region, config=config)
 
 
 @click.command("backfill", short_help="Count the items already in the table for pending rules.")
@@ -299,24 +319,18 @@ def start_on_aws(
 @click.option(
     "--workers",
     type=click.IntRange(1, 10_000),
-    default=64,
-    show_default=True,
-    help="With --on-aws: segments scanned at once (Lambda invocations); --max-rcu is shared "
-    "by them.",
+    help="With --on-aws: segments scanned at once (Lambda invocations; default 64); --max-rcu "
+    "is shared by them.",
 )
 @click.option(
     "--join-buckets",
     type=click.IntRange(1, 10_000),
-    default=64,
-    show_default=True,
-    help="With --on-aws: tasks that join the changed items with the scan's.",
+    help="With --on-aws: tasks that join the changed items with the scan's (default 64).",
 )
 @click.option(
     "--reduce-buckets",
     type=click.IntRange(1, 10_000),
-    default=64,
-    show_default=True,
-    help="With --on-aws: tasks that sum and write the aggregates (one checkpoint each).",
+    help="With --on-aws: tasks that sum and write the aggregates (default 64).",
 )
 @endpoint_option
 def backfill_cmd(
@@ -326,9 +340,9 @@ def backfill_cmd(
     backfill_options: dict[str, Any],
     on_aws: bool,
     state_machine: str | None,
-    workers: int,
-    join_buckets: int,
-    reduce_buckets: int,
+    workers: int | None,
+    join_buckets: int | None,
+    reduce_buckets: int | None,
     endpoint_url: str | None,
 ) -> None:
     """Count the items already in the table for rules pending a backfill, exactly, while the
@@ -339,8 +353,18 @@ def backfill_cmd(
     deployed stack's state machine runs it on Lambda, beyond one process's memory and the
     stream's 24 hours; `aggregator status` then shows its progress.
     """
+    from aggregator.core.exceptions import ConfigError
     from aggregator.operations.backfill import Backfill, NothingToBackfill
 
+    aws_only = {
+        "--state-machine": state_machine,
+        "--workers": workers,
+        "--join-buckets": join_buckets,
+        "--reduce-buckets": reduce_buckets,
+    }
+    given = [name for name, value in aws_only.items() if value is not None]
+    if given and not on_aws:
+        raise ConfigError(f"{', '.join(given)} apply to a backfill on AWS: add --on-aws")
     table = LiveTable.open(table_name, definitions, endpoint_url)
     if on_aws:
         try:
@@ -349,9 +373,9 @@ def backfill_cmd(
                 rule_names,
                 backfill_options,
                 state_machine=state_machine,
-                workers=workers,
-                join_buckets=join_buckets,
-                reduce_buckets=reduce_buckets,
+                workers=workers or 64,
+                join_buckets=join_buckets or 64,
+                reduce_buckets=reduce_buckets or 64,
             )
         except NothingToBackfill as done:
             console.print(str(done), highlight=False)

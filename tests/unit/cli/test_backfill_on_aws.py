@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from aggregator.core.rules import load_rules
@@ -109,3 +110,31 @@ def test_a_wrong_state_machine_fails_in_one_line_and_begins_nothing(aws) -> None
 def test_more_segments_than_one_process_takes_points_to_on_aws(aws) -> None:
     result = invoke(["backfill", "--table", "game", "-d", DEFS, "--segments", "65"])
     assert "--on-aws" in error_line(result)
+
+
+def test_aws_options_without_on_aws_are_refused(aws) -> None:
+    result = invoke(["backfill", "--table", "game", "-d", DEFS, "--workers", "5"])
+    assert error_line(result) == "error: --workers apply to a backfill on AWS: add --on-aws"
+
+
+def test_a_failed_start_says_what_it_left_and_how_to_go_on(aws, monkeypatch) -> None:
+    from aggregator.dynamodb.client import RequestClient
+
+    send = RequestClient.send
+
+    def refusing(self, operation, **kwargs):
+        if operation == "start_execution":
+            raise ClientError(
+                {"Error": {"Code": "ExecutionLimitExceeded", "Message": "too many"}},
+                "StartExecution",
+            )
+        return send(self, operation, **kwargs)
+
+    monkeypatch.setattr(RequestClient, "send", refusing)
+    args = ["backfill", "--table", "game", "-d", DEFS, "--on-aws", "--state-machine"]
+    line = error_line(invoke([*args, aws["machine"]]))
+    assert "is begun (its rules are backfilling) but no execution started" in line
+    assert "run this command again to start it" in line
+    monkeypatch.setattr(RequestClient, "send", send)
+    again = invoke([*args, aws["machine"]])  # the same command starts it, resuming it
+    assert again.exit_code == 0 and "(resumed) started on AWS" in again.stdout
