@@ -234,8 +234,7 @@ class Backfill:
         """Step 1: fence every listed shard at the last record read from it (up to its bound,
         :func:`read_shard`), unless fenced already."""
         for shard in self.shards():
-            end = fence_position(self.table.streams_client, self.table.stream_arn, shard)
-            assert end is not None  # no deadline
+            end, _ = fence_position(self.table.streams_client, self.table.stream_arn, shard)
             self.fence_store.put_if_absent(
                 [Fence(r, shard["ShardId"], end, "backfill") for r in self.rule_names]
             )

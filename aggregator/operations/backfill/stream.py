@@ -169,23 +169,27 @@ def fence_position(
     stream_arn: str,
     shard: dict[str, Any],
     *,
+    after: str | None = None,
     stop_at: float | None = None,
-) -> str | None:
+) -> tuple[str, bool]:
     """Where a backfill fences ``shard``: the sequence number of the last record read from its
-    oldest up to its bound (:func:`read_shard`), 40 digits (zeros for an empty shard); ``None``
-    when the monotonic clock passed ``stop_at`` first.
+    oldest (or from just after ``after``, a record's sequence number a read stopped at) up to
+    its bound (:func:`read_shard`), 40 digits (zeros for an empty shard); and whether the read
+    got there (``False``: the monotonic clock passed ``stop_at`` first; the first value is then
+    where to go on from).
 
     Raises
     ------
     ConfigError
         As :func:`read_shard`.
     """
-    end = "0"
-    for record in read_shard(streams, stream_arn, shard, {}, {}):
+    last = {} if after is None else {shard["ShardId"]: str(int(after))}
+    end = "0" if after is None else after
+    for record in read_shard(streams, stream_arn, shard, {}, last):
         end = max(end, record["dynamodb"]["SequenceNumber"], key=pad_sequence_number)
         if stop_at is not None and time.monotonic() >= stop_at:
-            return None
-    return pad_sequence_number(end)
+            return pad_sequence_number(end), False
+    return pad_sequence_number(end), True
 
 
 class FencedStream(Protocol):

@@ -60,6 +60,8 @@ class _Collector:
         self.changes = int(state.get("changes", 0))
         self.failures = int(state.get("failures", 0))
         self.fenced_at: float | None = state.get("fenced_at")
+        self.fencing: dict[str, str] = dict(state.get("fencing", {}))
+        """Shards whose fence read stopped for time: where it goes on from."""
         self.ended_seen_at: float | None = state.get("ended_seen_at")
         self.iterators: dict[str, str | None] = {}
         self.fences: dict[str, Fence] = {}
@@ -72,6 +74,7 @@ class _Collector:
             "changes": self.changes,
             "failures": self.failures + self.job.evaluation_failures,
             "fenced_at": self.fenced_at,
+            "fencing": self.fencing,
             "ended_seen_at": self.ended_seen_at,
             "final": final,
         }
@@ -103,13 +106,22 @@ class _Collector:
         return all(finished)
 
     def _fence_one(self, shard: dict[str, Any]) -> bool:
-        table = self.job.table
-        end = fence_position(table.streams_client, table.stream_arn, shard, stop_at=self.stop_at)
-        if end is None:
-            return False
-        self.fence_store.put_if_absent(
-            [Fence(r, shard["ShardId"], end, "backfill") for r in self.rules]
+        """Fence one shard, going on from where an earlier invocation's read of it stopped
+        (:attr:`fencing`, committed with the collector's state)."""
+        table, shard_id = self.job.table, shard["ShardId"]
+        end, whole = fence_position(
+            table.streams_client,
+            table.stream_arn,
+            shard,
+            after=self.fencing.get(shard_id),
+            stop_at=self.stop_at,
         )
+        if not whole:
+            if int(end):
+                self.fencing[shard_id] = end
+            return False
+        self.fence_store.put_if_absent([Fence(r, shard_id, end, "backfill") for r in self.rules])
+        self.fencing.pop(shard_id, None)
         return True
 
     def fence_of(self, shard_id: str) -> Fence | None:
@@ -235,6 +247,8 @@ def collect(
     collector = _Collector(job, progress, stop_at)
     if collector.fenced_at is None:
         if not collector.fence_all():
+            # the fence reads cut short go on from where they stopped next time
+            job.commit(COLLECTOR, progress, None, collector.state(), done=False)
             return CollectOutcome(False, False)
         collector.fenced_at = job.clock()
         if not job.commit(COLLECTOR, progress, None, collector.state(), done=False):
