@@ -2,82 +2,56 @@
 Lambda GB-seconds, Step Functions state transitions and dollars (issue 33: "a billion 1 KB items
 with 1,000 application writes a second").
 
-The model follows the distributed protocol (:mod:`aggregator.operations.backfill`'s successor on
-Step Functions and Lambda): a **fence** of every stream shard, a **scan** of ``segments``
-``Scan`` segments by ``workers`` concurrent Lambda invocations that count every item and write its
-*S entry* (16-byte digest of its key, its contribution) to a join bucket and its amounts as
-*partials* to a reduce bucket, a **collector** reading the stream beside the handler and writing a
-*B entry* for every record whose contributions differ, a **join** (``join_buckets`` tasks: an
-item's first B entry against its S entry gives its correction), a **reduce** (``reduce_buckets``
-tasks: one exactly-once ``UpdateItem`` per aggregate key) and a **finish**. It does no I/O: every
-figure comes from :class:`BackfillCostInputs`, :data:`PRICES` and the constants below.
+The model follows the code of :mod:`aggregator.operations.backfill.distributed` (its defaults
+imported from it) and the command line's (``aggregator backfill --on-aws``: 64 workers, 64 join
+and 64 reduce buckets, 256 segments). It does no I/O: every figure comes from
+:class:`BackfillCostInputs`, :data:`PRICES` and the constants below. Numbers here are ``float``:
+an estimate, never written to DynamoDB (the project's rule of ``Decimal`` near DynamoDB does not
+apply).
 
-Numbers here are ``float``: an estimate, never written to DynamoDB (the project's rule of
-``Decimal`` near DynamoDB does not apply).
+Phases, in the order they run (``N`` items of ``b`` bytes, ``w`` application writes a second,
+``P`` shards, ``W`` workers, ``S`` segments, ``H`` join and ``R`` reduce buckets; an invocation
+of a ``T``-second function reads for ``T - min(60, T/5)`` seconds:
+:data:`~aggregator.operations.backfill.distributed.tasks.RESERVE_SECONDS`):
 
-Formulas (``N`` items of ``b`` bytes, ``p`` of them contributing, ``e`` aggregate keys each, ``K``
-aggregate keys, ``w`` application writes a second of which a share ``q`` change a contribution,
-``W`` workers, ``S`` segments, ``H`` join and ``R`` reduce buckets, ``P`` shards):
+- **Fence** (the collector's catch-up; the scan starts only once every shard is fenced): the
+  collector reads every shard's retained records once, ``w * retained_seconds`` of them (24 h:
+  86.4 million at 1,000 writes a second), one thread per shard: records of
+  ``stream_record_bytes`` (a 1 KB item's ``NEW_AND_OLD_IMAGES`` record: about 2.2 KB),
+  ``min(1,000, 1 MB / record)`` a ``GetRecords`` call (DynamoDB Streams API Reference,
+  ``GetRecords``), each shard at the calls a second the handler leaves it. Its time is the
+  longer of those calls and its CPU (botocore parsing every record, both images' contributions
+  of the records after a handler's fence: measured; one core whatever the memory: Python's
+  threads share one).
+- **Scan**: ``min(W' * r, read budget, write budget)`` items a second, ``r`` a worker's rate
+  (the least of its CPU, measured on the real scan path, its pages, and a partition's 3,000
+  read units a second), ``W' = min(W, S, Lambda concurrency - P - 1)`` (``W`` at most
+  10,000: a Distributed Map's most child executions at once, Step Functions Developer Guide,
+  "Using Map state in Distributed mode"); the read budget
+  ``max_rcu`` (default: the table's read quota), a strongly consistent ``Scan`` costing one read
+  unit per 4 KB; the write budget what the records may take under the control partitions. A
+  segment flushes when its carry holds ``carry_keys`` aggregates or ``flush_items`` entries
+  (checked after each page) and at the end of each invocation: per flush a record per join
+  bucket its S entries touch and one per reduce bucket its partials touch (sizes measured), and
+  a commit that rewrites the segment's progress item (9 bytes more per flush).
+- **Collector** (beside the scan, from the fence to the scan's end, its lag and a last pass):
+  a pass over the shards every 2 s (a ``GetRecords`` per shard), a flush of its B entries (one
+  per record whose contributions change) every 60 s; its progress item holds every shard's
+  position, rewritten at each commit.
+- **Join** (``H`` tasks, ``W`` at once): per invocation, a probe of the first chunk of every
+  committed flush of the collector and of every segment (strongly consistent ``BatchGetItem``:
+  a missing key costs one read unit, a present one its size), then every record of its bucket;
+  CPU: a JSON parse per S entry, a full decode of the matches and of the B entries (measured);
+  it commits every 500 records it reads.
+- **Reduce** (``R`` tasks, ``W`` at once): per invocation, a probe of the first chunk of every
+  committed flush of every segment and join; then passes: with ``M`` the next power of two
+  ``>= keys per bucket / carry_keys``, the bucket's records read ``M + log2 M`` times (``M``
+  passes and at most one abandoned pass per doubling), each partial decoded and hashed each
+  time (measured); each aggregate written once (one ``UpdateItem``, its checkpoint included).
+- **Finish**: settle the top lists, mark the rules active.
 
-- **Per-worker scan rate** ``r = min(cpu, dynamodb)`` (with ``overlap_reads``; else
-  ``1 / (1/cpu + 1/dynamodb)``): ``cpu = scan_cpu_items_per_second * min(1, memory / 1,769 MB)``
-  (Lambda allocates CPU in proportion to memory, one vCPU at 1,769 MB: Lambda Developer Guide,
-  "Configure Lambda function memory"); ``dynamodb = min(items per page / scan_page_seconds,
-  3,000 RRU/s / RRU per item)`` (a segment's ``Scan`` reads one partition at a time (AWS's
-  DynamoDB workshop, "Sequential and parallel table scans": secondary source) and a partition
-  serves at most 3,000 read units a second: Developer Guide, "Understanding DynamoDB warm
-  throughput in different scenarios").
-- **Scan rate** ``min(W' * r, read budget, write budget)``: ``W' = min(W, S, 10,000, Lambda
-  concurrency - P - 1)`` (the stream handler holds one concurrent execution per shard, the
-  collector one); the read budget is ``max_rcu`` (default: the table's read quota, 40,000 read
-  request units a second for an on-demand table: Developer Guide, "Quotas"), a strongly
-  consistent ``Scan`` costing 1 read unit per 4 KB of items (Developer Guide, "Read consumption");
-  the write budget is what the backfill's records may take: ``control_partitions * 1,000`` WCU/s
-  (a partition takes at most 1,000 write units a second; the records live under the control
-  partition key values) and the table's write quota (40,000) less the application's writes.
-- **Scan time** ``max(N / rate, N / S / r)`` (at least one segment's time).
-- **B entries** ``w * q * (scan time + stream lag)``: every record written between the fence and
-  the scan's end whose contributions differ (an upper bound on the changed items: each is counted
-  as a different item).
-- **Records**: a flush of ``n`` entries over ``B`` buckets writes one record per bucket it touches
-  (``B * (1 - (1 - 1/B)**n)`` of them; more where a bucket's entries pass 350 KB), each
-  ``ceil((100 + entries * bytes) / 1,024)`` write units; scan workers flush S entries every
-  ``flush_items`` and partials every ``carry_keys`` distinct keys; the collector every
-  ``flush_items`` B entries and at least once per invocation.
-- **Join** reads every S and B record (strongly consistent: 1 read unit per started 4 KB per
-  record) in ``ceil(H / W')`` waves; **reduce** reads every partial (``ceil(K / R /
-  carry_keys)`` times) and writes each of the ``K`` aggregates once, ``ceil((aggregate bytes +
-  checkpoints * 35) / 1,024)`` write units each, at most ``aggregate_partitions * 1,000`` WCU/s.
-- **Lambda** GB-seconds = concurrent invocations * seconds * memory; requests = invocations, an
-  invocation stopping itself after ``invocation_seconds``.
-- **Step Functions** (standard workflow): a transition per state executed: 2 per loop iteration
-  (the task and its choice), 1 per child execution a Distributed Map starts ("Transitions in
-  Distributed Map state", Step Functions Developer Guide, "Transitions") and its end, a few at
-  the top.
-
-Prices (:class:`Prices`, US East (N. Virginia), free tiers ignored):
-
-- DynamoDB on-demand: $0.125 per million read request units, $0.625 per million write request
-  units, after the November 2024 reduction (secondary sources: airbyte.com "Amazon DynamoDB
-  Pricing", 2025; jusdb.com, 2025; AWS's pricing page defines the units: aws.amazon.com/dynamodb/
-  pricing/on-demand).
-- DynamoDB Streams: reads by your own code (not a Lambda trigger) are charged, one *streams read
-  request unit* per ``GetRecords`` call, up to 1,000 records or 1 MB; Lambda triggers read free
-  and the first 2,500,000 a month are free (Developer Guide, "Evaluate your DynamoDB streams
-  usage"); $0.02 per 100,000 (secondary source: a public cost table, gist allenheltondev). The
-  collector is such a reader; the stream handler is a trigger.
-- Lambda (arm64, the template's architecture): $0.0000133334 per GB-second, $0.20 per million
-  requests (secondary sources: /work/shared/notes/aws-facts.md, a public Lambda cost note).
-- Step Functions standard workflows: $0.025 per 1,000 state transitions (aws.amazon.com/
-  step-functions/pricing); each child execution of a Distributed Map is one transition plus its
-  own states'.
-
-What it omits: the on-demand table's ramp (a table serves at once up to its *warm throughput*;
-pre-warm it with ``UpdateTable`` before a big backfill: Developer Guide, "Understanding DynamoDB
-warm throughput"), hot partitions and uneven segments, throttling retries and their transitions,
-Lambda cold starts and the scaling rate, the stream handler's own cost (unchanged by the
-backfill), the Scan pages' per-page rounding, storage of the records until their TTL deletes
-them (free deletes), the free tiers, and Regions other than US East.
+Limits (each sourced where it is defined below), prices (:class:`Prices`) and what the model
+omits are listed in ``docs/operations/backfill-cost.md``.
 """
 
 from __future__ import annotations
@@ -87,13 +61,18 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from aggregator.dynamodb.checkpoint import SEQUENCE_NUMBER_BYTES, checkpoint_attribute
-from aggregator.dynamodb.writer import DEFAULT_MAX_WORKERS
+from aggregator.operations.backfill.distributed.job import MAX_RECORD_BYTES
+from aggregator.operations.backfill.distributed.start import (
+    DEFAULT_CARRY_KEYS,
+    DEFAULT_FLUSH_ITEMS,
+    DEFAULT_PAGE_ITEMS,
+    MAX_BUCKETS,
+)
+from aggregator.operations.backfill.distributed.tasks import RESERVE_SECONDS
 from aggregator.operations.backfill.operation import DEFAULT_STREAM_LAG_SECONDS
-from aggregator.operations.backfill.segments import MAX_PAGE_RECORD_BYTES
 
 __all__ = [
     "BOUNDS",
-    "DIGEST_BYTES",
     "PRICES",
     "SCAN_CPU_ITEMS_PER_SECOND",
     "BackfillCostInputs",
@@ -102,6 +81,8 @@ __all__ = [
     "Prices",
     "components_table",
     "estimate",
+    "figures_list",
+    "read_seconds",
     "workers_table",
 ]
 
@@ -110,13 +91,15 @@ LAMBDA_VCPU_MB = 1769
 """Memory at which a Lambda function has one vCPU (Lambda Developer Guide, "Configure Lambda
 function memory")."""
 LAMBDA_TIMEOUT_SECONDS = 900
-"""Lambda's longest invocation (Lambda Developer Guide, "Lambda quotas": 15 minutes)."""
+"""Lambda's longest invocation, and the template's timeout for the function (Lambda Developer
+Guide, "Lambda quotas": 15 minutes)."""
 LAMBDA_CONCURRENCY = 1000
 """Concurrent executions per Region by default (Lambda Developer Guide, "Lambda quotas"; can be
 raised to tens of thousands)."""
-MAP_CONCURRENCY = 10_000
-"""Child executions a Distributed Map runs at once at most (Step Functions Developer Guide,
-"Using Map state in Distributed mode")."""
+STATE_ITEMS = 30_000
+"""Segments, join buckets and reduce buckets in all that ``start`` accepts: the state machine
+carries their lists in its state, at most 256 KiB (Step Functions Developer Guide, "Step
+Functions service quotas"). Mirrors ``distributed.start.MAX_ITEMS`` (the lead's cap)."""
 TABLE_READ_QUOTA = 40_000
 TABLE_WRITE_QUOTA = 40_000
 """An on-demand table's default throughput quota, read and write request units a second
@@ -124,61 +107,121 @@ TABLE_WRITE_QUOTA = 40_000
 PARTITION_READ_UNITS = 3000
 PARTITION_WRITE_UNITS = 1000
 """What one partition serves a second (Developer Guide, "Understanding DynamoDB warm throughput in
-different scenarios")."""
+different scenarios"; "Best practices for designing and using partition keys effectively")."""
+ITEM_MAX_BYTES = 400 * 1024
+"""DynamoDB's largest item (Developer Guide, "Service, account, and table quotas": 400 KB)."""
 GET_RECORDS_MAX_RECORDS = 1000
-"""Records one ``GetRecords`` returns at most (DynamoDB Streams API reference)."""
+GET_RECORDS_MAX_BYTES = 1024 * 1024
+"""What one ``GetRecords`` returns at most: 1,000 records or 1 MB, whichever comes first
+(DynamoDB Streams API Reference, ``GetRecords``)."""
+STREAM_SHARD_CALLS_PER_SECOND = 5.0
+"""``GetRecords`` calls a second one shard serves, all its readers together. DynamoDB's own
+documentation states only "do not allow more than two processes to read from the same DynamoDB
+Streams shard at the same time" (Developer Guide, "Quotas", DynamoDB Streams; the API's
+``LimitExceededException``); five a second is Kinesis Data Streams' documented per-shard read
+limit ("Quotas and limits": "up to 5 transactions per second for reads"), which DynamoDB Streams
+is reported to follow (aws/aws-sdk-java-v2 issue 470). An assumption of that strength."""
+HANDLER_POLLS_PER_SECOND = 4.0
+"""``GetRecords`` calls the stream handler's event source mapping makes per shard a second
+(Lambda Developer Guide, "Using AWS Lambda with Amazon DynamoDB": four times a second;
+/work/shared/notes/aws-facts.md). The collector has the rest of a shard's calls."""
 STREAM_READ_PRICE_UNIT = 100_000
 
+# -- the code's own figures (mirrored where the branch this model lives on has not got them) ---
+PASS_SECONDS = 2.0
+"""A collector's pass over the shards begins at most this often (``collector.PASS_SECONDS``)."""
+FLUSH_SECONDS = 60.0
+"""The collector commits at least this often (``collector.FLUSH_SECONDS``)."""
+JOIN_FLUSH_RECORDS = 500
+"""A join commits every this many records read (``join.JOIN_FLUSH_RECORDS``)."""
+REDUCE_WRITER_THREADS = 8
+"""A reducer's writer's concurrent requests (``make_writer(..., max_workers=8)``)."""
+ATTEMPT_BYTES = 9
+"""A progress item grows by one attempt id (8 hex digits and a comma) per committed flush."""
+BATCH_GET_KEYS = 100
+"""``BatchGetItem`` reads 100 keys at most (DynamoDB API Reference, ``BatchGetItem``)."""
+
 # -- sizes (derived from the protocol; assumptions marked) ----------------------------------------
-DIGEST_BYTES = 16
-"""An item's digest (BLAKE2b of its key: :func:`~aggregator.operations.backfill.item_digest`)."""
 CHECKPOINT_BYTES = len(checkpoint_attribute("shard")) + SEQUENCE_NUMBER_BYTES + 4
 """One checkpoint on an aggregate item: its name (``c#`` and 12 characters) and its value (the
 sequence number's 17 bytes and 4 bytes of time): 35 bytes."""
-RECORD_OVERHEAD_BYTES = 100
-"""A data record's key and other attributes (``backfill#<id>#scanned#<h>#<writer>#<flush>#
-<attempt>`` and its partition key): an assumption."""
-ENTRY_BYTES = 32
-"""An S entry, a B entry or a partial amount as stored, compressed: an assumption. Measured for
-``likes_per_post`` (definitions/reference_counts.yaml): an S entry is the 16-byte digest and a
-43-byte contribution (``{"likes_per_post#POST%235741736":["1","0"]}``), 24.4 bytes an entry
-once a thousand are zlib-compressed together."""
+RECORD_OVERHEAD_BYTES = 150
+"""A data record's key (``backfill#<id>#scanned#<h>#<writer>#<flush>#<attempt>#<chunk>``), its
+partition key, ``chunks`` and TTL attributes: an assumption."""
+PROGRESS_BASE_BYTES = 300
+"""A scan's or join's progress item without its attempts: keys, ``state`` (a scan's next key and
+figures), ``done``, ``commits``, TTL: an assumption."""
+SHARD_POSITION_BYTES = 90
+"""What the collector's progress item holds per shard: its id (``shardId-<20 digits>-<8 hex>``)
+and its last sequence number in ``state.last``, and its id in ``state.done``: an assumption."""
+STATS_WRITE_UNITS = 1
+"""The ``stats`` item's ``ADD`` after each commit (a few small numbers)."""
+REDUCER_STATE_WRITE_UNITS = 1
+"""A reducer's state item (``put_if_version``: a few hundred bytes)."""
 KB = 1024
+MB = 1024 * 1024
 READ_UNIT_BYTES = 4096
 
-# -- this machine (measured) and DynamoDB's side (assumed) ----------------------------------------
-SCAN_CPU_ITEMS_PER_SECOND = 36_000
-"""Items one core counts a second: parsing the ``Scan`` response (botocore), the item's digest,
-``Engine.image_entries`` for ``likes_per_post`` (definitions/reference_counts.yaml), adding to the
-carry and encoding its S entry, on 1 KB items. MEASURED with ``python -m bench.backfill_scale
---measure`` on the development machine (x86, 2 shared cores): 36,676, 38,060 and 37,272 in three
-runs; the lowest, rounded down. Lambda's arm64 core is taken as equal (not measured)."""
+# -- this machine (measured: ``python -m bench.backfill_scale --measure``) -----------------------
+SCAN_CPU_ITEMS_PER_SECOND = 19_000
+"""Items one core scans a second on the real scan path: botocore parsing each ``Scan`` page, per
+item :func:`~aggregator.operations.backfill.item_digest`, ``Job.contributions``
+(``Engine.image_entries`` of ``likes_per_post``), ``FlushBuffer.add_amounts`` and ``add_entry``,
+and one ``FlushBuffer.write`` of 20 pages (20,000 keys: a flush at ``carry_keys``) over 64 join
+and 64 reduce buckets with ``Job.put_records`` stubbed out. MEASURED on the development machine
+(x86, 2 shared cores): 19,355, 19,361 and 19,371; rounded down. Lambda's arm64 core is taken as
+equal (not measured)."""
+S_ENTRY_BYTES = 37.7
+"""Bytes of a record per S or B entry as ``encode_entries`` writes them (the digest, the
+contribution, the aggregate's name once per record, zlib): MEASURED, 312 entries a record."""
+PARTIAL_BYTES = 12.6
+"""Bytes of a record per partial amount as ``encode_amounts`` writes them: MEASURED, 312 a
+record."""
+JOIN_SKIP_ENTRIES_PER_SECOND = 1_150_000
+"""S entries a join passes over a second (JSON parsed, digest looked up, not a match): MEASURED
+1,239,049, 1,198,516 and 1,221,402."""
+JOIN_DECODE_ENTRIES_PER_SECOND = 145_000
+"""Entries a join decodes in full a second (``decode_entries``: the Decimals, the aggregates):
+MEASURED 149,343, 154,642 and 155,208."""
+REDUCE_ENTRIES_PER_SECOND = 155_000
+"""Partials a reducer decodes and hashes a second (``decode_amounts`` and ``residue``'s
+BLAKE2b): MEASURED 157,794, 166,071 and 172,989."""
+STREAM_PARSE_RECORDS_PER_SECOND = 21_000
+"""Stream records (2.2 KB, both images) botocore parses a second from a ``GetRecords``
+response: MEASURED 21,240, 21,743 and 23,368."""
+STREAM_EVALUATE_RECORDS_PER_SECOND = 64_000
+"""Records a second whose two images' contributions the collector computes and compares:
+MEASURED 66,283, 64,780 and 67,708."""
 SCAN_PAGE_SECONDS = 0.1
-"""Seconds one strongly consistent 1 MB ``Scan`` page takes to arrive: an ASSUMPTION (AWS
-publishes "single-digit millisecond" latency for small requests, nothing per 1 MB page)."""
+"""Seconds one strongly consistent 1 MB of ``Scan`` page takes to arrive (and 1 MB of
+``BatchGetItem`` records): an ASSUMPTION (AWS publishes "single-digit millisecond" latency for
+small requests, nothing per 1 MB page)."""
 STREAM_REQUEST_SECONDS = 0.05
-"""Seconds one ``GetRecords`` (or ``GetShardIterator``) takes: an assumption."""
+"""Seconds one ``GetRecords`` takes: an assumption."""
 UPDATE_SECONDS = 0.008
 """Seconds one ``UpdateItem`` takes: an assumption (the one ``bench.shard_throughput`` makes)."""
-WRITER_CONCURRENCY = DEFAULT_MAX_WORKERS
-"""Concurrent requests of a reducer's writer (the handler's writer's, 32)."""
-JOIN_CPU_SECONDS_PER_ENTRY = 2e-6
-"""CPU seconds a join spends on one S or B entry (decompress, slice, look up): an assumption."""
 
 # -- worker memory (measured with tracemalloc on the development machine) -------------------------
 PYTHON_BASE_MB = 49.0
 """Resident memory of Python with boto3 and the engine imported (``ru_maxrss``)."""
 PAGE_PYTHON_FACTOR = 3.1
-"""Peak Python memory of a parsed ``Scan`` page per byte of its response (3.08 MB for 1 MB)."""
+"""Peak Python memory of a parsed response per byte of it (3.08 MB for a 1 MB ``Scan`` page)."""
 CARRY_ENTRY_BYTES = 620
 """Python memory of one aggregate key in a carry (its reference and amounts)."""
 ENTRY_PYTHON_BYTES = 430
 """Python memory of one S or B entry held before a flush (digest and contribution)."""
 
 
+def read_seconds(timeout_seconds: float) -> float:
+    """How long an invocation of a ``timeout_seconds`` function reads before its last flush:
+    ``T - min(RESERVE_SECONDS, T / 5)`` (``distributed.tasks.stop_time``)."""
+    return timeout_seconds - min(RESERVE_SECONDS, timeout_seconds / 5)
+
+
 @dataclass(frozen=True)
 class Prices:
-    """Dollar prices, US East (N. Virginia); sources in the module docstring."""
+    """Dollar prices, US East (N. Virginia), free tiers ignored; sources in
+    ``docs/operations/backfill-cost.md``."""
 
     read_unit: float = 0.125 / 1e6
     """On-demand, per read request unit."""
@@ -198,14 +241,13 @@ PRICES = Prices()
 
 @dataclass(frozen=True)
 class BackfillCostInputs:
-    """What the model needs; the defaults are issue 33's case.
+    """What the model needs; the defaults are issue 33's case with the code's and the command
+    line's defaults.
 
     Parameters
     ----------
-    items
-        Items in the table (``N``).
-    item_bytes
-        Bytes per item (DynamoDB's item size).
+    items, item_bytes
+        Items in the table (``N``) and bytes per item (DynamoDB's item size).
     contributing_share
         Share of items whose contribution is not empty (they get S entries and partials).
     contributions_per_item
@@ -213,50 +255,52 @@ class BackfillCostInputs:
     aggregate_keys
         Distinct aggregate keys of the rules being backfilled (``K``).
     app_writes_per_second
-        The application's writes a second during the backfill (one stream record each).
+        The application's writes a second throughout (one stream record each).
     changing_share
         Share of those writes whose record changes a rule's contribution (a B entry each).
     shards
         Open stream shards (about one per table partition).
+    retained_seconds
+        How much of the application's writes the stream holds when the backfill starts (its
+        retention, 24 hours, for a stream older than that): the collector's catch-up.
+    fence_age_seconds
+        How long before the backfill the handler fenced the shards (its records since then are
+        changes the collector turns into B entries); 0: the backfill fences them.
+    stream_record_bytes
+        Bytes per stream record (``None``: ``2 * item_bytes + 200``, both images and the keys).
     workers
-        ``MaxConcurrency`` of the maps: concurrent scan, join and reduce invocations.
-    segments
-        ``TotalSegments`` of the scan (the Distributed Map's items).
-    scan_cpu_items_per_second
-        Items one vCPU counts a second (:data:`SCAN_CPU_ITEMS_PER_SECOND`, measured).
-    scan_page_seconds
-        Seconds per 1 MB ``Scan`` page (:data:`SCAN_PAGE_SECONDS`, assumed).
-    page_bytes
-        Bytes per ``Scan`` page (DynamoDB returns at most 1 MB).
+        ``MaxConcurrency`` of the maps (``--workers``): concurrent scan, join and reduce tasks.
+    segments, join_buckets, reduce_buckets
+        ``--segments``, ``--join-buckets``, ``--reduce-buckets``: at most 30,000 in all.
+    page_items, carry_keys, flush_items
+        The ``Scan`` page's ``Limit``; a carry's aggregates and a flush's entries (the code's
+        defaults).
+    lambda_memory_mb, lambda_timeout_seconds
+        The function's memory (the template's 1,769 MB: one vCPU) and timeout (900 s).
+    scan_cpu_items_per_second, s_entry_bytes, partial_bytes, join_skip_entries_per_second,
+    join_decode_entries_per_second, reduce_entries_per_second,
+    stream_parse_records_per_second, stream_evaluate_records_per_second
+        This machine's figures (:data:`SCAN_CPU_ITEMS_PER_SECOND` and the constants after it:
+        ``python -m bench.backfill_scale --measure`` measures them).
+    scan_page_seconds, stream_request_seconds
+        Seconds per 1 MB read (``Scan`` page or ``BatchGetItem``) and per ``GetRecords``
+        (assumed).
     overlap_reads
         Whether a worker counts one page while the next is read (else the two add up).
-    lambda_memory_mb
-        The function's memory (the template's 1,769 MB: one vCPU).
-    invocation_seconds
-        How long an invocation works before it returns ``done: false`` (within Lambda's 900 s).
-    flush_items
-        S or B entries a writer holds before it flushes them.
-    carry_keys
-        Aggregate keys a scan worker's or reducer's carry holds before it flushes.
-    join_buckets, reduce_buckets
-        ``H`` and ``R``.
     max_rcu
         The backfill's read budget, read units a second (``None``: the table's read quota).
-    table_read_quota, table_write_quota
-        The table's throughput quotas (on-demand default 40,000 each).
-    lambda_concurrency
-        The Region's Lambda concurrency quota (default 1,000).
+    table_read_quota, table_write_quota, lambda_concurrency
+        The table's throughput quotas (on-demand default 40,000 each) and the Region's Lambda
+        concurrency (1,000).
+    stream_shard_calls_per_second, handler_polls_per_second
+        ``GetRecords`` calls a shard serves a second, and those the handler takes of them.
     control_partitions, aggregate_partitions
-        Partition key values the control items (the backfill's records) and the aggregates
-        spread over (the table layout's ``control_partitions``, ``aggregate_partitions``).
-    aggregate_item_bytes
-        An aggregate item without checkpoints.
-    aggregate_checkpoints
-        Checkpoints already on an aggregate item (shards that wrote it recently).
+        Partition key values the control items and the aggregates spread over (the layout's
+        ``control_partitions``, ``aggregate_partitions``).
+    aggregate_item_bytes, aggregate_checkpoints
+        An aggregate item without checkpoints, and the checkpoints already on it.
     stream_lag_seconds
         The protocol's bound on the stream's delay.
-    stream_request_seconds
-        Seconds per ``GetRecords`` (:data:`STREAM_REQUEST_SECONDS`, assumed).
     """
 
     items: int = 1_000_000_000
@@ -267,28 +311,40 @@ class BackfillCostInputs:
     app_writes_per_second: float = 1000.0
     changing_share: float = 0.5
     shards: int = 128
-    workers: int = 16
-    segments: int = 1024
-    scan_cpu_items_per_second: float = SCAN_CPU_ITEMS_PER_SECOND
-    scan_page_seconds: float = SCAN_PAGE_SECONDS
-    page_bytes: int = 1024 * 1024
-    overlap_reads: bool = True
-    lambda_memory_mb: int = 1769
-    invocation_seconds: float = 600.0
-    flush_items: int = 100_000
-    carry_keys: int = 100_000
+    retained_seconds: float = 86_400.0
+    fence_age_seconds: float = 0.0
+    stream_record_bytes: int | None = None
+    workers: int = 64
+    segments: int = 256
     join_buckets: int = 64
-    reduce_buckets: int = 256
+    reduce_buckets: int = 64
+    page_items: int = DEFAULT_PAGE_ITEMS
+    carry_keys: int = DEFAULT_CARRY_KEYS
+    flush_items: int = DEFAULT_FLUSH_ITEMS
+    lambda_memory_mb: int = 1769
+    lambda_timeout_seconds: float = float(LAMBDA_TIMEOUT_SECONDS)
+    scan_cpu_items_per_second: float = SCAN_CPU_ITEMS_PER_SECOND
+    s_entry_bytes: float = S_ENTRY_BYTES
+    partial_bytes: float = PARTIAL_BYTES
+    join_skip_entries_per_second: float = JOIN_SKIP_ENTRIES_PER_SECOND
+    join_decode_entries_per_second: float = JOIN_DECODE_ENTRIES_PER_SECOND
+    reduce_entries_per_second: float = REDUCE_ENTRIES_PER_SECOND
+    stream_parse_records_per_second: float = STREAM_PARSE_RECORDS_PER_SECOND
+    stream_evaluate_records_per_second: float = STREAM_EVALUATE_RECORDS_PER_SECOND
+    scan_page_seconds: float = SCAN_PAGE_SECONDS
+    stream_request_seconds: float = STREAM_REQUEST_SECONDS
+    overlap_reads: bool = True
     max_rcu: float | None = None
     table_read_quota: float = TABLE_READ_QUOTA
     table_write_quota: float = TABLE_WRITE_QUOTA
     lambda_concurrency: int = LAMBDA_CONCURRENCY
+    stream_shard_calls_per_second: float = STREAM_SHARD_CALLS_PER_SECOND
+    handler_polls_per_second: float = HANDLER_POLLS_PER_SECOND
     control_partitions: int = 16
     aggregate_partitions: int = 16
     aggregate_item_bytes: int = 120
     aggregate_checkpoints: int = 4
     stream_lag_seconds: float = DEFAULT_STREAM_LAG_SECONDS
-    stream_request_seconds: float = STREAM_REQUEST_SECONDS
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -300,20 +356,40 @@ class BackfillCostInputs:
         for name in ("contributing_share", "changing_share"):
             if getattr(self, name) > 1:
                 raise ValueError(f"{name} is a share: 0 to 1, not {getattr(self, name)}")
-        if self.invocation_seconds > LAMBDA_TIMEOUT_SECONDS:
+        if self.lambda_timeout_seconds > LAMBDA_TIMEOUT_SECONDS:
             raise ValueError(
-                f"invocation_seconds must stay within Lambda's {LAMBDA_TIMEOUT_SECONDS} s, "
-                f"not {self.invocation_seconds}"
+                f"lambda_timeout_seconds must stay within Lambda's {LAMBDA_TIMEOUT_SECONDS} s, "
+                f"not {self.lambda_timeout_seconds}"
+            )
+        for name in ("join_buckets", "reduce_buckets", "workers"):
+            if getattr(self, name) > MAX_BUCKETS:
+                raise ValueError(f"{name} must be 1 to {MAX_BUCKETS:,}, not {getattr(self, name)}")
+        in_state = self.segments + self.join_buckets + self.reduce_buckets
+        if in_state > STATE_ITEMS:
+            raise ValueError(
+                f"segments, join buckets and reduce buckets are {in_state:,} in all, over "
+                f"{STATE_ITEMS:,} (the state machine carries their lists in 256 KiB)"
             )
         if self.shards + 1 >= self.lambda_concurrency:
             raise ValueError(
                 f"lambda_concurrency {self.lambda_concurrency} leaves no worker beside "
                 f"{self.shards} shards' handlers and the collector"
             )
+        if self.handler_polls_per_second >= self.stream_shard_calls_per_second:
+            raise ValueError(
+                "handler_polls_per_second leaves the collector no GetRecords calls of a shard"
+            )
 
     def with_(self, **changes: Any) -> BackfillCostInputs:
         """A copy with ``changes`` (``dataclasses.replace``)."""
         return replace(self, **changes)
+
+    @property
+    def record_bytes(self) -> float:
+        """Bytes per stream record."""
+        if self.stream_record_bytes is not None:
+            return float(self.stream_record_bytes)
+        return 2.0 * self.item_bytes + 200
 
 
 _MAY_BE_ZERO = {
@@ -322,6 +398,9 @@ _MAY_BE_ZERO = {
     "app_writes_per_second",
     "aggregate_checkpoints",
     "stream_lag_seconds",
+    "retained_seconds",
+    "fence_age_seconds",
+    "handler_polls_per_second",
 }
 
 
@@ -343,7 +422,6 @@ BOUNDS = (
     "workers",
     "segments",
     "Lambda concurrency",
-    "Distributed Map concurrency",
     "read capacity",
     "write capacity",
 )
@@ -357,7 +435,8 @@ class CostEstimate:
     ``phases`` are fence, scan, collector tail, join, reduce, finish, in order (the collector runs
     beside the scan: its reads and GB-seconds count in ``collector``, its tail's seconds in the
     wall time). Dollars are per component; ``bound`` names what limits the scan's rate and
-    ``saturating_workers`` the fewest workers that reach it (more add nothing).
+    ``saturating_workers`` the fewest workers that reach it (more add nothing to the scan).
+    ``warnings`` are one-line findings: where the inputs take the code past a limit.
     """
 
     inputs: BackfillCostInputs
@@ -372,10 +451,17 @@ class CostEstimate:
     b_entries: float
     partial_entries: float
     aggregate_updates: float
+    reduce_passes: int
+    probe_read_units: float
+    progress_write_units: float
+    catch_up_records: float
+    fence_shard_seconds: float
     collector_capacity: float
-    """Records a second the collector can read (it must exceed the application's writes)."""
+    """Records a second the collector can read beside the scan (it must exceed the
+    application's writes)."""
     worker_memory_mb: dict[str, float]
     dollars: dict[str, float] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -389,29 +475,32 @@ class CostEstimate:
     def phase(self, name: str) -> Phase:
         return next(p for p in (*self.phases, self.collector) if p.name == name)
 
+    def _total(self, name: str) -> float:
+        return float(sum(getattr(p, name) for p in (*self.phases, self.collector)))
+
     @property
     def read_units(self) -> float:
-        return sum(p.read_units for p in (*self.phases, self.collector))
+        return self._total("read_units")
 
     @property
     def write_units(self) -> float:
-        return sum(p.write_units for p in (*self.phases, self.collector))
+        return self._total("write_units")
 
     @property
     def stream_reads(self) -> float:
-        return sum(p.stream_reads for p in (*self.phases, self.collector))
+        return self._total("stream_reads")
 
     @property
     def gb_seconds(self) -> float:
-        return sum(p.gb_seconds for p in (*self.phases, self.collector))
+        return self._total("gb_seconds")
 
     @property
     def invocations(self) -> float:
-        return sum(p.invocations for p in (*self.phases, self.collector))
+        return self._total("invocations")
 
     @property
     def transitions(self) -> float:
-        return sum(p.transitions for p in (*self.phases, self.collector))
+        return self._total("transitions")
 
     @property
     def total_dollars(self) -> float:
@@ -427,6 +516,9 @@ class CostEstimate:
         return max(self.worker_memory_mb.values())
 
 
+# -- helpers --------------------------------------------------------------------------------------
+
+
 def touched(buckets: int, entries: float) -> float:
     """Expected buckets ``entries`` uniformly hashed entries fall into."""
     if entries <= 0:
@@ -434,34 +526,97 @@ def touched(buckets: int, entries: float) -> float:
     return buckets * -math.expm1(entries * math.log1p(-1 / buckets)) if buckets > 1 else 1.0
 
 
-def distinct(keys: int, draws: float) -> float:
+def distinct(keys: float, draws: float) -> float:
     """Expected distinct keys among ``draws`` uniform draws from ``keys``."""
     return keys * -math.expm1(-draws / keys)
 
 
-def flush_write_units(buckets: int, entries: float) -> tuple[float, float]:
-    """``(records, write units)`` of one flush of ``entries`` entries over ``buckets`` buckets:
-    one record per bucket touched, split into records of at most
-    :data:`~aggregator.operations.backfill.MAX_PAGE_RECORD_BYTES` (350 KB: items are at most
-    400 KB), each ``ceil((overhead + its entries * ENTRY_BYTES) / 1 KB)`` write units (a bucket's
-    entries shared evenly among its records)."""
-    touched_buckets = touched(buckets, entries)
-    if touched_buckets == 0:
-        return 0.0, 0.0
-    per_bucket = entries / touched_buckets
-    fit = (MAX_PAGE_RECORD_BYTES - RECORD_OVERHEAD_BYTES) // ENTRY_BYTES
-    chunks = max(1, math.ceil(per_bucket / fit))
-    records = touched_buckets * chunks
-    per_record = math.ceil((RECORD_OVERHEAD_BYTES + per_bucket / chunks * ENTRY_BYTES) / KB)
-    return records, records * per_record
+def draws_for(keys: float, wanted: float) -> float:
+    """Expected uniform draws from ``keys`` until ``wanted`` distinct ones (``inf`` when
+    ``wanted >= keys``)."""
+    if wanted >= keys:
+        return math.inf
+    return -keys * math.log1p(-wanted / keys)
 
 
-def record_read_units(records: float, entries: float) -> float:
-    """Strongly consistent read units to read ``records`` records holding ``entries`` entries in
-    all (1 per started 4 KB of each record, its entries taken as the mean)."""
-    if records == 0:
+def record_units(payload_bytes: float, unit_bytes: int) -> int:
+    """Units of one data record of ``payload_bytes`` (its blob) and its overhead: one per
+    started ``unit_bytes`` (1 KB written, 4 KB read strongly consistent)."""
+    return math.ceil((RECORD_OVERHEAD_BYTES + payload_bytes) / unit_bytes)
+
+
+@dataclass(frozen=True)
+class Records:
+    """The data records of one kind a flush writes, in expectation: ``records`` (chunks
+    included), the ``firsts`` (buckets touched: one first chunk each), write and read units."""
+
+    records: float
+    firsts: float
+    write_units: float
+    read_units: float
+    entries: float
+
+    def times(self, n: float) -> Records:
+        return Records(
+            self.records * n,
+            self.firsts * n,
+            self.write_units * n,
+            self.read_units * n,
+            self.entries * n,
+        )
+
+
+NO_RECORDS = Records(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def flush_records(buckets: int, entries: float, entry_bytes: float) -> Records:
+    """The records of one flush of ``entries`` over ``buckets`` buckets: one per bucket touched,
+    split into chunks of at most ``MAX_RECORD_BYTES`` (350 KB: items are at most 400 KB),
+    ``entry_bytes`` an entry (the bucket's entries shared evenly among its chunks)."""
+    firsts = touched(buckets, entries)
+    if firsts == 0:
+        return NO_RECORDS
+    per_bucket = entries / firsts
+    chunks = max(1, math.ceil(per_bucket * entry_bytes / MAX_RECORD_BYTES))
+    payload = per_bucket / chunks * entry_bytes
+    records = firsts * chunks
+    return Records(
+        records,
+        firsts,
+        records * record_units(payload, KB),
+        records * record_units(payload, READ_UNIT_BYTES),
+        entries,
+    )
+
+
+def progress_write_units(commits: int, flushes: int, base_bytes: float) -> float:
+    """Write units of ``commits`` commits of a progress item of ``base_bytes`` that grows
+    :data:`ATTEMPT_BYTES` with each of ``flushes`` of them (spread evenly): each commit rewrites
+    the item, one unit per started KB."""
+    if commits <= 0:
         return 0.0
-    return records * math.ceil((RECORD_OVERHEAD_BYTES + entries / records * ENTRY_BYTES) / 4096)
+    if flushes <= 0:
+        return commits * math.ceil(base_bytes / KB)
+    total = 0.0
+    # commit c (1..commits) holds about c * flushes / commits attempts
+    step = ATTEMPT_BYTES * flushes / commits
+    first = base_bytes + step
+    last = base_bytes + step * commits
+    level = math.ceil(first / KB)
+    while level <= math.ceil(last / KB):
+        # commits whose size falls in ((level - 1) KB, level KB]
+        low = max(1, math.floor(((level - 1) * KB - base_bytes) / step) + 1)
+        high = min(commits, math.floor((level * KB - base_bytes) / step))
+        if high >= low:
+            total += (high - low + 1) * level
+        level += 1
+    return total
+
+
+def probe_units(probes: float, present_share: float, present_units: float) -> float:
+    """Read units of ``probes`` strongly consistent reads of first chunks, a share of them present
+    (``present_units`` each: the whole item is read) and the rest missing (one unit each)."""
+    return probes * (present_share * present_units + (1 - present_share))
 
 
 def estimate(inputs: BackfillCostInputs | None = None, prices: Prices = PRICES) -> CostEstimate:
@@ -471,54 +626,107 @@ def estimate(inputs: BackfillCostInputs | None = None, prices: Prices = PRICES) 
     -------
     CostEstimate
         Wall time per phase, units, invocations, transitions, dollars per component, the bound
-        on the scan rate and each task's peak memory.
+        on the scan's rate, each task's peak memory and the warnings.
+
+    Raises
+    ------
+    ValueError
+        When the application's writes take the whole table write quota.
     """
     i = inputs or BackfillCostInputs()
+    warnings: list[str] = []
     gb = i.lambda_memory_mb / 1024
+    core = min(1.0, i.lambda_memory_mb / LAMBDA_VCPU_MB)  # Python uses one core at most
+    reading = read_seconds(i.lambda_timeout_seconds)
     contributing = i.items * i.contributing_share
     contributions = contributing * i.contributions_per_item
     item_read_units = i.item_bytes / READ_UNIT_BYTES
-    items_per_page = i.page_bytes / i.item_bytes
+    page_items = min(float(i.page_items), MB / i.item_bytes)
+    page_seconds = i.scan_page_seconds * page_items * i.item_bytes / MB
+    bytes_per_second = MB / i.scan_page_seconds
     app_wcu = i.app_writes_per_second * (
         math.ceil(i.item_bytes / KB) + i.changing_share * i.contributions_per_item
     )
+    read_budget = i.max_rcu if i.max_rcu is not None else i.table_read_quota
 
-    # -- one worker -----------------------------------------------------------------------------
-    cpu = i.scan_cpu_items_per_second * min(1.0, i.lambda_memory_mb / LAMBDA_VCPU_MB)
-    dynamodb = min(items_per_page / i.scan_page_seconds, PARTITION_READ_UNITS / item_read_units)
+    # -- fence: the collector's catch-up of every shard's retained records ----------------------
+    record_bytes = i.record_bytes
+    per_call = max(
+        1.0, min(GET_RECORDS_MAX_RECORDS, math.floor(GET_RECORDS_MAX_BYTES / record_bytes))
+    )
+    calls_share = i.stream_shard_calls_per_second - i.handler_polls_per_second
+    catch_up = i.app_writes_per_second * i.retained_seconds
+    after_fence = i.app_writes_per_second * min(i.fence_age_seconds, i.retained_seconds)
+    catch_cpu = (
+        catch_up / i.stream_parse_records_per_second
+        + after_fence / i.stream_evaluate_records_per_second
+    ) / core
+    catch_api = catch_up / i.shards / (calls_share * per_call)
+    fence_seconds = 1.0 + max(catch_cpu, catch_api)
+    # every shard read at once: each progresses at the pace of all
+    fence_shard_seconds = fence_seconds - 1.0
+    if fence_shard_seconds > reading:
+        warnings.append(
+            f"a shard's fence read takes {fence_shard_seconds:,.0f} s, past one invocation's "
+            f"{reading:,.0f} s: the fence read of a shard must resume across invocations (it "
+            "restarts from the shard's oldest record on main)"
+        )
+    fence_invocations = max(1, math.ceil(fence_seconds / reading))
+    fence_calls = catch_up / per_call + i.shards
+    fence = Phase(
+        "fence",
+        fence_seconds,
+        invocations=fence_invocations + 1,  # and start
+        gb_seconds=(fence_seconds + 1.0) * gb,
+        stream_reads=fence_calls,
+        # a fence item per shard, the meta item, the collector's commit
+        write_units=i.shards
+        + 1
+        + math.ceil((PROGRESS_BASE_BYTES + i.shards * SHARD_POSITION_BYTES) / KB),
+        transitions=4 + 2 * fence_invocations,
+    )
+
+    # -- one scan worker ------------------------------------------------------------------------
+    cpu = i.scan_cpu_items_per_second * core
+    dynamodb = min(page_items / page_seconds, PARTITION_READ_UNITS / item_read_units)
     worker = min(cpu, dynamodb) if i.overlap_reads else 1 / (1 / cpu + 1 / dynamodb)
 
-    # -- what a scanned item writes -------------------------------------------------------------
+    # -- what a segment writes, per flush ------------------------------------------------------
     per_segment = i.items / i.segments
-    s_per_segment = contributing / i.segments
-    s_flushes = max(1, math.ceil(s_per_segment / i.flush_items)) if s_per_segment else 0
-    s_records, s_wcu = flush_write_units(i.join_buckets, s_per_segment / max(s_flushes, 1))
-    s_records *= s_flushes * i.segments
-    s_wcu *= s_flushes * i.segments
-    draws = contributions / i.segments
-    # a carry flushes when it holds carry_keys keys: each flush covers m contributions
-    keys_in_segment = distinct(i.aggregate_keys, draws)
-    if keys_in_segment <= i.carry_keys:
-        p_flushes, p_entries_per_flush = 1, keys_in_segment
-    else:
-        m = -i.aggregate_keys * math.log1p(-i.carry_keys / i.aggregate_keys)
-        p_flushes, p_entries_per_flush = math.ceil(draws / m), float(i.carry_keys)
-    p_records, p_wcu = flush_write_units(i.reduce_buckets, p_entries_per_flush)
-    p_records *= p_flushes * i.segments
-    p_wcu *= p_flushes * i.segments
-    scan_partials = p_entries_per_flush * p_flushes * i.segments
-    scan_wcu_per_item = (s_wcu + p_wcu) / i.items
+    contributions_per_page = page_items * i.contributing_share * i.contributions_per_item
+    # a flush when the carry holds carry_keys aggregates or flush_items entries, after a page
+    by_keys = draws_for(i.aggregate_keys, i.carry_keys)
+    by_entries = i.flush_items * i.contributions_per_item
+    per_flush = min(by_keys, by_entries)
+    if contributions_per_page > 0 and math.isfinite(per_flush):
+        per_flush = math.ceil(per_flush / contributions_per_page) * contributions_per_page
+    segment_contributions = contributions / i.segments
 
     # -- the scan's rate and its bound ----------------------------------------------------------
+    def segment_flushes(invocations: float) -> tuple[float, float]:
+        """Flushes of a segment, and contributions per flush."""
+        full = segment_contributions / per_flush if math.isfinite(per_flush) else 0.0
+        count = max(math.ceil(full), invocations, 1.0)
+        return count, segment_contributions / count
+
+    def scan_writes(invocations: float) -> tuple[Records, Records, float, float]:
+        count, contributions_each = segment_flushes(invocations)
+        entries_each = contributions_each / i.contributions_per_item
+        s = flush_records(i.join_buckets, entries_each, i.s_entry_bytes)
+        keys_each = distinct(i.aggregate_keys, contributions_each)
+        p = flush_records(i.reduce_buckets, keys_each, i.partial_bytes)
+        return s.times(count * i.segments), p.times(count * i.segments), count, keys_each
+
     lambda_room = i.lambda_concurrency - i.shards - 1
     caps = {
         "workers": i.workers,
         "segments": i.segments,
         "Lambda concurrency": lambda_room,
-        "Distributed Map concurrency": MAP_CONCURRENCY,
     }
     effective = min(caps.values())
-    read_budget = i.max_rcu if i.max_rcu is not None else i.table_read_quota
+    # the write budget, from the records of one invocation per segment (the fewest flushes)
+    s_min, p_min, _, _ = scan_writes(1)
+    scan_wcu_per_item = (s_min.write_units + p_min.write_units) / i.items
     write_budget = min(i.control_partitions * PARTITION_WRITE_UNITS, i.table_write_quota - app_wcu)
     if write_budget <= 0:
         raise ValueError("the application's writes take the whole table write quota")
@@ -529,7 +737,6 @@ def estimate(inputs: BackfillCostInputs | None = None, prices: Prices = PRICES) 
     }
     bound = min(BOUNDS, key=lambda name: rates[name])  # the first of equal ones
     rate = rates[bound]
-    # the fewest workers whose scan reaches the other bounds' rate
     ceiling = min(rates[name] for name in BOUNDS if name != "workers")
     saturating = min(
         math.ceil(ceiling / worker - 1e-9), *(v for k, v in caps.items() if k != "workers")
@@ -537,144 +744,227 @@ def estimate(inputs: BackfillCostInputs | None = None, prices: Prices = PRICES) 
     per_worker = rate / effective
     scan_seconds = max(i.items / rate, per_segment / worker)
     segment_seconds = per_segment / per_worker
-    scan_invocations = i.segments * max(1, math.ceil(segment_seconds / i.invocation_seconds))
+    per_segment_invocations = max(1, math.ceil(segment_seconds / reading))
+    s_records, p_records, seg_flushes, keys_per_flush = scan_writes(per_segment_invocations)
+    scan_flushes = seg_flushes * i.segments
+    scan_commit_units = i.segments * progress_write_units(
+        int(seg_flushes), int(seg_flushes), PROGRESS_BASE_BYTES
+    )
+    scan_invocations = i.segments * per_segment_invocations
     scan = Phase(
         "scan",
         scan_seconds,
         invocations=scan_invocations,
         gb_seconds=effective * scan_seconds * gb,
         read_units=i.items * item_read_units,
-        # the records, and one progress commit per flush
-        write_units=s_wcu + p_wcu + i.segments * (s_flushes + p_flushes),
+        write_units=s_records.write_units
+        + p_records.write_units
+        + scan_commit_units
+        + scan_flushes * STATS_WRITE_UNITS,
         transitions=i.segments * 2 + scan_invocations * 2,
     )
 
-    # -- fence, collector and its tail ----------------------------------------------------------
-    fence_seconds = 1.0 + i.shards * 3 * i.stream_request_seconds
-    fence = Phase(
-        "fence",
-        fence_seconds,
-        invocations=2,
-        gb_seconds=fence_seconds * gb,
-        stream_reads=i.shards * 2,
-        write_units=i.shards + 2,
-        transitions=6,
-    )
+    # -- the collector beside the scan, and its tail ---------------------------------------------
     pass_seconds = i.shards * i.stream_request_seconds
-    tail_seconds = i.stream_lag_seconds + pass_seconds
+    tail_seconds = i.stream_lag_seconds + max(PASS_SECONDS, pass_seconds)
     collect_seconds = scan_seconds + tail_seconds
-    b_entries = i.app_writes_per_second * i.changing_share * (scan_seconds + i.stream_lag_seconds)
-    collector_invocations = max(1, math.ceil(collect_seconds / i.invocation_seconds))
-    b_flushes = max(collector_invocations, math.ceil(b_entries / i.flush_items))
-    b_records, b_wcu = flush_write_units(i.join_buckets, b_entries / b_flushes)
-    b_records *= b_flushes
-    b_wcu *= b_flushes
-    records_read = i.app_writes_per_second * collect_seconds
+    b_entries = (
+        i.app_writes_per_second
+        * i.changing_share
+        * (i.fence_age_seconds + fence_shard_seconds + scan_seconds + tail_seconds)
+    )
+    collector_invocations = max(1, math.ceil(collect_seconds / reading))
+    b_flushes = max(
+        collector_invocations,
+        math.ceil(collect_seconds / FLUSH_SECONDS),
+        math.ceil(b_entries / i.flush_items),
+    )
+    b_records = flush_records(i.join_buckets, b_entries / b_flushes, i.s_entry_bytes).times(
+        b_flushes
+    )
+    collector_commit_units = progress_write_units(
+        b_flushes,
+        b_flushes if b_entries else 0,
+        PROGRESS_BASE_BYTES + i.shards * SHARD_POSITION_BYTES,
+    )
+    collector_item = (
+        PROGRESS_BASE_BYTES + i.shards * SHARD_POSITION_BYTES + ATTEMPT_BYTES * b_flushes
+    )
+    passes = collect_seconds / max(PASS_SECONDS, pass_seconds)
+    per_pass_shard = i.app_writes_per_second * max(PASS_SECONDS, pass_seconds) / i.shards
     collector = Phase(
         "collector",
         collect_seconds,
         invocations=collector_invocations,
         gb_seconds=collect_seconds * gb,
-        # every shard once per pass, and a call per 1,000 records beyond the first of each
-        stream_reads=collect_seconds / i.stream_request_seconds
-        + records_read / GET_RECORDS_MAX_RECORDS,
-        write_units=b_wcu + b_flushes,
+        stream_reads=passes * i.shards * max(1, math.ceil(per_pass_shard / per_call)),
+        write_units=b_records.write_units + collector_commit_units + b_flushes * STATS_WRITE_UNITS,
         transitions=collector_invocations * 2,
     )
-    collector_capacity = min(
-        GET_RECORDS_MAX_RECORDS / i.stream_request_seconds,
-        i.scan_cpu_items_per_second / 2 * min(1.0, i.lambda_memory_mb / LAMBDA_VCPU_MB),
+    collector_capacity = core / (
+        1 / i.stream_parse_records_per_second
+        + i.changing_share / i.stream_evaluate_records_per_second
     )
+    if collector_capacity <= i.app_writes_per_second:
+        warnings.append(
+            f"the collector reads {collector_capacity:,.0f} records/s, no more than the "
+            f"application's {i.app_writes_per_second:,.0f} writes/s: it falls behind"
+        )
     tail = Phase("collector tail", tail_seconds)
 
     # -- join -----------------------------------------------------------------------------------
-    join_entries = contributing + b_entries
-    join_records = s_records + b_records
-    join_read_units = record_read_units(join_records, join_entries)
-    bytes_per_second = i.page_bytes / i.scan_page_seconds
+    # every invocation probes the first chunk of every committed flush of the collector and of
+    # every segment (a present one costs its size, a missing one 1 unit); then reads its records
+    def present(records: Records, flushes: float, buckets: int) -> tuple[float, float]:
+        """Share of a bucket's probes that find a first chunk, and its read units."""
+        if flushes == 0 or records.firsts == 0:
+            return 0.0, 1.0
+        return records.firsts / (flushes * buckets), records.read_units / records.records
+
+    s_present, s_units = present(s_records, scan_flushes, i.join_buckets)
+    b_present, b_units = present(b_records, b_flushes, i.join_buckets)
+    join_bucket_records = (s_records.records + b_records.records) / i.join_buckets
+    join_bucket_units = (s_records.read_units + b_records.read_units) / i.join_buckets
+    join_bucket_bytes = (
+        join_bucket_records * RECORD_OVERHEAD_BYTES
+        + (contributing * i.s_entry_bytes + b_entries * i.s_entry_bytes) / i.join_buckets
+    )
+    changed_items = b_entries  # an upper bound: every change another item
+    matches = changed_items * i.contributing_share
+    join_cpu = (
+        contributing / i.join_buckets / i.join_skip_entries_per_second
+        + (matches + b_entries) / i.join_buckets / i.join_decode_entries_per_second
+    ) / core
+    join_probes_each = probe_units(scan_flushes, s_present, s_units) + probe_units(
+        b_flushes, b_present, b_units
+    )
+    probe_seconds = (scan_flushes + b_flushes) / BATCH_GET_KEYS * i.stream_request_seconds
+    join_task = probe_seconds + join_bucket_bytes / bytes_per_second + join_cpu
+    join_invocations_each = max(1, math.ceil(join_task / reading))
+    join_task += (join_invocations_each - 1) * probe_seconds
     join_workers = min(effective, i.join_buckets)
-    bucket_bytes = (
-        join_records * RECORD_OVERHEAD_BYTES + join_entries * ENTRY_BYTES
-    ) / i.join_buckets
-    join_task = bucket_bytes / bytes_per_second + join_entries / i.join_buckets * (
-        JOIN_CPU_SECONDS_PER_ENTRY / min(1.0, i.lambda_memory_mb / LAMBDA_VCPU_MB)
+    join_read_units = i.join_buckets * (
+        join_invocations_each * join_probes_each + join_bucket_units
     )
     join_seconds = max(
         math.ceil(i.join_buckets / join_workers) * join_task, join_read_units / read_budget
     )
-    corrections = b_entries * i.contributions_per_item
-    j_per_bucket = corrections / i.join_buckets
-    j_flushes = max(1, math.ceil(j_per_bucket / i.flush_items))
-    j_records, j_wcu = flush_write_units(i.reduce_buckets, j_per_bucket / j_flushes)
-    join_invocations = i.join_buckets * max(1, math.ceil(join_task / i.invocation_seconds))
+    # its corrections: the first changes' old contributions, then a flush every 500 records
+    olds = changed_items / i.join_buckets * i.contributions_per_item
+    j_first = flush_records(i.reduce_buckets, distinct(i.aggregate_keys, olds), i.partial_bytes)
+    scanned_records = s_records.records / i.join_buckets
+    later = math.ceil(scanned_records / JOIN_FLUSH_RECORDS)
+    matches_each = matches / i.join_buckets * i.contributions_per_item
+    with_data = later * -math.expm1(-matches_each / later) if later else 0.0
+    j_later = flush_records(i.reduce_buckets, matches_each / max(with_data, 1), i.partial_bytes)
+    j_records = Records(
+        j_first.records + j_later.records * with_data,
+        j_first.firsts + j_later.firsts * with_data,
+        j_first.write_units + j_later.write_units * with_data,
+        j_first.read_units + j_later.read_units * with_data,
+        j_first.entries + j_later.entries * with_data,
+    ).times(i.join_buckets)
+    join_flushes = (1 + later) * i.join_buckets
+    join_commit_units = i.join_buckets * progress_write_units(
+        1 + later, int(1 + with_data), PROGRESS_BASE_BYTES
+    )
     join = Phase(
         "join",
         join_seconds,
-        invocations=join_invocations,
-        gb_seconds=join_workers * join_seconds * gb,
+        invocations=i.join_buckets * join_invocations_each,
+        gb_seconds=i.join_buckets * join_task * gb,
         read_units=join_read_units,
-        write_units=(j_wcu + j_flushes) * i.join_buckets,
-        transitions=i.join_buckets * 2 + join_invocations * 2,
+        write_units=j_records.write_units + join_commit_units + i.join_buckets * STATS_WRITE_UNITS,
+        transitions=i.join_buckets * 2 + i.join_buckets * join_invocations_each * 2,
     )
 
     # -- reduce ---------------------------------------------------------------------------------
-    partial_entries = scan_partials + corrections
-    partial_records = p_records + j_records * j_flushes * i.join_buckets
-    keys_per_bucket = i.aggregate_keys / i.reduce_buckets
-    passes = max(1, math.ceil(keys_per_bucket / i.carry_keys))
-    reduce_read_units = record_read_units(partial_records, partial_entries) * passes
     updates = distinct(i.aggregate_keys, contributions)
+    keys_per_bucket = updates / i.reduce_buckets
+    modulus = 1 << max(0, math.ceil(math.log2(max(keys_per_bucket / i.carry_keys, 1.0)) - 1e-12))
+    reads_per_bucket = modulus + int(math.log2(modulus))
+    partial_records = p_records.records + j_records.records
+    partial_entries = p_records.entries + j_records.entries
+    bucket_units = (p_records.read_units + j_records.read_units) / i.reduce_buckets
+    bucket_bytes = (
+        partial_records * RECORD_OVERHEAD_BYTES + partial_entries * i.partial_bytes
+    ) / i.reduce_buckets
+    p_present, p_units = present(p_records, scan_flushes, i.reduce_buckets)
+    jp_present, jp_units = present(j_records, join_flushes, i.reduce_buckets)
+    reduce_probes_each = probe_units(scan_flushes, p_present, p_units) + probe_units(
+        join_flushes, jp_present, jp_units
+    )
+    reduce_probe_seconds = (scan_flushes + join_flushes) / BATCH_GET_KEYS * i.stream_request_seconds
     update_units = math.ceil(
         (i.aggregate_item_bytes + (i.aggregate_checkpoints + 1) * CHECKPOINT_BYTES) / KB
     )
+    reduce_task = (
+        reduce_probe_seconds
+        + reads_per_bucket * bucket_bytes / bytes_per_second
+        + reads_per_bucket * partial_entries / i.reduce_buckets / i.reduce_entries_per_second / core
+        + keys_per_bucket * UPDATE_SECONDS / REDUCE_WRITER_THREADS
+    )
+    reduce_invocations_each = max(1, math.ceil(reduce_task / reading))
+    reduce_task += (reduce_invocations_each - 1) * reduce_probe_seconds
+    reduce_workers = min(effective, i.reduce_buckets)
+    reduce_read_units = i.reduce_buckets * (
+        reduce_invocations_each * reduce_probes_each + reads_per_bucket * bucket_units
+    )
     update_budget = min(
         i.aggregate_partitions * PARTITION_WRITE_UNITS, i.table_write_quota - app_wcu
-    )
-    reduce_workers = min(effective, i.reduce_buckets)
-    reduce_bytes = (
-        partial_records * RECORD_OVERHEAD_BYTES + partial_entries * ENTRY_BYTES
-    ) * passes
-    reduce_task = (
-        reduce_bytes / i.reduce_buckets / bytes_per_second
-        + updates / i.reduce_buckets / (WRITER_CONCURRENCY / UPDATE_SECONDS)
     )
     reduce_seconds = max(
         math.ceil(i.reduce_buckets / reduce_workers) * reduce_task,
         updates * update_units / update_budget,
         reduce_read_units / read_budget,
     )
-    reduce_invocations = i.reduce_buckets * max(1, math.ceil(reduce_task / i.invocation_seconds))
+    # the reducer's state: a doubling each, two saves per pass, the last
+    saves = int(math.log2(modulus)) + 2 * modulus + 1
     reduce = Phase(
         "reduce",
         reduce_seconds,
-        invocations=reduce_invocations,
-        gb_seconds=reduce_workers * reduce_seconds * gb,
+        invocations=i.reduce_buckets * reduce_invocations_each,
+        gb_seconds=i.reduce_buckets * reduce_task * gb,
         read_units=reduce_read_units,
-        write_units=updates * update_units + i.reduce_buckets * passes,
-        transitions=i.reduce_buckets * 2 + reduce_invocations * 2,
+        write_units=updates * update_units
+        + i.reduce_buckets * (saves * REDUCER_STATE_WRITE_UNITS + STATS_WRITE_UNITS),
+        transitions=i.reduce_buckets * 2 + i.reduce_buckets * reduce_invocations_each * 2,
     )
-    finish = Phase("finish", 1.0, invocations=2, gb_seconds=1.0 * gb, write_units=4, transitions=6)
+    finish = Phase("finish", 1.0, invocations=2, gb_seconds=2.0 * gb, write_units=4, transitions=6)
+
+    # -- progress items past 400 KB -------------------------------------------------------------
+    largest = max(collector_item, PROGRESS_BASE_BYTES + ATTEMPT_BYTES * seg_flushes)
+    if largest > ITEM_MAX_BYTES:
+        warnings.append(
+            f"a progress item reaches {largest / KB:,.0f} KB, past DynamoDB's 400 KB item"
+        )
 
     # -- memory ---------------------------------------------------------------------------------
-    def response(records: float, entries: float) -> float:
+    def response(records: float, payload: float) -> float:
         """Python bytes of one ``BatchGetItem`` response (100 records, 16 MB at most)."""
-        mean = RECORD_OVERHEAD_BYTES + (entries / records * ENTRY_BYTES if records else 0)
-        return min(16 * 1024 * 1024, 100 * mean) * PAGE_PYTHON_FACTOR
+        mean = RECORD_OVERHEAD_BYTES + (payload / records if records else 0)
+        return min(16 * MB, BATCH_GET_KEYS * mean) * PAGE_PYTHON_FACTOR
 
-    held = ENTRY_PYTHON_BYTES + ENTRY_BYTES  # an entry in Python, and encoded for its record
+    held = ENTRY_PYTHON_BYTES + i.s_entry_bytes
+    flush_entries = min(float(i.flush_items), per_flush / i.contributions_per_item)
     memory = {
-        "scan": (2 if i.overlap_reads else 1) * i.page_bytes * PAGE_PYTHON_FACTOR
-        + min(i.carry_keys, keys_in_segment) * CARRY_ENTRY_BYTES
-        + min(i.flush_items, s_per_segment) * held,
-        "collector": min(i.flush_items, b_entries / b_flushes) * held
-        # one pass's records, both images of each
-        + i.app_writes_per_second * pass_seconds * 2 * i.item_bytes * PAGE_PYTHON_FACTOR,
-        "join": b_entries / i.join_buckets * ENTRY_PYTHON_BYTES
-        + response(join_records, join_entries),
+        "scan": (2 if i.overlap_reads else 1) * page_items * i.item_bytes * PAGE_PYTHON_FACTOR
+        + min(i.carry_keys, keys_per_flush) * CARRY_ENTRY_BYTES
+        + min(flush_entries, contributing / i.segments) * held,
+        # the catch-up: a GetRecords response per shard at once
+        "collector": max(
+            i.shards * min(GET_RECORDS_MAX_BYTES, per_call * record_bytes) * PAGE_PYTHON_FACTOR,
+            min(float(i.flush_items), b_entries / b_flushes) * held,
+        ),
+        "join": changed_items / i.join_buckets * ENTRY_PYTHON_BYTES
+        + response(s_records.records, contributing * i.s_entry_bytes),
         "reduce": min(i.carry_keys, keys_per_bucket) * CARRY_ENTRY_BYTES
-        + response(partial_records, partial_entries),
+        + response(partial_records, partial_entries * i.partial_bytes),
     }
-    memory_mb = {task: PYTHON_BASE_MB + size / (1024 * 1024) for task, size in memory.items()}
+    memory_mb = {task: PYTHON_BASE_MB + size / MB for task, size in memory.items()}
+    over = {t: m for t, m in memory_mb.items() if m > i.lambda_memory_mb}
+    for task, mb in over.items():
+        warnings.append(f"the {task} task needs about {mb:,.0f} MB, over the function's memory")
 
     phases = (fence, scan, tail, join, reduce, finish)
     every = (*phases, collector)
@@ -699,9 +989,16 @@ def estimate(inputs: BackfillCostInputs | None = None, prices: Prices = PRICES) 
         b_entries=b_entries,
         partial_entries=partial_entries,
         aggregate_updates=updates,
+        reduce_passes=modulus,
+        probe_read_units=i.join_buckets * join_invocations_each * join_probes_each
+        + i.reduce_buckets * reduce_invocations_each * reduce_probes_each,
+        progress_write_units=scan_commit_units + collector_commit_units + join_commit_units,
+        catch_up_records=catch_up,
+        fence_shard_seconds=fence_shard_seconds,
         collector_capacity=collector_capacity,
         worker_memory_mb=memory_mb,
         dollars=dollars,
+        warnings=tuple(warnings),
     )
 
 
@@ -760,4 +1057,53 @@ def components_table(e: CostEstimate) -> str:
     total += [f"{e.read_units:,.0f}", f"{e.write_units:,.0f}", f"{e.stream_reads:,.0f}"]
     total += [f"{e.transitions:,.0f}"]
     lines.append("| " + " | ".join(total) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def figures_list(e: CostEstimate) -> str:
+    """A Markdown list of one estimate's inputs and the figures the docs' prose rests on (the
+    catch-up, the scan's bound, the flushes, the passes, the probes, the progress items, the
+    warnings), so that no figure in the prose is typed by hand.
+
+    Returns
+    -------
+    str
+        The list's lines, with a final newline.
+    """
+    i = e.inputs
+    fence, scan, join, reduce = (e.phase(n) for n in ("fence", "scan", "join", "reduce"))
+    reading = read_seconds(i.lambda_timeout_seconds)
+    lines = [
+        f"- Inputs: {i.items:,} items of {i.item_bytes:,} bytes, {i.contributing_share:.0%} "
+        f"contributing to {i.contributions_per_item} of {i.aggregate_keys:,} aggregates each; "
+        f"{i.app_writes_per_second:,.0f} application writes a second, "
+        f"{i.changing_share:.0%} of them changing a contribution; {i.shards:,} shards holding "
+        f"{i.retained_seconds / 3600:,.0f} h of writes; {i.workers:,} workers, "
+        f"{i.segments:,} segments, {i.join_buckets:,} join and {i.reduce_buckets:,} reduce "
+        f"buckets; pages of {i.page_items:,} items, carries of {i.carry_keys:,} aggregates, "
+        f"flushes of {i.flush_items:,} entries; a {i.lambda_memory_mb:,} MB function of "
+        f"{i.lambda_timeout_seconds:,.0f} s, reading {reading:,.0f} s an invocation; the "
+        f"table's quotas {i.table_read_quota:,.0f} read and {i.table_write_quota:,.0f} write "
+        f"units a second; {i.control_partitions:,} control and {i.aggregate_partitions:,} "
+        "aggregate partition key values.",
+        f"- Fence: {e.catch_up_records:,.0f} retained records read once, "
+        f"{fence.stream_reads:,.0f} `GetRecords` calls, {fence.seconds / 3600:.2f} h before "
+        f"the scan begins ({e.fence_shard_seconds:,.0f} s a shard, every shard at once).",
+        f"- Scan: {e.worker_items_per_second:,.0f} items/s a worker, "
+        f"{e.scan_items_per_second:,.0f} items/s in all (bound: {e.bound}; "
+        f"{e.saturating_workers:,} workers reach it), {scan.seconds / 3600:.2f} h, "
+        f"{scan.read_units:,.0f} read and {scan.write_units:,.0f} write units.",
+        f"- Collector: {e.b_entries:,.0f} B entries; it keeps up with "
+        f"{e.collector_capacity:,.0f} records/s.",
+        f"- Join: {join.seconds / 3600:.2f} h, {join.read_units:,.0f} read units.",
+        f"- Reduce: {e.aggregate_updates:,.0f} aggregates written once each, "
+        f"{e.reduce_passes} passes a bucket, {reduce.seconds / 3600:.2f} h, "
+        f"{reduce.read_units:,.0f} read and {reduce.write_units:,.0f} write units.",
+        f"- Probes of committed flushes (joins and reducers): {e.probe_read_units:,.0f} read "
+        f"units; progress items' commits: {e.progress_write_units:,.0f} write units.",
+        "- Peak memory: "
+        + ", ".join(f"{task} {mb:,.0f} MB" for task, mb in e.worker_memory_mb.items())
+        + ".",
+    ]
+    lines += [f"- Warning: {w}." for w in e.warnings]
     return "\n".join(lines) + "\n"

@@ -9,11 +9,13 @@ from aggregator.dynamodb.sizes import typed_item_size
 from aggregator.operations.backfill.cost import BackfillCostInputs, estimate
 from bench import backfill_scale
 from bench.backfill_scale import (
+    Measured,
     TwinFigures,
     estimate_lines,
     main,
-    measure_scan_cpu,
+    measure,
     sample_items,
+    total_line,
     twin_line,
 )
 
@@ -30,22 +32,55 @@ def test_the_last_line_has_the_issues_format():
 def test_one_estimate_line_per_worker_count_then_the_total_for_the_default():
     inputs = BackfillCostInputs(workers=64)
     lines = estimate_lines(inputs, (16, 1000))
-    assert len(lines) == 3 and all(line.startswith("estimate: ") for line in lines)
+    assert len(lines) == 4 and all(line.startswith("estimate: ") for line in lines)
     sixteen = estimate(inputs.with_(workers=16))
     assert f"16 workers: {sixteen.hours:.2f} h, ${sixteen.total_dollars:,.2f}" in lines[0]
     assert "1,000 workers:" in lines[1]
     total = estimate(inputs)
+    assert lines[2] == total_line(total)
+    fence, scan = (total.phase(n).seconds / 3600 for n in ("fence", "scan"))
     assert lines[2].startswith(
-        f"estimate: total for 64 workers: {total.hours:.2f} h, ${total.total_dollars:,.2f} = "
+        f"estimate: total for 64 workers: {total.hours:.2f} h (fence {fence:.2f}, scan {scan:.2f}, "
     )
+    assert f"${total.total_dollars:,.2f} = reads " in lines[2]
+    assert lines[3] == f"estimate: warning: {total.warnings[0]}"
 
 
 def test_with_no_twin_it_prints_the_estimate_only(capsys):
     assert main(["--items", "1000000", "--worker-counts", "4,8", "--no-twin"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3
+    assert lines == estimate_lines(BackfillCostInputs(items=1_000_000, workers=64), (4, 8))
     assert lines[0].startswith("estimate: 1,000,000 items, 4 workers: ")
+    assert lines[2].startswith("estimate: total for 64 workers: ")
+    # a day of 1,000 writes a second: the fence's catch-up outlasts an invocation
+    assert lines[3].startswith("estimate: warning: a shard's fence read takes ")
     assert not any(line.startswith("backfill-scale:") for line in lines)
+
+
+def test_warnings_follow_the_total():
+    lines = estimate_lines(BackfillCostInputs(retained_seconds=600), (16,))
+    assert len(lines) == 2  # ten minutes of writes: no warning
+    lines = estimate_lines(BackfillCostInputs(), (16,))
+    assert [line.split(":")[1] for line in lines[2:]] == [" warning"]
+
+
+def test_measure_replaces_the_models_measured_figures(capsys, monkeypatch):
+    figures = Measured(1000.0, 50.0, 20.0, 1e6, 1e5, 1e5, 5000.0, 50_000.0)
+    monkeypatch.setattr(backfill_scale, "measure", lambda: figures)
+    assert main(["--measure", "--worker-counts", "16", "--no-twin"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == figures.line()
+    inputs = BackfillCostInputs(
+        scan_cpu_items_per_second=1000,
+        s_entry_bytes=50,
+        partial_bytes=20,
+        join_skip_entries_per_second=1e6,
+        join_decode_entries_per_second=1e5,
+        reduce_entries_per_second=1e5,
+        stream_parse_records_per_second=5000,
+        stream_evaluate_records_per_second=50_000,
+    )
+    assert lines[2] == total_line(estimate(inputs))
 
 
 def test_a_twins_figures_end_the_output_and_set_the_exit_status(capsys, monkeypatch):
@@ -72,12 +107,19 @@ def test_bad_options_fail_in_one_line(argv, message, capsys):
 
 
 def test_inputs_the_model_refuses_fail_in_one_line(capsys):
-    assert main(["--invocation-seconds", "901"]) == 2
+    assert main(["--timeout-seconds", "901"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("backfill-scale: error: invocation_seconds") and err.count("\n") == 1
+    assert err.startswith("backfill-scale: error: lambda_timeout_seconds")
+    assert err.count("\n") == 1
+    assert main(["--segments", "20000", "--join-buckets", "9999"]) == 2
+    assert "over 30,000" in capsys.readouterr().err
 
 
-def test_it_measures_on_1_kb_items():
+def test_it_measures_the_code_on_1_kb_items():
     sizes = [typed_item_size(item) for item in sample_items(50)]
     assert all(1000 <= size <= 1100 for size in sizes), sizes
-    assert measure_scan_cpu(page_items=50, repeats=1) > 0
+    figures = measure(page_items=50, pages=2, buckets=4, repeats=1)
+    assert all(value > 0 for value in vars(figures).values())
+    # an S entry holds a 16-byte digest (32 hex digits before zlib) and the aggregate's name
+    assert 10 < figures.s_entry_bytes < 200
+    assert 1 < figures.partial_bytes < 200
