@@ -61,12 +61,15 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from aggregator.dynamodb.checkpoint import SEQUENCE_NUMBER_BYTES, checkpoint_attribute
+from aggregator.operations.backfill.distributed.collector import FLUSH_SECONDS, PASS_SECONDS
 from aggregator.operations.backfill.distributed.job import MAX_RECORD_BYTES
+from aggregator.operations.backfill.distributed.join import JOIN_FLUSH_RECORDS
 from aggregator.operations.backfill.distributed.start import (
     DEFAULT_CARRY_KEYS,
     DEFAULT_FLUSH_ITEMS,
     DEFAULT_PAGE_ITEMS,
     MAX_BUCKETS,
+    MAX_ITEMS,
 )
 from aggregator.operations.backfill.distributed.tasks import RESERVE_SECONDS
 from aggregator.operations.backfill.operation import DEFAULT_STREAM_LAG_SECONDS
@@ -96,10 +99,10 @@ Guide, "Lambda quotas": 15 minutes)."""
 LAMBDA_CONCURRENCY = 1000
 """Concurrent executions per Region by default (Lambda Developer Guide, "Lambda quotas"; can be
 raised to tens of thousands)."""
-STATE_ITEMS = 30_000
+STATE_ITEMS = MAX_ITEMS
 """Segments, join buckets and reduce buckets in all that ``start`` accepts: the state machine
 carries their lists in its state, at most 256 KiB (Step Functions Developer Guide, "Step
-Functions service quotas"). Mirrors ``distributed.start.MAX_ITEMS`` (the lead's cap)."""
+Functions service quotas")."""
 TABLE_READ_QUOTA = 40_000
 TABLE_WRITE_QUOTA = 40_000
 """An on-demand table's default throughput quota, read and write request units a second
@@ -127,13 +130,8 @@ HANDLER_POLLS_PER_SECOND = 4.0
 /work/shared/notes/aws-facts.md). The collector has the rest of a shard's calls."""
 STREAM_READ_PRICE_UNIT = 100_000
 
-# -- the code's own figures (mirrored where the branch this model lives on has not got them) ---
-PASS_SECONDS = 2.0
-"""A collector's pass over the shards begins at most this often (``collector.PASS_SECONDS``)."""
-FLUSH_SECONDS = 60.0
-"""The collector commits at least this often (``collector.FLUSH_SECONDS``)."""
-JOIN_FLUSH_RECORDS = 500
-"""A join commits every this many records read (``join.JOIN_FLUSH_RECORDS``)."""
+# -- the code's own figures -----------------------------------------------------------------
+# PASS_SECONDS, FLUSH_SECONDS (the collector's) and JOIN_FLUSH_RECORDS are imported above.
 REDUCE_WRITER_THREADS = 8
 """A reducer's writer's concurrent requests (``make_writer(..., max_workers=8)``)."""
 ATTEMPT_BYTES = 9
@@ -668,8 +666,8 @@ def estimate(inputs: BackfillCostInputs | None = None, prices: Prices = PRICES) 
     if fence_shard_seconds > reading:
         warnings.append(
             f"a shard's fence read takes {fence_shard_seconds:,.0f} s, past one invocation's "
-            f"{reading:,.0f} s: the fence read of a shard must resume across invocations (it "
-            "restarts from the shard's oldest record on main)"
+            f"{reading:,.0f} s: it goes on over {math.ceil(fence_shard_seconds / reading)} "
+            "invocations (the collector commits where each stopped)"
         )
     fence_invocations = max(1, math.ceil(fence_seconds / reading))
     fence_calls = catch_up / per_call + i.shards
