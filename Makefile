@@ -161,7 +161,7 @@ soak: install
 	$(BIN)/python -m tests.integration.soak_report .cache/soak $$(( 2 * $(SHARD_EXAMPLES) )) shards
 	AGGREGATOR_DISTRIBUTED_BACKFILL_EXAMPLES=$(BACKFILL_EXAMPLES) AGGREGATOR_SOAK_DIR=.cache/soak \
 		$(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile -s \
-		tests/integration/test_distributed_backfill.py tests/integration/test_backfill_twin.py
+		tests/integration/test_distributed_backfill.py
 	AGGREGATOR_SOAK_DIR=.cache/soak $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile \
 		tests/integration/test_flights.py tests/integration/test_flights_pk_only.py \
 		tests/integration/test_flights_backfill.py tests/integration/test_kinds_flights.py \
