@@ -19,7 +19,8 @@ The function (what the backfill's tasks do to the table):
   grants under the reserved partitions (``UpdateItem``/``GetItem`` of aggregates, by the reducers'
   exactly-once writer, and ``BatchGetItem``/``Query`` of them, by the ``finish`` task's settling
   of top lists, :func:`aggregator.operations.top_list_check.settle_top_lists`;
-  ``GetItem``/``BatchGetItem``/``PutItem``/``UpdateItem`` of control items:
+  ``GetItem``/``BatchGetItem``/``PutItem``/``UpdateItem`` of control items, and ``Query`` of them
+  (the top lists, by that settling):
   the backfill's progress, its committed data records, the manifest), with the same
   ``dynamodb:LeadingKeys`` conditions (:func:`aggregator.cli.template.render_regions`);
 - ``ReadTheTablesStream``/``ListStreams``: the collector's stream reads;
@@ -114,6 +115,7 @@ def backfill_function_statements(
                 "dynamodb:BatchGetItem",
                 "dynamodb:PutItem",
                 "dynamodb:UpdateItem",
+                "dynamodb:Query",
             ],
             "Resource": table_arn,
             "Condition": dict(control_condition),

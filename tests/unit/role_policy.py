@@ -46,14 +46,14 @@ BACKFILL_ITEM_GRANTS = {
         if keys - {DEFAULT_LAYOUT.dead_letters_pk}
     },
     "dynamodb:BatchGetItem": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
-    "dynamodb:Query": {DEFAULT_LAYOUT.aggregates_pk},
+    "dynamodb:Query": {DEFAULT_LAYOUT.aggregates_pk, DEFAULT_LAYOUT.control_pk},
 }
 PK_ONLY_BACKFILL_ITEM_GRANTS = {
     "dynamodb:UpdateItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
     "dynamodb:GetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
     "dynamodb:PutItem": {"AGGREGATOR#CONTROL#*"},
     "dynamodb:BatchGetItem": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
-    "dynamodb:Query": {"AGGREGATES#*"},
+    "dynamodb:Query": {"AGGREGATES#*", "AGGREGATOR#CONTROL#*"},
 }
 STATE_MACHINE_ACTIONS = {
     "lambda:InvokeFunction",
@@ -275,8 +275,11 @@ def assert_backfill_role_policy(
     }
     for absent in ("DeleteItem", "BatchWriteItem", "PartiQLSelect"):
         assert f"dynamodb:{absent}" not in dynamodb
-    # Query of aggregates only (the finish task's top lists), never of the application's items
-    assert as_list(dynamodb["dynamodb:Query"]["Resource"]) == [table_arn]
+    # Query of the reserved partitions only (the finish task's top lists), never of the
+    # application's items
+    for statement in statements:
+        if "dynamodb:Query" in as_list(statement["Action"]):
+            assert as_list(statement["Resource"]) == [table_arn] and "Condition" in statement
     for action in ("dynamodb:Scan", "dynamodb:DescribeTable"):
         statement = dynamodb[action]
         assert as_list(statement["Action"]) == [action]  # alone in its statement
