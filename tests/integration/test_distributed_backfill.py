@@ -326,9 +326,9 @@ and reduce invocations as separate processes with a time budget, some killed at 
 moment; every aggregate equals a count of the items made without the engine, and the backfill
 ends while the application writes.
 
-``make test`` runs it small (8 shards at once, 8 segments); ``make soak`` at the issue's size
-(64 shards at once, 256 segments, 40,000 items: :class:`~aggregator.dev.backfill_twin.
-TwinSettings`' defaults), with a few seeds."""
+``make soak`` runs it at the issue's size (64 shards at once, 256 segments, 40,000 items:
+:class:`~aggregator.dev.backfill_twin.TwinSettings`' defaults), with a few seeds;
+``AGGREGATOR_TWIN=1`` runs it small (8 shards at once, 8 segments) with the other tests."""
 
 SMALL = TwinSettings(
     posts=40,
