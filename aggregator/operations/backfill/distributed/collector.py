@@ -15,7 +15,7 @@ from aggregator.core.exceptions import ConfigError
 from aggregator.core.lifecycle import Fence
 from aggregator.core.records import StreamRecord, pad_sequence_number
 from aggregator.dynamodb.fences import FenceStore
-from aggregator.dynamodb.streams import parents_first
+from aggregator.dynamodb.streams import ready_shards
 from aggregator.operations.backfill.distributed.flushing import FlushBuffer
 from aggregator.operations.backfill.distributed.job import Job, Progress, new_attempt
 from aggregator.operations.backfill.stream import fence_position, item_digest, read_shard
@@ -155,21 +155,18 @@ class _Collector:
         out, or the buffer filled, before the last shard's bound; the positions reached are
         kept, and the next pass goes on from them)."""
         shards = self.shards()
-        listed = {s["ShardId"] for s in shards}
-        progressed = True
-        while progressed:
-            progressed = False
-            for shard in parents_first(shards):
+        read: set[str] = set()
+        while True:
+            ready = [s for s in ready_shards(shards, self.done) if s["ShardId"] not in read]
+            if not ready:
+                return True
+            for shard in ready:
                 shard_id = shard["ShardId"]
-                parent = shard.get("ParentShardId")
-                if shard_id in self.done or (parent in listed and parent not in self.done):
-                    continue
+                read.add(shard_id)
                 if not self._read_shard(shard, buffer):
                     return False
                 if self.iterators.get(shard_id, "") is None:
-                    self.done.add(shard_id)
-                    progressed = True
-        return True
+                    self.done.add(shard_id)  # its children are ready in the next round
 
     def _read_shard(self, shard: dict[str, Any], buffer: FlushBuffer) -> bool:
         """One shard from its position (its fence, the first time, when the backfill set it: a
