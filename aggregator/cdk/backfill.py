@@ -20,7 +20,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from aggregator.cdk.policies import target_policies
+from aggregator.cdk.policies import index_arn, target_policies
 from aggregator.deploy.backfill_machine import FUNCTION_ARN_VARIABLE, backfill_definition
 from aggregator.deploy.backfill_roles import (
     BACKFILL_POLICY_NAME,
@@ -75,6 +75,7 @@ class BackfillOnAws(Construct):
         table_arn: str,
         stream_arn: str,
         leaderboard_index: str,
+        collection_index: str | None,
         memory_size: int,
         log_retention: logs.RetentionDays,
     ) -> None:
@@ -88,6 +89,9 @@ class BackfillOnAws(Construct):
             log_group_arn=self.log_group.log_group_arn,
             aggregates_condition=regions["aggregates-leading-keys"]["Condition"],
             control_condition=regions["control-leading-keys"]["Condition"],
+            collection_index_arn=(
+                None if collection_index is None else index_arn(table_arn, collection_index)
+            ),
         )
         self.role = iam.Role(
             self,

@@ -58,6 +58,7 @@ from aggregator.cli.template import render_regions
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet, load_rules
+from aggregator.deploy.backfill_roles import reads_collection_index
 from aggregator.dynamodb.modes import WRITE_MODES
 from aggregator.dynamodb.table import table_definition
 from aggregator.dynamodb.tablecheck import REGION_PATTERN, VIEW_TYPE, key_schema_problems
@@ -399,6 +400,11 @@ class AggregatorFunction(Construct):
                 table_arn=table_arn,
                 stream_arn=stream_arn,
                 leaderboard_index=self.rules.layout.leaderboard_index,
+                collection_index=(
+                    self.rules.layout.collection_index
+                    if reads_collection_index(self.rules)
+                    else None
+                ),
                 memory_size=backfill_memory_size,
                 log_retention=log_retention,
             )

@@ -133,6 +133,7 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
     from aggregator.deploy.backfill_roles import (
         BACKFILL_POLICY_NAME,
         backfill_function_statements,
+        reads_collection_index,
     )
     from aggregator.deploy.filters import filter_criteria
     from aggregator.dynamodb.table import table_definition
@@ -166,6 +167,9 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
                 log_group_arn={"Fn::GetAtt": ["BackfillLogGroup", "Arn"]},
                 aggregates_condition=aggregates["Condition"],
                 control_condition=control["Condition"],
+                collection_index_arn=(
+                    _index_arn(layout.collection_index) if reads_collection_index(rules) else None
+                ),
             ),
         },
     }
@@ -206,6 +210,12 @@ STREAM_ARN = {
 """The table's stream ARN, as the template names it."""
 
 
+def _index_arn(index_name: str) -> dict[str, Any]:
+    """The ARN of the table's index ``index_name``: the table's plus ``/index/<name>`` (Service
+    Authorization Reference, Amazon DynamoDB, resource type ``index``)."""
+    return {"Fn::Sub": ["${TableArn}/index/" + index_name, {"TableArn": TABLE_ARN}]}
+
+
 def leaderboard_policy(rules: RuleSet) -> dict[str, Any]:
     """The role's policy for leaderboard rules (module docstring, ``target-policy``): ``Query``
     of the leaderboard index, whose ARN is the table's plus ``/index/<name>`` (Service
@@ -219,12 +229,7 @@ def leaderboard_policy(rules: RuleSet) -> dict[str, Any]:
                     "Sid": "LeaderboardIndexFloors",
                     "Effect": "Allow",
                     "Action": "dynamodb:Query",
-                    "Resource": {
-                        "Fn::Sub": [
-                            "${TableArn}/index/" + rules.layout.leaderboard_index,
-                            {"TableArn": TABLE_ARN},
-                        ]
-                    },
+                    "Resource": _index_arn(rules.layout.leaderboard_index),
                 }
             ],
         },

@@ -23,6 +23,13 @@ The function (what the backfill's tasks do to the table):
   (the top lists, by that settling):
   the backfill's progress, its committed data records, the manifest), with the same
   ``dynamodb:LeadingKeys`` conditions (:func:`aggregator.cli.template.render_regions`);
+- ``CollectionIndexReads``, on a table without a sort key when a rule keeps a top list
+  (``leaderboard_store: list``): ``Query`` of the collection index, by which the ``finish``
+  task's settling of top lists reads the rule's aggregates and lists there
+  (:func:`aggregator.dynamodb.collections.query_collections`), then ``BatchGetItem`` of the items
+  under the reserved prefixes. Without a condition, as the stream function's ``Query`` of the
+  leaderboard index: only the framework's items carry the index's key attribute, and the index
+  projects keys only (:func:`aggregator.dynamodb.table.collection_index`);
 - ``ReadTheTablesStream``/``ListStreams``: the collector's stream reads;
 - ``OwnLogGroup``: its logs.
 
@@ -46,13 +53,17 @@ states"; Service Authorization Reference, AWS Step Functions, resource types ``s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aggregator.core.rules import RuleSet
 
 __all__ = [
     "BACKFILL_POLICY_NAME",
     "STATE_MACHINE_POLICY_NAME",
     "STREAM_READS",
     "backfill_function_statements",
+    "reads_collection_index",
     "state_machine_invoke_statements",
     "state_machine_self_statements",
 ]
@@ -62,6 +73,12 @@ STATE_MACHINE_POLICY_NAME = "ddb-aggregator-backfill-machine"
 STREAM_READS = ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator")
 
 
+def reads_collection_index(rules: RuleSet) -> bool:
+    """Whether the backfill's role needs ``CollectionIndexReads`` (module docstring): a table
+    without a sort key and a rule with ``leaderboard_store: list``."""
+    return not rules.layout.has_sort_key and any(r.top_listed for r in rules)
+
+
 def backfill_function_statements(
     *,
     table_arn: Any,
@@ -69,6 +86,7 @@ def backfill_function_statements(
     log_group_arn: Any,
     aggregates_condition: Mapping[str, Any],
     control_condition: Mapping[str, Any],
+    collection_index_arn: Any = None,
 ) -> list[dict[str, Any]]:
     """The backfill function's statements (module docstring), as IAM JSON.
 
@@ -81,7 +99,20 @@ def backfill_function_statements(
         The ``Condition`` of the item grants under the aggregates and the control partitions
         (``render_regions(rules)["aggregates-leading-keys"]["Condition"]``, and
         ``["control-leading-keys"]``).
+    collection_index_arn
+        The collection index's ARN when :func:`reads_collection_index` holds (``None``
+        otherwise: no ``CollectionIndexReads``).
     """
+    collections: list[dict[str, Any]] = []
+    if collection_index_arn is not None:
+        collections.append(
+            {
+                "Sid": "CollectionIndexReads",
+                "Effect": "Allow",
+                "Action": "dynamodb:Query",
+                "Resource": collection_index_arn,
+            }
+        )
     return [
         {
             "Sid": "ScanTheTable",
@@ -120,6 +151,7 @@ def backfill_function_statements(
             "Resource": table_arn,
             "Condition": dict(control_condition),
         },
+        *collections,
         {
             "Sid": "ReadTheTablesStream",
             "Effect": "Allow",

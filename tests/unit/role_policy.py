@@ -91,6 +91,9 @@ TARGET_SID = "TargetAttributesOnly"
 """The statement that lets target rules update application items (any key, named attributes)."""
 LEADERBOARD_SID = "LeaderboardIndexFloors"
 """The statement that lets leaderboard rules read the leaderboard index (to raise its floors)."""
+COLLECTION_SID = "CollectionIndexReads"
+"""The backfill role's statement that reads the collection index (a table without a sort key
+whose rules keep top lists: the finish task settles them)."""
 # the same on a table without a sort key: keys starting with a reserved value and "#"
 PK_ONLY_LEADING_KEYS_CONDITION_OPERATORS = {"ForAllValues:StringLike", "Null"}
 
@@ -253,6 +256,8 @@ def assert_backfill_role_policy(
     the stream function's."""
     target_attributes(statements, table_arn)
     leaderboard_index_query(statements)
+    # a table with a sort key reads its collections from the table itself
+    assert not collection_index_query(statements)
     statements = [s for s in statements if s.get("Sid") not in (TARGET_SID, LEADERBOARD_SID)]
     assert_every_statement_allows_named_actions(statements)
     assert_item_access_only_under_the_reserved_partitions(
@@ -321,22 +326,35 @@ def leaderboard_index_query(statements: list[dict[str, Any]]) -> bool:
     """Whether the statement of leaderboard rules is there; checked for its shape: ``Query``
     alone, on the leaderboard index alone (the table's ARN plus ``/index/leaderboard``), no
     condition."""
-    found = [s for s in statements if s.get("Sid") == LEADERBOARD_SID]
+    return index_query(statements, LEADERBOARD_SID, "leaderboard")
+
+
+def collection_index_query(statements: list[dict[str, Any]]) -> bool:
+    """Whether the backfill role's ``Query`` of the collection index (a table without a sort key,
+    a rule with a top list) is there; checked for its shape as :func:`leaderboard_index_query`,
+    on the index ``aggregator-collections``."""
+    return index_query(statements, COLLECTION_SID, "aggregator-collections")
+
+
+def index_query(statements: list[dict[str, Any]], sid: str, index_name: str) -> bool:
+    """Whether the statement ``sid`` is there: ``Query`` alone, on the index ``index_name``
+    alone (the table's ARN plus ``/index/<name>``), no condition."""
+    found = [s for s in statements if s.get("Sid") == sid]
     if not found:
         return False
     (statement,) = found
     assert statement["Effect"] == "Allow"
     assert as_list(statement["Action"]) == ["dynamodb:Query"]
     (resource,) = as_list(statement["Resource"])
-    # {"Fn::Sub": ["${TableArn}/index/leaderboard", {"TableArn": <the table's ARN>}]}, or the
-    # text it gives for a table whose ARN is known
+    # {"Fn::Sub": ["${TableArn}/index/<name>", {"TableArn": <the table's ARN>}]}, or the text it
+    # gives for a table whose ARN is known
     if isinstance(resource, str):
         assert resource.startswith("arn:aws:dynamodb:") and resource.endswith(
-            ":table/orders/index/leaderboard"
+            f"/index/{index_name}"
         ), resource
     else:
         (text, variables) = resource["Fn::Sub"]
-        assert text == "${TableArn}/index/leaderboard" and set(variables) == {"TableArn"}
+        assert text == "${TableArn}/index/" + index_name and set(variables) == {"TableArn"}
     assert "Condition" not in statement
     return True
 

@@ -57,6 +57,7 @@ from tests.unit.role_policy import (
     assert_backfill_role_policy,
     assert_role_policy,
     assert_state_machine_role_policy,
+    collection_index_query,
     pk_only_item_grants,
 )
 
@@ -555,6 +556,8 @@ def test_without_a_sort_key(synthesized: Synthesized) -> None:
     assert pk_only_item_grants(_statements(template)) == PK_ONLY_ITEM_GRANTS
     backfill = _statements(template, role_name="BackfillRole")
     assert pk_only_item_grants(backfill) == PK_ONLY_BACKFILL_ITEM_GRANTS
+    # the finish task settles flights.yaml's top lists through the collection index
+    assert collection_index_query(_statements(template, targets=True, role_name="BackfillRole"))
     table = template["Resources"]["Table"]["Properties"]
     assert table["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
     region = render_regions(rules)["table"]

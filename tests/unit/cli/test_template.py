@@ -29,6 +29,7 @@ from aggregator.deploy.filters import check_template, filter_criteria
 from aggregator.dynamodb.modes import WRITE_MODES
 from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.role_policy import (
+    COLLECTION_SID,
     ITEM_WRITES,
     LEADERBOARD_SID,
     PK_ONLY_BACKFILL_ITEM_GRANTS,
@@ -42,6 +43,7 @@ from tests.unit.role_policy import (
     assert_state_machine_role_policy,
     assert_stream_reads_are_scoped_to_the_stream,
     assert_xray_writes_only_when_traced,
+    collection_index_query,
     pk_only_item_grants,
     target_attributes,
 )
@@ -238,7 +240,7 @@ def _statements(
         statement
         for policy in role["Properties"].get("Policies", [])
         for statement in policy["PolicyDocument"]["Statement"]
-        if targets or statement.get("Sid") not in (TARGET_SID, LEADERBOARD_SID)
+        if targets or statement.get("Sid") not in (TARGET_SID, LEADERBOARD_SID, COLLECTION_SID)
     ]
 
 
@@ -867,6 +869,8 @@ def test_without_a_sort_key_the_role_writes_only_keys_under_the_reserved_prefixe
     assert granted == PK_ONLY_ITEM_GRANTS
     backfill = _statements(deployed, role_name="BackfillRole")
     assert pk_only_item_grants(backfill) == PK_ONLY_BACKFILL_ITEM_GRANTS
+    # the finish task settles flights.yaml's top lists through the collection index
+    assert collection_index_query(_statements(deployed, targets=True, role_name="BackfillRole"))
     layout = load_rules(PK_ONLY_DEFINITIONS).layout
 
     def allowed(action: str, key: str) -> bool:
