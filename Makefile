@@ -131,7 +131,10 @@ docs-sessions: install
 # waiting on DynamoDB Local (a JVM, on another core). On 2 cores the suite took 253 s with 3
 # workers, 289 to 304 s with 2 and 271 s with 4. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print((os.cpu_count() or 1) + 1)')
-test: lint test-yaml
+# The lint and the PyYAML versions' tests first, side by side (each is one process; output
+# grouped per target).
+test: install
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint test-yaml
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Longer property-based soak: random writes, fault schedules and malformed records, in parts of
