@@ -36,6 +36,11 @@ Configuration (environment variables, read once per execution environment):
     invocation: Lambda retries it (bisected, up to the mapping's ``MaximumRetryAttempts``),
     then sends its metadata to the on-failure queue and moves on. The decision is made once
     per execution environment (one ``DescribeTable`` at cold start, the key check's own).
+``AGGREGATOR_EVENT_BUS`` (default ``default``; the template's ``ThresholdEventBus``)
+    The EventBridge bus (name or ARN) that receives the crossings of rules with ``thresholds``
+    (:mod:`aggregator.runtime.threshold_events`).
+``AGGREGATOR_EVENTS_ENDPOINT_URL`` (optional)
+    An EventBridge endpoint other than AWS's (tests).
 ``AGGREGATOR_RULE_MANIFEST`` (default ``on``)
     Record the rules in the table's manifest at cold start, refuse a rule whose definition
     changed under the same name, and count rules pending a backfill from their per-shard fences
@@ -84,6 +89,7 @@ if TYPE_CHECKING:
     from botocore.config import Config
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_sqs import SQSClient
 
 
@@ -140,6 +146,8 @@ class HandlerSettings:
     rule_manifest: bool = True
     genesis_stream_arn: str | None = None
     home_region: str | None = None
+    event_bus: str = "default"
+    events_endpoint_url: str | None = None
     region: str | None = None
     """The Region the function runs in (``AWS_REGION``, which Lambda sets)."""
 
@@ -194,6 +202,8 @@ class HandlerSettings:
             rule_manifest=manifest == "on",
             genesis_stream_arn=env.get("AGGREGATOR_GENESIS_STREAM_ARN") or None,
             home_region=home_region,
+            event_bus=env.get("AGGREGATOR_EVENT_BUS", "").strip() or "default",
+            events_endpoint_url=env.get("AGGREGATOR_EVENTS_ENDPOINT_URL") or None,
             region=env.get("AWS_REGION") or None,
         )
 
@@ -223,6 +233,7 @@ def build_processor(
     *,
     client: DynamoDBClient | None = None,
     sqs_client: SQSClient | None = None,
+    events_client: EventBridgeClient | None = None,
     metrics: Metrics | None = None,
     logger: Logger | None = None,
     check_table: bool = True,
@@ -231,6 +242,7 @@ def build_processor(
     set's table layout (its ``table:`` section).
 
     ``sqs_client`` is used for the last-resort queue (built when the setting names a queue and
+    none is given), ``events_client`` for threshold events (built when a rule has thresholds and
     none is given). With ``check_table``, one ``DescribeTable`` verifies that the table's keys
     are the layout's, of type ``S``: a table keyed otherwise is refused here, at cold start,
     instead of failing (or mis-aggregating) batch after batch. A function outside its table's
@@ -307,7 +319,17 @@ def build_processor(
         writer_options=WriterOptions(
             checkpoint_retention_seconds=settings.checkpoint_retention_seconds
         ),
+        events_client=lambda: events_client or _events_client(settings.events_endpoint_url, client),
+        event_bus=settings.event_bus,
     )
+
+
+def _events_client(endpoint_url: str | None, client: DynamoDBClient) -> EventBridgeClient:
+    """An EventBridge client in the DynamoDB client's Region (built at cold start when a rule
+    has thresholds)."""
+    import boto3
+
+    return boto3.client("events", region_name=client.meta.region_name, endpoint_url=endpoint_url)
 
 
 def _streams_client(endpoint_url: str | None) -> DynamoDBStreamsClient:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from aggregator.core.crossings import Crossing
 from aggregator.core.exceptions import FailureCause
 from aggregator.core.layout import TableLayout
 from aggregator.core.numbers import add
@@ -392,6 +393,11 @@ class BatchDeltas:
     expired_observations
         Such records of time buckets past their retention, left out (their lists expire with
         them).
+    crossings
+        Thresholds entered or left, read from the records of aggregates of rules with
+        ``thresholds``, in stream order (:mod:`aggregator.core.crossings`).
+    expired_crossings
+        Such records of time buckets past their retention, left out.
     """
 
     deltas: dict[str, CoalescedDelta] = field(default_factory=dict)
@@ -410,3 +416,5 @@ class BatchDeltas:
     last_sequence_number: str | None = None
     observations: list[TopObservation] = field(default_factory=list)
     expired_observations: int = 0
+    crossings: list[Crossing] = field(default_factory=list)
+    expired_crossings: int = 0

@@ -46,6 +46,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 from aggregator.core.coalescing import coalesce_record, drop_expired, merge_batches, widen_bounds
+from aggregator.core.crossings import record_crossings
 from aggregator.core.deltas import (
     NO_AMOUNTS,
     RECORD_RULE,
@@ -141,6 +142,10 @@ class Engine:
         self.listed_rules = tuple(self._listed)
         """Names of the ``leaderboard_store: list`` rules (their aggregates' records feed top
         lists: :attr:`BatchDeltas.observations`)."""
+        self._thresholded = {r.name: r for r in rules if r.thresholds}
+        self.thresholded_rules = tuple(self._thresholded)
+        """Names of the rules with ``thresholds`` (their aggregates' records give
+        :attr:`BatchDeltas.crossings`)."""
         self._base = rules.base_rules
         self._derived = {source: rules.derived_from(source) for source in rules.sources}
         # per rule, the attributes to deserialize before evaluating it (sorted: the first
@@ -445,6 +450,10 @@ class Engine:
             widen_bounds(batch, record.sequence_number)
             if self._listed:
                 self._observe(batch, record, clock)
+            if self._thresholded:
+                crossings, expired = record_crossings(self._thresholded, self.layout, record, clock)
+                batch.crossings += crossings
+                batch.expired_crossings += expired
             evaluated = self._record_deltas(batch, record, fences, routing)
             if evaluated is None:
                 continue

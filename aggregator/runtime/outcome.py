@@ -75,6 +75,10 @@ class BatchOutcome(BatchCounts):
     top_observations
         Records of aggregates of ``leaderboard_store: list`` rules merged into their top lists
         (:mod:`aggregator.dynamodb.top_list_items`).
+    threshold_events
+        Threshold crossings sent to EventBridge (:mod:`aggregator.runtime.threshold_events`).
+    expired_crossings
+        Records of time buckets past their retention whose crossings were left out.
     """
 
     response: dict[str, Any]
@@ -86,6 +90,8 @@ class BatchOutcome(BatchCounts):
     flushed: bool = False
     routing_switches: int = 0
     top_observations: int = 0
+    threshold_events: int = 0
+    expired_crossings: int = 0
 
     @classmethod
     def of(cls, batch: BatchDeltas) -> BatchOutcome:

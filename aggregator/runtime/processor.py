@@ -43,10 +43,12 @@ from aggregator.dynamodb.top_list_items import TopLists, top_sort_key
 from aggregator.dynamodb.writer import DEFAULT_MAX_WORKERS, Writer
 from aggregator.runtime.outcome import BatchCounts, BatchOutcome
 from aggregator.runtime.telemetry import LogSink, MetricsSink, emit_metrics
+from aggregator.runtime.threshold_events import ThresholdEvents
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_events import EventBridgeClient
 
 
 __all__ = [
@@ -148,9 +150,11 @@ class StreamProcessor:
         lifecycle: RuleLifecycle | None = None,
         routing: ShardRouting | None = None,
         top_lists: TopLists | None = None,
+        threshold_events: ThresholdEvents | None = None,
     ) -> None:
         self.clock = clock
         self.top_lists = top_lists
+        self.threshold_events = threshold_events
         self.routing = routing
         self.lifecycle = lifecycle
         self.engine = engine
@@ -215,6 +219,7 @@ class StreamProcessor:
             outcome.errors.extend(result.errors)
             outcome.retry_from = result.retry_from
         self._top_lists(batch, outcome)
+        self._threshold_events(batch, outcome)
         if self.routing is not None and routing is not None:
             # only after a batch that read the switches: a switch appends to the list it read
             outcome.routing_switches = self.routing.decide(shard_id, routing, batch)
@@ -262,6 +267,42 @@ class StreamProcessor:
             )
         if outcome.retry_from is None or int(failed_from) < int(outcome.retry_from):
             outcome.retry_from = failed_from
+
+    def _threshold_events(self, batch: BatchDeltas, outcome: BatchOutcome) -> None:
+        """Send the batch's threshold crossings to EventBridge, whatever became of this
+        batch's writes (they record writes already made: :mod:`aggregator.core.crossings`); a
+        failed put makes Lambda deliver again from the failed crossing's record, like any
+        failed write (:mod:`aggregator.runtime.threshold_events`).
+
+        Raises
+        ------
+        ConfigError
+            When rules have thresholds but the processor has no sender.
+        WriteError
+            In window mode, when a put failed: the input state is delivered again (the flush,
+            if any, is checkpointed).
+        """
+        outcome.expired_crossings += batch.expired_crossings
+        if not batch.crossings:
+            return
+        if self.threshold_events is None:
+            raise ConfigError(
+                "rules have thresholds but the processor has no ThresholdEvents (build it with "
+                "create_processor)"
+            )
+        result = self.threshold_events.send(batch.crossings)
+        outcome.threshold_events += result.sent
+        outcome.write.requests += result.requests
+        if result.failed_from is None:
+            return
+        outcome.errors.extend(result.errors)
+        if self.flush == "window":
+            raise WriteError(
+                "threshold events not sent; Lambda retries the invocation: "
+                + "; ".join(result.errors[-3:])
+            )
+        if outcome.retry_from is None or int(result.failed_from) < int(outcome.retry_from):
+            outcome.retry_from = result.failed_from
 
     def _report_retry(self, outcome: BatchOutcome) -> None:
         """Ask Lambda to deliver again from ``outcome.retry_from`` (``batchItemFailures``), and
@@ -449,9 +490,16 @@ def create_processor(
     genesis_stream_arn: str | None = None,
     writer_options: WriterOptions | None = None,
     observer: WriteObserver | None = None,
+    events_client: Callable[[], EventBridgeClient] | None = None,
+    event_bus: str = "default",
 ) -> StreamProcessor:
     """Engine, writer, dead-letter writer and flush policy for a write mode (``exactly-once``,
     ``window`` or ``at-least-once``).
+
+    With rules that have ``thresholds``, their crossings go to the EventBridge bus
+    ``event_bus`` (name or ARN; :mod:`aggregator.runtime.threshold_events`) through the client
+    ``events_client`` returns (called once, here; default: one in the DynamoDB client's
+    Region).
 
     ``last_resort`` receives dead letters that DynamoDB rejects even in their minimal form
     (:mod:`aggregator.dynamodb.deadletters`).
@@ -530,4 +578,20 @@ def create_processor(
         lifecycle=rule_lifecycle,
         routing=routing,
         top_lists=TopLists(client, table_name, layout) if engine.listed_rules else None,
+        threshold_events=(
+            ThresholdEvents(
+                events_client() if events_client is not None else _events_client(client),
+                table_name,
+                event_bus,
+            )
+            if engine.thresholded_rules
+            else None
+        ),
     )
+
+
+def _events_client(client: DynamoDBClient) -> EventBridgeClient:
+    """An EventBridge client in the DynamoDB client's Region (the handler's)."""
+    import boto3
+
+    return boto3.client("events", region_name=client.meta.region_name)

@@ -51,6 +51,7 @@ from aggregator.core.rules.ruleset import (
     target_problems,
 )
 from aggregator.core.rules.targets import Target
+from aggregator.core.rules.thresholds import Threshold
 from aggregator.core.rules.writes import WriteSpec
 from aggregator.core.rules.yaml_parser import (
     MAX_YAML_DEPTH,
@@ -80,6 +81,7 @@ __all__ = [
     "RuleLoader",
     "RuleSet",
     "Target",
+    "Threshold",
     "Window",
     "WriteSpec",
     "declared_layout",

@@ -36,6 +36,7 @@ from aggregator.core.rules.buckets import Bucket, Window
 from aggregator.core.rules.deltas import DeltaSpec
 from aggregator.core.rules.keys import KeyTemplate
 from aggregator.core.rules.targets import Target, target_key_template
+from aggregator.core.rules.thresholds import Threshold
 from aggregator.core.rules.writes import WriteSpec
 
 RULE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"
@@ -190,6 +191,11 @@ class Rule(BaseModel):
         item; the rule then has no ``key`` (its key is the target's templates joined by ``#``),
         kind ``sum``, no window, leaderboard or source. The item is never created: a delta whose
         target does not exist goes to the rule's ledger (:mod:`aggregator.dynamodb.targets`).
+    thresholds
+        Optional :class:`~aggregator.core.rules.thresholds.Threshold` list: an EventBridge event
+        each time an aggregate's value enters or leaves ``above: X`` or ``below: X``, read from
+        the aggregate's own stream record (:mod:`aggregator.core.crossings`). Kind ``sum`` only,
+        no target; names unique within the rule.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -209,6 +215,7 @@ class Rule(BaseModel):
     window: Window | None = None
     source: str | None = Field(default=None, pattern=RULE_NAME_PATTERN)
     target: Target | None = None
+    thresholds: tuple[Threshold, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -247,6 +254,27 @@ class Rule(BaseModel):
         ):
             if refused:
                 raise FieldError(field, f"a rule with a target cannot have {field}: {message}")
+        return self
+
+    @model_validator(mode="after")
+    def _thresholds_fit(self) -> Rule:
+        if not self.thresholds:
+            return self
+        if self.target is not None:
+            raise FieldError(
+                "thresholds",
+                "a rule with a target keeps its sum on an application item, which has no "
+                "stream record of the framework's: put the thresholds on a rule with aggregate "
+                "items",
+            )
+        if not self.kind.ranks:
+            raise FieldError(
+                "thresholds", f"thresholds need kind sum (a single value), not {self.kind.name!r}"
+            )
+        names = [t.name for t in self.thresholds]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise FieldError("thresholds", f"threshold name {twice[0]!r} is given twice")
         return self
 
     @model_validator(mode="after")
