@@ -194,6 +194,11 @@ class AggregatorFunction(Construct):
     backfill_memory_size
         The backfill function's memory in MB, 128 to 10,240 (default 1,769, one vCPU;
         ``BackfillMemorySize``).
+    threshold_event_bus
+        The name of the EventBridge bus that receives the crossings of rules with
+        ``thresholds`` (default ``default``, the account's; the SAM template's
+        ``ThresholdEventBus``; ``AGGREGATOR_EVENT_BUS``). The role may put events there only,
+        and only when a rule has thresholds.
 
     Attributes
     ----------
@@ -251,6 +256,7 @@ class AggregatorFunction(Construct):
         home_region: str | None = None,
         backfill: bool = True,
         backfill_memory_size: int = BACKFILL_MEMORY_MB,
+        threshold_event_bus: str = "default",
     ) -> None:
         super().__init__(scope, construct_id)
         if mode not in WRITE_MODES:
@@ -309,7 +315,12 @@ class AggregatorFunction(Construct):
                         tracing=tracing,
                     )
                 ),
-                **target_policies(regions, table_arn, self.rules.layout.leaderboard_index),
+                **target_policies(
+                    regions,
+                    table_arn,
+                    self.rules.layout.leaderboard_index,
+                    event_bus=threshold_event_bus,
+                ),
             },
         )
         local_build = (
@@ -325,6 +336,7 @@ class AggregatorFunction(Construct):
             "AGGREGATOR_DEFINITIONS": DEFINITIONS_DIR,
             "AGGREGATOR_MODE": mode,
             "AGGREGATOR_HOME_REGION": home_region or "",
+            "AGGREGATOR_EVENT_BUS": threshold_event_bus,
             "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": str(CHECKPOINT_RETENTION_SECONDS),
             "AGGREGATOR_ON_FAILURE_QUEUE_URL": self.queue.queue_url,
             "POWERTOOLS_SERVICE_NAME": service,

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Fn, Token
+from aws_cdk import Aws, Fn, Token
 from aws_cdk import aws_iam as iam
 
 from aggregator.cli.project.scaffold import project_file
+from aggregator.cli.template import THRESHOLD_EVENTS_POLICY_NAME
 from aggregator.deploy.filters import parse_template
 
 __all__ = ["ROLE_ACTIONS", "index_arn", "role_actions", "role_statements", "target_policies"]
@@ -50,22 +51,37 @@ def index_arn(table_arn: str, index_name: str) -> str:
 
 
 def target_policies(
-    regions: dict[str, Any], table_arn: str, index_name: str
+    regions: dict[str, Any],
+    table_arn: str,
+    index_name: str,
+    *,
+    event_bus: str | None = None,
 ) -> dict[str, iam.PolicyDocument]:
     """The SAM template's ``target-policy`` region: the policies that depend on the rules (the
     leaderboard index's ``Query``, on the index ``index_name``; the updates of target attributes
-    of application items), as :func:`aggregator.cli.template.render_regions` renders them."""
+    of application items; ``PutEvents`` on the bus ``event_bus`` for thresholds), as
+    :func:`aggregator.cli.template.render_regions` renders them. Without ``event_bus``, the
+    threshold events' policy is left out (the backfill function's role)."""
     out = {}
     for policy in regions["target-policy"]:
+        if policy["PolicyName"] == THRESHOLD_EVENTS_POLICY_NAME and event_bus is None:
+            continue
+
+        def resource(sid: str) -> str:
+            if sid == "LeaderboardIndexFloors":
+                return index_arn(table_arn, index_name)
+            if sid == "ThresholdEvents":
+                return (
+                    f"arn:{Aws.PARTITION}:events:{Aws.REGION}:{Aws.ACCOUNT_ID}"
+                    f":event-bus/{event_bus}"
+                )
+            return table_arn
+
         statements = [
             iam.PolicyStatement(
                 sid=s["Sid"],
                 actions=[s["Action"]] if isinstance(s["Action"], str) else s["Action"],
-                resources=[
-                    index_arn(table_arn, index_name)
-                    if s["Sid"] == "LeaderboardIndexFloors"
-                    else table_arn
-                ],
+                resources=[resource(s["Sid"])],
                 conditions=s.get("Condition"),
             )
             for s in policy["PolicyDocument"]["Statement"]

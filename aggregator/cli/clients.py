@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from botocore.client import BaseClient
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_events import EventBridgeClient
 
 DEFAULT_MAX_ATTEMPTS = 10
 """Retries of a throttled or failed request (botocore "standard" mode) after the first attempt;
@@ -105,11 +106,17 @@ def make_client(
 ) -> DynamoDBStreamsClient: ...
 
 
+@overload
 def make_client(
-    service: Literal["dynamodb", "dynamodbstreams"],
+    service: Literal["events"], endpoint_url: str | None, region: str | None = None
+) -> EventBridgeClient: ...
+
+
+def make_client(
+    service: Literal["dynamodb", "dynamodbstreams", "events"],
     endpoint_url: str | None,
     region: str | None = None,
-) -> DynamoDBClient | DynamoDBStreamsClient:
+) -> DynamoDBClient | DynamoDBStreamsClient | EventBridgeClient:
     """A boto3 client; with an ``endpoint_url`` (DynamoDB Local) dummy credentials are used
     when none are configured, and the region defaults to ``us-east-1``.
 
@@ -150,12 +157,14 @@ def make_client(
         session = boto3.session.Session()
         if session.get_credentials() is None:
             kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
+    if service == "events":  # threshold events (run --event-bus): not a DynamoDB client
+        return boto3.client("events", **kwargs)
     client: DynamoDBClient | DynamoDBStreamsClient
     if service == "dynamodb":
         client = boto3.client("dynamodb", **kwargs)
     elif service == "dynamodbstreams":
         client = boto3.client("dynamodbstreams", **kwargs)
-    else:  # the overloads name the two services; anything else is a programming error
+    else:  # the overloads name the services; anything else is a programming error
         raise ValueError(f"make_client: no client for service {service!r}")
     _remember_client(service, client)
     return client

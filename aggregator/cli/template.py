@@ -39,14 +39,17 @@ Regions
     ``dynamodb:Select`` ``SPECIFIC_ATTRIBUTES`` and ``dynamodb:ReturnValues`` ``NONE`` or
     ``UPDATED_OLD`` (Developer Guide, "Using IAM policy conditions for fine-grained access
     control": "you must specify the names of all of the primary key and index key attributes",
-    and ``ALL_OLD``/``ALL_NEW`` would return attributes the policy does not allow). Without
-    either kind of rule the region is empty.
+    and ``ALL_OLD``/``ALL_NEW`` would return attributes the policy does not allow). When some
+    rule has ``thresholds``, a policy ``ddb-aggregator-threshold-events``: ``events:PutEvents``
+    on the bus the ``ThresholdEventBus`` parameter names, nothing else (statement
+    ``ThresholdEvents``). Without any of these rules the region is empty.
 
 ``backfill-policies`` (optional)
     The ``Policies`` of ``BackfillRole``, the backfill function's role: ``ddb-aggregator-backfill``
     (:func:`aggregator.deploy.backfill_roles.backfill_function_statements`, with the
     ``dynamodb:LeadingKeys`` conditions of the two regions above), then the policies of
-    ``target-policy`` (the reducers write what the stream function writes).
+    ``target-policy`` (the reducers write what the stream function writes) but the threshold
+    events' (the stream function sends the crossings of every write, the backfill's too).
 ``backfill-definition`` (optional)
     The ``Definition`` of ``BackfillStateMachine``
     (:func:`aggregator.deploy.backfill_machine.backfill_definition`; the function's ARN is
@@ -157,6 +160,8 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
         *([leaderboard_policy(rules)] if any(r.leaderboard for r in rules) else []),
         *([target_policy(rules)] if targets else []),
     ]
+    # the stream function's alone: the backfill's writes cross through the stream function too
+    events = [threshold_events_policy()] if any(r.thresholds for r in rules) else []
     backfill_policy = {
         "PolicyName": BACKFILL_POLICY_NAME,
         "PolicyDocument": {
@@ -184,7 +189,7 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
         "dead-letters-leading-keys": _leading_keys(layout, layout.dead_letters_pk),
         "control-leading-keys": control,
         "filters": {"FilterCriteria": filter_criteria(rules)},
-        "target-policy": rule_policies,
+        "target-policy": [*rule_policies, *events],
         "backfill-policies": [backfill_policy, *rule_policies],
         "backfill-definition": {"Definition": backfill_definition()},
     }
@@ -230,6 +235,35 @@ def leaderboard_policy(rules: RuleSet) -> dict[str, Any]:
                     "Effect": "Allow",
                     "Action": "dynamodb:Query",
                     "Resource": _index_arn(rules.layout.leaderboard_index),
+                }
+            ],
+        },
+    }
+
+
+THRESHOLD_EVENTS_POLICY_NAME = "ddb-aggregator-threshold-events"
+EVENT_BUS_ARN = {
+    "Fn::Sub": "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}"
+    ":event-bus/${ThresholdEventBus}"
+}
+"""The ARN of the bus the template's ``ThresholdEventBus`` names (Service Authorization
+Reference, Amazon EventBridge, resource type ``event-bus``)."""
+
+
+def threshold_events_policy() -> dict[str, Any]:
+    """The role's policy for rules with thresholds (module docstring, ``target-policy``):
+    ``events:PutEvents`` on the ``ThresholdEventBus`` bus only (statement ``ThresholdEvents``;
+    :mod:`aggregator.runtime.threshold_events`)."""
+    return {
+        "PolicyName": THRESHOLD_EVENTS_POLICY_NAME,
+        "PolicyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ThresholdEvents",
+                    "Effect": "Allow",
+                    "Action": "events:PutEvents",
+                    "Resource": EVENT_BUS_ARN,
                 }
             ],
         },

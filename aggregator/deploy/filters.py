@@ -9,7 +9,8 @@ each pattern at most 4,096 characters). The filters here let through:
 2. records of aggregate items whose sort key starts with ``"<source>#"`` for each rule that a
    derived rule reads (their images are the derived rules' input), and with ``"<rule>#"`` or
    ``"<rule>@"`` (its rebuilt generations) for each ``leaderboard_store: list`` rule (their
-   images feed its top lists: :mod:`aggregator.core.top_list_merge`).
+   images feed its top lists: :mod:`aggregator.core.top_list_merge`) and each rule with
+   ``thresholds`` (their old and new images cross them: :mod:`aggregator.core.crossings`).
 
 Everything else the framework writes (other aggregates, runner positions, dead letters) never
 reaches the function; the engine applies the same rule again (:meth:`Engine.is_self_write`).
@@ -60,7 +61,7 @@ def filter_patterns(rules: RuleSet, layout: TableLayout | None = None) -> list[d
     pk, sk = layout.partition_key, layout.sort_key
     read = list(dict.fromkeys(f"{source}#" for source in rules.sources))
     for r in rules:
-        if r.top_listed:
+        if r.observed:
             read += [p for p in (f"{r.name}#", f"{r.name}@") if p not in read]
     patterns: list[dict[str, Any]]
     if sk is not None:
@@ -81,7 +82,7 @@ def filter_patterns(rules: RuleSet, layout: TableLayout | None = None) -> list[d
             values = dict.fromkeys(
                 value
                 for r in rules
-                if r.name in sources or r.top_listed
+                if r.name in sources or r.observed
                 for value in layout.aggregate_partitions_of(r.spread)
             )
             patterns.append(

@@ -138,12 +138,14 @@ class RunStats(BatchCounts):
     function_errors: int = 0
     duplicates: int = 0
     windows_closed: int = 0
+    threshold_events: int = 0
     write: WriteStats = field(default_factory=WriteStats)
     elapsed_seconds: float = 0.0
 
     def add(self, outcome: BatchOutcome) -> None:
         self.invocations += 1
         self.add_counts(outcome)
+        self.threshold_events += outcome.threshold_events
         self.write.add(outcome.write)
 
 

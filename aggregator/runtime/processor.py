@@ -490,7 +490,7 @@ def create_processor(
     genesis_stream_arn: str | None = None,
     writer_options: WriterOptions | None = None,
     observer: WriteObserver | None = None,
-    events_client: Callable[[], EventBridgeClient] | None = None,
+    events_client: Callable[[], Any] | None = None,
     event_bus: str = "default",
 ) -> StreamProcessor:
     """Engine, writer, dead-letter writer and flush policy for a write mode (``exactly-once``,
@@ -498,8 +498,8 @@ def create_processor(
 
     With rules that have ``thresholds``, their crossings go to the EventBridge bus
     ``event_bus`` (name or ARN; :mod:`aggregator.runtime.threshold_events`) through the client
-    ``events_client`` returns (called once, here; default: one in the DynamoDB client's
-    Region).
+    ``events_client`` returns (an EventBridge client, or anything with its ``put_events``;
+    called once, here; default: one in the DynamoDB client's Region).
 
     ``last_resort`` receives dead letters that DynamoDB rejects even in their minimal form
     (:mod:`aggregator.dynamodb.deadletters`).

@@ -36,6 +36,13 @@ if TYPE_CHECKING:
     "stop once the stream is caught up (default)",
 )
 @click.option(
+    "--event-bus",
+    default=None,
+    metavar="NAME",
+    help="Send the crossings of rules with thresholds to this EventBridge bus (name or ARN; "
+    "AGGREGATOR_EVENTS_ENDPOINT_URL for another endpoint); default: print each as a line",
+)
+@click.option(
     "--resume/--from-start",
     default=True,
     show_default=True,
@@ -49,9 +56,13 @@ def run(
     window_seconds: int,
     batch_size: int,
     follow: bool,
+    event_bus: str | None,
     resume: bool,
 ) -> None:
-    """Process the table's stream locally with the same code as the Lambda handler."""
+    """Process the table's stream locally with the same code as the Lambda handler.
+
+    The crossings of rules with thresholds are printed (``event: ...``), or sent to an
+    EventBridge bus with --event-bus, as the deployed function sends them."""
     from aggregator.cli.tables import rules_for_table
     from aggregator.dev.runner import PositionStore, RunStats, StreamRunner
     from aggregator.dynamodb.table import table_stream_arn
@@ -68,7 +79,18 @@ def run(
         # windows events name no shard, so pending rules are counted unfenced (and marked so:
         # a backfill of them refuses)
         create_processor(
-            rules, client, table_name, mode=mode, lifecycle=True, streams=lambda: streams
+            rules,
+            client,
+            table_name,
+            mode=mode,
+            lifecycle=True,
+            streams=lambda: streams,
+            events_client=(
+                (lambda: clients.make_client("events", _events_endpoint()))
+                if event_bus is not None
+                else _PrintedEvents
+            ),
+            event_bus=event_bus or "default",
         ),
         streams,
         stream_arn,
@@ -89,6 +111,32 @@ def run(
     raise SystemExit(130 if stopped == "Ctrl-C" else 143)
 
 
+def _events_endpoint() -> str | None:
+    import os
+
+    return os.environ.get("AGGREGATOR_EVENTS_ENDPOINT_URL") or None
+
+
+class _PrintedEvents:
+    """Stands for EventBridge in a local run: prints each event's detail as a line, accepts
+    them all (:mod:`aggregator.runtime.threshold_events`)."""
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        import json
+
+        for entry in Entries:
+            d = json.loads(entry["Detail"])
+            bucket = f" {d['granularity']} {d['bucket']}" if "bucket" in d else ""
+            console.print(
+                f"event: {d['rule']} {d['key']}{bucket} {'entered' if d['entered'] else 'left'} "
+                f"{d['threshold']} ({d['condition']}): {d['old_value']} -> {d['new_value']}, "
+                f"id {d['id']}",
+                highlight=False,
+                markup=False,
+            )
+        return {"FailedEntryCount": 0, "Entries": [{"EventId": "local"} for _ in Entries]}
+
+
 def _summary(stats: RunStats) -> str:
     extras = ""
     if stats.derived_inputs:
@@ -97,6 +145,8 @@ def _summary(stats: RunStats) -> str:
         extras += f", {stats.partial_inputs} partial aggregates added to their aggregate"
     if stats.expired:
         extras += f", {stats.expired} deltas to expired buckets skipped"
+    if stats.threshold_events:
+        extras += f", {stats.threshold_events} threshold events"
     return (
         f"processed {stats.records} stream records in {stats.invocations} invocations "
         f"({stats.self_writes} self-writes skipped{extras}): {stats.record_deltas} deltas -> "

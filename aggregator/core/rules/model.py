@@ -353,6 +353,12 @@ class Rule(BaseModel):
         return self.leaderboard and self.leaderboard_store == "list"
 
     @property
+    def observed(self) -> bool:
+        """Whether the handler reads the stream records of the rule's own aggregates: its top
+        lists merge them (``leaderboard_store: list``), its thresholds cross on them."""
+        return self.top_listed or bool(self.thresholds)
+
+    @property
     def is_derived(self) -> bool:
         return self.source is not None
 
