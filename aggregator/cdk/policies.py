@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Aws, Fn, Token
+from aws_cdk import Fn, Token
 from aws_cdk import aws_iam as iam
 
 from aggregator.cli.project.scaffold import project_file
@@ -71,9 +71,10 @@ def target_policies(
             if sid == "LeaderboardIndexFloors":
                 return index_arn(table_arn, index_name)
             if sid == "ThresholdEvents":
-                return (
-                    f"arn:{Aws.PARTITION}:events:{Aws.REGION}:{Aws.ACCOUNT_ID}"
-                    f":event-bus/{event_bus}"
+                return Fn.sub(
+                    "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}"
+                    ":event-bus/${Bus}",
+                    {"Bus": str(event_bus)},
                 )
             return table_arn
 

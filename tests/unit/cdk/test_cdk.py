@@ -34,8 +34,9 @@ from constructs import Construct
 
 import aggregator.cli.project.build as build_module
 from aggregator.cdk import AggregatorFunction
+from aggregator.cdk.policies import target_policies
 from aggregator.cli.project.build import FunctionRuntime, build_function
-from aggregator.cli.template import render_regions
+from aggregator.cli.template import THRESHOLD_EVENTS_POLICY_NAME, render_regions
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
 from aggregator.deploy.filters import filter_criteria
@@ -69,7 +70,8 @@ STARTER_RULES = ROOT / "aggregator" / "cli" / "project" / "rules"
 SHARDED_RULES = """\
 version: 1
 rules:
-  - {name: likes_total, match: {type: like}, key: TOTAL, write_shards: 8}
+  - {name: likes_total, match: {type: like}, key: TOTAL, write_shards: 8,
+     thresholds: [{above: 1000}]}
 """
 
 # The SAM template's resources, by type and CDK logical ID (the construct's path, then a hash).
@@ -195,6 +197,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesize
             boto3="runtime",
             alarms=False,
             backfill=False,
+            threshold_event_bus="alerts",
         )
         # a global table's stacks: one region-agnostic, one for a Region; the condition is
         # decided at deployment in both
@@ -784,6 +787,28 @@ def test_the_backfill_is_the_sam_templates(
         state_machine_arn={"Ref": "BackfillStateMachine"},
         execution_arns=[{"Fn::Sub": [execution + tail, name_of]} for tail in (":*", "/*")],
     )
+
+
+def test_thresholds_may_put_events_on_the_named_bus_only(
+    synthesized: Synthesized, tmp_path: Path
+) -> None:
+    template = _as_sam(synthesized.template("sharded"))
+    (statement,) = [
+        s for s in _statements(template, targets=True) if s.get("Sid") == "ThresholdEvents"
+    ]
+    assert statement["Action"] == "events:PutEvents"
+    (text, variables) = statement["Resource"]["Fn::Sub"]
+    assert text.endswith(":event-bus/${Bus}") and "${AWS::Region}" in text
+    assert variables == {"Bus": "alerts"}
+    environment = _of_type(synthesized.template("sharded"), "AWS::Lambda::Function")
+    (function,) = environment.values()
+    assert function["Properties"]["Environment"]["Variables"]["AGGREGATOR_EVENT_BUS"] == "alerts"
+    # the backfill function's role (target_policies without a bus) leaves the policy out
+    (tmp_path / "likes.yaml").write_text(SHARDED_RULES, encoding="utf-8")
+    rules = load_rules(tmp_path / "likes.yaml")
+    regions = render_regions(rules)
+    assert THRESHOLD_EVENTS_POLICY_NAME in target_policies(regions, "t", "i", event_bus="b")
+    assert THRESHOLD_EVENTS_POLICY_NAME not in target_policies(regions, "t", "i")
 
 
 def test_without_the_backfill_there_is_none(synthesized: Synthesized) -> None:

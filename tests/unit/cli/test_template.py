@@ -487,6 +487,7 @@ def test_function_settings(
         "AGGREGATOR_MODE": {"Ref": "AggregatorMode"},
         # the handler refuses to count outside a global table's home Region
         "AGGREGATOR_HOME_REGION": {"Ref": "HomeRegion"},
+        "AGGREGATOR_EVENT_BUS": {"Ref": "ThresholdEventBus"},
         "AGGREGATOR_CHECKPOINT_RETENTION_SECONDS": "90000",
         # the last resort for dead letters is the mapping's own on-failure queue
         "AGGREGATOR_ON_FAILURE_QUEUE_URL": {"Ref": queue_name},

@@ -1,0 +1,269 @@
+"""Threshold events through the handler's code on DynamoDB Local, EventBridge mocked by moto.
+
+Each like and unlike is its own batch (batch size 1), so every application write moves its
+post's stored count by exactly one: the counts' sequence, and from it every crossing, is computed
+here from the writes alone, without the engine. The aggregates' records are read by the same
+runner (they are the crossings' only source), under crashes mid-batch, duplicate deliveries and
+a ``PutEvents`` that fails; the events are read back from an SQS queue that an EventBridge rule
+on the bus targets, as a consumer would receive them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+import time
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from aggregator.core.rules import load_rules
+from aggregator.dev.faults import FaultInjectingClient
+from aggregator.dev.runner import PositionStore, RunnerFaults, StreamRunner
+from aggregator.dynamodb.streams import to_lambda_record
+from aggregator.dynamodb.table import create_table
+from aggregator.runtime.processor import create_processor
+from aggregator.runtime.threshold_events import DETAIL_TYPE, EVENT_SOURCE
+from tests.integration.harness import delete, put
+
+pytestmark = pytest.mark.integration
+
+RULES_TEXT = """
+version: 1
+rules:
+  - name: likes_per_post
+    match: {kind: like}
+    key: "{post}"
+    thresholds:
+      - {name: popular, above: 3}
+      - {name: quiet, below: 2, keys: ["p1"]}
+  - name: likes_per_hour
+    match: {kind: like}
+    key: "{post}"
+    window: {time: at, unit: epoch_seconds, granularities: [hour], retention: 48h}
+    thresholds:
+      - {name: busy-hour, above: 2}
+"""
+_RULES_FILE = Path(tempfile.mkdtemp(prefix="thresholds-")) / "rules.yaml"
+_RULES_FILE.write_text(RULES_TEXT, encoding="utf-8")
+RULES = load_rules(_RULES_FILE)
+BUS = "alerts"
+HOUR = 3600
+
+
+class FlakyEvents:
+    """An EventBridge client whose ``put_events`` fails (a throttle) on the calls ``fail``
+    names (1 = the first); counts the calls."""
+
+    def __init__(self, client: Any, fail: set[int]) -> None:
+        self.client, self.fail, self.calls = client, fail, 0
+
+    def put_events(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls in self.fail:
+            raise ClientError(
+                {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}},
+                "PutEvents",
+            )
+        return self.client.put_events(**kwargs)
+
+
+def _expected(writes: list[tuple[str, int, int]], hour0: int) -> Counter[tuple[Any, ...]]:
+    """Every crossing the writes make, computed from the counts alone: ``(rule, key, bucket,
+    threshold, entered, old, new)``."""
+    lines = {  # (rule, threshold) -> (holds(value), keys)
+        ("likes_per_post", "popular"): (lambda v: v >= 3, None),
+        ("likes_per_post", "quiet"): (lambda v: v < 2, {"p1"}),
+        ("likes_per_hour", "busy-hour"): (lambda v: v >= 2, None),
+    }
+    counts: Counter[tuple[str, str, Any]] = Counter()
+    out: Counter[tuple[Any, ...]] = Counter()
+    for post, step, at in writes:
+        for rule, bucket in (
+            ("likes_per_post", None),
+            ("likes_per_hour", time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(at))),
+        ):
+            old = counts[rule, post, bucket]
+            new = old + step
+            counts[rule, post, bucket] = new
+            for (line_rule, name), (holds, keys) in lines.items():
+                if line_rule != rule or (keys is not None and post not in keys):
+                    continue
+                if holds(old) != holds(new):
+                    out[rule, post, bucket, name, holds(new), str(old), str(new)] += 1
+    assert hour0  # the buckets are this test's
+    return out
+
+
+def _received(sqs: Any, queue_url: str) -> list[dict[str, Any]]:
+    events = []
+    while True:
+        batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+        if not batch:
+            return events
+        for message in batch:
+            events.append(json.loads(message["Body"]))
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+
+@pytest.fixture
+def eventbridge():
+    """A moto EventBridge bus ``alerts`` whose rule sends every ddb-aggregator event to an SQS
+    queue; yields ``(events client, sqs client, queue url)``."""
+    with mock_aws():
+        events = boto3.client("events", region_name="us-east-1")
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        events.create_event_bus(Name=BUS)
+        queue_url = sqs.create_queue(QueueName="alerts")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        events.put_rule(
+            Name="crossings",
+            EventBusName=BUS,
+            EventPattern=json.dumps({"source": [EVENT_SOURCE], "detail-type": [DETAIL_TYPE]}),
+        )
+        events.put_targets(
+            Rule="crossings", EventBusName=BUS, Targets=[{"Id": "queue", "Arn": queue_arn}]
+        )
+        yield events, sqs, queue_url
+
+
+def _runner(ddb, streams, name, arn, events, **faults: Any) -> StreamRunner:
+    client = FaultInjectingClient(ddb, layout=RULES.layout)
+    processor = create_processor(RULES, client, name, events_client=lambda: events, event_bus=BUS)
+    return StreamRunner(
+        processor,
+        streams,
+        arn,
+        batch_size=1,
+        tumbling_window_seconds=60,
+        positions=PositionStore(ddb, name, RULES.layout),
+        faults=RunnerFaults(client=client, **faults),
+    )
+
+
+def test_crossings_up_down_and_back_are_each_one_event_with_ids_stable_across_deliveries(
+    ddb, streams, eventbridge
+) -> None:
+    events_client, sqs, queue_url = eventbridge
+    name = f"thresholds-{random.randrange(10**9)}"
+    arn = create_table(ddb, name)
+    rng = random.Random(34)
+    hour0 = (int(time.time()) // HOUR) * HOUR
+    likes: dict[str, list[str]] = {"p1": [], "p2": [], "p3": []}
+    writes: list[tuple[str, int, int]] = []
+    n = 0
+    # p1 climbs past 3, falls under 2 and climbs again; p2 crosses once; p3 never reaches 3
+    plan = [("p1", +1)] * 4 + [("p1", -1)] * 3 + [("p1", +1)] * 3 + [("p2", +1)] * 3
+    plan += [("p3", +1)] * 2
+    for post, step in plan:
+        at = hour0 + rng.choice((0, HOUR)) + rng.randrange(60)
+        if step > 0:
+            n += 1
+            sk = f"LIKE#{n}"
+            put(ddb, name, {"pk": post, "sk": sk, "kind": "like", "post": post, "at": at})
+            likes[post].append(f"{sk}:{at}")
+        else:
+            sk, _, at_text = likes[post].pop(rng.randrange(len(likes[post]))).partition(":")
+            at = int(at_text)
+            delete(ddb, name, post, sk)
+        writes.append((post, step, at))
+    expected = _expected(writes, hour0)
+    assert sum(v for k, v in expected.items() if k[0] == "likes_per_post" and k[1] == "p1") == 6
+    assert not any(k[1] == "p3" and k[0] == "likes_per_post" for k in expected)
+
+    flaky = FlakyEvents(events_client, fail={2, 5})
+    runner = _runner(
+        ddb,
+        streams,
+        name,
+        arn,
+        flaky,
+        crash=lambda b: 0 if b % 7 == 3 else None,  # crash before the update, some batches
+        duplicate=lambda b: b % 3 == 0,
+    )
+    stats = runner.run()
+    assert stats.failures == 0 and stats.duplicates > 0 and stats.retries > 0
+    received = _received(sqs, queue_url)
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for event in received:
+        assert event["source"] == EVENT_SOURCE and event["detail-type"] == DETAIL_TYPE
+        by_id.setdefault(event["detail"]["id"], []).append(event["detail"])
+    # every delivery of one crossing carries the same detail (the id is the record's)
+    for details in by_id.values():
+        assert all(d == details[0] for d in details)
+    got = Counter(
+        (
+            d["rule"],
+            d["key"],
+            d.get("bucket"),
+            d["threshold"],
+            d["entered"],
+            d["old_value"],
+            d["new_value"],
+        )
+        for details in by_id.values()
+        for d in details[:1]
+    )
+    assert got == expected
+    # duplicates were delivered (a failed put, duplicate batches) and told apart by id
+    assert len(received) > len(by_id)
+    assert flaky.calls > len(by_id) // 10
+
+
+def test_a_crossing_comes_from_the_aggregates_record_not_from_the_write(
+    ddb, streams, eventbridge
+) -> None:
+    """The application's records alone write the aggregates past the line and send nothing;
+    the aggregates' own records, read next, send the crossing."""
+    events_client, sqs, queue_url = eventbridge
+    name = f"thresholds-{random.randrange(10**9)}"
+    arn = create_table(ddb, name)
+    at = int(time.time())
+    for i in range(4):
+        put(ddb, name, {"pk": "p9", "sk": f"LIKE#{i}", "kind": "like", "post": "p9", "at": at})
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    iterator = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records = streams.get_records(ShardIterator=iterator)["Records"]
+    application = [r for r in records if r["dynamodb"]["Keys"]["pk"]["S"] == "p9"]
+    assert len(application) == 4
+    processor = create_processor(
+        RULES, ddb, name, events_client=lambda: events_client, event_bus=BUS
+    )
+
+    def event(batch: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "Records": [to_lambda_record(r, arn) for r in batch],
+            "shardId": shard,
+            "eventSourceARN": arn,
+        }
+
+    outcome = processor.process_event(event(application))
+    assert outcome.write.items_written >= 2 and outcome.threshold_events == 0
+    assert _received(sqs, queue_url) == []
+    stored = ddb.get_item(
+        TableName=name,
+        Key={"pk": {"S": "AGGREGATES"}, "sk": {"S": "likes_per_post#p9"}},
+        ConsistentRead=True,
+    )["Item"]
+    assert Decimal(stored["value"]["N"]) == 4  # past the line, and no event yet
+    after = streams.get_records(ShardIterator=iterator)["Records"]
+    mine = [r for r in after if r["dynamodb"]["Keys"]["pk"]["S"] == "AGGREGATES"]
+    assert mine
+    outcome = processor.process_event(event(mine))
+    details = [e["detail"] for e in _received(sqs, queue_url)]
+    assert {(d["rule"], d["threshold"], d["entered"], d["new_value"]) for d in details} == {
+        ("likes_per_post", "popular", True, "4"),
+        ("likes_per_hour", "busy-hour", True, "4"),
+    }
+    assert outcome.threshold_events == 2

@@ -1,0 +1,237 @@
+"""Thresholds: the rule field, the crossings read from an aggregate's stream record, the filters
+that let those records through, and the role's PutEvents grant."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aggregator.cli.template import EVENT_BUS_ARN, THRESHOLD_EVENTS_POLICY_NAME, render_regions
+from aggregator.core.crossings import event_id, record_crossings
+from aggregator.core.exceptions import RuleError
+from aggregator.core.layout import DEFAULT_LAYOUT
+from aggregator.core.records import StreamRecord
+from aggregator.core.rules import load_rules
+from aggregator.deploy.filters import filter_patterns
+from aggregator.runtime.threshold_events import ThresholdEvents
+from tests.factories import stream_record
+
+RULES = """\
+version: 1
+rules:
+  - name: likes
+    match: {kind: like}
+    key: "{post}"
+    thresholds:
+      - {name: popular, above: 10}
+      - {below: 2.5, keys: ["p1"]}
+  - name: hourly
+    match: {kind: like}
+    key: "{post}"
+    window: {time: at, unit: epoch_seconds, granularities: [hour], retention: 2h}
+    thresholds: [{above: 3}]
+  - name: plain
+    match: {kind: like}
+    key: "{post}"
+"""
+
+
+def _rules(tmp_path: Path, text: str = RULES) -> Any:
+    path = tmp_path / "rules.yaml"
+    path.write_text(text, encoding="utf-8")
+    return load_rules(path)
+
+
+def _aggregate(
+    event: str, sort_key: str, old: int | None, new: int | None, **extra: Any
+) -> StreamRecord:
+    def image(value: int | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        return {"pk": "AGGREGATES", "sk": sort_key, "value": value, "key": "p1", **extra}
+
+    return StreamRecord(stream_record(event, image(old), image(new), seq=42))
+
+
+def test_thresholds_parse_with_default_names(tmp_path: Path) -> None:
+    rules = _rules(tmp_path)
+    likes = rules.get("likes")
+    assert [(t.name, t.condition) for t in likes.thresholds] == [
+        ("popular", "above 10"),
+        ("below-2.5", "below 2.5"),
+    ]
+    assert likes.observed and not rules.get("plain").observed
+    assert likes.thresholds[0].holds(Decimal(10)) and not likes.thresholds[0].holds(Decimal(9))
+    assert likes.thresholds[1].holds(Decimal("2.4")) and not likes.thresholds[1].holds(Decimal(3))
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "message"),
+    [
+        ("[{above: 1, below: 2}]", "exactly one of above: or below:"),
+        ("[{name: x}]", "exactly one of above: or below:"),
+        ("[{above: 1, name: a}, {below: 1, name: a}]", "threshold name 'a' is given twice"),
+        ("[{above: 1, when: later}]", "when"),
+    ],
+)
+def test_a_bad_threshold_names_the_file_rule_and_field(
+    tmp_path: Path, thresholds: str, message: str
+) -> None:
+    text = f"version: 1\nrules:\n  - {{name: r, key: k, thresholds: {thresholds}}}\n"
+    with pytest.raises(RuleError) as info:
+        _rules(tmp_path, text)
+    text = str(info.value)
+    assert "rules.yaml" in text and "'r'" in text and "thresholds" in text and message in text
+
+
+def test_thresholds_need_a_sum(tmp_path: Path) -> None:
+    text = (
+        "version: 1\nrules:\n  - {name: r, key: k, kind: mean, delta: {attribute: x}, "
+        "thresholds: [{above: 1}]}\n"
+    )
+    with pytest.raises(RuleError, match="thresholds need kind sum"):
+        _rules(tmp_path, text)
+
+
+def test_a_write_across_the_line_crosses_once_per_threshold(tmp_path: Path) -> None:
+    rules = _rules(tmp_path)
+    thresholded = {r.name: r for r in rules if r.thresholds}
+    up = _aggregate("MODIFY", "likes#p1", 9, 11)
+    crossings, expired = record_crossings(thresholded, DEFAULT_LAYOUT, up, now=0)
+    assert not expired
+    assert [(c.threshold, c.entered, c.old_value, c.new_value) for c in crossings] == [
+        ("popular", True, Decimal(9), Decimal(11))
+    ]
+    (c,) = crossings
+    assert (c.rule, c.storage_name, c.key, c.sequence_number) == (
+        "likes",
+        "likes",
+        "p1",
+        "42".zfill(21),
+    )
+    # down through both lines at once: popular left, below-2.5 entered
+    down = _aggregate("MODIFY", "likes@2#p1", 11, 2)
+    crossings, _ = record_crossings(thresholded, DEFAULT_LAYOUT, down, now=0)
+    assert [(c.threshold, c.entered, c.storage_name) for c in crossings] == [
+        ("popular", False, "likes@2"),
+        ("below-2.5", True, "likes@2"),
+    ]
+    # no crossing: moves on one side, an unchanged value, a REMOVE, another rule, another key
+    for record in (
+        _aggregate("MODIFY", "likes#p1", 3, 9),
+        _aggregate("MODIFY", "likes#p1", 11, 11),
+        _aggregate("REMOVE", "likes#p1", 11, None),
+        _aggregate("MODIFY", "plain#p1", 0, 100),
+    ):
+        assert record_crossings(thresholded, DEFAULT_LAYOUT, record, now=0) == ([], False)
+    # an INSERT counts its old value as 0: under 2.5 before, so only "popular" is entered
+    crossings, _ = record_crossings(
+        thresholded, DEFAULT_LAYOUT, _aggregate("INSERT", "likes#p1", None, 12), now=0
+    )
+    assert [(c.threshold, c.entered, c.old_value) for c in crossings] == [
+        ("popular", True, Decimal(0)),
+        ("below-2.5", False, Decimal(0)),
+    ]
+
+
+def test_a_time_bucket_crosses_with_its_bucket_unless_expired(tmp_path: Path) -> None:
+    thresholded = {r.name: r for r in _rules(tmp_path) if r.thresholds}
+    record = _aggregate(
+        "MODIFY",
+        "hourly#p1#hour#2026-11-28T07:00:00Z",
+        2,
+        3,
+        granularity="hour",
+        bucket="2026-11-28T07:00:00Z",
+        ttl=1000,
+    )
+    (c,), expired = record_crossings(thresholded, DEFAULT_LAYOUT, record, now=999)
+    assert not expired and (c.granularity, c.bucket, c.threshold) == (
+        "hour",
+        "2026-11-28T07:00:00Z",
+        "above-3",
+    )
+    assert record_crossings(thresholded, DEFAULT_LAYOUT, record, now=1000) == ([], True)
+
+
+def test_event_ids_are_stable_and_distinct(tmp_path: Path) -> None:
+    thresholded = {r.name: r for r in _rules(tmp_path) if r.thresholds}
+    down = _aggregate("MODIFY", "likes#p1", 11, 2)
+    first, _ = record_crossings(thresholded, DEFAULT_LAYOUT, down, now=0)
+    again, _ = record_crossings(thresholded, DEFAULT_LAYOUT, down, now=0)
+    ids = [event_id("t", c) for c in first]
+    assert ids == [event_id("t", c) for c in again]  # another delivery of the record
+    assert len(set(ids)) == 2 and all(len(i) == 32 for i in ids)
+    assert event_id("other-table", first[0]) != ids[0]
+
+
+class _Events:
+    """Answers put_events as EventBridge does: per entry, an id or an error."""
+
+    def __init__(self, refuse: set[int]) -> None:
+        self.refuse, self.entries = refuse, []  # type: list[dict[str, Any]]
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        answers = []
+        for entry in Entries:
+            self.entries.append(entry)
+            n = len(self.entries)
+            answers.append(
+                {"ErrorCode": "InternalFailure", "ErrorMessage": "x"}
+                if n in self.refuse
+                else {"EventId": str(n)}
+            )
+        return {"FailedEntryCount": sum("ErrorCode" in a for a in answers), "Entries": answers}
+
+
+def test_send_stops_at_the_first_refused_entry_and_names_its_record(tmp_path: Path) -> None:
+    thresholded = {r.name: r for r in _rules(tmp_path) if r.thresholds}
+    crossings = []
+    for seq in range(1, 13):  # 12 crossings: two requests of at most 10
+        record = StreamRecord(
+            stream_record(
+                "MODIFY",
+                {"pk": "AGGREGATES", "sk": "likes#p1", "value": 9, "key": "p1"},
+                {"pk": "AGGREGATES", "sk": "likes#p1", "value": 11, "key": "p1"},
+                seq=seq,
+            )
+        )
+        crossings += record_crossings(thresholded, DEFAULT_LAYOUT, record, now=0)[0]
+    events = _Events(refuse={11})
+    result = ThresholdEvents(events, "t", "alerts").send(crossings)  # type: ignore[arg-type]
+    assert (result.sent, result.requests, result.failed_from) == (10, 2, "11".zfill(21))
+    assert "InternalFailure" in result.errors[0]
+    assert {e["EventBusName"] for e in events.entries} == {"alerts"}
+    assert ThresholdEvents(_Events(set()), "t").send(crossings).failed_from is None  # type: ignore[arg-type]
+
+
+def test_the_filters_let_the_thresholded_aggregates_through(tmp_path: Path) -> None:
+    patterns = filter_patterns(_rules(tmp_path))
+    prefixes = [p["prefix"] for p in patterns[1]["dynamodb"]["Keys"]["sk"]["S"]]
+    assert set(prefixes) == {"likes#", "likes@", "hourly#", "hourly@"}
+
+
+def test_the_role_may_put_events_on_the_named_bus_only(tmp_path: Path) -> None:
+    regions = render_regions(_rules(tmp_path))
+    (policy,) = [
+        p for p in regions["target-policy"] if p["PolicyName"] == THRESHOLD_EVENTS_POLICY_NAME
+    ]
+    assert policy["PolicyDocument"]["Statement"] == [
+        {
+            "Sid": "ThresholdEvents",
+            "Effect": "Allow",
+            "Action": "events:PutEvents",
+            "Resource": EVENT_BUS_ARN,
+        }
+    ]
+    assert "${ThresholdEventBus}" in EVENT_BUS_ARN["Fn::Sub"]
+    # the backfill function's role does not send: its writes cross in the stream function
+    names = [p["PolicyName"] for p in regions["backfill-policies"]]
+    assert THRESHOLD_EVENTS_POLICY_NAME not in names
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    rules = _rules(plain, "version: 1\nrules:\n  - {name: r, key: k}\n")
+    assert not render_regions(rules)["target-policy"]
