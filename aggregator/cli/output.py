@@ -118,3 +118,27 @@ def print_aggregates(
         cells = [a.key] + ([a.granularity or "", a.bucket or ""] if buckets else [])
         table.add_row(str(i + 1), *(Text(c) for c in cells), *(c[i] for c in columns))
     console.print(table)
+
+
+SPARK_BARS = "▁▂▃▄▅▆▇█"
+"""The eight bars of a sparkline, lowest first."""
+
+
+def sparkline(values: Sequence[Decimal]) -> str:
+    """One bar per value, scaled from the smallest (``▁``) to the largest (``█``); all equal
+    (or one value) draw the middle bar ``▄``; an empty sequence, an empty string.
+
+    Examples
+    --------
+    >>> sparkline([Decimal(0), Decimal(4), Decimal(8)])
+    '▁▅█'
+    """
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    if low == high:
+        return SPARK_BARS[3] * len(values)
+    top = len(SPARK_BARS) - 1
+    return "".join(
+        SPARK_BARS[min(top, int((v - low) * len(SPARK_BARS) / (high - low)))] for v in values
+    )

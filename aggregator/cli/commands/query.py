@@ -592,10 +592,22 @@ def query_histogram(rule: str, values: tuple[str, ...], reading: _Reading) -> No
 @query.command("window", short_help="A windowed RULE's value for one key over a span of time.")
 @click.argument("rule")
 @click.argument("values", nargs=-1)
+@click.option(
+    "--series",
+    "series",
+    default=None,
+    metavar="GRANULARITY",
+    help="Show each bucket of this granularity (hour, minute, ...: one the rule keeps) over the "
+    "range, with a sparkline and the total, in one Query",
+)
 @_range_options
 @_reading_options
 def query_window(
-    rule: str, values: tuple[str, ...], window_range: dict[str, int | None], reading: _Reading
+    rule: str,
+    values: tuple[str, ...],
+    series: str | None,
+    window_range: dict[str, int | None],
+    reading: _Reading,
 ) -> None:
     """Count or sum (or the rule's kind: mean, min, max, percentiles) of a windowed RULE for one
     key (its placeholder values, or the key as query list shows it) over --last D, ending now
@@ -608,6 +620,9 @@ def query_window(
     asked_start, asked_end). Buckets are judged expired at the current time, with --now
     too."""
     store = reading.store(rule)
+    if series is not None:
+        _print_series(store, rule, values, series, window_range, reading)
+        return
     result = store.window(rule, _key(values), **window_range)
     if reading.as_json:
         _echo_json(
@@ -666,5 +681,93 @@ def query_window(
         err_console.print(
             "warning: part of the range is past the rule's retention; expired buckets may "
             "already be deleted, so the value can be too small",
+            highlight=False,
+        )
+
+
+def _print_series(
+    store: AggregateStore,
+    rule: str,
+    values: tuple[str, ...],
+    granularity: str,
+    window_range: dict[str, int | None],
+    reading: _Reading,
+) -> None:
+    """``query window --series``: each bucket's value, a sparkline and the total."""
+    from aggregator.cli.output import sparkline
+
+    result = store.series(rule, _key(values), granularity=granularity, **window_range)
+    several = set(result.fields) - {"value"}
+    if reading.as_json:
+        _echo_json(
+            {
+                "rule": rule,
+                "key": result.key,
+                "granularity": result.granularity,
+                "start": result.start_text,
+                "end": result.end_text,
+                **_asked_json(result),
+                "buckets": [
+                    {
+                        "start": b.start_text,
+                        "value": str(b.value),
+                        **(
+                            {
+                                "fields": {
+                                    k: None if v is None else str(v) for k, v in b.fields.items()
+                                }
+                            }
+                            if several and b.written
+                            else {}
+                        ),
+                    }
+                    for b in result.buckets
+                ],
+                "total": str(result.total),
+                "requests": result.requests,
+                "items_read": result.items_read,
+                "read_units": str(result.read_units),
+                "complete": result.complete,
+            }
+        )
+        return
+    if result.items_read == 0:
+        hint = _not_found_hint(store, rule, values)
+        if hint:
+            err_console.print(
+                f"note: {rule} {result.key} has no bucket in this range{hint}",
+                markup=False,
+                highlight=False,
+            )
+    table = Table(
+        title=f"{rule} {result.key}, per {result.granularity}",
+        title_justify="left",
+    )
+    table.add_column(result.granularity)
+    table.add_column("value", justify="right")
+    for bucket, text in zip(
+        result.buckets,
+        column_texts([b.value for b in result.buckets], reading.digits),
+        strict=True,
+    ):
+        table.add_row(bucket.start_text, text)
+    console.print(table)
+    console.print(
+        f"{sparkline([b.value for b in result.buckets])}  "
+        f"[{result.start_text}, {result.end_text}): {len(result.buckets)} {result.granularity} "
+        f"buckets, total {number_text(result.total, reading.digits)}",
+        markup=False,
+        highlight=False,
+    )
+    console.print(
+        f"cost: {result.requests} Query request(s), {result.items_read} item(s) read, "
+        f"{result.read_units} RCU (modelled, strongly consistent)",
+        markup=False,
+        highlight=False,
+    )
+    if not result.complete:
+        err_console.print(
+            "warning: part of the range is past the rule's retention; expired buckets may "
+            "already be deleted, so the values can be too small",
             highlight=False,
         )

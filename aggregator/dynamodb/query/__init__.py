@@ -87,9 +87,12 @@ from aggregator.dynamodb.query.results import (
     HistogramBucket,
     KeySuggestions,
     Percentiles,
+    SeriesBucket,
+    SeriesResult,
     WindowResult,
 )
 from aggregator.dynamodb.query.series import VALUE_ITEMS_END, histogram, window
+from aggregator.dynamodb.query.timeseries import series
 from aggregator.dynamodb.query.top import definition_changed, index_complete, top, top_bucket
 from aggregator.dynamodb.query.values import percentiles, percentiles_asked
 
@@ -107,6 +110,8 @@ __all__ = [
     "HistogramBucket",
     "KeySuggestions",
     "Percentiles",
+    "SeriesBucket",
+    "SeriesResult",
     "WindowResult",
 ]
 
@@ -497,3 +502,38 @@ class AggregateStore:
             ``start``/``last``), or a failed request.
         """
         return window(self.reader, rule, key, AskedRange(start, end, last, now))
+
+    def series(
+        self,
+        rule: str,
+        key: KeyArgument = (),
+        *,
+        granularity: str | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        last: int | None = None,
+        now: float | None = None,
+    ) -> SeriesResult:
+        """One key of a windowed rule bucket by bucket: every bucket of ``granularity`` (a
+        label the rule keeps, ``"hour"``; default its finest) over a time range, written or not.
+
+        The range is given as for :meth:`window` (``start``/``end``, or ``last`` with an
+        optional ``end``; epoch seconds) and widened out to ``granularity``'s boundaries;
+        ``last`` must be a multiple of it. ``now`` decides which buckets have expired, as there.
+        One ``Query`` reads the range (:mod:`aggregator.dynamodb.query.timeseries`).
+
+        Returns
+        -------
+        SeriesResult
+            The buckets in time order (value 0 for one never written), the total over the
+            range (what :meth:`window` answers for the same range) and the reads spent.
+
+        Raises
+        ------
+        QueryError
+            For an unknown or unwindowed rule, a granularity the rule does not keep, a bad
+            range (as :meth:`window`), more than
+            :data:`~aggregator.dynamodb.query.timeseries.MAX_SERIES_BUCKETS` buckets, or a
+            failed request.
+        """
+        return series(self.reader, rule, key, granularity, AskedRange(start, end, last, now))

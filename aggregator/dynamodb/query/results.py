@@ -10,7 +10,15 @@ from decimal import Decimal
 from aggregator.core.kinds import ValueCount
 from aggregator.core.windows import RangePart, bucket_text
 
-__all__ = ["Aggregate", "HistogramBucket", "KeySuggestions", "Percentiles", "WindowResult"]
+__all__ = [
+    "Aggregate",
+    "HistogramBucket",
+    "KeySuggestions",
+    "Percentiles",
+    "SeriesBucket",
+    "SeriesResult",
+    "WindowResult",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,3 +208,71 @@ class WindowResult:
         """Whether the range answered is wider than the range asked (an asked edge fell
         inside one of the rule's finest buckets)."""
         return (self.asked_start, self.asked_end) != (self.start, self.end)
+
+
+@dataclass
+class SeriesBucket:
+    """One bucket of a :class:`SeriesResult`: its start (epoch seconds, and as text), its value
+    (the kind's main field; 0 for a bucket never written) and, for kinds with several, its
+    fields (empty for a bucket never written)."""
+
+    start: int
+    value: Decimal = Decimal(0)
+    fields: dict[str, Decimal | None] = field(default_factory=dict)
+    written: bool = False
+
+    @property
+    def start_text(self) -> str:
+        return bucket_text(self.start)
+
+
+@dataclass
+class SeriesResult:
+    """One key of a windowed rule, bucket by bucket, from
+    :meth:`~aggregator.dynamodb.query.AggregateStore.series`.
+
+    Attributes
+    ----------
+    rule, key, granularity
+        What was read: the buckets of ``granularity`` (a label: ``hour``, ``minute``, ...).
+    start, end
+        The range covered, ``[start, end)``, on that granularity's boundaries (the range asked,
+        widened out to them).
+    buckets
+        Every bucket of the range in time order, written or not (a bucket never written has
+        value 0 and ``written`` false).
+    total
+        The kind's main field over the whole range, as
+        :meth:`~aggregator.dynamodb.query.AggregateStore.window` computes it from the same
+        buckets (a sum's sum; a mean's, min's, max's or distribution's from the buckets' sums,
+        counts and value items merged).
+    fields
+        The kind's fields over the whole range (as :attr:`WindowResult.fields`).
+    requests, items_read, read_units, complete
+        As :class:`WindowResult`: one ``Query`` for the range (more pages when it passes 1 MB).
+    asked_start, asked_end
+        The range asked.
+    """
+
+    rule: str
+    key: str
+    granularity: str
+    start: int
+    end: int
+    buckets: list[SeriesBucket] = field(default_factory=list)
+    total: Decimal = Decimal(0)
+    fields: dict[str, Decimal | None] = field(default_factory=dict)
+    requests: int = 0
+    items_read: int = 0
+    read_units: int = 0
+    complete: bool = True
+    asked_start: int | None = None
+    asked_end: int | None = None
+
+    @property
+    def start_text(self) -> str:
+        return bucket_text(self.start)
+
+    @property
+    def end_text(self) -> str:
+        return bucket_text(self.end)

@@ -1,0 +1,34 @@
+"""The sparkline of ``query window --series``: eight bars from the smallest value to the
+largest."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aggregator.cli.output import SPARK_BARS, sparkline
+
+
+def test_bars_scale_from_the_smallest_to_the_largest() -> None:
+    assert sparkline([Decimal(n) for n in (0, 1, 2, 3, 4, 5, 6, 7, 8)]) == "▁▂▃▄▅▆▇██"
+    assert sparkline([Decimal(-3), Decimal(0), Decimal(3)]) == "▁▅█"
+    assert sparkline([Decimal("2.5")] * 3) == "▄▄▄"
+    assert sparkline([Decimal(7)]) == "▄"
+    assert sparkline([]) == ""
+
+
+@given(st.lists(st.integers(-(10**6), 10**6), min_size=2, max_size=40))
+def test_order_is_kept_and_the_ends_are_the_extremes(numbers: list[int]) -> None:
+    line = sparkline([Decimal(n) for n in numbers])
+    assert len(line) == len(numbers)
+    if min(numbers) == max(numbers):
+        assert set(line) == {"▄"}
+        return
+    rank = [SPARK_BARS.index(c) for c in line]
+    for a, b, ra, rb in zip(numbers, numbers[1:], rank, rank[1:], strict=False):
+        if a < b:
+            assert ra <= rb
+    assert rank[numbers.index(min(numbers))] == 0
+    assert rank[numbers.index(max(numbers))] == len(SPARK_BARS) - 1
