@@ -277,80 +277,6 @@ def query_list(rule: str, reading: _Reading) -> None:
     _print_rule_aggregates(store, rule, rule, aggregates, reading.digits)
 
 
-@query.command("top", short_help="The N largest aggregates of RULE.")
-@click.argument("rule")
-@click.option("-n", "n", default=10, show_default=True, type=click.IntRange(1, 1000))
-@click.option(
-    "--granularity",
-    default=None,
-    help="Windowed rule: rank the keys of one bucket of this granularity (hour, minute, ...); "
-    "needed when the rule keeps several",
-)
-@click.option(
-    "--at",
-    "at",
-    default=None,
-    help="Windowed rule: the bucket holding this time (ISO 8601 with offset, or epoch s); "
-    "default now",
-)
-@_reading_options
-def query_top(
-    rule: str, n: int, granularity: str | None, at: str | None, reading: _Reading
-) -> None:
-    """The N largest aggregates of RULE (leaderboard index when the rule has one); for a
-    windowed rule, of one time bucket (--granularity, --at)."""
-    store = reading.store(rule)
-    when = _instant(at)
-    if when is None and store.rules.get(rule).window is not None:
-        when = int(time.time())  # one instant for the bucket read and the bucket named
-    bucket = store.top_bucket(rule, granularity, when)
-    top = store.top(rule, n, granularity=granularity, at=when)
-    if reading.as_json:
-        data: dict[str, Any] = {"rule": rule, "n": n}
-        if bucket is not None:
-            data.update(granularity=bucket[0], bucket=bucket[1])
-        _echo_json({**data, "aggregates": [_aggregate_json(a) for a in top]})
-        return
-    title = f"top {n}: {rule}"
-    if bucket is not None:
-        title += f" ({bucket[0]} bucket {bucket[1]})"
-    _print_rule_aggregates(store, rule, title, top, reading.digits)
-
-
-def _instant(value: str | None) -> int | None:
-    """Epoch seconds from ``1357016400`` (a fraction is floored) or an ISO 8601 time with an
-    offset."""
-    if value is None:
-        return None
-    from aggregator.core.exceptions import QueryError
-    from aggregator.core.windows import parse_instant
-
-    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", value.strip()):
-        return math.floor(Decimal(value.strip()))  # epoch seconds, fractions floored
-    try:
-        return parse_instant(value)
-    except AggregatorError as exc:
-        raise QueryError(
-            f"bad time: {exc} (give ISO 8601 with an offset, or epoch seconds)"
-        ) from None
-
-
-def _now_instant(value: str) -> int:
-    """``--now``: epoch seconds (fractions allowed) or an ISO 8601 time with an offset, rounded
-    up to a whole second as the clock's "now" is, so the window's end moves as it would."""
-    from aggregator.core.exceptions import QueryError
-    from aggregator.core.windows import parse_instant
-
-    text = value.strip()
-    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", text):
-        return math.ceil(Decimal(text))
-    try:
-        seconds = parse_instant(text)
-    except AggregatorError as exc:
-        raise QueryError(f"--now: bad time: {exc}") from None
-    return seconds + (1 if datetime.fromisoformat(text).microsecond else 0)
-
-
 def _range_options(command: Callable[..., None]) -> Callable[..., None]:
     """``--last``, ``--now``, ``--start``, ``--end``: a time range of a windowed rule, passed to
     ``command`` as ``window_range``, the arguments of :meth:`AggregateStore.window`
@@ -400,6 +326,96 @@ def _range_options(command: Callable[..., None]) -> Callable[..., None]:
     ):
         decorated = option(decorated)
     return decorated
+
+
+@query.command("top", short_help="The N largest aggregates of RULE.")
+@click.argument("rule")
+@click.option("-n", "n", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option(
+    "--granularity",
+    default=None,
+    help="Windowed rule: rank the keys of one bucket of this granularity (hour, minute, ...); "
+    "needed when the rule keeps several",
+)
+@click.option(
+    "--at",
+    "at",
+    default=None,
+    help="Windowed rule: the bucket holding this time (ISO 8601 with offset, or epoch s); "
+    "default now",
+)
+@_range_options
+@_reading_options
+def query_top(
+    rule: str,
+    n: int,
+    granularity: str | None,
+    at: str | None,
+    window_range: dict[str, int | None],
+    reading: _Reading,
+) -> None:
+    """The N largest aggregates of RULE (leaderboard index when the rule has one); for a
+    windowed rule, of one time bucket (--granularity, --at), or ranked by their sums over a
+    range of buckets (--last 1h: the top of the last hour, of the --granularity buckets,
+    default the finest), merged from the buckets' top lists when they prove it exact, else from
+    every aggregate (the path and its cost are printed)."""
+    store = reading.store(rule)
+    if any(v is not None for v in window_range.values()):
+        if at is not None:
+            from aggregator.core.exceptions import QueryError
+
+            raise QueryError("give --at (one bucket) or a range (--last, --start/--end), not both")
+        _print_rolling_top(store, rule, n, granularity, window_range, reading)
+        return
+    when = _instant(at)
+    if when is None and store.rules.get(rule).window is not None:
+        when = int(time.time())  # one instant for the bucket read and the bucket named
+    bucket = store.top_bucket(rule, granularity, when)
+    top = store.top(rule, n, granularity=granularity, at=when)
+    if reading.as_json:
+        data: dict[str, Any] = {"rule": rule, "n": n}
+        if bucket is not None:
+            data.update(granularity=bucket[0], bucket=bucket[1])
+        _echo_json({**data, "aggregates": [_aggregate_json(a) for a in top]})
+        return
+    title = f"top {n}: {rule}"
+    if bucket is not None:
+        title += f" ({bucket[0]} bucket {bucket[1]})"
+    _print_rule_aggregates(store, rule, title, top, reading.digits)
+
+
+def _instant(value: str | None) -> int | None:
+    """Epoch seconds from ``1357016400`` (a fraction is floored) or an ISO 8601 time with an
+    offset."""
+    if value is None:
+        return None
+    from aggregator.core.exceptions import QueryError
+    from aggregator.core.windows import parse_instant
+
+    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", value.strip()):
+        return math.floor(Decimal(value.strip()))  # epoch seconds, fractions floored
+    try:
+        return parse_instant(value)
+    except AggregatorError as exc:
+        raise QueryError(
+            f"bad time: {exc} (give ISO 8601 with an offset, or epoch seconds)"
+        ) from None
+
+
+def _now_instant(value: str) -> int:
+    """``--now``: epoch seconds (fractions allowed) or an ISO 8601 time with an offset, rounded
+    up to a whole second as the clock's "now" is, so the window's end moves as it would."""
+    from aggregator.core.exceptions import QueryError
+    from aggregator.core.windows import parse_instant
+
+    text = value.strip()
+    if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", text):
+        return math.ceil(Decimal(text))
+    try:
+        seconds = parse_instant(text)
+    except AggregatorError as exc:
+        raise QueryError(f"--now: bad time: {exc}") from None
+    return seconds + (1 if datetime.fromisoformat(text).microsecond else 0)
 
 
 def _range(
@@ -769,5 +785,61 @@ def _print_series(
         err_console.print(
             "warning: part of the range is past the rule's retention; expired buckets may "
             "already be deleted, so the values can be too small",
+            highlight=False,
+        )
+
+
+def _print_rolling_top(
+    store: AggregateStore,
+    rule: str,
+    n: int,
+    granularity: str | None,
+    window_range: dict[str, int | None],
+    reading: _Reading,
+) -> None:
+    """``query top --last``: the keys by their sums over the range, the path and its cost."""
+    result = store.rolling_top(rule, n, granularity=granularity, **window_range)
+    cost = (
+        f"{result.requests} request(s), {result.items_read} item(s) read, "
+        f"{result.read_units} RCU (reported)"
+    )
+    if reading.as_json:
+        _echo_json(
+            {
+                "rule": rule,
+                "n": n,
+                "granularity": result.granularity,
+                "start": result.start_text,
+                "end": result.end_text,
+                **_asked_json(result),
+                "path": result.path,
+                "aggregates": [{"key": a.key, "value": str(a.value)} for a in result.aggregates],
+                "requests": result.requests,
+                "items_read": result.items_read,
+                "read_units": str(result.read_units),
+                "complete": result.complete,
+            }
+        )
+        return
+    title = (
+        f"top {n}: {rule}, sums of the {result.granularity} buckets in "
+        f"[{result.start_text}, {result.end_text})"
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("key")
+    table.add_column("sum", justify="right")
+    texts = column_texts([a.value for a in result.aggregates], reading.digits)
+    for aggregate, text in zip(result.aggregates, texts, strict=True):
+        table.add_row(aggregate.key, text)
+    console.print(table)
+    path = (
+        "merged from the buckets' top lists"
+        if result.path == "lists"
+        else "summed from every aggregate of the rule"
+    )
+    console.print(f"{path}; cost: {cost}", markup=False, highlight=False)
+    if not result.complete:
+        err_console.print(
+            "warning: part of the range is past the rule's retention; its buckets are left out",
             highlight=False,
         )

@@ -87,10 +87,12 @@ from aggregator.dynamodb.query.results import (
     HistogramBucket,
     KeySuggestions,
     Percentiles,
+    RollingTop,
     SeriesBucket,
     SeriesResult,
     WindowResult,
 )
+from aggregator.dynamodb.query.rolling import rolling_top
 from aggregator.dynamodb.query.series import VALUE_ITEMS_END, histogram, window
 from aggregator.dynamodb.query.timeseries import series
 from aggregator.dynamodb.query.top import definition_changed, index_complete, top, top_bucket
@@ -110,6 +112,7 @@ __all__ = [
     "HistogramBucket",
     "KeySuggestions",
     "Percentiles",
+    "RollingTop",
     "SeriesBucket",
     "SeriesResult",
     "WindowResult",
@@ -502,6 +505,42 @@ class AggregateStore:
             ``start``/``last``), or a failed request.
         """
         return window(self.reader, rule, key, AskedRange(start, end, last, now))
+
+    def rolling_top(
+        self,
+        rule: str,
+        n: int = 10,
+        *,
+        granularity: str | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        last: int | None = None,
+        now: float | None = None,
+    ) -> RollingTop:
+        """The ``n`` keys of a windowed leaderboard rule with the largest sums over a range of
+        buckets ("top players in the last 60 minutes"), largest first, ties by key: exactly a
+        plain sort of the keys' sums over the range, zero sums left out.
+
+        The range is given as for :meth:`window` (``start``/``end``, or ``last`` with an
+        optional ``end``; epoch seconds) and widened out to the boundaries of ``granularity``
+        (a label the rule keeps; default its finest), whose buckets are summed. Buckets past
+        the rule's retention at ``now`` are left out (``complete`` is then ``False``).
+
+        With ``leaderboard_store: list``, the buckets' top lists answer, merged with a
+        threshold-algorithm bound, reading back the few aggregates they leave undecided;
+        otherwise (or when the lists cannot prove the answer) every aggregate of the rule is
+        read and summed (:mod:`aggregator.dynamodb.query.rolling`; the result names the path
+        and its cost).
+
+        Raises
+        ------
+        QueryError
+            For an unknown or unwindowed rule, a kind other than ``sum``, a granularity the
+            rule does not keep, a bad range, more than
+            :data:`~aggregator.dynamodb.query.rolling.MAX_ROLLING_BUCKETS` buckets, ``n < 1``,
+            or a failed request.
+        """
+        return rolling_top(self.reader, rule, n, granularity, AskedRange(start, end, last, now))
 
     def series(
         self,

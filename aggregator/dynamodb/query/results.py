@@ -15,6 +15,7 @@ __all__ = [
     "HistogramBucket",
     "KeySuggestions",
     "Percentiles",
+    "RollingTop",
     "SeriesBucket",
     "SeriesResult",
     "WindowResult",
@@ -265,6 +266,56 @@ class SeriesResult:
     requests: int = 0
     items_read: int = 0
     read_units: int = 0
+    complete: bool = True
+    asked_start: int | None = None
+    asked_end: int | None = None
+
+    @property
+    def start_text(self) -> str:
+        return bucket_text(self.start)
+
+    @property
+    def end_text(self) -> str:
+        return bucket_text(self.end)
+
+
+@dataclass
+class RollingTop:
+    """The keys of a windowed leaderboard rule ranked by their sum over a range of buckets, from
+    :meth:`~aggregator.dynamodb.query.AggregateStore.rolling_top`.
+
+    Attributes
+    ----------
+    rule, granularity
+        What was ranked: the rule's buckets of ``granularity``.
+    start, end
+        The range covered, ``[start, end)``, on that granularity's boundaries.
+    aggregates
+        The top keys, largest sum first (ties by key); each :class:`Aggregate` holds the sum
+        over the range, its ``granularity`` the one ranked and no ``bucket``.
+    path
+        ``"lists"``: merged from the buckets' top lists, with a read of the few aggregates the
+        lists left undecided (:mod:`aggregator.core.rolling_top`); ``"aggregates"``: every
+        aggregate of the rule read and summed (the lists could not prove the answer, or the rule
+        keeps its ranking in the index).
+    requests, items_read, read_units
+        What the answer cost (both paths' reads when the lists fell back).
+    complete
+        ``False`` when buckets of the range are past the rule's retention (left out: their
+        items and lists may already be deleted).
+    asked_start, asked_end
+        The range asked.
+    """
+
+    rule: str
+    granularity: str
+    start: int
+    end: int
+    aggregates: list[Aggregate] = field(default_factory=list)
+    path: str = "lists"
+    requests: int = 0
+    items_read: int = 0
+    read_units: Decimal = Decimal(0)
     complete: bool = True
     asked_start: int | None = None
     asked_end: int | None = None

@@ -1,0 +1,186 @@
+"""``top`` over a range of buckets ("top players in the last 60 minutes"): the keys of a windowed
+leaderboard rule ranked by their sum over the range.
+
+Two paths, both exact:
+
+1. **The buckets' top lists** (``leaderboard_store: list``): one eventually consistent
+   ``BatchGetItem`` of every bucket's lists (100 lists a request: a 60-minute range of a
+   minute rule is one request), merged with the threshold algorithm
+   (:mod:`aggregator.core.rolling_top`); when the lists leave a few keys' sums undecided (a key
+   listed in some buckets and under a floor in others), one strongly consistent
+   ``BatchGetItem`` of those keys' aggregates in those buckets, then decide again. Cost: about
+   ``buckets x partitions / 100`` requests and 0.5 RCU per started 4 KB of each list (a full
+   list of 256 short keys is about 2.4 KB), plus 1 RCU per aggregate read back.
+2. **Every aggregate of the rule**, read and summed per key over the range's buckets (the
+   lists cannot prove the answer, or the rule ranks in the leaderboard index, whose partitions
+   are ranked by one bucket's value, not by a sum). Cost: one ``Query`` page per 1 MB of the
+   rule's aggregates, every bucket and granularity it keeps (its retention bounds them).
+
+Buckets past the rule's retention at ``now`` are left out of both (their items and lists may be
+gone already) and the result says so (``complete``), as :meth:`window` does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from aggregator.core.exceptions import QueryError
+from aggregator.core.numbers import add
+from aggregator.core.rolling_top import decide
+from aggregator.core.rules import unescape_key_part
+from aggregator.core.top_list_merge import TopList
+from aggregator.core.windows import bucket_text
+from aggregator.dynamodb.batch import WhenUnprocessed, batch_get
+from aggregator.dynamodb.query.aggregates import list_aggregates
+from aggregator.dynamodb.query.ranges import AskedRange
+from aggregator.dynamodb.query.results import Aggregate, RollingTop
+from aggregator.dynamodb.query.top import definition_changed, index_complete
+from aggregator.dynamodb.top_list_items import decode as decode_top_list
+from aggregator.dynamodb.top_list_items import top_sort_key
+
+if TYPE_CHECKING:
+    from aggregator.dynamodb.query.reader import StoreReader
+
+__all__ = ["MAX_ROLLING_BUCKETS", "rolling_top"]
+
+MAX_ROLLING_BUCKETS = 1_000
+"""Most buckets one rolling top ranks over (a day of minutes is 1,440: rank hours instead)."""
+
+
+def rolling_top(
+    reader: StoreReader, rule: str, n: int, granularity: str | None, asked: AskedRange
+) -> RollingTop:
+    """The top ``n`` keys of a windowed leaderboard rule by their sum over a range
+    (:meth:`~aggregator.dynamodb.query.AggregateStore.rolling_top`)."""
+    if n < 1:
+        raise QueryError(f"n must be at least 1, got {n}")
+    definition = reader.rule(rule)
+    spec = definition.window
+    if spec is None:
+        raise QueryError(
+            f"rule {rule!r} has no window: --last ranks the sums of a windowed rule's buckets"
+        )
+    if not definition.kind.ranks:
+        raise QueryError(f"rule {rule!r} is of kind {definition.kind.name!r}: top ranks sums")
+    kept = {g.label: g for g in spec.granularities}
+    label = spec.finest.label if granularity is None else granularity
+    if label not in kept:
+        raise QueryError(f"rule {rule!r} keeps no {label!r} buckets; it keeps {', '.join(kept)}")
+    size = kept[label]
+    clock = asked.clock()
+    (lo, hi), (asked_start, asked_end) = asked.covering(size, clock)
+    starts = list(range(lo, hi, size.seconds))
+    if len(starts) > MAX_ROLLING_BUCKETS:
+        raise QueryError(
+            f"the range holds {len(starts):,} {label} buckets, more than a rolling top ranks "
+            f"({MAX_ROLLING_BUCKETS:,}); ask for coarser buckets (--granularity)"
+        )
+    live = [t for t in starts if not spec.bucket(size, t).expired(clock)]
+    result = RollingTop(
+        rule,
+        label,
+        lo,
+        hi,
+        complete=len(live) == len(starts),
+        asked_start=asked_start,
+        asked_end=asked_end,
+    )
+    requests, units = reader.counts.requests, reader.counts.read_units
+    texts = [bucket_text(t) for t in live]
+    if (
+        definition.top_listed
+        and index_complete(reader, rule)
+        and not definition_changed(reader, rule)
+    ):
+        top = _from_lists(reader, rule, label, texts, n, result)
+        if top is not None:
+            result.aggregates = top
+            result.requests = reader.counts.requests - requests
+            result.read_units = reader.counts.read_units - units
+            return result
+        reader.top_fallbacks += 1
+    result.path = "aggregates"
+    result.aggregates = _from_aggregates(reader, rule, label, set(texts), n, result)
+    result.requests = reader.counts.requests - requests
+    result.read_units = reader.counts.read_units - units
+    return result
+
+
+def _aggregate(reader: StoreReader, rule: str, label: str, key: str, value: Decimal) -> Aggregate:
+    stored = reader.storage_name(rule)
+    return Aggregate(rule, unescape_key_part(key), value, f"{stored}#{key}", label, None)
+
+
+def _from_lists(
+    reader: StoreReader, rule: str, label: str, texts: list[str], n: int, result: RollingTop
+) -> list[Aggregate] | None:
+    """The top from the buckets' lists (module docstring, path 1), or ``None``."""
+    lay = reader.layout
+    stored = reader.storage_name(rule)
+    partitions = reader.rule(rule).leaderboard_partitions
+    names: list[list[str]] = []
+    for text in texts:
+        base = f"{stored}#{label}#{text}"  # the bucket's index partition (leaderboard_partition)
+        names.append([base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)])
+    keys = [lay.control_key(top_sort_key(name)) for bucket in names for name in bucket]
+    read = batch_get(
+        reader.send,
+        reader.table_name,
+        keys,
+        consistent=False,
+        when_unprocessed=WhenUnprocessed.RETURN,
+        return_consumed_capacity=True,
+    )
+    if read.unprocessed:
+        return None
+    result.items_read += len(read.items)
+    found: dict[str, TopList] = {}
+    for item in read.items:
+        partition = item.get("partition", {}).get("S")
+        if partition is not None:
+            found[partition] = decode_top_list(item)[0]
+    buckets = [[found[name] for name in bucket if name in found] for bucket in names]
+    decision = decide(buckets, n, order=unescape_key_part)
+    if decision.top is None and decision.fetch:
+        wanted = sorted(decision.fetch)
+        sort_keys = {(i, key): f"{stored}#{key}#{label}#{texts[i]}" for i, key in wanted}
+        fetched_read = batch_get(
+            reader.send,
+            reader.table_name,
+            [reader.aggregate_key(sk) for sk in sort_keys.values()],
+            consistent=True,
+            when_unprocessed=WhenUnprocessed.RETURN,
+            return_consumed_capacity=True,
+        )
+        if fetched_read.unprocessed:
+            return None
+        result.items_read += len(fetched_read.items)
+        by_sort_key = {lay.sort_key_of(item): item for item in fetched_read.items}
+        fetched: dict[tuple[int, str], Decimal] = {}
+        for (i, key), sk in sort_keys.items():
+            got = by_sort_key.get(sk)
+            value = got.get(lay.value_attribute, {}).get("N", "0") if got is not None else "0"
+            fetched[i, key] = Decimal(value)
+        decision = decide(buckets, n, fetched=fetched, order=unescape_key_part)
+    if decision.top is None:
+        return None
+    return [_aggregate(reader, rule, label, key, value) for value, key in decision.top]
+
+
+def _from_aggregates(
+    reader: StoreReader, rule: str, label: str, texts: set[str], n: int, result: RollingTop
+) -> list[Aggregate]:
+    """The top from every aggregate of the rule, summed per key over the buckets ``texts``
+    (module docstring, path 2)."""
+    sums: dict[str, Decimal] = defaultdict(Decimal)
+    sort_keys: dict[str, str] = {}
+    for aggregate in list_aggregates(reader, rule):
+        result.items_read += 1
+        if aggregate.granularity == label and aggregate.bucket in texts:
+            sums[aggregate.key] = add(sums[aggregate.key], aggregate.value)
+            suffix = f"#{label}#{aggregate.bucket}"
+            sort_keys[aggregate.key] = aggregate.sort_key[: -len(suffix)]
+    ranked = sorted(((v, k) for k, v in sums.items() if v != 0), key=lambda e: (-e[0], e[1]))
+    return [Aggregate(rule, key, value, sort_keys[key], label, None) for value, key in ranked[:n]]
