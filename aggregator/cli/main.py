@@ -30,6 +30,7 @@ from aggregator.cli.commands.table import (
     move_control_items_cmd,
     prepare_table_cmd,
 )
+from aggregator.cli.commands.watch import watch_cmd
 
 
 @click.group(cls=AggregatorGroup)
@@ -56,6 +57,7 @@ main.add_command(drop_rule_cmd)
 main.add_command(status_cmd)
 main.add_command(explain_cmd)
 main.add_command(query)
+main.add_command(watch_cmd)
 main.add_command(dead_letters_cmd)
 main.add_command(replay_dead_letters_cmd)
 main.add_command(demo)

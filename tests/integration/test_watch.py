@@ -1,0 +1,102 @@
+"""``aggregator watch`` under a pseudo-terminal (pexpect) on DynamoDB Local: it starts, shows a
+panel per rule, updates after writes that a runner processes (the new value marked), and leaves
+cleanly on ``q`` and on Ctrl-C, restoring the terminal."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from aggregator.core.rules import load_rules
+from aggregator.dynamodb.table import create_table
+from tests.integration.harness import pipeline, put
+
+pytestmark = pytest.mark.integration
+
+RULES_TEXT = """version: 1
+rules:
+  - name: likes
+    match: {type: like}
+    key: "{post}"
+    leaderboard: true
+  - name: likes_hourly
+    match: {type: like}
+    key: "{post}"
+    leaderboard: true
+    leaderboard_store: list
+    window: {time: ts, unit: epoch_seconds, granularities: [hour], retention: 2h}
+"""
+AGGREGATOR = Path(sys.prefix) / "bin" / "aggregator"
+GAP = r"(?:\x1b\[[0-9;]*m|\s)*"
+"""Spaces and the terminal's style codes (a changed row is bold) between two cells' texts."""
+
+
+def cells(*texts: str) -> str:
+    """A pattern of cells in a row: ``cells("beta", "5")`` matches ``beta │ 5``, styled or not."""
+    return f"{GAP}│{GAP}".join(texts)
+
+
+def _like(ddb, table: str, i: int, post: str) -> None:
+    put(
+        ddb,
+        table,
+        {"pk": f"LIKE#{i}", "sk": "LIKE", "type": "like", "post": post, "ts": int(time.time())},
+    )
+
+
+def _watch(table: str, rules: Path, endpoint_url: str) -> pexpect.spawn:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGGREGATOR_")}
+    env.update(TERM="xterm", COLUMNS="120", LINES="40")
+    args = ["watch", "--table", table, "-d", str(rules), "--endpoint-url", endpoint_url]
+    return pexpect.spawn(
+        str(AGGREGATOR),
+        [*args, "--interval", "0.3"],
+        env=env,
+        dimensions=(40, 120),
+        encoding="utf-8",
+        timeout=30,
+    )
+
+
+def test_watch_shows_panels_updates_and_leaves_on_q_and_ctrl_c(
+    ddb, streams, dynamodb_local, tmp_path
+) -> None:
+    rules_path = tmp_path / "rules.yaml"
+    rules_path.write_text(RULES_TEXT, encoding="utf-8")
+    rules = load_rules(rules_path)
+    name = f"watch-{random.randrange(10**9)}"
+    arn = create_table(ddb, name)
+    for i, post in enumerate(["alpha", "alpha", "beta"]):
+        _like(ddb, name, i, post)
+    runner = pipeline(ddb, streams, name, arn, rules=rules).runner
+    runner.run()
+
+    view = _watch(name, rules_path, dynamodb_local.endpoint_url)
+    view.expect("likes: top 10")
+    view.expect("likes_hourly: top 10 over the last 1h")
+    view.expect(cells("alpha", "2"))
+    view.expect("refresh 2")
+    # the application writes, a runner processes the stream: the view shows the new values
+    for i in range(3, 7):
+        _like(ddb, name, i, "beta")
+    runner.run()
+    view.expect(cells("beta", "5") + r"[^\n]*▲")
+    view.send("q")
+    view.expect(pexpect.EOF)
+    view.close()
+    assert view.exitstatus == 0, view.before
+    assert "watched 2 rule(s)" in view.before and "Traceback" not in view.before
+
+    again = _watch(name, rules_path, dynamodb_local.endpoint_url)
+    again.expect(cells("beta", "5"))
+    again.sendintr()  # Ctrl-C
+    again.expect(pexpect.EOF)
+    again.close()
+    assert again.exitstatus == 0, again.before
+    assert "watched 2 rule(s)" in again.before and "Traceback" not in again.before
