@@ -249,7 +249,7 @@ def _keys(stop: threading.Event) -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-@click.command("watch", short_help="A live view of the aggregates, refreshed every few seconds.")
+@click.command("watch", short_help="A live view of the aggregates.")
 @click.argument("names", nargs=-1, metavar="[RULE]...")
 @table_option
 @definitions_option
