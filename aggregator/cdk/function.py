@@ -194,6 +194,10 @@ class AggregatorFunction(Construct):
     backfill_memory_size
         The backfill function's memory in MB, 128 to 10,240 (default 1,769, one vCPU;
         ``BackfillMemorySize``).
+    dashboard
+        Create ``Dashboard``, the CloudWatch dashboard of the function (default ``True``; the
+        SAM template's ``Dashboard``): the same widgets, from
+        :func:`aggregator.deploy.dashboard.dashboard_body`.
     threshold_event_bus
         The name of the EventBridge bus that receives the crossings of rules with
         ``thresholds`` (default ``default``, the account's; the SAM template's
@@ -257,6 +261,7 @@ class AggregatorFunction(Construct):
         backfill: bool = True,
         backfill_memory_size: int = BACKFILL_MEMORY_MB,
         threshold_event_bus: str = "default",
+        dashboard: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         if mode not in WRITE_MODES:
@@ -393,6 +398,24 @@ class AggregatorFunction(Construct):
                 lambda_.CfnEventSourceMapping.FilterProperty(pattern=f["Pattern"])
                 for f in regions["filters"]["FilterCriteria"]["Filters"]
             ]
+        )
+        body = regions["dashboard"]["DashboardBody"]["Fn::Sub"][0]
+        self.dashboard: cloudwatch.CfnDashboard | None = (
+            cloudwatch.CfnDashboard(
+                self,
+                "Dashboard",
+                dashboard_name=Fn.sub("${AWS::StackName}-aggregator"),
+                dashboard_body=Fn.sub(
+                    body,
+                    {
+                        "Function": self.function.function_name,
+                        "Table": table.table_name,
+                        "Service": service,
+                    },
+                ),
+            )
+            if dashboard
+            else None
         )
         self.alarms: tuple[cloudwatch.Alarm, ...] = (
             self._alarms(service, table, iterator_age_alarm_milliseconds, alarm_topic)

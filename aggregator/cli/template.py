@@ -1,7 +1,7 @@
 """Render the parts of ``template.yaml`` that follow from the rules and their table layout.
 
-The SAM template keeps its hand-written structure; eight regions of it are rendered from the
-deployed rule set (the last two for the backfill on AWS), each between marker comments::
+The SAM template keeps its hand-written structure; nine regions of it are rendered from the
+deployed rule set (two for the backfill on AWS, one for the dashboard), each between marker comments::
 
     # aggregator:begin <region>
     ...
@@ -50,6 +50,10 @@ Regions
     ``dynamodb:LeadingKeys`` conditions of the two regions above), then the policies of
     ``target-policy`` (the reducers write what the stream function writes) but the threshold
     events' (the stream function sends the crossings of every write, the backfill's too).
+``dashboard`` (optional)
+    The ``DashboardBody`` of ``Dashboard``, the CloudWatch dashboard
+    (:func:`aggregator.deploy.dashboard.dashboard_body`: a widget of modelled WCU per rule
+    among them), an ``Fn::Sub`` binding the function's and the table's names and the stack's.
 ``backfill-definition`` (optional)
     The ``Definition`` of ``BackfillStateMachine``
     (:func:`aggregator.deploy.backfill_machine.backfill_definition`; the function's ARN is
@@ -95,8 +99,9 @@ REGIONS = (
     "target-policy",
     "backfill-policies",
     "backfill-definition",
+    "dashboard",
 )
-OPTIONAL_REGIONS = frozenset({"backfill-policies", "backfill-definition"})
+OPTIONAL_REGIONS = frozenset({"backfill-policies", "backfill-definition", "dashboard"})
 """Regions a template may leave out (module docstring)."""
 
 _BEGIN = re.compile(r"^(?P<indent>[ ]*)# aggregator:begin (?P<name>[a-z-]+)[ ]*$")
@@ -133,6 +138,7 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
         pattern is too long (:func:`aggregator.deploy.filters.filter_patterns`).
     """
     from aggregator.deploy.backfill_machine import backfill_definition
+    from aggregator.deploy.dashboard import dashboard_body
     from aggregator.deploy.backfill_roles import (
         BACKFILL_POLICY_NAME,
         backfill_function_statements,
@@ -192,8 +198,23 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
         "target-policy": [*rule_policies, *events],
         "backfill-policies": [backfill_policy, *rule_policies],
         "backfill-definition": {"Definition": backfill_definition()},
+        "dashboard": {
+            "DashboardBody": {
+                "Fn::Sub": [
+                    dashboard_body(rules),
+                    {
+                        "Function": {"Ref": "AggregatorFunction"},
+                        "Table": TABLE_NAME,
+                        "Service": {"Ref": "AWS::StackName"},
+                    },
+                ]
+            }
+        },
     }
 
+
+TABLE_NAME = {"Fn::If": ["CreateTable", {"Ref": "Table"}, {"Ref": "ExistingTableName"}]}
+"""The table's name as the template's other resources name it (created, or existing)."""
 
 TABLE_ARN = {
     "Fn::If": [

@@ -42,7 +42,7 @@ from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.top_list_items import TopLists, top_sort_key
 from aggregator.dynamodb.writer import DEFAULT_MAX_WORKERS, Writer
 from aggregator.runtime.outcome import BatchCounts, BatchOutcome
-from aggregator.runtime.telemetry import LogSink, MetricsSink, emit_metrics
+from aggregator.runtime.telemetry import LogSink, MetricsSink, RuleWcu, emit_metrics
 from aggregator.runtime.threshold_events import ThresholdEvents
 
 if TYPE_CHECKING:
@@ -155,6 +155,9 @@ class StreamProcessor:
         self.clock = clock
         self.top_lists = top_lists
         self.threshold_events = threshold_events
+        self.rule_wcu: RuleWcu | None = None
+        """Sums each rule's modelled WCU per batch for ``ModelledWCUByRule`` (set by
+        :func:`create_processor` with ``metrics``)."""
         self.routing = routing
         self.lifecycle = lifecycle
         self.engine = engine
@@ -226,7 +229,8 @@ class StreamProcessor:
             outcome.write.modelled_wcu += self.routing.modelled_wcu - routing_wcu
         self._report_retry(outcome)
         if self.metrics is not None:
-            emit_metrics(self.metrics, outcome, records)
+            by_rule = None if self.rule_wcu is None else self.rule_wcu.drain()
+            emit_metrics(self.metrics, outcome, records, by_rule)
         return outcome
 
     def _write_dead_letters(
@@ -556,6 +560,7 @@ def create_processor(
             spreads={r.name: r.spread for r in engine.rules if r.auto_shards},
             clock=clock,
         )
+    rule_wcu = RuleWcu(observer) if metrics is not None else None
     writer = make_writer(
         mode,
         client,
@@ -564,10 +569,10 @@ def create_processor(
         max_workers=max_workers,
         options=writer_options or WriterOptions(),
         clock=clock,
-        observer=observer,
+        observer=observer if rule_wcu is None else rule_wcu,
         routing=routing,
     )
-    return StreamProcessor(
+    processor = StreamProcessor(
         engine,
         writer,
         DeadLetterWriter(client, table_name, layout=layout, last_resort=last_resort, clock=clock),
@@ -588,6 +593,8 @@ def create_processor(
             else None
         ),
     )
+    processor.rule_wcu = rule_wcu
+    return processor
 
 
 def _events_client(client: DynamoDBClient) -> EventBridgeClient:

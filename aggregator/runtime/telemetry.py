@@ -10,9 +10,10 @@ from typing import Protocol
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from aggregator.core.records import MalformedRecord, StreamRecord
+from aggregator.dynamodb.costs import WriteObservation, WriteObserver
 from aggregator.runtime.outcome import BatchOutcome
 
-__all__ = ["LogSink", "MetricsSink", "emit_metrics"]
+__all__ = ["LogSink", "MetricsSink", "RuleWcu", "emit_metrics"]
 
 
 class MetricsSink(Protocol):
@@ -46,12 +47,38 @@ class LogSink(Protocol):
         ...
 
 
+class RuleWcu:
+    """A write observer (:class:`~aggregator.dynamodb.costs.WriteObservation`) that sums the
+    modelled WCU of the aggregate items each rule's writes (table and leaderboard index) until
+    :meth:`drain`; chained after ``then`` when given."""
+
+    def __init__(self, then: WriteObserver | None = None) -> None:
+        self.then = then
+        self.totals: dict[str, int] = {}
+
+    def __call__(self, observation: WriteObservation) -> None:
+        storage = observation.sort_key.partition("#")[0]
+        rule = storage.partition("@")[0]  # a rebuilt generation counts for its rule
+        self.totals[rule] = self.totals.get(rule, 0) + observation.wcu + observation.index_wcu
+        if self.then is not None:
+            self.then(observation)
+
+    def drain(self) -> dict[str, int]:
+        """The totals since the last drain (cleared)."""
+        totals, self.totals = self.totals, {}
+        return totals
+
+
 def emit_metrics(
-    m: MetricsSink, outcome: BatchOutcome, records: Sequence[StreamRecord | MalformedRecord]
+    m: MetricsSink,
+    outcome: BatchOutcome,
+    records: Sequence[StreamRecord | MalformedRecord],
+    wcu_by_rule: Mapping[str, int] | None = None,
 ) -> None:
     """Add one invocation's counts to ``m`` (CloudWatch embedded metric format): the batch's
-    counts and the writer's, ``DeadLettersByCause`` with a ``Cause`` dimension, and the age of
-    the newest record (``NewestRecordAgeSeconds``)."""
+    counts and the writer's, ``DeadLettersByCause`` with a ``Cause`` dimension,
+    ``ModelledWCUByRule`` with a ``Rule`` dimension (``wcu_by_rule``: :class:`RuleWcu`), and the
+    age of the newest record (``NewestRecordAgeSeconds``)."""
     w = outcome.write
     counts = {
         "RecordsReceived": outcome.records,
@@ -89,6 +116,15 @@ def emit_metrics(
             default_dimensions=m.default_dimensions,
         ) as metric:
             metric.add_dimension(name="Cause", value=cause)
+    for rule, units in sorted((wcu_by_rule or {}).items()):
+        with single_metric(
+            name="ModelledWCUByRule",
+            unit=MetricUnit.Count,
+            value=units,
+            namespace=m.namespace,
+            default_dimensions=m.default_dimensions,
+        ) as metric:
+            metric.add_dimension(name="Rule", value=rule)
     times = [
         t
         for t in (r.approximate_creation_time for r in records if isinstance(r, StreamRecord))
