@@ -16,6 +16,8 @@ from aggregator.core.rules import load_rules
 from aggregator.deploy.dashboard import dashboard_widgets
 
 ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 7
+"""Metric lines drawn in one widget (its height); a longer list shows its first and last."""
 
 
 def _label(metric: list[object]) -> str:
@@ -67,11 +69,13 @@ def draw(definitions: Path, out: Path) -> tuple[int, int]:
             ha="right",
             va="center",
         )
-        for i, metric in enumerate(props["metrics"]):
-            metrics += 1
-            axes.text(
-                x + 0.6, y + 1.5 + i * 0.62, "— " + _label(metric), fontsize=8.5, va="center"
-            )
+        shown = props["metrics"]
+        metrics += len(shown)
+        lines = [_label(m) for m in shown]
+        if len(lines) > MAX_LINES:  # a line per rule: the first few, then how many more
+            lines = [*lines[: MAX_LINES - 2], f"... {len(lines) - MAX_LINES + 1} more", lines[-1]]
+        for i, line in enumerate(lines):
+            axes.text(x + 0.6, y + 1.5 + i * 0.62, "— " + line, fontsize=8.5, va="center")
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)

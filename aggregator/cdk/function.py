@@ -409,7 +409,7 @@ class AggregatorFunction(Construct):
                     body,
                     {
                         "Function": self.function.function_name,
-                        "Table": table.table_name,
+                        "TableName": table.table_name,
                         "Service": service,
                     },
                 ),

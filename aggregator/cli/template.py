@@ -1,7 +1,8 @@
 """Render the parts of ``template.yaml`` that follow from the rules and their table layout.
 
 The SAM template keeps its hand-written structure; nine regions of it are rendered from the
-deployed rule set (two for the backfill on AWS, one for the dashboard), each between marker comments::
+deployed rule set (two for the backfill on AWS, one for the dashboard), each between marker
+comments::
 
     # aggregator:begin <region>
     ...
@@ -138,12 +139,12 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
         pattern is too long (:func:`aggregator.deploy.filters.filter_patterns`).
     """
     from aggregator.deploy.backfill_machine import backfill_definition
-    from aggregator.deploy.dashboard import dashboard_body
     from aggregator.deploy.backfill_roles import (
         BACKFILL_POLICY_NAME,
         backfill_function_statements,
         reads_collection_index,
     )
+    from aggregator.deploy.dashboard import dashboard_body
     from aggregator.deploy.filters import filter_criteria
     from aggregator.dynamodb.table import table_definition
 
@@ -204,7 +205,7 @@ def render_regions(rules: RuleSet) -> dict[str, Any]:
                     dashboard_body(rules),
                     {
                         "Function": {"Ref": "AggregatorFunction"},
-                        "Table": TABLE_NAME,
+                        "TableName": TABLE_NAME,
                         "Service": {"Ref": "AWS::StackName"},
                     },
                 ]

@@ -5,7 +5,7 @@ construct's.
 :func:`dashboard_body` is the ``DashboardBody`` as the text of an ``Fn::Sub`` (CloudFormation User
 Guide, "AWS::CloudWatch::Dashboard"; the body's structure: CloudWatch API Reference, "Dashboard
 Body Structure and Syntax"), with three variables the caller binds: ``${Function}`` (the stream
-function's name), ``${Table}`` (the table's name) and ``${Service}`` (the metrics' ``service``
+function's name), ``${TableName}`` (the table's name) and ``${Service}`` (the metrics' ``service``
 dimension, the stack's name), plus the pseudo parameter ``${AWS::Region}``. The widgets, every
 metric a minute:
 
@@ -17,8 +17,8 @@ metric a minute:
   batch);
 - **Dead letters**: ``DeadLetters`` and ``MalformedRecords``;
 - **Modelled WCU per rule**: ``ModelledWCUByRule`` with dimension ``Rule``, one line per rule
-  of the rule set (the writes of its aggregate items, :func:`~aggregator.runtime.telemetry.emit_metrics`),
-  and the whole batch's ``ModelledWCU``;
+  of the rule set (the writes of its aggregate items:
+  :func:`~aggregator.runtime.telemetry.emit_metrics`), and the whole batch's ``ModelledWCU``;
 - **Throttles**: Lambda's ``Throttles`` of the function, DynamoDB's ``WriteThrottleEvents`` and
   ``ReadThrottleEvents`` of the table (DynamoDB Developer Guide, "DynamoDB Metrics and
   dimensions") and the writer's ``ThrottleRetries``;
@@ -36,7 +36,7 @@ __all__ = ["DASHBOARD_VARIABLES", "METRICS_NAMESPACE", "dashboard_body", "dashbo
 
 METRICS_NAMESPACE = "DdbAggregator"
 """The handler's metrics' namespace (the template's ``POWERTOOLS_METRICS_NAMESPACE``)."""
-DASHBOARD_VARIABLES = ("Function", "Table", "Service")
+DASHBOARD_VARIABLES = ("Function", "TableName", "Service")
 """The ``Fn::Sub`` variables :func:`dashboard_body` uses, besides ``${AWS::Region}``."""
 
 _PERIOD_SECONDS = 60
@@ -96,8 +96,8 @@ def dashboard_widgets(rules: RuleSet) -> list[dict[str, Any]]:
             "Throttles",
             [
                 _lambda("Throttles"),
-                ["AWS/DynamoDB", "WriteThrottleEvents", "TableName", "${Table}"],
-                ["AWS/DynamoDB", "ReadThrottleEvents", "TableName", "${Table}"],
+                ["AWS/DynamoDB", "WriteThrottleEvents", "TableName", "${TableName}"],
+                ["AWS/DynamoDB", "ReadThrottleEvents", "TableName", "${TableName}"],
                 _ours("ThrottleRetries"),
             ],
             "Sum",

@@ -124,6 +124,11 @@ def emit_metrics(
             namespace=m.namespace,
             default_dimensions=m.default_dimensions,
         ) as metric:
+            # the batch metrics' service dimension (Metrics adds it to its own blob only), so
+            # the dashboard's widget can name the stack's
+            service = getattr(m, "service", None)
+            if service:
+                metric.add_dimension(name="service", value=str(service))
             metric.add_dimension(name="Rule", value=rule)
     times = [
         t

@@ -119,6 +119,18 @@ def test_windowed_event_exactly_once_even_when_delivered_twice(configure, ddb, c
     assert emf[0]["ConditionalCheckRecoveries"] == [0.0]
     assert emf[1]["AggregateItemsWritten"] == [0.0]
     assert emf[1]["ConditionalCheckRecoveries"] == [4.0]
+    # the dashboard's modelled WCU per rule: one blob per rule written, dimensions service and
+    # Rule, adding up to the aggregate writes' share of the batch's ModelledWCU
+    by_rule = [b for b in blobs if "ModelledWCUByRule" in b]
+    first = [b for b in by_rule if blobs.index(b) < blobs.index(emf[0])]  # printed before it
+    written = {a.rule for a in store.list("paths_per_player")} | {"points_per_player"}
+    assert {b["Rule"] for b in first} <= {r.name for r in RULES} and "paths_per_player" in {
+        b["Rule"] for b in first
+    }
+    assert written
+    (directive,) = first[0]["_aws"]["CloudWatchMetrics"]
+    assert directive["Dimensions"] == [["service", "Rule"]]
+    assert 0 < sum(b["ModelledWCUByRule"][0] for b in first) <= emf[0]["ModelledWCU"][0]
 
 
 def test_plain_event_in_at_least_once_mode(configure, ddb):
@@ -206,6 +218,7 @@ def test_derived_rules_read_their_source_aggregates_and_nothing_else(
     assert store.get("total_players", "TOTAL_PLAYERS").value == Decimal(1)
     assert list(store.list("total_paths_found")) == []
     assert list(store.list("paths_per_player")) == []
-    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    emf = [blob for blob in blobs if "RecordsReceived" in blob]  # the batch's own metrics
     assert emf[0]["SelfWritesSkipped"] == [2.0]
     assert emf[0]["DerivedInputs"] == [2.0]

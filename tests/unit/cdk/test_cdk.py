@@ -39,6 +39,7 @@ from aggregator.cli.project.build import FunctionRuntime, build_function
 from aggregator.cli.template import THRESHOLD_EVENTS_POLICY_NAME, render_regions
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.rules import load_rules
+from aggregator.deploy.dashboard import DASHBOARD_VARIABLES
 from aggregator.deploy.filters import filter_criteria
 from tests.conftest import PK_ONLY_DEFINITIONS
 from tests.unit.cli.test_template import (
@@ -198,6 +199,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesize
             alarms=False,
             backfill=False,
             threshold_event_bus="alerts",
+            dashboard=False,
         )
         # a global table's stacks: one region-agnostic, one for a Region; the condition is
         # decided at deployment in both
@@ -514,7 +516,12 @@ def test_home_region_conditions_the_subscription_and_its_lag_alarm(
     holds = _conditions(template, {"AWS::Region": region})
     created = {
         resource["Type"]
-        + ("/lag" if "IteratorAge" in json.dumps(resource.get("Properties", {})) else "")
+        + (
+            "/lag"
+            if resource["Type"] == "AWS::CloudWatch::Alarm"
+            and "IteratorAge" in json.dumps(resource.get("Properties", {}))
+            else ""
+        )
         for resource in template["Resources"].values()
         if holds.get(resource.get("Condition", ""), True)
     }
@@ -809,6 +816,24 @@ def test_thresholds_may_put_events_on_the_named_bus_only(
     regions = render_regions(rules)
     assert THRESHOLD_EVENTS_POLICY_NAME in target_policies(regions, "t", "i", event_bus="b")
     assert THRESHOLD_EVENTS_POLICY_NAME not in target_policies(regions, "t", "i")
+
+
+@pytest.mark.parametrize("name", sorted(DEPLOYMENTS))
+def test_the_dashboard_is_the_sam_templates(
+    synthesized: Synthesized, sam_template: dict[str, Any], name: str
+) -> None:
+    """The same widgets, one body rendered from the rules: the SAM template's Fn::Sub text and
+    the construct's are equal, with the same variables (their values are each template's)."""
+    (cdk,) = _of_type(synthesized.template(name), "AWS::CloudWatch::Dashboard").values()
+    sam = sam_template["Resources"]["AggregatorDashboard"]
+    assert sam["Condition"] == "CreateDashboard"
+    cdk_text, cdk_variables = cdk["Properties"]["DashboardBody"]["Fn::Sub"]
+    sam_text, sam_variables = sam["Properties"]["DashboardBody"]["Fn::Sub"]
+    assert cdk_text == sam_text
+    assert set(cdk_variables) == set(sam_variables) == set(DASHBOARD_VARIABLES)
+    assert json.loads(sam_text)["widgets"]  # a dashboard body CloudWatch reads
+    disabled = _deploy(sam_template, Dashboard="Disabled", **DEPLOYMENTS[name])
+    assert not _of_type(disabled, "AWS::CloudWatch::Dashboard")
 
 
 def test_without_the_backfill_there_is_none(synthesized: Synthesized) -> None:
