@@ -21,7 +21,7 @@ the handler cannot read: the whole record for a bad envelope, only the corrupted
 contribution for a bad value (a bad image contributes nothing, the other image of its record
 still applies); the dead letters must be exactly the bad envelopes and the bad new images.
 
-``AGGREGATOR_PROPERTY_EXAMPLES`` scenarios (default 24, as CI runs them, from a fixed seed) are
+``AGGREGATOR_PROPERTY_EXAMPLES`` scenarios (default 16, as CI runs them, from a fixed seed) are
 split into parts of at most ``AGGREGATOR_PROPERTY_PART_SIZE`` (default 10; 100 in a soak, each
 part then on a DynamoDB Local server of its own, as the server slows down when deleted tables
 pile up), so pytest-xdist can run parts in parallel and no part nears the suite's per-test
@@ -68,9 +68,9 @@ from tests.integration.harness import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
-EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_EXAMPLES", "24"))
+EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_EXAMPLES", "16"))
 SPREAD_EXAMPLES = int(os.environ.get("AGGREGATOR_PROPERTY_SPREAD_EXAMPLES", "6"))
-"""Scenarios of the spread layout (``aggregate_partitions: 8``), beside the 40."""
+"""Scenarios of the spread layout (``aggregate_partitions: 8``), beside the others."""
 SPREAD_RULES = spread(WIDE_RULES)
 PART_SIZE = int(os.environ.get("AGGREGATOR_PROPERTY_PART_SIZE", "100" if SOAK else "10"))
 PARTS = max(1, math.ceil(EXAMPLES / PART_SIZE))

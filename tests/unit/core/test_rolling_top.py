@@ -32,7 +32,7 @@ history = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.tuples(history, st.booleans()), min_size=1, max_size=5),
     st.integers(1, 5),
