@@ -158,17 +158,27 @@ class PositionStore:
     """
 
     def __init__(
-        self, client: DynamoDBClient, table_name: str, layout: TableLayout = DEFAULT_LAYOUT
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        layout: TableLayout = DEFAULT_LAYOUT,
+        *,
+        fresh: bool = False,
     ) -> None:
         self.client = client
         self.requests = requests_of(client)
         self.table_name = table_name
         self.layout = layout
+        self.fresh = fresh
+        """Start every shard from its beginning (no stored position is read), and still save the
+        positions reached, so that the next run continues from them (``run --from-start``)."""
 
     def _key(self, stream_arn: str, shard_id: str) -> dict[str, Any]:
         return self.layout.item_key(self.layout.runner_pk, f"{stream_arn}#{shard_id}")
 
     def load(self, stream_arn: str, shard_id: str) -> tuple[str | None, int | None, dict[str, Any]]:
+        if self.fresh:
+            return None, None, {}
         item = self.requests.send(
             "get_item",
             TableName=self.table_name,

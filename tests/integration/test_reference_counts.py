@@ -223,3 +223,62 @@ def test_targets_that_do_not_exist_are_reported_apart_and_never_waited_on(ddb, s
     assert "(1 check(s)): 0 drifting, 0 moving, 0 repaired " + missing_line in (
         " ".join(result.output.split())
     )
+
+
+def test_a_reader_sees_an_incomplete_tally_while_pending_and_the_manifest_says_so(
+    ddb, dynamodb_local, tmp_path
+):
+    """Between the deployment of a target rule and its backfill, the tally on the item counts
+    only what changed since the rule's fences: a plain GetItem cannot tell (an unlike of a post
+    liked before shows -1). The rule's state can: AggregateStore.serving_status, one read of the
+    manifest (cached), and query get warns; after the backfill the tally is exact and active."""
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    shutil.copy(ROOT / "definitions" / "reference_counts.yaml", rules_dir)
+    shutil.copy(ROOT / "definitions" / "layouts" / "PK_SK.yaml", rules_dir / "table.yaml")
+    rules = load_rules(rules_dir)
+    ddb.create_table(  # the application's table, from before the framework: no stream yet
+        TableName="readers",
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.put_item(TableName="readers", Item=ddb_json({"PK": "POST#a91f", "SK": "META"}))
+    for user in ("7c20", "11aa", "42bb"):
+        like = {"PK": "POST#a91f", "SK": f"LIKE#USER#{user}", "likedAt": 1750636800}
+        ddb.put_item(TableName="readers", Item=ddb_json(like))
+    common = ["--table", "readers", "--endpoint-url", dynamodb_local.endpoint_url]
+    cli = CliRunner()
+    prepared = cli.invoke(main, ["prepare-table", *common, "-d", str(rules_dir)])
+    assert prepared.exit_code == 0, prepared.output
+    assert cli.invoke(main, ["run", *common, "-d", str(rules_dir)]).exit_code == 0
+    # the application takes a like back while the rule is pending
+    ddb.delete_item(TableName="readers", Key=ddb_json({"PK": "POST#a91f", "SK": "LIKE#USER#11aa"}))
+    assert cli.invoke(main, ["run", *common, "-d", str(rules_dir)]).exit_code == 0
+
+    def tally() -> Decimal:
+        item = ddb.get_item(
+            TableName="readers",
+            Key=ddb_json({"PK": "POST#a91f", "SK": "META"}),
+            ConsistentRead=True,
+        )["Item"]
+        return Decimal(item["likeTally"]["N"])
+
+    assert tally() == -1  # what a plain GetItem reads: nothing on the item says it is partial
+    store = AggregateStore(ddb, "readers", rules)
+    assert store.serving_status("like_tally") == "pending"
+    got = cli.invoke(
+        main, ["query", "get", "like_tally", "POST#a91f", *common, "-d", str(rules_dir)]
+    )
+    assert got.exit_code == 0 and "like_tally" in got.stderr and "backfill" in got.stderr
+    backfill = cli.invoke(main, ["backfill", *common, "-d", str(rules_dir), "--stream-lag", "0"])
+    assert backfill.exit_code == 0, backfill.output
+    assert tally() == 2
+    assert AggregateStore(ddb, "readers", rules).serving_status("like_tally") == "active"
+    ddb.delete_table(TableName="readers")

@@ -117,6 +117,17 @@ def test_cli_run_and_query(dynamodb_local, ddb, table, tmp_path):
     assert " ".join(result.output.split()).startswith(
         "processed 0 stream records in 0 invocations (0 self-writes skipped): 0 deltas"
     )
+    # --from-start delivers every record again (the checkpoints make it count nothing twice)
+    # and keeps the positions it reaches: the next run continues from them, as --help says
+    again = cli.invoke(main, ["run", "--from-start", *common, *defs])
+    assert again.exit_code == 0, again.output
+    assert re.match(r"processed (2[3-9]|[3-9]\d) stream records", " ".join(again.output.split()))
+    after = cli.invoke(main, ["run", *common, *defs])
+    assert " ".join(after.output.split()).startswith(
+        "processed 0 stream records in 0 invocations (0 self-writes skipped): 0 deltas"
+    ), after.output
+    helped = " ".join(cli.invoke(main, ["run", "--help"]).output.split())
+    assert "the positions it reaches are kept, so the next run continues from them" in helped
 
     result = cli.invoke(main, ["query", "get", "total_paths_found", *common, *defs])
     assert result.exit_code == 0, result.output

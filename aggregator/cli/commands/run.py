@@ -46,7 +46,9 @@ if TYPE_CHECKING:
     "--resume/--from-start",
     default=True,
     show_default=True,
-    help="Continue from the shard positions kept in the table, or read the stream from its start",
+    help="Continue from the shard positions kept in the table, or read the stream from its start "
+    "(delivering every record again; the positions it reaches are kept, so the next run "
+    "continues from them)",
 )
 def run(
     table_name: str,
@@ -96,7 +98,7 @@ def run(
         stream_arn,
         batch_size=batch_size,
         tumbling_window_seconds=window_seconds or None,
-        positions=PositionStore(client, table_name, rules.layout) if resume else None,
+        positions=PositionStore(client, table_name, rules.layout, fresh=not resume),
         on_batch=live.batch if live is not None else None,
     )
     stopped = _run_until_stopped(runner, stats, until_caught_up=not follow)
