@@ -69,6 +69,23 @@ class RuleWcu:
         return totals
 
 
+def _dimensioned(m: MetricsSink, name: str, value: float, dimension: str, of: str) -> None:
+    """One metric with a dimension of its own, in an EMF blob of its own (so that the batch's
+    metrics keep their dimensions), with the batch metrics' ``service`` dimension too (Metrics
+    adds it to its own blob only), so that two stacks' metrics stay apart."""
+    with single_metric(
+        name=name,
+        unit=MetricUnit.Count,
+        value=value,
+        namespace=m.namespace,
+        default_dimensions=m.default_dimensions,
+    ) as metric:
+        service = getattr(m, "service", None)
+        if service:
+            metric.add_dimension(name="service", value=str(service))
+        metric.add_dimension(name=dimension, value=of)
+
+
 def emit_metrics(
     m: MetricsSink,
     outcome: BatchOutcome,
@@ -106,30 +123,9 @@ def emit_metrics(
     for name, value in counts.items():
         m.add_metric(name=name, unit=MetricUnit.Count, value=value)
     for cause, count in sorted(outcome.failure_causes.items()):
-        # one metric with a Cause dimension (its own EMF blob, so the batch metrics above
-        # keep their dimensions)
-        with single_metric(
-            name="DeadLettersByCause",
-            unit=MetricUnit.Count,
-            value=count,
-            namespace=m.namespace,
-            default_dimensions=m.default_dimensions,
-        ) as metric:
-            metric.add_dimension(name="Cause", value=cause)
+        _dimensioned(m, "DeadLettersByCause", count, "Cause", cause)
     for rule, units in sorted((wcu_by_rule or {}).items()):
-        with single_metric(
-            name="ModelledWCUByRule",
-            unit=MetricUnit.Count,
-            value=units,
-            namespace=m.namespace,
-            default_dimensions=m.default_dimensions,
-        ) as metric:
-            # the batch metrics' service dimension (Metrics adds it to its own blob only), so
-            # the dashboard's widget can name the stack's
-            service = getattr(m, "service", None)
-            if service:
-                metric.add_dimension(name="service", value=str(service))
-            metric.add_dimension(name="Rule", value=rule)
+        _dimensioned(m, "ModelledWCUByRule", units, "Rule", rule)
     times = [
         t
         for t in (r.approximate_creation_time for r in records if isinstance(r, StreamRecord))

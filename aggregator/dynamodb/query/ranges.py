@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass
 
 from aggregator.core.exceptions import QueryError
+from aggregator.core.rules import Window
 from aggregator.core.windows import Granularity
 
-__all__ = ["AskedRange"]
+__all__ = ["AskedRange", "BucketRange", "bucket_range"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +85,57 @@ class AskedRange:
                 raise QueryError(f"end ({end}) is before start ({start})")
             asked = (start, end)
         return (finest.start(asked[0]), finest.ceil(asked[1])), asked
+
+
+@dataclass(frozen=True, slots=True)
+class BucketRange:
+    """The buckets of one granularity a read covers: ``starts`` (epoch seconds, in time order)
+    of ``granularity`` over ``[lo, hi)``, the range asked widened out to its boundaries, and
+    ``clock``, the time expiry is judged at."""
+
+    granularity: Granularity
+    lo: int
+    hi: int
+    asked: tuple[int, int]
+    clock: float
+
+    @property
+    def starts(self) -> range:
+        return range(self.lo, self.hi, self.granularity.seconds)
+
+
+def bucket_range(
+    rule: str,
+    window: Window | None,
+    granularity: str | None,
+    asked: AskedRange,
+    *,
+    most: int,
+    what: str,
+    why: str,
+) -> BucketRange:
+    """The buckets of ``granularity`` (a label the rule keeps; default its finest) that the
+    range ``asked`` covers, for a read of ``rule`` named ``what`` that reads at most ``most``
+    of them (``why`` is what the error advises beyond that).
+
+    Raises
+    ------
+    QueryError
+        For a rule without a window, a granularity it does not keep, a bad range
+        (:meth:`AskedRange.covering`), or more than ``most`` buckets.
+    """
+    if window is None:
+        raise QueryError(f"rule {rule!r} has no window; {what} needs time buckets")
+    kept = {g.label: g for g in window.granularities}
+    label = window.finest.label if granularity is None else granularity
+    if label not in kept:
+        raise QueryError(f"rule {rule!r} keeps no {label!r} buckets; it keeps {', '.join(kept)}")
+    size = kept[label]
+    clock = asked.clock()
+    (lo, hi), asked_range = asked.covering(size, clock)
+    count = (hi - lo) // size.seconds
+    if count > most:
+        raise QueryError(
+            f"the range holds {count:,} {label} buckets, more than {what} reads ({most:,}); {why}"
+        )
+    return BucketRange(size, lo, hi, asked_range, clock)

@@ -137,8 +137,24 @@ class HistogramBucket:
     count: Decimal
 
 
+class _RangeTexts:
+    """``start_text`` and ``end_text``: a result's covered range as UTC text."""
+
+    __slots__ = ()
+    start: int
+    end: int
+
+    @property
+    def start_text(self) -> str:
+        return bucket_text(self.start)
+
+    @property
+    def end_text(self) -> str:
+        return bucket_text(self.end)
+
+
 @dataclass(slots=True)
-class WindowResult:
+class WindowResult(_RangeTexts):
     """A count or sum over a time range, from
     :meth:`~aggregator.dynamodb.query.AggregateStore.window`.
 
@@ -197,14 +213,6 @@ class WindowResult:
     asked_end: int | None = None
 
     @property
-    def start_text(self) -> str:
-        return bucket_text(self.start)
-
-    @property
-    def end_text(self) -> str:
-        return bucket_text(self.end)
-
-    @property
     def widened(self) -> bool:
         """Whether the range answered is wider than the range asked (an asked edge fell
         inside one of the rule's finest buckets)."""
@@ -228,7 +236,7 @@ class SeriesBucket:
 
 
 @dataclass
-class SeriesResult:
+class SeriesResult(_RangeTexts):
     """One key of a windowed rule, bucket by bucket, from
     :meth:`~aggregator.dynamodb.query.AggregateStore.series`.
 
@@ -270,17 +278,9 @@ class SeriesResult:
     asked_start: int | None = None
     asked_end: int | None = None
 
-    @property
-    def start_text(self) -> str:
-        return bucket_text(self.start)
-
-    @property
-    def end_text(self) -> str:
-        return bucket_text(self.end)
-
 
 @dataclass
-class RollingTop:
+class RollingTop(_RangeTexts):
     """The keys of a windowed leaderboard rule ranked by their sum over a range of buckets, from
     :meth:`~aggregator.dynamodb.query.AggregateStore.rolling_top`.
 
@@ -319,11 +319,3 @@ class RollingTop:
     complete: bool = True
     asked_start: int | None = None
     asked_end: int | None = None
-
-    @property
-    def start_text(self) -> str:
-        return bucket_text(self.start)
-
-    @property
-    def end_text(self) -> str:
-        return bucket_text(self.end)

@@ -34,7 +34,7 @@ from aggregator.core.top_list_merge import TopList
 from aggregator.core.windows import bucket_text
 from aggregator.dynamodb.batch import WhenUnprocessed, batch_get
 from aggregator.dynamodb.query.aggregates import list_aggregates
-from aggregator.dynamodb.query.ranges import AskedRange
+from aggregator.dynamodb.query.ranges import AskedRange, bucket_range
 from aggregator.dynamodb.query.results import Aggregate, RollingTop
 from aggregator.dynamodb.query.top import definition_changed, index_complete
 from aggregator.dynamodb.top_list_items import decode as decode_top_list
@@ -58,25 +58,22 @@ def rolling_top(
         raise QueryError(f"n must be at least 1, got {n}")
     definition = reader.rule(rule)
     spec = definition.window
-    if spec is None:
-        raise QueryError(
-            f"rule {rule!r} has no window: --last ranks the sums of a windowed rule's buckets"
-        )
-    if not definition.kind.ranks:
+    if spec is not None and not definition.kind.ranks:
         raise QueryError(f"rule {rule!r} is of kind {definition.kind.name!r}: top ranks sums")
-    kept = {g.label: g for g in spec.granularities}
-    label = spec.finest.label if granularity is None else granularity
-    if label not in kept:
-        raise QueryError(f"rule {rule!r} keeps no {label!r} buckets; it keeps {', '.join(kept)}")
-    size = kept[label]
-    clock = asked.clock()
-    (lo, hi), (asked_start, asked_end) = asked.covering(size, clock)
-    starts = list(range(lo, hi, size.seconds))
-    if len(starts) > MAX_ROLLING_BUCKETS:
-        raise QueryError(
-            f"the range holds {len(starts):,} {label} buckets, more than a rolling top ranks "
-            f"({MAX_ROLLING_BUCKETS:,}); ask for coarser buckets (--granularity)"
-        )
+    planned = bucket_range(
+        rule,
+        spec,
+        granularity,
+        asked,
+        most=MAX_ROLLING_BUCKETS,
+        what="a rolling top",
+        why="ask for coarser buckets (--granularity)",
+    )
+    assert spec is not None  # bucket_range refuses a rule without a window
+    size, lo, hi, clock = planned.granularity, planned.lo, planned.hi, planned.clock
+    label = size.label
+    asked_start, asked_end = planned.asked
+    starts = list(planned.starts)
     live = [t for t in starts if not spec.bucket(size, t).expired(clock)]
     result = RollingTop(
         rule,

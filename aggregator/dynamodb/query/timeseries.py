@@ -11,13 +11,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from aggregator.core.exceptions import QueryError
 from aggregator.core.kinds import COUNT_ATTRIBUTE, Kind, ValueCount
 from aggregator.core.numbers import add
 from aggregator.core.rules import unescape_key_part
 from aggregator.core.windows import RangePart, bucket_text
 from aggregator.dynamodb.query.keys import KeyArgument, sort_key
-from aggregator.dynamodb.query.ranges import AskedRange
+from aggregator.dynamodb.query.ranges import AskedRange, bucket_range
 from aggregator.dynamodb.query.results import SeriesBucket, SeriesResult, WindowResult
 from aggregator.dynamodb.query.series import window_part
 from aggregator.dynamodb.query.values import value_count
@@ -42,21 +41,19 @@ def series(
     (:meth:`~aggregator.dynamodb.query.AggregateStore.series`)."""
     definition = reader.rule(rule)
     spec = definition.window
-    if spec is None:
-        raise QueryError(f"rule {rule!r} has no window; a series needs time buckets")
-    kept = {g.label: g for g in spec.granularities}
-    label = spec.finest.label if granularity is None else granularity
-    if label not in kept:
-        raise QueryError(f"rule {rule!r} keeps no {label!r} buckets; it keeps {', '.join(kept)}")
-    size = kept[label]
-    clock = asked.clock()
-    (lo, hi), (asked_start, asked_end) = asked.covering(size, clock)
-    count = (hi - lo) // size.seconds
-    if count > MAX_SERIES_BUCKETS:
-        raise QueryError(
-            f"the range holds {count:,} {label} buckets, more than a series reads "
-            f"({MAX_SERIES_BUCKETS:,}); ask for a shorter range or coarser buckets"
-        )
+    planned = bucket_range(
+        rule,
+        spec,
+        granularity,
+        asked,
+        most=MAX_SERIES_BUCKETS,
+        what="a series",
+        why="ask for a shorter range or coarser buckets",
+    )
+    assert spec is not None  # bucket_range refuses a rule without a window
+    size, lo, hi, clock = planned.granularity, planned.lo, planned.hi, planned.clock
+    label = size.label
+    asked_start, asked_end = planned.asked
     stored = reader.storage_name(rule)
     prefix = sort_key(reader, rule, key, storage_name=stored)
     display = (
@@ -66,7 +63,7 @@ def series(
     )
     # window_part counts its reads and expiry into a WindowResult: the series' own
     reads = WindowResult(rule, display, lo, hi)
-    starts = {bucket_text(t): t for t in range(lo, hi, size.seconds)}
+    starts = {bucket_text(t): t for t in planned.starts}
     sums: dict[int, tuple[Decimal, Decimal]] = {}
     values: dict[int, dict[Decimal, Decimal]] = {}
     kind = definition.kind
