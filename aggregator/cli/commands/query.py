@@ -665,14 +665,7 @@ def query_window(
             }
         )
         return
-    if result.items_read == 0:  # no bucket of the key in range: perhaps not the key meant
-        hint = _not_found_hint(store, rule, values)
-        if hint:
-            err_console.print(
-                f"note: {rule} {result.key} has no bucket in this range{hint}",
-                markup=False,
-                highlight=False,
-            )
+    _note_no_buckets(store, rule, values, result.key, result.items_read)
     table = Table(title=f"{rule} {result.key}", title_justify="left", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
@@ -747,14 +740,7 @@ def _print_series(
             }
         )
         return
-    if result.items_read == 0:
-        hint = _not_found_hint(store, rule, values)
-        if hint:
-            err_console.print(
-                f"note: {rule} {result.key} has no bucket in this range{hint}",
-                markup=False,
-                highlight=False,
-            )
+    _note_no_buckets(store, rule, values, result.key, result.items_read)
     table = Table(
         title=f"{rule} {result.key}, per {result.granularity}",
         title_justify="left",
@@ -842,4 +828,17 @@ def _print_rolling_top(
         err_console.print(
             "warning: part of the range is past the rule's retention; its buckets are left out",
             highlight=False,
+        )
+
+
+def _note_no_buckets(
+    store: AggregateStore, rule: str, values: tuple[str, ...], key: str, items_read: int
+) -> None:
+    """A note on stderr when a range read no bucket of the key: perhaps not the key meant."""
+    if items_read:
+        return
+    hint = _not_found_hint(store, rule, values)
+    if hint:
+        err_console.print(
+            f"note: {rule} {key} has no bucket in this range{hint}", markup=False, highlight=False
         )
