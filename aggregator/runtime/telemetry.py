@@ -11,6 +11,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from aggregator.core.records import MalformedRecord, StreamRecord
 from aggregator.dynamodb.costs import WriteObservation, WriteObserver
+from aggregator.dynamodb.top_list_items import TOP_PREFIX
 from aggregator.runtime.outcome import BatchOutcome
 
 __all__ = ["LogSink", "MetricsSink", "RuleWcu", "emit_metrics"]
@@ -49,15 +50,20 @@ class LogSink(Protocol):
 
 class RuleWcu:
     """A write observer (:class:`~aggregator.dynamodb.costs.WriteObservation`) that sums the
-    modelled WCU of the aggregate items each rule's writes (table and leaderboard index) until
-    :meth:`drain`; chained after ``then`` when given."""
+    modelled WCU of each rule's writes of its aggregate items (table and leaderboard index) and
+    of its top lists until :meth:`drain`; chained after ``then`` when given. A target rule's
+    writes of application items are not observed (:mod:`aggregator.dynamodb.targets` charges
+    them to the batch's ``ModelledWCU`` only)."""
 
     def __init__(self, then: WriteObserver | None = None) -> None:
         self.then = then
         self.totals: dict[str, int] = {}
 
     def __call__(self, observation: WriteObservation) -> None:
-        storage = observation.sort_key.partition("#")[0]
+        sort_key = observation.sort_key
+        if sort_key.startswith(TOP_PREFIX):  # a top list: its index partition names the rule
+            sort_key = sort_key[len(TOP_PREFIX) :]
+        storage = sort_key.partition("#")[0]
         rule = storage.partition("@")[0]  # a rebuilt generation counts for its rule
         self.totals[rule] = self.totals.get(rule, 0) + observation.wcu + observation.index_wcu
         if self.then is not None:

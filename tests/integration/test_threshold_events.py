@@ -267,3 +267,64 @@ def test_a_crossing_comes_from_the_aggregates_record_not_from_the_write(
         ("likes_per_hour", "busy-hour", True, "4"),
     }
     assert outcome.threshold_events == 2
+
+
+def test_the_lambda_handler_puts_crossings_on_its_configured_bus(
+    ddb, streams, dynamodb_local, eventbridge, monkeypatch
+) -> None:
+    """aggregator.handler.handler, configured as the template configures it
+    (AGGREGATOR_EVENT_BUS), with EventBridge mocked: the application's batch crosses nothing
+    by itself; the aggregates' batch puts the crossings on that bus."""
+    from dataclasses import dataclass
+
+    from aggregator import handler as handler_module
+
+    @dataclass
+    class Context:
+        function_name: str = "aggregator"
+        memory_limit_in_mb: int = 512
+        invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:aggregator"
+        aws_request_id: str = "5f3e0a5e-0000-4000-8000-000000000002"
+
+    _, sqs, queue_url = eventbridge
+    name = f"thresholds-{random.randrange(10**9)}"
+    arn = create_table(ddb, name)
+    for variable, value in {
+        "AGGREGATOR_TABLE_NAME": name,
+        "AGGREGATOR_DEFINITIONS": str(_RULES_FILE),
+        "AGGREGATOR_ENDPOINT_URL": dynamodb_local.endpoint_url,
+        "AGGREGATOR_EVENT_BUS": BUS,
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(variable, value)
+    handler_module.reset()
+    at = int(time.time())
+    for i in range(3):
+        put(ddb, name, {"pk": "p7", "sk": f"LIKE#{i}", "kind": "like", "post": "p7", "at": at})
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+
+    def records(pk: str) -> list[dict[str, Any]]:
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        found = streams.get_records(ShardIterator=iterator)["Records"]
+        return [to_lambda_record(r, arn) for r in found if r["dynamodb"]["Keys"]["pk"]["S"] == pk]
+
+    def invoke(batch: list[dict[str, Any]]) -> dict[str, Any]:
+        event = {"Records": batch, "shardId": shard, "window": {"start": "x", "end": "y"}}
+        return handler_module.handler(event, Context())
+
+    try:
+        assert invoke(records("p7"))["batchItemFailures"] == []
+        assert _received(sqs, queue_url) == []  # written past the line, nothing sent yet
+        assert invoke(records("AGGREGATES"))["batchItemFailures"] == []
+        details = [e["detail"] for e in _received(sqs, queue_url)]
+        assert {(d["rule"], d["threshold"], d["entered"], d["new_value"]) for d in details} == {
+            ("likes_per_post", "popular", True, "3"),
+            ("likes_per_hour", "busy-hour", True, "3"),
+        }
+        assert {d["table"] for d in details} == {name}
+    finally:
+        handler_module.reset()

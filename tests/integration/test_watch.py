@@ -1,11 +1,12 @@
 """``aggregator watch`` under a pseudo-terminal (pexpect) on DynamoDB Local: it starts, shows a
 panel per rule, updates after writes that a runner processes (the new value marked), and leaves
-cleanly on ``q`` and on Ctrl-C, restoring the terminal."""
+cleanly on ``q``, on Ctrl-C and on SIGTERM, restoring the terminal."""
 
 from __future__ import annotations
 
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -93,10 +94,14 @@ def test_watch_shows_panels_updates_and_leaves_on_q_and_ctrl_c(
     assert view.exitstatus == 0, view.before
     assert "watched 2 rule(s)" in view.before and "Traceback" not in view.before
 
-    again = _watch(name, rules_path, dynamodb_local.endpoint_url)
-    again.expect(cells("beta", "5"))
-    again.sendintr()  # Ctrl-C
-    again.expect(pexpect.EOF)
-    again.close()
-    assert again.exitstatus == 0, again.before
-    assert "watched 2 rule(s)" in again.before and "Traceback" not in again.before
+    for stop in ("Ctrl-C", "SIGTERM"):
+        again = _watch(name, rules_path, dynamodb_local.endpoint_url)
+        again.expect(cells("beta", "5"))
+        if stop == "Ctrl-C":
+            again.sendintr()
+        else:
+            again.kill(signal.SIGTERM)
+        again.expect(pexpect.EOF)
+        again.close()
+        assert again.exitstatus == 0, (stop, again.before)
+        assert "watched 2 rule(s)" in again.before and "Traceback" not in again.before

@@ -14,13 +14,15 @@ Each refresh reads, per rule (all of them, or those named):
 
 So a refresh costs a few requests per panel (counted in the footer), more only for a windowed
 rule without top lists or a rule with many keys listed. Values that changed since the last
-refresh are marked ``▲``/``▼``, new keys ``new``. ``q`` (on a terminal) or Ctrl-C leaves,
-restoring the terminal, with a one-line summary.
+refresh are marked ``▲``/``▼``, new keys ``new``. ``q`` (on a terminal), Ctrl-C or SIGTERM
+leaves, restoring the terminal, with a one-line summary.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sys
 import threading
 import time
@@ -236,7 +238,8 @@ def _keys(stop: threading.Event) -> Iterator[None]:
     def read() -> None:
         while not stop.is_set():
             ready, _, _ = select.select([fd], [], [], 0.1)
-            if ready and sys.stdin.read(1) in ("q", "Q"):
+            # os.read, not sys.stdin: a q typed with other keys must not wait in a buffer
+            if ready and os.read(fd, 1) in (b"q", b"Q"):
                 stop.set()
 
     reader = threading.Thread(target=read, daemon=True)
@@ -303,6 +306,11 @@ def watch_cmd(
     stop = threading.Event()
     refreshes = 0
     previous: Snapshot | None = None
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # leave as Ctrl-C does: the terminal restored, the summary
+
+    previous_handler = signal.signal(signal.SIGTERM, on_term)
     try:
         with _keys(stop), Live(console=console, auto_refresh=False, transient=False) as live:
             while not stop.is_set():
@@ -322,6 +330,8 @@ def watch_cmd(
                 stop.wait(interval)
     except KeyboardInterrupt:
         pass
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
     console.print(
         f"watched {len(chosen)} rule(s): {refreshes} refreshes, {store.requests} read requests",
         highlight=False,

@@ -8,7 +8,8 @@ Two paths, both exact:
    minute rule is one request), merged with the threshold algorithm
    (:mod:`aggregator.core.rolling_top`); when the lists leave a few keys' sums undecided (a key
    listed in some buckets and under a floor in others), one strongly consistent
-   ``BatchGetItem`` of those keys' aggregates in those buckets, then decide again. Cost: about
+   ``BatchGetItem`` of those keys' aggregates in those buckets (at most
+   :data:`MAX_READ_BACK`; more, and path 2 answers), then decide again. Cost: about
    ``buckets x partitions / 100`` requests and 0.5 RCU per started 4 KB of each list (a full
    list of 256 short keys is about 2.4 KB), plus 1 RCU per aggregate read back.
 2. **Every aggregate of the rule**, read and summed per key over the range's buckets (the
@@ -43,10 +44,13 @@ from aggregator.dynamodb.top_list_items import top_sort_key
 if TYPE_CHECKING:
     from aggregator.dynamodb.query.reader import StoreReader
 
-__all__ = ["MAX_ROLLING_BUCKETS", "rolling_top"]
+__all__ = ["MAX_READ_BACK", "MAX_ROLLING_BUCKETS", "rolling_top"]
 
 MAX_ROLLING_BUCKETS = 1_000
 """Most buckets one rolling top ranks over (a day of minutes is 1,440: rank hours instead)."""
+MAX_READ_BACK = 500
+"""Most (key, bucket) aggregates the lists' path reads back (5 ``BatchGetItem`` requests);
+past it, every aggregate of the rule is read instead."""
 
 
 def rolling_top(
@@ -140,6 +144,8 @@ def _from_lists(
             found[partition] = decode_top_list(item)[0]
     buckets = [[found[name] for name in bucket if name in found] for bucket in names]
     decision = decide(buckets, n, order=unescape_key_part)
+    if len(decision.fetch) > MAX_READ_BACK:
+        return None  # reading every aggregate is then about as cheap, and one read decides
     if decision.top is None and decision.fetch:
         wanted = sorted(decision.fetch)
         sort_keys = {(i, key): f"{stored}#{key}#{label}#{texts[i]}" for i, key in wanted}

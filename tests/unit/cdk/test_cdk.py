@@ -839,6 +839,7 @@ def test_the_dashboard_is_the_sam_templates(
 def test_without_the_backfill_there_is_none(synthesized: Synthesized) -> None:
     template = synthesized.template("sharded")
     assert not _of_type(template, "AWS::StepFunctions::StateMachine")
+    assert not _of_type(template, "AWS::CloudWatch::Dashboard")  # dashboard=False
     assert len(_of_type(template, "AWS::Lambda::Function")) == 1
     assert len(_of_type(template, "AWS::IAM::Role")) == 1
     assert not _of_type(template, "AWS::IAM::Policy")

@@ -81,3 +81,23 @@ def test_the_body_names_only_its_variables_and_metrics_that_are_published() -> N
             }
     rule_lines = [m for m in metrics if m[1] == "ModelledWCUByRule"]
     assert sorted(m[-1] for m in rule_lines) == sorted(r.name for r in rules)
+
+
+def test_each_rule_is_charged_its_own_writes_its_top_lists_included() -> None:
+    from aggregator.dynamodb.costs import WriteObservation
+    from aggregator.dynamodb.top_list_items import top_sort_key
+    from aggregator.runtime.telemetry import RuleWcu
+
+    def observed(sort_key: str, wcu: int, index_wcu: int = 0) -> WriteObservation:
+        return WriteObservation(0.0, "AGGREGATES", sort_key, wcu, 100, None, index_wcu)
+
+    seen: list[str] = []
+    by_rule = RuleWcu(lambda o: seen.append(o.sort_key))
+    by_rule(observed("board#ann", 1, 2))
+    by_rule(observed("board@2#bob", 1))  # a rebuilt generation counts for its rule
+    by_rule(observed(top_sort_key("board"), 3))  # its top list
+    by_rule(observed(top_sort_key("board#hour#2026-11-28T07:00:00Z"), 1))
+    by_rule(observed("other#x", 1))
+    assert by_rule.drain() == {"board": 8, "other": 1}
+    assert by_rule.drain() == {}
+    assert len(seen) == 5  # the observer it was chained to sees every write
