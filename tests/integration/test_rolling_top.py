@@ -84,6 +84,9 @@ def test_rolling_top_is_a_plain_sort_of_the_sums(ddb, streams, dynamodb_local, t
                 sums[item["player"]] += Decimal(item["points"])
         expected = sorted(((v, k) for k, v in sums.items() if v), key=lambda e: (-e[0], e[1]))
         assert [(a.value, a.key) for a in result.aggregates] == expected[:n], (last_hours, n)
+        # AggregateStore.top(..., last=) is the same answer
+        same = store.top("points", n, last=last_hours * HOUR, now=at_)
+        assert [(a.value, a.key) for a in same] == expected[:n]
         assert result.complete == (lo + HOUR + 5 * HOUR > at_)  # the oldest bucket still live
         paths[result.path] += 1
         print(  # pytest -s: what each answer cost, by path

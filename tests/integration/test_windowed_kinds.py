@@ -155,7 +155,7 @@ def test_kinds_per_hour_and_over_ranges_are_exact_under_backfill_moves_and_fault
     rng = random.Random(19)
     flights: dict[str, dict] = {}
     # writes before the stream, during the backfill, after it (make soak: twice as many)
-    n_before, n_during, n_after = (100, 150, 60) if SOAK else (50, 75, 30)
+    n_before, n_during, n_after = (100, 150, 60) if SOAK else (30, 45, 20)
     _write(ddb, name, list(_changes(rng, flights, "a", n_before)))  # before the stream
     prepare_table(ddb, name, rules, poll_seconds=0.1)  # DynamoDB Local: ACTIVE at once
     stream_arn = table_stream_arn(ddb, name)

@@ -68,6 +68,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from aggregator.core.exceptions import QueryError
 from aggregator.core.layout import TableLayout
 from aggregator.core.rules import RuleSet
 from aggregator.dynamodb.query.aggregates import get, list_aggregates
@@ -390,8 +391,17 @@ class AggregateStore:
         *,
         granularity: str | None = None,
         at: float | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        last: int | None = None,
+        now: float | None = None,
     ) -> builtins.list[Aggregate]:
         """The ``n`` largest aggregates of ``rule``, largest first (ties by key).
+
+        With a range (``last``, or ``start``/``end``; epoch seconds, with ``now`` as for
+        :meth:`window`), a windowed rule's keys are ranked by their sums over the range's
+        buckets of ``granularity``: :meth:`rolling_top`'s ``aggregates`` (use that method for
+        the path taken and its cost).
 
         Leaderboard rules read one page of the sparse ``leaderboard`` GSI in descending order
         (eventually consistent, as every GSI read): one ``Query`` of at most ``n + 2`` entries
@@ -428,8 +438,15 @@ class AggregateStore:
             items: rank them with a rule that reads the target attribute), a rule of a kind
             other than ``sum`` (its items hold no total to rank), ``n < 1``, a
             granularity the rule does not have (or none given for a rule with several),
-            ``granularity``/``at`` for a rule without a window, or a failed request.
+            ``granularity``/``at`` for a rule without a window, ``at`` with a range, or a
+            failed request; with a range, as :meth:`rolling_top`.
         """
+        if any(v is not None for v in (start, end, last, now)):
+            if at is not None:
+                raise QueryError("give at (one bucket) or a range (last, start/end), not both")
+            return self.rolling_top(
+                rule, n, granularity=granularity, start=start, end=end, last=last, now=now
+            ).aggregates
         return top(self.reader, rule, n, granularity=granularity, at=at)
 
     def top_bucket(
