@@ -123,6 +123,9 @@ def test_every_bucket_of_the_range_with_gaps_edges_fields_and_expiry(
         store.series("plays", "ann", granularity="day", last=HOUR, now=now)
     with pytest.raises(QueryError, match="more than a series reads"):
         store.series("plays", "ann", granularity="minute", last=30 * 24 * HOUR, now=now)
+    # without a granularity, the finest whose buckets fit: 30 days of hours, not of minutes
+    month = store.series("plays", "ann", last=30 * 24 * HOUR, now=now)
+    assert month.granularity == "hour" and len(month.buckets) == 30 * 24 + 1
 
     # the command: a table, a sparkline with the total, and --json with every bucket
     runner = CliRunner()

@@ -357,8 +357,8 @@ def query_top(
     """The N largest aggregates of RULE (leaderboard index when the rule has one); for a
     windowed rule, of one time bucket (--granularity, --at), or ranked by their sums over a
     range of buckets (--last 1h: the top of the last hour, of the --granularity buckets,
-    default the finest), merged from the buckets' top lists when they prove it exact, else from
-    every aggregate (the path and its cost are printed)."""
+    default the finest with at most 1,000 over the range), merged from the buckets' top lists
+    when they prove it exact, else from every aggregate (the path and its cost are printed)."""
     store = reading.store(rule)
     if any(v is not None for v in window_range.values()):
         if at is not None:

@@ -540,7 +540,9 @@ class AggregateStore:
 
         The range is given as for :meth:`window` (``start``/``end``, or ``last`` with an
         optional ``end``; epoch seconds) and widened out to the boundaries of ``granularity``
-        (a label the rule keeps; default its finest), whose buckets are summed. Buckets past
+        (a label the rule keeps; default the finest whose buckets over the range number at
+        most :data:`~aggregator.dynamodb.query.rolling.MAX_ROLLING_BUCKETS`), whose buckets
+        are summed. Buckets past
         the rule's retention at ``now`` are left out (``complete`` is then ``False``).
 
         With ``leaderboard_store: list``, the buckets' top lists answer, merged with a
@@ -571,7 +573,10 @@ class AggregateStore:
         now: float | None = None,
     ) -> SeriesResult:
         """One key of a windowed rule bucket by bucket: every bucket of ``granularity`` (a
-        label the rule keeps, ``"hour"``; default its finest) over a time range, written or not.
+        label the rule keeps, ``"hour"``; default the finest whose buckets over the range
+        number at most
+        :data:`~aggregator.dynamodb.query.timeseries.MAX_SERIES_BUCKETS`) over a time range,
+        written or not.
 
         The range is given as for :meth:`window` (``start``/``end``, or ``last`` with an
         optional ``end``; epoch seconds) and widened out to ``granularity``'s boundaries;

@@ -114,9 +114,10 @@ def bucket_range(
     what: str,
     why: str,
 ) -> BucketRange:
-    """The buckets of ``granularity`` (a label the rule keeps; default its finest) that the
-    range ``asked`` covers, for a read of ``rule`` named ``what`` that reads at most ``most``
-    of them (``why`` is what the error advises beyond that).
+    """The buckets of ``granularity`` (a label the rule keeps; default the finest whose buckets
+    over the range are at most ``most``, else the finest) that the range ``asked`` covers, for
+    a read of ``rule`` named ``what`` that reads at most ``most`` of them (``why`` is what the
+    error advises beyond that).
 
     Raises
     ------
@@ -127,6 +128,16 @@ def bucket_range(
     if window is None:
         raise QueryError(f"rule {rule!r} has no window; {what} needs time buckets")
     kept = {g.label: g for g in window.granularities}
+    if granularity is None:  # the finest whose buckets over the range are few enough
+        clock = asked.clock()
+        for size in sorted(window.granularities, key=lambda g: g.seconds):
+            try:
+                (lo, hi), _ = asked.covering(size, clock)
+            except QueryError:
+                continue  # e.g. --last 90m is no whole number of hours
+            if (hi - lo) // size.seconds <= most:
+                granularity = size.label
+                break
     label = window.finest.label if granularity is None else granularity
     if label not in kept:
         raise QueryError(f"rule {rule!r} keeps no {label!r} buckets; it keeps {', '.join(kept)}")
