@@ -257,7 +257,14 @@ def _keys(stop: threading.Event) -> Iterator[None]:
 @table_option
 @definitions_option
 @endpoint_option
-@click.option("-n", "n", default=10, show_default=True, type=click.IntRange(1, 100))
+@click.option(
+    "-n",
+    "n",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="Keys a panel shows",
+)
 @click.option(
     "--last",
     default="1h",
@@ -271,7 +278,13 @@ def _keys(stop: threading.Event) -> Iterator[None]:
     type=click.FloatRange(0.2, 3600),
     help="Seconds between refreshes",
 )
-@click.option("--digits", default=2, show_default=True, type=click.IntRange(0, 38))
+@click.option(
+    "--digits",
+    default=2,
+    show_default=True,
+    type=click.IntRange(0, 38),
+    help="Places after the point of numbers that are not whole, rounded half-even",
+)
 def watch_cmd(
     names: tuple[str, ...],
     table_name: str,
