@@ -262,15 +262,8 @@ class StreamProcessor:
             flush, if any, is checkpointed).
         """
         failed_from = self._merge_top_lists(batch, outcome)
-        if failed_from is None:
-            return
-        if self.flush == "window":
-            raise WriteError(
-                "top list merge failed; Lambda retries the invocation: "
-                + "; ".join(outcome.errors[-3:])
-            )
-        if outcome.retry_from is None or int(failed_from) < int(outcome.retry_from):
-            outcome.retry_from = failed_from
+        if failed_from is not None:
+            self._retry_from(outcome, failed_from, "top list merge failed", outcome.errors[-3:])
 
     def _threshold_events(self, batch: BatchDeltas, outcome: BatchOutcome) -> None:
         """Send the batch's threshold crossings to EventBridge, whatever became of this
@@ -300,13 +293,19 @@ class StreamProcessor:
         if result.failed_from is None:
             return
         outcome.errors.extend(result.errors)
+        self._retry_from(outcome, result.failed_from, "threshold events not sent", result.errors)
+
+    def _retry_from(
+        self, outcome: BatchOutcome, failed_from: str, what: str, errors: list[str]
+    ) -> None:
+        """Have Lambda deliver the batch again from ``failed_from`` (the earliest such record
+        wins), for work done after the batch's writes (a top list, a threshold event): in
+        window mode, fail the invocation instead (:class:`WriteError`), which delivers the
+        input state again."""
         if self.flush == "window":
-            raise WriteError(
-                "threshold events not sent; Lambda retries the invocation: "
-                + "; ".join(result.errors[-3:])
-            )
-        if outcome.retry_from is None or int(result.failed_from) < int(outcome.retry_from):
-            outcome.retry_from = result.failed_from
+            raise WriteError(f"{what}; Lambda retries the invocation: " + "; ".join(errors[-3:]))
+        if outcome.retry_from is None or int(failed_from) < int(outcome.retry_from):
+            outcome.retry_from = failed_from
 
     def _report_retry(self, outcome: BatchOutcome) -> None:
         """Ask Lambda to deliver again from ``outcome.retry_from`` (``batchItemFailures``), and

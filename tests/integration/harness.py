@@ -218,6 +218,28 @@ def utc_text(epoch_seconds: int) -> str:
     return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def article_table(ddb, name: str, *, stream: bool = True) -> str | None:
+    """The reference-count article's table, made with plain boto3: keys ``PK``/``SK``, no
+    index; with a ``NEW_AND_OLD_IMAGES`` stream (its ARN is returned), or without one, as an
+    application's table before the framework (``None``)."""
+    spec = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"} if stream else None
+    response = ddb.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+        **({"StreamSpecification": spec} if spec else {}),
+    )
+    arn = response["TableDescription"].get("LatestStreamArn")
+    return None if arn is None else str(arn)
+
+
 def without_genesis(ddb, table: str, layout=DEFAULT_LAYOUT) -> None:
     """Forget that ``create_table`` made ``table`` with its stream (the manifest's ``genesis``):
     the table then stands for one the framework did not create, whose items may predate its

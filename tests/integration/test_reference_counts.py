@@ -18,7 +18,7 @@ from aggregator.operations import reconcile as reconcile_module
 from aggregator.operations.reconcile import reconcile
 from tests.conftest import ROOT
 from tests.factories import ddb_json
-from tests.integration.harness import without_genesis
+from tests.integration.harness import article_table, without_genesis
 
 pytestmark = pytest.mark.integration
 
@@ -237,18 +237,7 @@ def test_a_reader_sees_an_incomplete_tally_while_pending_and_the_manifest_says_s
     shutil.copy(ROOT / "definitions" / "reference_counts.yaml", rules_dir)
     shutil.copy(ROOT / "definitions" / "layouts" / "PK_SK.yaml", rules_dir / "table.yaml")
     rules = load_rules(rules_dir)
-    ddb.create_table(  # the application's table, from before the framework: no stream yet
-        TableName="readers",
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    article_table(ddb, "readers", stream=False)  # the application's, from before the framework
     ddb.put_item(TableName="readers", Item=ddb_json({"PK": "POST#a91f", "SK": "META"}))
     for user in ("7c20", "11aa", "42bb"):
         like = {"PK": "POST#a91f", "SK": f"LIKE#USER#{user}", "likedAt": 1750636800}

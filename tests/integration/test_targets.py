@@ -28,7 +28,7 @@ from aggregator.dynamodb.targets import rule_token
 from aggregator.operations.reconcile import reconcile
 from aggregator.runtime.processor import create_processor
 from tests.conftest import ROOT
-from tests.integration.harness import SOAK, table_items
+from tests.integration.harness import SOAK, article_table, table_items
 
 pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
@@ -38,20 +38,9 @@ GHOST = "POST#ghost"  # liked, never created
 
 def make_table(ddb, name: str) -> str:
     """The article's table, made with plain boto3 (keys and a stream; no index)."""
-    response = ddb.create_table(
-        TableName=name,
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-    )
-    return str(response["TableDescription"]["LatestStreamArn"])
+    arn = article_table(ddb, name)
+    assert arn is not None
+    return arn
 
 
 def like(ddb, name: str, post: str, user: int) -> bool:

@@ -6,7 +6,7 @@ import functools
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -130,7 +130,7 @@ def _aggregate_json(a: Any) -> dict[str, Any]:
     if a.granularity is not None:
         out["granularity"], out["bucket"] = a.granularity, a.bucket
     if set(a.fields) - {"value"}:
-        out["fields"] = {k: None if v is None else str(v) for k, v in a.fields.items()}
+        out["fields"] = _numbers_json(a.fields)
     return out
 
 
@@ -511,9 +511,7 @@ def query_percentile(
                 "key": result.key,
                 "count": str(result.count),
                 "relative_accuracy": str(result.relative_accuracy),
-                "percentiles": {
-                    str(p): None if v is None else str(v) for p, v in result.values.items()
-                },
+                "percentiles": _numbers_json(result.values),
                 "requests": result.requests,
                 "read_units": str(result.read_units),
                 **(
@@ -658,7 +656,7 @@ def query_window(
                 "read_units": str(result.read_units),
                 "complete": result.complete,
                 **(
-                    {"fields": {k: None if v is None else str(v) for k, v in result.fields.items()}}
+                    {"fields": _numbers_json(result.fields)}
                     if set(result.fields) - {"value"}
                     else {}
                 ),
@@ -720,15 +718,7 @@ def _print_series(
                     {
                         "start": b.start_text,
                         "value": str(b.value),
-                        **(
-                            {
-                                "fields": {
-                                    k: None if v is None else str(v) for k, v in b.fields.items()
-                                }
-                            }
-                            if several and b.written
-                            else {}
-                        ),
+                        **({"fields": _numbers_json(b.fields)} if several and b.written else {}),
                     }
                     for b in result.buckets
                 ],
@@ -842,3 +832,8 @@ def _note_no_buckets(
         err_console.print(
             f"note: {rule} {key} has no bucket in this range{hint}", markup=False, highlight=False
         )
+
+
+def _numbers_json(numbers: Mapping[Any, Decimal | None]) -> dict[str, str | None]:
+    """Named numbers as JSON: the exact decimal as text (``None`` stays ``null``)."""
+    return {str(k): None if v is None else str(v) for k, v in numbers.items()}

@@ -31,15 +31,17 @@ from aggregator.core.exceptions import QueryError
 from aggregator.core.numbers import add
 from aggregator.core.rolling_top import decide
 from aggregator.core.rules import unescape_key_part
-from aggregator.core.top_list_merge import TopList
 from aggregator.core.windows import bucket_text
 from aggregator.dynamodb.batch import WhenUnprocessed, batch_get
 from aggregator.dynamodb.query.aggregates import list_aggregates
 from aggregator.dynamodb.query.ranges import AskedRange, bucket_range
 from aggregator.dynamodb.query.results import Aggregate, RollingTop
-from aggregator.dynamodb.query.top import definition_changed, index_complete
-from aggregator.dynamodb.top_list_items import decode as decode_top_list
-from aggregator.dynamodb.top_list_items import top_sort_key
+from aggregator.dynamodb.query.top import (
+    definition_changed,
+    index_complete,
+    index_partitions,
+    read_top_lists,
+)
 
 if TYPE_CHECKING:
     from aggregator.dynamodb.query.reader import StoreReader
@@ -90,20 +92,19 @@ def rolling_top(
     )
     requests, units = reader.counts.requests, reader.counts.read_units
     texts = [bucket_text(t) for t in live]
+    top = None
     if (
         definition.top_listed
         and index_complete(reader, rule)
         and not definition_changed(reader, rule)
     ):
         top = _from_lists(reader, rule, label, texts, n, result)
-        if top is not None:
-            result.aggregates = top
-            result.requests = reader.counts.requests - requests
-            result.read_units = reader.counts.read_units - units
-            return result
-        reader.top_fallbacks += 1
-    result.path = "aggregates"
-    result.aggregates = _from_aggregates(reader, rule, label, set(texts), n, result)
+        if top is None:
+            reader.top_fallbacks += 1
+    if top is None:
+        result.path = "aggregates"
+        top = _from_aggregates(reader, rule, label, set(texts), n, result)
+    result.aggregates = top
     result.requests = reader.counts.requests - requests
     result.read_units = reader.counts.read_units - units
     return result
@@ -121,28 +122,14 @@ def _from_lists(
     lay = reader.layout
     stored = reader.storage_name(rule)
     partitions = reader.rule(rule).leaderboard_partitions
-    names: list[list[str]] = []
-    for text in texts:
-        base = f"{stored}#{label}#{text}"  # the bucket's index partition (leaderboard_partition)
-        names.append([base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)])
-    keys = [lay.control_key(top_sort_key(name)) for bucket in names for name in bucket]
-    read = batch_get(
-        reader.send,
-        reader.table_name,
-        keys,
-        consistent=False,
-        when_unprocessed=WhenUnprocessed.RETURN,
-        return_consumed_capacity=True,
-    )
-    if read.unprocessed:
+    # each bucket's index partitions (leaderboard_partition), its lists read with the others
+    names = [index_partitions(f"{stored}#{label}#{text}", partitions) for text in texts]
+    read = read_top_lists(reader, [name for bucket in names for name in bucket])
+    if read is None:
         return None
-    result.items_read += len(read.items)
-    found: dict[str, TopList] = {}
-    for item in read.items:
-        partition = item.get("partition", {}).get("S")
-        if partition is not None:
-            found[partition] = decode_top_list(item)[0]
-    buckets = [[found[name] for name in bucket if name in found] for bucket in names]
+    found, items = read
+    result.items_read += items
+    buckets = [[found[name] for name in bucket] for bucket in names]
     decision = decide(buckets, n, order=unescape_key_part)
     if len(decision.fetch) > MAX_READ_BACK:
         return None  # reading every aggregate is then about as cheap, and one read decides

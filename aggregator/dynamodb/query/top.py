@@ -26,7 +26,16 @@ from aggregator.dynamodb.top_list_items import top_sort_key
 if TYPE_CHECKING:
     from aggregator.dynamodb.query.reader import StoreReader
 
-__all__ = ["definition_changed", "index_complete", "ranked", "top", "top_bucket", "top_from_lists"]
+__all__ = [
+    "definition_changed",
+    "index_complete",
+    "index_partitions",
+    "ranked",
+    "read_top_lists",
+    "top",
+    "top_bucket",
+    "top_from_lists",
+]
 
 
 def definition_changed(reader: StoreReader, rule: str) -> bool:
@@ -78,7 +87,7 @@ def top(
     suffix = "" if bucket is None else f"#{bucket[0]}#{bucket[1]}"
     base = f"{stored}{suffix}"  # the index partition key value (leaderboard_partition)
     partitions = definition.leaderboard_partitions
-    names = [base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)]
+    names = index_partitions(base, partitions)
     if definition_changed(reader, rule):
         # the serving generation was built from another definition (a rebuild is under
         # way), which may keep its ranking in the other store (leaderboard_store is part of
@@ -148,6 +157,38 @@ def top(
     return [payload for _, _, payload in top]
 
 
+def index_partitions(base: str, partitions: int) -> list[str]:
+    """The index partition key values of a ranking whose base value is ``base`` (a rule's
+    storage name, with a time bucket's suffix), spread over ``partitions``
+    (:func:`~aggregator.core.layout.leaderboard_partition`)."""
+    return [base] if partitions == 1 else [f"{base}#{i}" for i in range(partitions)]
+
+
+def read_top_lists(reader: StoreReader, names: list[str]) -> tuple[dict[str, TopList], int] | None:
+    """The top lists of the index partitions ``names`` (an empty list for one never written)
+    and how many items the read returned: one eventually consistent ``BatchGetItem`` per 100
+    lists (:mod:`aggregator.dynamodb.top_list_items`); ``None`` when some stay unprocessed
+    (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RETURN`: the caller reads every
+    aggregate instead)."""
+    keys = [reader.layout.control_key(top_sort_key(name)) for name in names]
+    lists = {name: TopList() for name in names}
+    read = batch_get(
+        reader.send,
+        reader.table_name,
+        keys,
+        consistent=False,
+        when_unprocessed=WhenUnprocessed.RETURN,
+        return_consumed_capacity=True,
+    )
+    if read.unprocessed:
+        return None
+    for item in read.items:
+        partition = item.get("partition", {}).get("S")
+        if partition in lists:
+            lists[partition] = decode_top_list(item)[0]
+    return lists, len(read.items)
+
+
 def top_from_lists(
     reader: StoreReader,
     rule: str,
@@ -161,23 +202,10 @@ def top_from_lists(
     consistent ``BatchGetItem``; :mod:`aggregator.dynamodb.top_list_items`), or ``None`` when
     they do not prove it (:func:`aggregator.core.top_list_merge.exact_top`) or stay unprocessed
     (:attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RETURN`)."""
-    lay = reader.layout
-    keys = [lay.control_key(top_sort_key(name)) for name in names]
-    lists = {name: TopList() for name in names}
-    read = batch_get(
-        reader.send,
-        reader.table_name,
-        keys,
-        consistent=False,
-        when_unprocessed=WhenUnprocessed.RETURN,  # lists left unread: read every aggregate
-        return_consumed_capacity=True,
-    )
-    if read.unprocessed:
+    read = read_top_lists(reader, names)
+    if read is None:
         return None
-    for item in read.items:
-        partition = item.get("partition", {}).get("S")
-        if partition in lists:
-            lists[partition] = decode_top_list(item)[0]
+    lists, _ = read
     top = exact_top_listed(lists.values(), n, order=unescape_key_part)
     if top is None:
         return None
