@@ -124,21 +124,26 @@ SPARK_BARS = "▁▂▃▄▅▆▇█"
 """The eight bars of a sparkline, lowest first."""
 
 
-def sparkline(values: Sequence[Decimal]) -> str:
+def sparkline(values: Sequence[Decimal | None]) -> str:
     """One bar per value, scaled from the smallest (``▁``) to the largest (``█``); all equal
-    (or one value) draw the middle bar ``▄``; an empty sequence, an empty string.
+    (or one value) draw the middle bar ``▄``; ``None`` (no value: a mean's empty bucket) a
+    space; an empty sequence, an empty string.
 
     Examples
     --------
-    >>> sparkline([Decimal(0), Decimal(4), Decimal(8)])
-    '▁▅█'
+    >>> sparkline([Decimal(0), Decimal(4), None, Decimal(8)])
+    '▁▅ █'
     """
-    if not values:
-        return ""
-    low, high = min(values), max(values)
-    if low == high:
-        return SPARK_BARS[3] * len(values)
+    numbers = [v for v in values if v is not None]
+    if not numbers:
+        return " " * len(values)
+    low, high = min(numbers), max(numbers)
     top = len(SPARK_BARS) - 1
     return "".join(
-        SPARK_BARS[min(top, int((v - low) * len(SPARK_BARS) / (high - low)))] for v in values
+        " "
+        if v is None
+        else SPARK_BARS[3]
+        if low == high
+        else SPARK_BARS[min(top, int((v - low) * len(SPARK_BARS) / (high - low)))]
+        for v in values
     )

@@ -16,9 +16,12 @@ The promise, per threshold and aggregate (one key; with a window, one time bucke
 * a record delivered again (a retried batch, a duplicate delivery) gives the same crossing with
   the same :func:`event_id`, so the events are *at least once per crossing*, and consumers drop
   duplicates by that id;
-* an ``INSERT`` counts its old value as 0 (the item did not exist); a ``REMOVE`` (a time bucket's
-  TTL, ``drop-rule``) is not a change of the value and gives nothing; a time bucket past its
-  retention when the record is read gives nothing either (its item may already be deleted);
+* an ``INSERT`` has no old value: it enters each condition its new value meets and leaves none
+  (a ``below: 5`` whose bucket's first write is 7 gives nothing, one whose first write is 2
+  enters), so an aggregate item's crossings of one threshold alternate, entered first; a
+  ``REMOVE`` (a time bucket's TTL, ``drop-rule``) is not a change of the value and gives
+  nothing; a time bucket past its retention when the record is read gives nothing either (its
+  item may already be deleted);
 * values that never reach the table (an aggregate that no record ever writes, such as an hour
   with no event at all) give nothing: crossings are changes of stored aggregates, not a clock.
 
@@ -67,7 +70,7 @@ class Crossing:
     entered
         ``True`` when the condition started to hold, ``False`` when it stopped.
     old_value, new_value
-        The aggregate's value before and after the write (0 for a missing item).
+        The aggregate's value before and after the write (0 before an ``INSERT``).
     partition, sort_key
         The aggregate item's key values (text).
     sequence_number
@@ -164,7 +167,9 @@ def record_crossings(
     for threshold in rule.thresholds:
         if not threshold.applies_to(key):
             continue
-        was, now_holds = threshold.holds(before), threshold.holds(after)
+        # an INSERT: nothing held before the item existed (module docstring)
+        was = old is not None and threshold.holds(before)
+        now_holds = threshold.holds(after)
         if was == now_holds:
             continue
         out.append(

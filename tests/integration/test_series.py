@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections import defaultdict
 from decimal import Context, Decimal
@@ -144,6 +145,53 @@ def test_every_bucket_of_the_range_with_gaps_edges_fields_and_expiry(
     bad = runner.invoke(main, [*args[:5], "fortnight", *args[6:]])
     assert bad.exit_code != 0 and "keeps no 'fortnight' buckets" in bad.output
     assert "Traceback" not in bad.output
+    # a --last that is no whole number of buckets widens like any edge: 30 minutes at half
+    # past ends in the running hour and starts in it too, so one hour; 90 minutes, two
+    for last, hours_shown in (("30m", 1), ("90m", 2)):
+        widened = runner.invoke(main, [*args[:7], last, *args[8:], "--json"])
+        assert widened.exit_code == 0, widened.output
+        assert len(json.loads(widened.output)["buckets"]) == hours_shown
+
+    # a mean: its fields per bucket, a sparkline of the means (a gap where an hour has none)
+    # and the range's mean from its sum and count
+    mean_args = ["query", "window", "mean_score", "ann", "--series", "hour", *args[6:]]
+    shown = runner.invoke(main, mean_args)
+    assert shown.exit_code == 0, shown.output
+    header = next(line for line in shown.output.splitlines() if "mean" in line and "sum" in line)
+    assert [w for w in re.split(r"[\s┃│]+", header) if w] == ["hour", "mean", "sum", "count"]
+    means_of = [
+        None if not scores[h] else Context(prec=38).divide(Decimal(sum(scores[h])), len(scores[h]))
+        for h in hours
+    ]
+    spark = next(line for line in shown.output.splitlines() if "hour buckets," in line)
+    assert spark[: len(hours)] == _spark_gaps(means_of)
+    every_mean = Context(prec=38).divide(Decimal(sum(every)), len(every))
+    assert spark.endswith(
+        f"9 hour buckets, mean {every_mean:.2f}, sum {sum(every):,}, count {len(every)}"
+    )
+    data = json.loads(runner.invoke(main, [*mean_args, "--json"]).output)
+    assert data["fields"] == {
+        "mean": str(every_mean),
+        "sum": str(sum(every)),
+        "count": str(len(every)),
+    }
+    assert [b.get("fields", {}).get("count") for b in data["buckets"]] == [
+        str(len(scores[h])) if scores[h] else None for h in hours
+    ]
+
+
+def _spark_gaps(values: list[Decimal | None]) -> str:
+    """As :func:`_spark` over the values there are, a space for each ``None``."""
+    there = [v for v in values if v is not None]
+    low, high = min(there), max(there)
+    return "".join(
+        " "
+        if v is None
+        else "▄"
+        if low == high
+        else "▁▂▃▄▅▆▇█"[min(7, int((v - low) * 8 / (high - low)))]
+        for v in values
+    )
 
 
 def _spark(values: list[int]) -> str:

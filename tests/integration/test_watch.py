@@ -9,6 +9,7 @@ import random
 import signal
 import sys
 import time
+from decimal import Context, Decimal
 from pathlib import Path
 
 import pexpect
@@ -105,3 +106,58 @@ def test_watch_shows_panels_updates_and_leaves_on_q_and_ctrl_c(
         again.close()
         assert again.exitstatus == 0, (stop, again.before)
         assert "watched 2 rule(s)" in again.before and "Traceback" not in again.before
+
+
+PANEL_RULES = """version: 1
+rules:
+  - name: dwell
+    match: {type: view}
+    key: "{page}"
+    delta: {attribute: seconds}
+    kind: mean
+    window: {time: ts, unit: epoch_seconds, granularities: [minute], retention: 2d}
+  - name: views
+    match: {type: view}
+    key: "{page}"
+    leaderboard: true
+    leaderboard_store: list
+    window: {time: ts, unit: epoch_seconds, granularities: [minute], retention: 2d}
+"""
+
+
+def test_panels_of_a_windowed_mean_and_a_long_sparkline(ddb, streams, dynamodb_local, tmp_path):
+    """Each key of a windowed mean, even past the first key's many buckets, with its mean as the
+    value; a sparkline of a range longer than the panel draws is its last buckets, said so."""
+    from aggregator.cli.commands.watch import SPARK_BUCKETS, collect
+    from aggregator.dynamodb.query import AggregateStore
+
+    path = tmp_path / "rules.yaml"
+    path.write_text(PANEL_RULES, encoding="utf-8")
+    rules = load_rules(path)
+    name = f"watch-panels-{random.randrange(10**9)}"
+    arn = create_table(ddb, name)
+    now = int(time.time()) // 60 * 60
+    seconds: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+    rng = random.Random(35)
+    i = 0
+    for page, minutes in (("a", 80), ("b", 3), ("c", 2)):  # "a" alone has 80 bucket items
+        for m in range(minutes):
+            value = rng.randrange(1, 100)
+            seconds[page].append(value)
+            item = {"pk": f"VIEW#{i}", "sk": "VIEW", "type": "view", "page": page,
+                    "seconds": value, "ts": now - 60 * m - 30}  # fmt: skip
+            put(ddb, name, item)
+            i += 1
+    pipeline(ddb, streams, name, arn, rules=rules, batch_size=100).runner.run()
+    store = AggregateStore(ddb, name, rules)
+    snapshot = collect(store, list(rules.rules), 5, 2 * 3600)
+    dwell, views = snapshot.panels
+    assert [r.key for r in dwell.rows] == ["a", "b", "c"]
+    for row in dwell.rows:
+        got = seconds[row.key]
+        assert dict(row.fields) == {"sum": sum(got), "count": len(got)}
+        assert row.value == Context(prec=38).divide(Decimal(sum(got)), len(got))  # 38 digits
+    assert [(r.key, r.value) for r in views.rows] == [("a", 80), ("b", 3), ("c", 2)]
+    # 121 minute buckets over the last two hours: the sparkline draws the last 24
+    assert len(views.rows[0].spark) == SPARK_BUCKETS
+    assert views.note == f"sparklines: the last {SPARK_BUCKETS} of 121 buckets"

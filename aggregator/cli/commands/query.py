@@ -700,7 +700,8 @@ def _print_series(
     window_range: dict[str, int | None],
     reading: _Reading,
 ) -> None:
-    """``query window --series``: each bucket's value, a sparkline and the total."""
+    """``query window --series``: each bucket's value (a kind's fields, for one with several: a
+    mean's mean, sum and count), a sparkline of its main one and the range's total (fields)."""
     from aggregator.cli.output import sparkline
 
     result = store.series(rule, _key(values), granularity=granularity, **window_range)
@@ -723,6 +724,7 @@ def _print_series(
                     for b in result.buckets
                 ],
                 "total": str(result.total),
+                **({"fields": _numbers_json(result.fields)} if several else {}),
                 "requests": result.requests,
                 "items_read": result.items_read,
                 "read_units": str(result.read_units),
@@ -736,18 +738,30 @@ def _print_series(
         title_justify="left",
     )
     table.add_column(result.granularity)
-    table.add_column("value", justify="right")
-    for bucket, text in zip(
-        result.buckets,
-        column_texts([b.value for b in result.buckets], reading.digits),
-        strict=True,
-    ):
-        table.add_row(bucket.start_text, text)
+    names = list(result.fields) if several else ["value"]
+    columns = []
+    for name in names:
+        table.add_column(name, justify="right")
+        numbers = (
+            [b.value for b in result.buckets]
+            if name == "value"
+            else [b.fields.get(name) for b in result.buckets]
+        )
+        columns.append(column_texts(numbers, reading.digits))
+    for i, bucket in enumerate(result.buckets):
+        table.add_row(bucket.start_text, *(column[i] for column in columns))
     console.print(table)
+    if several:  # the range's fields, from its sums, counts and value items
+        summary = ", ".join(
+            f"{name} {'-' if v is None else number_text(v, reading.digits)}"
+            for name, v in result.fields.items()
+        )
+    else:
+        summary = f"total {number_text(result.total, reading.digits)}"
     console.print(
-        f"{sparkline([b.value for b in result.buckets])}  "
+        f"{sparkline(result.headlines())}  "
         f"[{result.start_text}, {result.end_text}): {len(result.buckets)} {result.granularity} "
-        f"buckets, total {number_text(result.total, reading.digits)}",
+        f"buckets, {summary}",
         markup=False,
         highlight=False,
     )

@@ -7,9 +7,11 @@ Each refresh reads, per rule (all of them, or those named):
 - a windowed ``sum`` rule: its top ``-n`` by their sums over ``--last`` (``query top --last``:
   the buckets' top lists, or every aggregate of a rule without them), and a sparkline of each of
   its first three keys' buckets over the same range (``query window --series``: one ``Query``
-  each);
-- a rule of another kind (mean, min, max, percentiles): its first ``-n`` keys and their fields
-  (``query list``), windowed ones over ``--last``;
+  each; the last 24 buckets when the range has more, said under the panel);
+- a rule of another kind (mean, min, max, percentiles): its first ``-n`` keys with the kind's
+  main field as the value (a mean's mean) and its other fields (``query list``), windowed ones
+  over ``--last`` (``query window`` per key; their keys are looked for in the rule's first 2,000
+  items, which hold a key's every bucket and value);
 - any other ``sum`` rule: its first ``-n`` keys (``query list``, one page).
 
 So a refresh costs a few requests per panel (counted in the footer), more only for a windowed
@@ -41,11 +43,20 @@ if TYPE_CHECKING:
 
     from aggregator.core.rules import Rule
     from aggregator.dynamodb.query import AggregateStore
+    from aggregator.dynamodb.query.results import Aggregate
 
 __all__ = ["Panel", "Row", "render", "watch_cmd"]
 
 SERIES_KEYS = 3
 """Keys of a windowed rule drawn as a sparkline, each one ``Query``."""
+
+SPARK_BUCKETS = 24
+"""Buckets a panel's sparkline draws: the last ones of the range (the column stays narrow
+enough for 80 columns)."""
+
+MOST_ITEMS_FOR_KEYS = 2_000
+"""Items a windowed panel of another kind than ``sum`` reads at most to find its keys (each
+key has an item per bucket, and per value for min, max and percentiles)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,8 @@ def render(
             table.add_row(*cells)
         if not panel.rows:
             table.add_row(Text(panel.note or "no aggregates yet", style="dim"), "")
+        elif panel.note:
+            table.caption, table.caption_justify, table.caption_style = panel.note, "left", "dim"
         tables.append(table)
     footer = Text(
         f"{time.strftime('%H:%M:%S', time.gmtime(snapshot.at))}Z  refresh {refreshes}: "
@@ -153,42 +166,53 @@ def _panel(store: AggregateStore, rule: Rule, n: int, last: int, now: float) -> 
     if window is not None and rule.kind.ranks:
         top = store.rolling_top(name, n, last=last, now=now)
         rows = []
+        note = ""
         for i, a in enumerate(top.aggregates):
             spark = ""
             if i < SERIES_KEYS:
                 series = store.series(name, a.key, granularity=top.granularity, last=last, now=now)
-                spark = sparkline([b.value for b in series.buckets])
+                spark = sparkline(series.headlines()[-SPARK_BUCKETS:])
+                if len(series.buckets) > SPARK_BUCKETS:
+                    note = f"sparklines: the last {SPARK_BUCKETS} of {len(series.buckets)} buckets"
             rows.append(Row(a.key, a.value, spark=spark))
         title = f"{name}: top {n} over the last {_duration(last)} ({top.granularity} buckets)"
-        return Panel(name, title, tuple(rows))
+        return Panel(name, title, tuple(rows), note)
     if rule.leaderboard:
         top_now = store.top(name, n)
         return Panel(name, f"{name}: top {n}", tuple(Row(a.key, a.value) for a in top_now))
+    headline = rule.kind.headline
     if window is not None:
-        keys = list(dict.fromkeys(a.key for a in _first(store.list(name), 50)))[:n]
+        # the rule's items are buckets (and a kind's value items) of each key in turn
+        keys, note = _first_keys(store.list(name), n)
         rows = []
         for key in keys:
             w = store.window(name, key, last=last, now=now)
-            fields = tuple((k, v) for k, v in w.fields.items() if k != "value")
-            rows.append(Row(key, w.value, fields))
-        return Panel(name, f"{name}: the last {_duration(last)}, first {n} keys", tuple(rows))
-    headline = rule.kind.headline
-    rows = [
-        Row(
-            a.key,
-            _headline(a.fields, headline, a.value),
-            tuple((k, v) for k, v in a.fields.items() if k not in ("value", headline)),
-        )
-        for a in _first(store.list(name), n)
-    ]
+            rows.append(_row(key, w.fields, headline, w.value))
+        title = f"{name}: the last {_duration(last)}, first {n} keys ({headline})"
+        return Panel(name, title, tuple(rows), note)
+    rows = [_row(a.key, a.fields, headline, a.value) for a in _first(store.list(name), n)]
     title = f"{name}: first {n} keys" + ("" if rule.kind.ranks else f" ({headline})")
     return Panel(name, title, tuple(rows))
 
 
-def _headline(fields: Mapping[str, Decimal | None], name: str, value: Decimal) -> Decimal:
-    """The kind's main field (a mean's mean), else the item's value."""
-    main = fields.get(name)
-    return value if main is None else main
+def _row(key: str, fields: Mapping[str, Decimal | None], headline: str, value: Decimal) -> Row:
+    """A key's row: the kind's main field (a mean's mean) as its value, then its other fields."""
+    main = fields.get(headline)
+    others = tuple((k, v) for k, v in fields.items() if k not in ("value", headline))
+    return Row(key, value if main is None else main, others)
+
+
+def _first_keys(aggregates: Iterator[Aggregate], n: int) -> tuple[list[str], str]:
+    """The first ``n`` distinct keys of a windowed rule's items, read at most
+    :data:`MOST_ITEMS_FOR_KEYS` items far (a note says so when that stopped the search)."""
+    keys: dict[str, None] = {}
+    for read, a in enumerate(aggregates, start=1):
+        keys.setdefault(a.key)
+        if len(keys) >= n:
+            break
+        if read >= MOST_ITEMS_FOR_KEYS:
+            return list(keys), f"keys found in the first {read:,} items"
+    return list(keys), ""
 
 
 T = TypeVar("T")

@@ -494,7 +494,7 @@ class AggregateStore:
         """The sum of a windowed rule's buckets for one key over a time range.
 
         Give either ``start`` and ``end`` (epoch seconds, ``[start, end)``) or ``last`` (a
-        duration in seconds, a multiple of the finest granularity) with an optional ``end``
+        duration in seconds) with an optional ``end``
         (default ``now`` rounded up to the second). The range answered covers the range asked:
         a start that is not on a boundary of the rule's finest granularity moves down to the
         boundary before it and an end up to the one after it, so the finest buckets holding
@@ -518,7 +518,7 @@ class AggregateStore:
         ------
         QueryError
             For an unknown or unwindowed rule, a key that does not fit, a bad range (``last``
-            not a whole number of finest buckets, ``end`` before ``start``, both or neither of
+            not a positive number of seconds, ``end`` before ``start``, both or neither of
             ``start``/``last``), or a failed request.
         """
         return window(self.reader, rule, key, AskedRange(start, end, last, now))
@@ -579,8 +579,9 @@ class AggregateStore:
         written or not.
 
         The range is given as for :meth:`window` (``start``/``end``, or ``last`` with an
-        optional ``end``; epoch seconds) and widened out to ``granularity``'s boundaries;
-        ``last`` must be a multiple of it. ``now`` decides which buckets have expired, as there.
+        optional ``end``; epoch seconds) and widened out to ``granularity``'s boundaries (a
+        ``last`` of 30 minutes over hour buckets covers one or two hours). ``now`` decides
+        which buckets have expired, as there.
         One ``Query`` reads the range (:mod:`aggregator.dynamodb.query.timeseries`).
 
         Returns

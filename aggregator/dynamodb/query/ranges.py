@@ -52,14 +52,16 @@ class AskedRange:
     ) -> tuple[tuple[int, int], tuple[int, int]]:
         """``([lo, hi), [asked start, asked end))``: the range asked (``[start, end)``, or
         ``[end - last, end)`` with ``end`` the ``clock`` rounded up to the second by default),
-        and the range answered, the asked one widened out to the finest granularity's
-        boundaries (its start down, its end up) so that it covers every second asked.
+        and the range answered, the asked one widened out to ``finest``'s boundaries (its start
+        down, its end up) so that it covers every second asked. A ``last`` that is no whole
+        number of buckets widens like any other edge (``last=90`` with minute buckets covers
+        two or three minutes).
 
         Raises
         ------
         QueryError
-            For both or neither of ``start`` and ``last``, ``last`` not a positive multiple of
-            the finest granularity, ``start`` without ``end``, or ``end`` before ``start``.
+            For both or neither of ``start`` and ``last``, ``last`` not a positive whole number
+            of seconds, ``start`` without ``end``, or ``end`` before ``start``.
         """
         start, end, last = self.start, self.end, self.last
         if (start is None) == (last is None):
@@ -70,11 +72,8 @@ class AskedRange:
                     f"last is a duration in whole seconds (an int, e.g. 86400 for a day), "
                     f"got {last!r}"
                 )
-            if last <= 0 or last % finest.seconds:
-                raise QueryError(
-                    f"last must be a positive multiple of the finest granularity "
-                    f"({finest.label}, {finest.seconds} s), got {last} s"
-                )
+            if last <= 0:
+                raise QueryError(f"last must be a positive duration, got {last} s")
             asked_end = math.ceil(clock) if end is None else end
             asked = (asked_end - last, asked_end)
         else:
@@ -131,10 +130,7 @@ def bucket_range(
     if granularity is None:  # the finest whose buckets over the range are few enough
         clock = asked.clock()
         for size in sorted(window.granularities, key=lambda g: g.seconds):
-            try:
-                (lo, hi), _ = asked.covering(size, clock)
-            except QueryError:
-                continue  # e.g. --last 90m is no whole number of hours
+            (lo, hi), _ = asked.covering(size, clock)
             if (hi - lo) // size.seconds <= most:
                 granularity = size.label
                 break

@@ -222,8 +222,9 @@ class WindowResult(_RangeTexts):
 @dataclass
 class SeriesBucket:
     """One bucket of a :class:`SeriesResult`: its start (epoch seconds, and as text), its value
-    (the kind's main field; 0 for a bucket never written) and, for kinds with several, its
-    fields (empty for a bucket never written)."""
+    (as :attr:`WindowResult.value`: a sum, a mean's sum, a min's min; 0 for a bucket never
+    written) and, for kinds with several, its fields (a mean's ``mean``, ``sum`` and ``count``;
+    empty for a bucket never written)."""
 
     start: int
     value: Decimal = Decimal(0)
@@ -251,12 +252,16 @@ class SeriesResult(_RangeTexts):
         Every bucket of the range in time order, written or not (a bucket never written has
         value 0 and ``written`` false).
     total
-        The kind's main field over the whole range, as
+        The value over the whole range, as
         :meth:`~aggregator.dynamodb.query.AggregateStore.window` computes it from the same
-        buckets (a sum's sum; a mean's, min's, max's or distribution's from the buckets' sums,
-        counts and value items merged).
+        buckets (a sum's sum, a mean's sum; a min's, max's or distribution's main field from
+        the buckets' value items merged).
     fields
-        The kind's fields over the whole range (as :attr:`WindowResult.fields`).
+        The kind's fields over the whole range (as :attr:`WindowResult.fields`: a mean's
+        ``mean`` from the range's sum and count).
+    headline
+        The field to chart bucket by bucket: the kind's main one (``mean``, ``min``, ``count``
+        of a distribution), or ``value`` for a kind without fields (a sum).
     requests, items_read, read_units, complete
         As :class:`WindowResult`: one ``Query`` for the range (more pages when it passes 1 MB).
     asked_start, asked_end
@@ -271,12 +276,20 @@ class SeriesResult(_RangeTexts):
     buckets: list[SeriesBucket] = field(default_factory=list)
     total: Decimal = Decimal(0)
     fields: dict[str, Decimal | None] = field(default_factory=dict)
+    headline: str = "value"
     requests: int = 0
     items_read: int = 0
     read_units: int = 0
     complete: bool = True
     asked_start: int | None = None
     asked_end: int | None = None
+
+    def headlines(self) -> list[Decimal | None]:
+        """Each bucket's :attr:`headline` field in time order (``None`` for a bucket without
+        it: a mean's bucket never written)."""
+        if self.headline == "value":
+            return [b.value for b in self.buckets]
+        return [b.fields.get(self.headline) for b in self.buckets]
 
 
 @dataclass

@@ -110,6 +110,8 @@ def series(
                 all_values[number] = add(all_values.get(number, Decimal(0)), c)
         result.buckets.append(bucket)
     result.fields, result.total = _fields(kind, all_total, all_count, all_values)
+    if set(result.fields) - {"value"}:
+        result.headline = kind.headline
     return result
 
 

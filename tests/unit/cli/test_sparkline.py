@@ -17,6 +17,10 @@ def test_bars_scale_from_the_smallest_to_the_largest() -> None:
     assert sparkline([Decimal("2.5")] * 3) == "▄▄▄"
     assert sparkline([Decimal(7)]) == "▄"
     assert sparkline([]) == ""
+    # no value (a mean's empty bucket): a gap, the others scaled without it
+    assert sparkline([None, Decimal(2), None, Decimal(4)]) == " ▁ █"
+    assert sparkline([None, Decimal(1), None]) == " ▄ "
+    assert sparkline([None, None]) == "  "
 
 
 @given(st.lists(st.integers(-(10**6), 10**6), min_size=2, max_size=40))

@@ -127,14 +127,18 @@ def test_a_write_across_the_line_crosses_once_per_threshold(tmp_path: Path) -> N
         _aggregate("MODIFY", "plain#p1", 0, 100),
     ):
         assert record_crossings(thresholded, DEFAULT_LAYOUT, record, now=0) == ([], False)
-    # an INSERT counts its old value as 0: under 2.5 before, so only "popular" is entered
+    # an INSERT has no old value: it enters what its new value meets and leaves nothing (a 0
+    # before it would have "left below-2.5", a condition never entered)
     crossings, _ = record_crossings(
         thresholded, DEFAULT_LAYOUT, _aggregate("INSERT", "likes#p1", None, 12), now=0
     )
     assert [(c.threshold, c.entered, c.old_value) for c in crossings] == [
         ("popular", True, Decimal(0)),
-        ("below-2.5", False, Decimal(0)),
     ]
+    crossings, _ = record_crossings(
+        thresholded, DEFAULT_LAYOUT, _aggregate("INSERT", "likes#p1", None, 2), now=0
+    )
+    assert [(c.threshold, c.entered) for c in crossings] == [("below-2.5", True)]
 
 
 def test_a_time_bucket_crosses_with_its_bucket_unless_expired(tmp_path: Path) -> None:
