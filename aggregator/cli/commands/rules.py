@@ -180,7 +180,8 @@ def filter_criteria_cmd(definitions: RuleSources, template: Path | None) -> None
 @click.option(
     "--check",
     is_flag=True,
-    help="Exit 1 if the template is not rendered for the rules, instead of rewriting it",
+    help="Check instead of rewriting: exit 1, naming the command to run, if the template is "
+    "not rendered for the rules",
 )
 def template_cmd(definitions: RuleSources, template: Path, check: bool) -> None:
     """Render the parts of a SAM template (default template.yaml) that follow from the rules:
@@ -190,16 +191,13 @@ def template_cmd(definitions: RuleSources, template: Path, check: bool) -> None:
     from aggregator.core.rules import load_rules
 
     rules = load_rules(definitions)
-    if check:
+    if check:  # one line each: current (exit 0), or not, with the command that renders it (1)
         if not check_template_regions(template, rules):
-            err_console.print(
+            raise ConfigError(
                 f"{template}: not rendered for the rules in {definitions}; run: aggregator "
-                f"template {definitions.options()} {template}",
-                highlight=False,
-                markup=False,
+                f"template {definitions.options()} {template}"
             )
-            raise SystemExit(1)
-        console.print(f"{template}: rendered for the rules in {definitions}", highlight=False)
+        _say(f"{template}: up to date with the rules in {definitions}")
         return
     try:
         text = template.read_text(encoding="utf-8")
@@ -207,7 +205,12 @@ def template_cmd(definitions: RuleSources, template: Path, check: bool) -> None:
         raise ConfigError(f"{template}: cannot read the template: {exc.strerror}") from None
     rendered = render_template(text, rules, source=str(template))
     if rendered == text:
-        console.print(f"{template}: already rendered for the rules in {definitions}")
+        _say(f"{template}: already rendered for the rules in {definitions}")
         return
     template.write_text(rendered, encoding="utf-8")
-    console.print(f"{template}: rendered for the rules in {definitions}", highlight=False)
+    _say(f"{template}: rendered for the rules in {definitions}")
+
+
+def _say(line: str) -> None:
+    """One line on stdout as it is: no highlighting, no markup, never wrapped."""
+    console.print(Text(line), highlight=False)
