@@ -707,7 +707,7 @@ def test_one_run_reports_every_problem_of_a_file_cross_rule_ones_too(tmp_path):
     assert "unknown source rule 'nope'" in lines[3]
 
 
-def test_validate_shows_each_rules_thresholds(tmp_path):
+def test_validate_shows_each_rules_thresholds(tmp_path, monkeypatch):
     """Names and conditions (keys when given: at most 5 named), after the other options, in the
     table and in --json; a key's [brackets] are shown, not read as markup."""
     path = tmp_path / "t.yaml"
@@ -721,7 +721,13 @@ def test_validate_shows_each_rules_thresholds(tmp_path):
         "    thresholds: [{above: 3.50, keys: [1, 2, 3, 4, 5, 6, 7]}]\n"
         "  - {name: plain, key: '{post}', leaderboard: true}\n"
     )
-    result = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["validate", str(path)])
+    import rich.console
+
+    import aggregator.cli.commands.rules as commands
+
+    # wide enough for the rows whatever width the shared console took when it was first imported
+    monkeypatch.setattr(commands, "console", rich.console.Console(soft_wrap=True, width=300))
+    result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     cells = {
         row[0]: row[1:]
