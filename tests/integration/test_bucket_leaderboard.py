@@ -173,7 +173,7 @@ def test_top_n_per_hour_is_exact_under_moves_deletes_and_faults(
         assert result.exit_code == 0, result.output
         assert '"bucket": "2026-01-01T02:00:00Z"' in result.stdout
         for args, message in (
-            ([], "keeps buckets of hour, minute: give the granularity"),
+            ([], "keeps buckets of hour, minute: add --granularity hour or --granularity minute"),
             (["--granularity", "day"], "has no 'day' buckets (it keeps hour, minute)"),
             (["--granularity", "hour", "--at", "noon"], "bad time"),
         ):

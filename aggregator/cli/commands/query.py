@@ -368,7 +368,16 @@ def query_top(
         _print_rolling_top(store, rule, n, granularity, window_range, reading)
         return
     when = _instant(at)
-    if when is None and store.rules.get(rule).window is not None:
+    window = store.rules.get(rule).window
+    if window is not None and granularity is None and len(window.granularities) > 1:
+        from aggregator.core.exceptions import QueryError
+
+        labels = [g.label for g in window.granularities]
+        raise QueryError(
+            f"rule {rule!r} keeps buckets of {', '.join(labels)}: add --granularity "
+            f"{' or --granularity '.join(labels)} to rank the keys of one bucket"
+        )
+    if when is None and window is not None:
         when = int(time.time())  # one instant for the bucket read and the bucket named
     bucket = store.top_bucket(rule, granularity, when)
     top = store.top(rule, n, granularity=granularity, at=when)

@@ -15,8 +15,9 @@ from aggregator.cli.output import console, err_console
 
 def _rule_summary(r: Any) -> dict[str, Any]:
     """One rule as ``validate`` shows it: ``name``, ``kind`` (with its options), ``key``,
-    ``delta``, ``reads`` (the attributes it reads, sorted) and ``options`` (leaderboard, target,
-    write sharding, TTL policy, source, window; text)."""
+    ``delta``, ``reads`` (the attributes it reads, sorted), ``options`` (leaderboard, target,
+    write sharding, TTL policy, source, window, thresholds; text) and ``thresholds`` (each as
+    ``{"name", "condition", "keys"}``, ``keys`` ``None`` for every key)."""
     delta = str(r.delta.constant) if r.delta.constant is not None else f"{{{r.delta.attribute}}}"
     options = []
     if r.leaderboard:
@@ -44,6 +45,8 @@ def _rule_summary(r: Any) -> dict[str, Any]:
         labels = "+".join(g.label for g in w.granularities)
         kept = "forever" if w.retention is None else format_duration(w.retention)
         options.append(f"per {labels} of {w.time}, kept {kept}")
+    if r.thresholds:
+        options.append("thresholds " + ", ".join(_threshold_text(t) for t in r.thresholds))
     return {
         "name": r.name,
         "kind": r.kind.describe(),
@@ -51,7 +54,29 @@ def _rule_summary(r: Any) -> dict[str, Any]:
         "delta": delta,
         "reads": sorted(r.attributes()),
         "options": options,
+        "thresholds": [
+            {
+                "name": t.name,
+                "condition": t.condition,
+                "keys": None if t.keys is None else [*t.keys],
+            }
+            for t in r.thresholds
+        ],
     }
+
+
+MAX_KEYS_SHOWN = 5
+"""Most keys of a threshold ``validate`` names in its table (then how many more)."""
+
+
+def _threshold_text(t: Any) -> str:
+    """``popular above 1000``, ``quiet below 2 (keys p1, p2)``."""
+    text = f"{t.name} {t.condition}"
+    if t.keys is not None:
+        shown = ", ".join(t.keys[:MAX_KEYS_SHOWN])
+        more = len(t.keys) - MAX_KEYS_SHOWN
+        text += f" (keys {shown}{f' and {more} more' if more > 0 else ''})"
+    return text
 
 
 def _unversioned(paths: tuple[Path, ...]) -> list[str]:
@@ -105,14 +130,9 @@ def validate(paths: tuple[Path, ...], more: tuple[Path, ...], as_json: bool) -> 
     for column in ("kind", "key", "delta", "reads", "options"):
         table.add_column(column)
     for s in summaries:
-        table.add_row(
-            s["name"],
-            s["kind"],
-            s["key"],
-            s["delta"],
-            ", ".join(s["reads"]),
-            " ".join(s["options"]),
-        )
+        cells = (s["kind"], s["key"], s["delta"], ", ".join(s["reads"]), "; ".join(s["options"]))
+        # Text: a key or a threshold's key with [brackets] is not read as rich markup
+        table.add_row(s["name"], *(Text(cell) for cell in cells))
     console.print(table)
     for note in notes:
         err_console.print(Text(f"note: {note}"), highlight=False)
@@ -160,7 +180,8 @@ def filter_criteria_cmd(definitions: RuleSources, template: Path | None) -> None
 @click.option(
     "--check",
     is_flag=True,
-    help="Exit 1 if the template is not rendered for the rules, instead of rewriting it",
+    help="Check instead of rewriting: exit 1, naming the command to run, if the template is "
+    "not rendered for the rules",
 )
 def template_cmd(definitions: RuleSources, template: Path, check: bool) -> None:
     """Render the parts of a SAM template (default template.yaml) that follow from the rules:
@@ -170,16 +191,13 @@ def template_cmd(definitions: RuleSources, template: Path, check: bool) -> None:
     from aggregator.core.rules import load_rules
 
     rules = load_rules(definitions)
-    if check:
+    if check:  # one line each: current (exit 0), or not, with the command that renders it (1)
         if not check_template_regions(template, rules):
-            err_console.print(
+            raise ConfigError(
                 f"{template}: not rendered for the rules in {definitions}; run: aggregator "
-                f"template {definitions.options()} {template}",
-                highlight=False,
-                markup=False,
+                f"template {definitions.options()} {template}"
             )
-            raise SystemExit(1)
-        console.print(f"{template}: rendered for the rules in {definitions}", highlight=False)
+        _say(f"{template}: up to date with the rules in {definitions}")
         return
     try:
         text = template.read_text(encoding="utf-8")
@@ -187,7 +205,12 @@ def template_cmd(definitions: RuleSources, template: Path, check: bool) -> None:
         raise ConfigError(f"{template}: cannot read the template: {exc.strerror}") from None
     rendered = render_template(text, rules, source=str(template))
     if rendered == text:
-        console.print(f"{template}: already rendered for the rules in {definitions}")
+        _say(f"{template}: already rendered for the rules in {definitions}")
         return
     template.write_text(rendered, encoding="utf-8")
-    console.print(f"{template}: rendered for the rules in {definitions}", highlight=False)
+    _say(f"{template}: rendered for the rules in {definitions}")
+
+
+def _say(line: str) -> None:
+    """One line on stdout as it is: no highlighting, no markup, never wrapped."""
+    console.print(Text(line), highlight=False)

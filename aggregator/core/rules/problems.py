@@ -56,25 +56,34 @@ def _clean_message(msg: str) -> str:
     return msg
 
 
-def _field_names(parent: object = None) -> list[str]:
-    """The field names a rule file may hold where ``parent`` (the location's segment above the
-    unknown field: ``"window"``, ``"delta"``, ``"table"``, a rule's index) is, for "did you
-    mean" hints on an unknown field; every model's names (fields and YAML aliases) where the
-    parent is something else."""
+def _field_names(container: Sequence[Any] = ()) -> list[str]:
+    """The field names a rule file may hold where ``container`` (the location of the mapping
+    that holds the unknown field: ``("rules", 0, "window")``, ``("rules", 0, "thresholds",
+    1)``...) is, for "did you mean" hints on an unknown field: the names of the model there
+    (a rule, its ``window``, ``delta``, ``target`` or one of its ``thresholds``, the file's
+    ``table``); every model's names (fields and YAML aliases) where it is something else."""
     from pydantic import BaseModel
 
     from aggregator.core.layout import TableLayout
     from aggregator.core.rules.buckets import Window
     from aggregator.core.rules.deltas import DeltaSpec
+    from aggregator.core.rules.targets import Target
+    from aggregator.core.rules.thresholds import Threshold
 
     nested: dict[object, type[BaseModel]] = {
         "window": Window,
         "delta": DeltaSpec,
+        "target": Target,
         "table": TableLayout,
     }
-    models: tuple[type[BaseModel], ...] = (Rule, Window, DeltaSpec, TableLayout)
+    listed: dict[object, type[BaseModel]] = {"thresholds": Threshold}  # lists of models
+    models: tuple[type[BaseModel], ...] = (Rule, Window, DeltaSpec, Target, TableLayout)
     names: set[str] = {"version", "rules", "table"}
-    if isinstance(parent, int):  # a rule of the rules list
+    parent = container[-1] if container else None
+    above = container[-2] if len(container) >= 2 else None
+    if isinstance(parent, int) and isinstance(above, str) and above in listed:
+        models, names = (listed[above],), set()  # an item of a rule's list of models
+    elif isinstance(parent, int):  # a rule of the rules list
         models, names = (Rule,), set()
     elif isinstance(parent, str) and parent in nested:
         models, names = (nested[parent],), set()
@@ -95,8 +104,7 @@ def _message(err: Any) -> str:
     loc: tuple[Any, ...] = tuple(err.get("loc") or ())
     field = str(loc[-1]) if loc else ""
     if kind == "extra_forbidden":
-        parent = loc[-2] if len(loc) >= 2 else None
-        known = [n for n in _field_names(parent) if n != field]
+        known = [n for n in _field_names(loc[:-1]) if n != field]
         close = difflib.get_close_matches(field, known, n=1, cutoff=0.6)
         if close:
             return f"unknown field; did you mean {close[0]!r}?"

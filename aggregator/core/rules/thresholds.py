@@ -14,6 +14,10 @@ a line.
             below: 5             # under 5
             keys: ["POST#a91f"]  # only these keys (as ``query list`` shows them)
 
+``keys`` are key texts; a number or a boolean there stands for its text as a key template renders
+it (``keys: [1, 2.50, true]`` is ``["1", "2.5", "true"]``:
+:func:`~aggregator.core.rules.keys.format_key_value`).
+
 A threshold is a condition on one aggregate's value: ``above: X`` holds while the value is ``X``
 or more, ``below: X`` while it is less than ``X``. The framework sends one event each time the
 condition starts to hold (*entered*) and each time it stops (*left*), read from the aggregate
@@ -24,9 +28,13 @@ aggregate counts as 0. Each key crosses on its own; with a window, each time buc
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from aggregator.core.exceptions import EvaluationError
+from aggregator.core.rules.keys import format_key_value
+from aggregator.core.rules.messages import type_word
 
 __all__ = ["THRESHOLD_NAME_PATTERN", "Threshold"]
 
@@ -47,7 +55,9 @@ class Threshold(BaseModel):
         ``< below``.
     keys
         Only these keys of the rule (their display text, as ``query list`` shows them); default
-        every key.
+        every key. A number or a boolean is taken as its text as a key renders it (``1``:
+        ``"1"``, ``2.50``: ``"2.5"``, ``true``: ``"true"``); anything else but text, and an
+        empty list, is refused (one :class:`ValueError` for the field).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -56,6 +66,29 @@ class Threshold(BaseModel):
     above: Decimal | None = None
     below: Decimal | None = None
     keys: tuple[str, ...] | None = Field(default=None, min_length=1)
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _key_texts(cls, value: Any) -> Any:
+        """Numbers and booleans as their key text; one error for the field, not one per item."""
+        if not isinstance(value, list | tuple):
+            return value  # None, or pydantic's "expected a list"
+        if not value:
+            raise ValueError("give at least one key, or leave keys out to watch every key")
+        texts = []
+        for number, item in enumerate(value, 1):
+            if isinstance(item, int | float) and not isinstance(item, bool):
+                item = Decimal(str(item))  # from Python; YAML gives Decimal
+            if not isinstance(item, str | bool | Decimal):
+                raise ValueError(
+                    f"key {number} is {type_word(item)}: give each key as text, as "
+                    "`aggregator query list` shows it"
+                )
+            try:
+                texts.append(format_key_value(item))
+            except EvaluationError as exc:
+                raise ValueError(str(exc)) from None  # "key number 1E+400: too large..."
+        return tuple(texts)
 
     @model_validator(mode="after")
     def _one_line(self) -> Threshold:

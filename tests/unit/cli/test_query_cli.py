@@ -224,9 +224,17 @@ def test_list_of_a_windowed_rule_shows_granularity_and_bucket_start(stub, defs):
     assert rows(result.stdout)[1:] == [["1", "p1", "minute", "2013-01-01T05:59:00Z", "6"]]
     result = query(defs, "top", "events", "--granularity", "hour", *at)
     assert rows(result.stdout)[1:] == [["1", "p1", "hour", "2013-01-01T05:00:00Z", "10"]]
-    result = query(defs, "top", "events", *at)
-    assert result.exit_code == 1
-    assert "keeps buckets of hour, minute: give the granularity" in result.stderr
+    # without --granularity (with --at or without): the option to add, with the rule's
+    # granularities; a rule that keeps one needs none
+    for when in (at, []):
+        assert error_line(query(defs, "top", "events", *when)) == (
+            "error: rule 'events' keeps buckets of hour, minute: add --granularity hour or "
+            "--granularity minute to rank the keys of one bucket"
+        )
+    result = query(defs, "top", "hourly", *at)
+    assert result.exit_code == 0, result.output
+    assert "top 10: hourly (hour bucket 2013-01-01T05:00:00Z)" in result.stdout
+    assert error_line(query(defs, "top", "nothing", *at)).startswith("error: no rule named")
 
 
 def test_list_of_other_rules_keeps_its_columns(stub, defs):

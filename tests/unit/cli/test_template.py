@@ -828,6 +828,45 @@ def _copy_and_render() -> str:
     return f"aggregator init --show template.yaml > template.yaml && {RENDER_ROOT_TEMPLATE}"
 
 
+def test_each_outcome_of_the_template_command_is_one_line_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a fresh ``aggregator init`` project: --check of a current template, a rewrite, a
+    rewrite with nothing to change and --check of a stale one each print one line that says
+    which (a passing --check does not read as a rewrite), and only the rewrite writes."""
+    from click.testing import CliRunner
+
+    from aggregator.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(main, ["init", "--keys", "PK/SK"]).exit_code == 0
+    template = tmp_path / "template.yaml"
+
+    def run(*args: str) -> tuple[int, str, str]:
+        before = template.stat().st_mtime_ns, template.read_text(encoding="utf-8")
+        result = runner.invoke(main, ["template", *args])
+        after = template.stat().st_mtime_ns, template.read_text(encoding="utf-8")
+        assert (before == after) == (
+            result.stdout != "template.yaml: rendered for the rules in rules\n"
+        )
+        return result.exit_code, result.stdout, result.stderr
+
+    assert run("--check") == (0, "template.yaml: up to date with the rules in rules\n", "")
+    assert run() == (0, "template.yaml: already rendered for the rules in rules\n", "")
+    rules = tmp_path / "rules" / "example.yaml"
+    text = rules.read_text(encoding="utf-8")
+    assert "leaderboard_store: list" in text  # a switch to the index changes the table region
+    rules.write_text(text.replace("leaderboard_store: list", "leaderboard_store: index"))
+    stale = (
+        "error: template.yaml: not rendered for the rules in rules; run: aggregator template "
+        "-d rules template.yaml\n"
+    )
+    assert run("--check") == (1, "", stale)
+    assert run() == (0, "template.yaml: rendered for the rules in rules\n", "")
+    assert run("--check") == (0, "template.yaml: up to date with the rules in rules\n", "")
+
+
 def test_a_changed_definition_makes_the_template_check_fail_with_the_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -851,8 +890,9 @@ def test_a_changed_definition_makes_the_template_check_fail_with_the_command(
         )
     check = runner.invoke(main, [*args, "--check"])
     assert check.exit_code == 1
-    assert check.stderr.strip() == (
-        f"template.yaml: not rendered for the rules in definitions; run: {RENDER_ROOT_TEMPLATE}"
+    assert check.stderr == (
+        "error: template.yaml: not rendered for the rules in definitions; run: "
+        f"{RENDER_ROOT_TEMPLATE}\n"
     )
     render = runner.invoke(main, args)
     assert render.exit_code == 0, render.output

@@ -707,6 +707,54 @@ def test_one_run_reports_every_problem_of_a_file_cross_rule_ones_too(tmp_path):
     assert "unknown source rule 'nope'" in lines[3]
 
 
+def test_validate_shows_each_rules_thresholds(tmp_path, monkeypatch):
+    """Names and conditions (keys when given: at most 5 named), after the other options, in the
+    table and in --json; a key's [brackets] are shown, not read as markup."""
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "version: 1\nrules:\n"
+        "  - name: likes\n    key: '{post}'\n    thresholds:\n"
+        "      - {name: popular, above: 1000}\n"
+        "      - {name: quiet, below: 2, keys: [p1, '[b]']}\n"
+        "  - name: hourly\n    key: '[bold]{post}'\n"
+        "    window: {time: at, unit: epoch_seconds, granularities: [hour], retention: 2h}\n"
+        "    thresholds: [{above: 3.50, keys: [1, 2, 3, 4, 5, 6, 7]}]\n"
+        "  - {name: plain, key: '{post}', leaderboard: true}\n"
+    )
+    import rich.console
+
+    import aggregator.cli.commands.rules as commands
+
+    # wide enough for the rows whatever width the shared console took when it was first imported
+    monkeypatch.setattr(commands, "console", rich.console.Console(soft_wrap=True, width=300))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    cells = {
+        row[0]: row[1:]
+        for line in result.stdout.splitlines()
+        if line.startswith("│")
+        for row in [[c.strip() for c in line.strip("│").split("│")]]
+    }
+    assert cells["likes"][-1] == "thresholds popular above 1000, quiet below 2 (keys p1, [b])"
+    assert cells["hourly"][1] == "[bold]{post}"
+    assert cells["hourly"][-1] == (
+        "per hour of at, kept 2h; thresholds above-3.5 above 3.5 (keys 1, 2, 3, 4, 5 and 2 more)"
+    )
+    assert cells["plain"][-1] == "leaderboard"
+    shown = CliRunner().invoke(main, ["validate", "--json", str(path)])
+    import json
+
+    rules = {r["name"]: r for r in json.loads(shown.stdout)["rules"]}
+    assert rules["likes"]["thresholds"] == [
+        {"name": "popular", "condition": "above 1000", "keys": None},
+        {"name": "quiet", "condition": "below 2", "keys": ["p1", "[b]"]},
+    ]
+    assert rules["hourly"]["thresholds"] == [
+        {"name": "above-3.5", "condition": "above 3.5", "keys": [str(k) for k in range(1, 8)]}
+    ]
+    assert rules["plain"]["thresholds"] == []
+
+
 def test_validate_json_and_the_missing_version_note(tmp_path):
     versioned = tmp_path / "a.yaml"
     versioned.write_text("version: 1\nrules:\n  - {name: a, key: '{x}', leaderboard: true}\n")
@@ -725,6 +773,7 @@ def test_validate_json_and_the_missing_version_note(tmp_path):
                 "delta": "1",
                 "reads": ["x"],
                 "options": ["leaderboard"],
+                "thresholds": [],
             },
             {
                 "name": "b",
@@ -733,6 +782,7 @@ def test_validate_json_and_the_missing_version_note(tmp_path):
                 "delta": "{amount}",
                 "reads": ["amount"],
                 "options": [],
+                "thresholds": [],
             },
         ],
         "notes": [f"{bare}: no 'version:' field; version 1 is assumed (write 'version: 1' first)"],

@@ -87,6 +87,88 @@ def test_a_bad_threshold_names_the_file_rule_and_field(
     assert "rules.yaml" in text and "'r'" in text and "thresholds" in text and message in text
 
 
+@pytest.mark.parametrize(
+    ("thresholds", "message"),
+    [
+        # one line for one mistake, naming the field (not one per item and a count of none)
+        (
+            "[{above: 5, keys: [p1, {a: 1}]}]",
+            "field 'thresholds[0].keys': key 2 is a mapping: give each key as text, as "
+            "`aggregator query list` shows it",
+        ),
+        (
+            "[{above: 5, keys: [p1, null]}]",
+            "field 'thresholds[0].keys': key 2 is nothing: give each key as text, as "
+            "`aggregator query list` shows it",
+        ),
+        (
+            "[{above: 5, keys: []}]",
+            "field 'thresholds[0].keys': give at least one key, or leave keys out to watch "
+            "every key",
+        ),
+        (
+            "[{above: 5, keys: [.inf]}]",
+            "field 'thresholds[0].keys': key number Infinity: not a finite number",
+        ),
+        (
+            "[{above: 5, keys: p1}]",
+            "field 'thresholds[0].keys': expected a list, got text 'p1'",
+        ),
+        # a misspelt field gets the threshold's own names suggested
+        ("[{abvoe: 5}]", "field 'thresholds[0].abvoe': unknown field; did you mean 'above'?"),
+        (
+            "[{above: 5}, {below: 1, key: [p1]}]",
+            "field 'thresholds[1].key': unknown field; did you mean 'keys'?",
+        ),
+        ("[{above: 5, when: later}]", "field 'thresholds[0].when': unknown field"),
+    ],
+)
+def test_a_threshold_mistake_is_one_line(tmp_path: Path, thresholds: str, message: str) -> None:
+    text = f"version: 1\nrules:\n  - {{name: r, key: k, thresholds: {thresholds}}}\n"
+    with pytest.raises(RuleError) as info:
+        _rules(tmp_path, text)
+    assert str(info.value) == f"{tmp_path / 'rules.yaml'}: rule 'r', {message}"
+
+
+def test_a_misspelt_target_field_gets_the_targets_names(tmp_path: Path) -> None:
+    text = (
+        "version: 1\nrules:\n  - {name: r, target: {partition_key: '{a}', atribute: n, "
+        "partition: x}}\n"
+    )
+    with pytest.raises(RuleError) as info:
+        _rules(tmp_path, text)
+    lines = str(info.value).splitlines()
+    assert any(
+        line.endswith("field 'target.partition': unknown field; did you mean 'partition_key'?")
+        for line in lines
+    ), lines
+    assert any(
+        line.endswith("field 'target.atribute': unknown field; did you mean 'attribute'?")
+        for line in lines
+    ), lines
+
+
+def test_numbers_and_booleans_in_keys_are_their_key_texts(tmp_path: Path) -> None:
+    """``keys: [1, 2.50, true]`` watches the keys a ``{post}`` key renders for those values
+    (``"1"``, ``"2.5"``, ``"true"``); a key given as text stays that text."""
+    text = (
+        "version: 1\nrules:\n  - {name: r, key: '{post}', "
+        "thresholds: [{above: 5, keys: [1, 2.50, true, '7.0']}]}\n"
+    )
+    rule = _rules(tmp_path, text).get("r")
+    (threshold,) = rule.thresholds
+    assert threshold.keys == ("1", "2.5", "true", "7.0")
+    for post in (Decimal(1), Decimal("2.50"), True):
+        _, display = rule.key.render({"post": post})
+        assert threshold.applies_to(display)
+    _, seven = rule.key.render({"post": Decimal("7.0")})
+    assert seven == "7" and not threshold.applies_to(seven)
+    # from Python too (ints; floats as their shortest text, as a delta takes them)
+    from aggregator.core.rules.thresholds import Threshold
+
+    assert Threshold(above=1, keys=[3, 0.5, "x"]).keys == ("3", "0.5", "x")
+
+
 def test_thresholds_need_a_sum(tmp_path: Path) -> None:
     text = (
         "version: 1\nrules:\n  - {name: r, key: k, kind: mean, delta: {attribute: x}, "
