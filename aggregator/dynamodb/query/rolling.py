@@ -73,7 +73,7 @@ def rolling_top(
         asked,
         most=MAX_ROLLING_BUCKETS,
         what="a rolling top",
-        why="ask for coarser buckets (--granularity)",
+        why="ask for coarser buckets (a granularity the rule keeps) or a shorter range",
     )
     assert spec is not None  # bucket_range refuses a rule without a window
     size, lo, hi, clock = planned.granularity, planned.lo, planned.hi, planned.clock
