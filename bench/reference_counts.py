@@ -34,6 +34,7 @@ from aggregator.core.rules import RuleSet, load_rules
 from aggregator.dev.local import DynamoDBLocal
 from aggregator.dev.runner import StreamRunner
 from aggregator.runtime.processor import create_processor
+from tests.integration.harness import article_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSACTION_WCU_PER_LIKE = Decimal(4)
@@ -72,19 +73,8 @@ def run(server: DynamoDBLocal, posts: int, likes: int, body_bytes: int) -> dict[
     ddb, streams = server.client("dynamodb"), server.client("dynamodbstreams")
     rules = like_tally_rules()
     name = f"likes-{uuid.uuid4().hex[:6]}"
-    arn = ddb.create_table(
-        TableName=name,
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-    )["TableDescription"]["LatestStreamArn"]
+    arn = article_table(ddb, name)
+    assert arn is not None  # made with a stream
     for p in range(posts):
         item = {"PK": {"S": f"POST#{p:05d}"}, "SK": {"S": "META"}, "body": {"S": "x" * body_bytes}}
         ddb.put_item(TableName=name, Item=item)
