@@ -129,6 +129,8 @@ def query_collection(
             "KeyConditionExpression": condition,
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
+            # what the page cost, for a sender that counts read units (a reader's cost lines)
+            "ReturnConsumedCapacity": "TOTAL",
         }
         if index is None:
             kwargs["ConsistentRead"] = True  # GSIs do not support strongly consistent reads
@@ -216,7 +218,7 @@ def _fetch(
     """The items behind a page of the keys-only index, in the page's order; items deleted since
     the index was read are left out."""
     keys = [{layout.partition_key: item[layout.partition_key]} for item in index_items]
-    found = batch_get_items(call, table_name, keys, sleep=sleep)
+    found = batch_get_items(call, table_name, keys, sleep=sleep, return_consumed_capacity=True)
     return [item for item in found if item is not None]
 
 
@@ -226,12 +228,14 @@ def batch_get_items(
     keys: list[dict[str, Any]],
     *,
     sleep: Callable[[float], None] | None = None,
+    return_consumed_capacity: bool = False,
 ) -> list[dict[str, Any] | None]:
     """The items of ``keys`` (primary keys in DynamoDB JSON, repeats allowed), in the same
     order, ``None`` for an item that does not exist: strongly consistent ``BatchGetItem``
     requests of at most 100 distinct keys (DynamoDB API Reference, "BatchGetItem"), retrying
     ``UnprocessedKeys`` with backoff (:func:`aggregator.dynamodb.batch.batch_get`, policy
-    :attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RAISE`).
+    :attr:`~aggregator.dynamodb.batch.WhenUnprocessed.RAISE`); with
+    ``return_consumed_capacity``, each asks for ``ReturnConsumedCapacity="TOTAL"``.
 
     Raises
     ------
@@ -242,7 +246,13 @@ def batch_get_items(
         Whatever ``call`` raises.
     """
     read = batch_get(
-        call, table_name, keys, consistent=True, when_unprocessed=WhenUnprocessed.RAISE, sleep=sleep
+        call,
+        table_name,
+        keys,
+        consistent=True,
+        when_unprocessed=WhenUnprocessed.RAISE,
+        return_consumed_capacity=return_consumed_capacity,
+        sleep=sleep,
     )
     names = {name for key in keys for name in key}
     found = {key_ident({n: item[n] for n in names if n in item}): item for item in read.items}
