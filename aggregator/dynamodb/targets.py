@@ -57,25 +57,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.checkpoint_names import rule_token, target_token
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
 from aggregator.core.exceptions import WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.checkpoint import (
-    CHECKPOINT_PREFIX,
     MAX_RECOVERY_ROUNDS,
     CheckpointWrites,
-    checkpoint_attribute,
     decode_checkpoint,
     sequence_bytes,
 )
 from aggregator.dynamodb.errors import error_code
+from aggregator.dynamodb.ledger_carries import ledger_delta
 from aggregator.dynamodb.sizes import write_units
 from aggregator.dynamodb.updates import Update, prune_update
 from aggregator.dynamodb.write_parts import ItemProtocol, WriteParts
@@ -93,30 +92,6 @@ __all__ = [
 MAX_TARGET_CHECKPOINTS = 16
 """Most entries of the checkpoint map on a target item, across the rules that target it (about 41
 bytes each: an 18-character name, a 21-byte binary value and DynamoDB's per-element overhead)."""
-
-
-RULE_TOKEN_CHARS = 6
-"""Characters of a rule's digest that start its entries' names in a checkpoint map."""
-
-
-def rule_token(rule: str) -> str:
-    """The start of every entry of ``rule`` in a target item's checkpoint map: 6 URL-safe base64
-    characters (36 bits) of a digest of the rule's name, so several target rules can share an
-    item (each has its own checkpoints) and ``drop-rule`` can find one rule's entries."""
-    return checkpoint_attribute(f"rule:{rule}")[len(CHECKPOINT_PREFIX) :][:RULE_TOKEN_CHARS]
-
-
-def target_token(rule: str, shard_id: str) -> str:
-    """The name of a (rule, shard) entry in a target item's checkpoint map: :func:`rule_token`
-    and the 12 characters of :func:`~aggregator.dynamodb.checkpoint.checkpoint_attribute` after
-    ``c#`` (18 characters)."""
-    return rule_token(rule) + checkpoint_attribute(shard_id)[len(CHECKPOINT_PREFIX) :]
-
-
-def _ledger(delta: CoalescedDelta) -> CoalescedDelta:
-    """The delta as a change to the rule's ledger item (``<rule>#<key>`` in the aggregates
-    partition)."""
-    return replace(delta, ref=replace(delta.ref, target=None), target_attribute=None)
 
 
 class TargetItems:
@@ -215,7 +190,7 @@ class TargetItems:
         else:
             stats.missing_targets += 1
         # the ledger's delta has no target attribute: the mode's aggregate-item protocol
-        stats.add(self.ledger.write(_ledger(delta), shard_id, last))
+        stats.add(self.ledger.write(ledger_delta(delta), shard_id, last))
         return stats
 
     def unusable(self, delta: CoalescedDelta, exc: ClientError, stats: WriteStats) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import re
 import shutil
+import time
 from collections import Counter
 from decimal import Decimal
 
@@ -441,4 +442,70 @@ def test_drop_rule_removes_the_attribute_and_its_checkpoints_and_rebuild_says_wh
     assert result.exit_code == 0, result.output
     for post in ("POST#1", "POST#2"):
         assert set(meta(post)) == {"PK", "SK"}
+    ddb.delete_table(TableName=name)
+
+
+LIKES_ONLY = (
+    "table: {partition_key: PK, sort_key: SK}\n"
+    "rules:\n"
+    "  - name: likes\n"
+    "    match: {SK: {prefix: 'LIKE#'}}\n"
+    "    target: {partition_key: '{PK}', sort_key: META, attribute: likeTally}\n"
+)
+
+
+def test_a_replay_after_the_post_was_deleted_does_not_count_its_likes_again(
+    ddb, dynamodb_local, tmp_path
+):
+    """Issue 35's reproduction: a post with two likes, counted on it; the post deleted; the
+    whole stream delivered again (``run --from-start``). The likes reached the post, so the
+    ledger must not hold them (it held 2 before the delete's checkpoints were carried to it); a
+    like made after the delete, which found no post, stays in the ledger exactly once."""
+    (tmp_path / "rules.yaml").write_text(LIKES_ONLY)
+    rules = load_rules(tmp_path / "rules.yaml")
+    name = "replayed"
+    make_table(ddb, name)
+    common = ["--table", name, "--endpoint-url", dynamodb_local.endpoint_url]
+    cli = CliRunner()
+    meta_key = {"PK": {"S": "POST#x"}, "SK": {"S": "META"}}
+
+    def run(*extra: str) -> None:
+        result = cli.invoke(main, ["run", *common, "-d", str(tmp_path / "rules.yaml"), *extra])
+        assert result.exit_code == 0, result.output
+
+    def ledger() -> dict[str, Decimal]:
+        return {a.key: a.value for a in AggregateStore(ddb, name, rules).list("likes")}
+
+    def ledger_items() -> list[dict]:
+        return [
+            i
+            for i in table_items(ddb, name)
+            if i["PK"]["S"] == "AGGREGATES" and i["SK"]["S"].startswith("likes#")
+        ]
+
+    ddb.put_item(TableName=name, Item={**meta_key, "body": {"S": "hello"}})
+    like(ddb, name, "POST#x", 1)
+    like(ddb, name, "POST#x", 2)
+    run()
+    meta = ddb.get_item(TableName=name, Key=meta_key, ConsistentRead=True)["Item"]
+    assert meta["likeTally"] == {"N": "2"}
+    ddb.delete_item(TableName=name, Key=meta_key)
+    run()
+    run("--from-start")
+    assert ledger().get("POST#x#META", 0) == 0  # 2 before the delete's checkpoints were carried
+    # the delete's REMOVE carried the post's checkpoint to the ledger item, which has no value
+    (item,) = ledger_items()
+    assert "value" not in item and any(a.startswith("c#") for a in item)
+    assert item["rule"] == {"S": "likes"} and item["key"] == {"S": "POST#x#META"}
+    assert int(item["ttl"]["N"]) > time.time() + 24 * 3600  # gone after the retention
+    assert ledger() == {"POST#x#META": 0}
+    # a like after the delete found no post: the ledger's, once, replayed or not
+    like(ddb, name, "POST#x", 3)
+    run()
+    (item,) = ledger_items()
+    assert item["value"] == {"N": "1"} and "ttl" not in item  # a delta removes the TTL
+    run("--from-start")
+    assert ledger() == {"POST#x#META": 1}
+    result = cli.invoke(main, ["query", "list", "likes", *common, "-d", str(tmp_path)])
+    assert result.exit_code == 0 and "POST#x#META │     1" in result.output, result.output
     ddb.delete_table(TableName=name)
