@@ -260,10 +260,10 @@ class BatchWriter:
         Returns
         -------
         WriteResult
-            ``retry_from`` is the smallest ``first_sequence_number`` among items that still
-            failed (after throttling retries) or were held back by a failed carry, and
-            sequence number of the ``REMOVE`` of a failed carry; ``None`` when everything was
-            written.
+            ``retry_from`` is the smallest of the ``first_sequence_number`` of each item that
+            still failed (after throttling retries) or was held back by a failed carry, and the
+            sequence number of each failed carry's ``REMOVE`` record; ``None`` when everything
+            was written.
 
         Raises
         ------
