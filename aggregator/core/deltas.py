@@ -31,6 +31,7 @@ __all__ = [
     "Amounts",
     "BatchDeltas",
     "CoalescedDelta",
+    "LedgerCarry",
     "RecordDelta",
     "RecordFailure",
     "TopObservation",
@@ -353,6 +354,43 @@ def _sum_after(parts: list[tuple[str, Decimal]], sequence_number: str) -> Decima
 
 
 @dataclass(slots=True)
+class LedgerCarry:
+    """A deleted target item's checkpoints of one target rule, for the rule's ledger item
+    (:mod:`aggregator.core.ledger_carries`; written by
+    :mod:`aggregator.dynamodb.ledger_carries`).
+
+    Attributes
+    ----------
+    delta
+        The change the engine gives a record whose target is that item, with nothing to add:
+        its ``ref`` (the rule, the ledger's key, the item's key values in ``target``) and the
+        rule's write facts, no parts, ``first_sequence_number`` the ``REMOVE`` record's (the
+        first such record of the batch).
+    entries
+        Shard token (the 12 characters of a ``c#<token>`` checkpoint attribute) -> checkpoint
+        value (21 bytes) of the rule's entries in the item's checkpoint map; the largest when
+        several ``REMOVE`` records of the batch carry one.
+    """
+
+    delta: CoalescedDelta
+    entries: dict[str, bytes]
+
+    @property
+    def sequence_number(self) -> str:
+        """The sequence number of the ``REMOVE`` record that carries it (the first one)."""
+        return self.delta.first_sequence_number
+
+    def merge(self, other: LedgerCarry) -> None:
+        """Take ``other``'s entries (the larger value per shard token, compared as DynamoDB
+        compares binaries: byte by byte, unsigned) and its sequence number when smaller."""
+        for token, value in other.entries.items():
+            held = self.entries.get(token)
+            if held is None or value > held:
+                self.entries[token] = value
+        self.delta.take_first(other.sequence_number)
+
+
+@dataclass(slots=True)
 class BatchDeltas:
     """Result of :meth:`Engine.process <aggregator.core.engine.Engine.process>` for one batch.
 
@@ -398,6 +436,13 @@ class BatchDeltas:
         ``thresholds``, in stream order (:mod:`aggregator.core.crossings`).
     expired_crossings
         Such records of time buckets past their retention, left out.
+    ledger_carries
+        Per target rule's ledger item (keyed by :attr:`AggregateRef.batch_key`), the checkpoints
+        of the target items deleted in the batch (:class:`LedgerCarry`), which the writer sets on
+        the ledger item before it writes the batch's deltas.
+    carry_entries_ignored
+        Entries of those items' checkpoint maps that could not be read (a name or a value not
+        in the format the framework writes): they carry nothing.
     """
 
     deltas: dict[str, CoalescedDelta] = field(default_factory=dict)
@@ -418,3 +463,5 @@ class BatchDeltas:
     expired_observations: int = 0
     crossings: list[Crossing] = field(default_factory=list)
     expired_crossings: int = 0
+    ledger_carries: dict[str, LedgerCarry] = field(default_factory=dict)
+    carry_entries_ignored: int = 0

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
+from aggregator.core.checkpoint_names import rule_token
 from aggregator.core.coalescing import coalesce_record, drop_expired, merge_batches, widen_bounds
 from aggregator.core.crossings import record_crossings
 from aggregator.core.deltas import (
@@ -54,6 +55,7 @@ from aggregator.core.deltas import (
     Amounts,
     BatchDeltas,
     CoalescedDelta,
+    LedgerCarry,
     RecordDelta,
     RecordFailure,
     TopObservation,
@@ -61,12 +63,14 @@ from aggregator.core.deltas import (
 )
 from aggregator.core.exceptions import ConfigError, EvaluationError, FailureCause
 from aggregator.core.layout import TableLayout
+from aggregator.core.ledger_carries import carried_entries
 from aggregator.core.numbers import add, subtract
 from aggregator.core.partials import partial_delta
 from aggregator.core.records import Image, MalformedRecord, StreamRecord, pad_sequence_number
 from aggregator.core.routing import moved_at
 from aggregator.core.rules import (
     MAX_SORT_KEY_BYTES,
+    Contribution,
     Rule,
     RuleSet,
     derived_attribute_problems,
@@ -84,6 +88,7 @@ __all__ = [
     "BatchDeltas",
     "CoalescedDelta",
     "Engine",
+    "LedgerCarry",
     "RecordFailure",
     "add_amounts",
     "merge_batches",
@@ -146,6 +151,9 @@ class Engine:
         self.thresholded_rules = tuple(self._thresholded)
         """Names of the rules with ``thresholds`` (their aggregates' records give
         :attr:`BatchDeltas.crossings`)."""
+        # the target rules by the token that starts their entries in a checkpoint map (what a
+        # deleted target item's REMOVE carries to their ledgers: _carry)
+        self._target_tokens = {rule_token(r.name): r.name for r in rules if r.target is not None}
         self._base = rules.base_rules
         self._derived = {source: rules.derived_from(source) for source in rules.sources}
         # per rule, the attributes to deserialize before evaluating it (sorted: the first
@@ -193,22 +201,31 @@ class Engine:
         EvaluationError
             As :meth:`Rule.contributions`, or when a sort key would pass the layout's limit.
         """
-        out = []
-        for c in rule.contributions(image):
-            ref = AggregateRef(rule.name, c.key, c.display, c.bucket, target=c.target)
-            if c.target is not None and self.layout.is_reserved(self.layout.target_key(c.target)):
-                raise EvaluationError(
-                    f"the target key {c.target} is in a partition the framework reserves",
-                    FailureCause.INVALID_VALUE,
-                )
-            size = len(ref.sort_key.encode("utf-8"))
-            if size > self._max_sort_key_bytes:
-                raise EvaluationError(
-                    f"the aggregate's sort key would be {size} bytes, over {self._sort_key_limit}",
-                    FailureCause.LIMIT_EXCEEDED,
-                )
-            out.append((ref, (c.amount, c.item_count)))
-        return out
+        return [(self._ref(rule, c), (c.amount, c.item_count)) for c in rule.contributions(image)]
+
+    def _ref(self, rule: Rule, c: Contribution) -> AggregateRef:
+        """The aggregate item of one contribution of ``rule`` (for a target rule, also the key
+        of its ledger item for that target).
+
+        Raises
+        ------
+        EvaluationError
+            When a target key is in a reserved partition, or a sort key would pass the
+            layout's limit.
+        """
+        ref = AggregateRef(rule.name, c.key, c.display, c.bucket, target=c.target)
+        if c.target is not None and self.layout.is_reserved(self.layout.target_key(c.target)):
+            raise EvaluationError(
+                f"the target key {c.target} is in a partition the framework reserves",
+                FailureCause.INVALID_VALUE,
+            )
+        size = len(ref.sort_key.encode("utf-8"))
+        if size > self._max_sort_key_bytes:
+            raise EvaluationError(
+                f"the aggregate's sort key would be {size} bytes, over {self._sort_key_limit}",
+                FailureCause.LIMIT_EXCEEDED,
+            )
+        return ref
 
     def _image_refs(
         self, rule: Rule, image: Image | None, derived: bool
@@ -448,6 +465,8 @@ class Engine:
                 batch.failures.append(RecordFailure.malformed(record))
                 continue
             widen_bounds(batch, record.sequence_number)
+            if self._target_tokens and record.event_name == "REMOVE":
+                self._carry(batch, record)
             if self._listed:
                 self._observe(batch, record, clock)
             if self._thresholded:
@@ -461,6 +480,51 @@ class Engine:
             batch.failures.extend(failures)
             self._add_record(batch, record, drop_expired(batch, deltas, clock))
         return batch
+
+    def _carry(self, batch: BatchDeltas, record: StreamRecord) -> None:
+        """The ledger carries of a ``REMOVE`` record of an application item
+        (:mod:`aggregator.core.ledger_carries`): for each target rule with entries in the
+        item's checkpoint map, its ledger item for that item, the same :class:`AggregateRef` a
+        delta aimed at the item gets (:meth:`Rule.ledger_key
+        <aggregator.core.rules.Rule.ledger_key>`, :meth:`_ref`), with the entries, merged into
+        ``batch.ledger_carries``. Entries that cannot be carried (unreadable, or of an item no
+        image of the rule could target) are counted in ``batch.carry_entries_ignored``."""
+        old = record.old_image
+        if old is None or self.layout.is_reserved(record.keys):
+            return
+        raw = old.raw.get(self.layout.target_checkpoints_attribute)
+        if raw is None:
+            return
+        found, ignored = carried_entries(raw, self._target_tokens)
+        batch.carry_entries_ignored += ignored
+        for name, entries in found.items():
+            rule = self._by_name[name]
+            assert rule.target is not None
+            names = [self.layout.partition_key]
+            if rule.target.sort_key is not None and self.layout.sort_key is not None:
+                names.append(self.layout.sort_key)
+            target = tuple(v for v in map(record.key_string, names) if v is not None)
+            key = rule.ledger_key(target) if len(target) == len(names) else None
+            try:
+                ref = (
+                    None
+                    if key is None
+                    else self._ref(rule, Contribution(*key, Decimal(0), None, target=target))
+                )
+            except EvaluationError:
+                ref = None  # no delta can have reached that item: its key is refused
+            if ref is None:
+                batch.carry_entries_ignored += len(entries)
+                continue
+            carry = LedgerCarry(
+                CoalescedDelta.of(rule.write_spec, ref, Decimal(0), record.sequence_number, []),
+                dict(entries),
+            )
+            held = batch.ledger_carries.get(ref.batch_key)
+            if held is None:
+                batch.ledger_carries[ref.batch_key] = carry
+            else:
+                held.merge(carry)
 
     def _record_deltas(
         self,

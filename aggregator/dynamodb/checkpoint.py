@@ -42,9 +42,6 @@ stale ones.
 
 from __future__ import annotations
 
-import base64
-import functools
-import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -52,6 +49,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.checkpoint_names import (
+    CHECKPOINT_PREFIX,
+    SEQUENCE_NUMBER_BYTES,
+    checkpoint_attribute,
+)
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
 from aggregator.core.exceptions import WriteError
 from aggregator.core.records import SEQUENCE_NUMBER_WIDTH, pad_sequence_number
@@ -62,9 +64,13 @@ from aggregator.dynamodb.updates import IndexAction, aggregate_update, prune_upd
 from aggregator.dynamodb.write_parts import WriteParts
 from aggregator.dynamodb.write_stats import WriteStats
 
+# CHECKPOINT_PREFIX, SEQUENCE_NUMBER_BYTES and checkpoint_attribute live in
+# aggregator.core.checkpoint_names (the engine reads target items' checkpoint maps too) and are
+# importable from here as before.
 __all__ = [
     "CHECKPOINT_PREFIX",
     "LEGACY_CHECKPOINT_PREFIX",
+    "SEQUENCE_NUMBER_BYTES",
     "CheckpointWrites",
     "checkpoint_attribute",
     "decode_checkpoint",
@@ -74,33 +80,15 @@ __all__ = [
     "parse_checkpoint",
 ]
 
-CHECKPOINT_PREFIX = "c#"
-"""Checkpoint attributes are named ``c#<shard token>`` (:func:`checkpoint_attribute`); readers
-ignore them."""
 LEGACY_CHECKPOINT_PREFIX = "ck#"
 """Checkpoints in the first format were ``ck#<shardId>`` = ``"<seq40>@<epoch s>"``
 (91 bytes for a DynamoDB shard id); they are still honoured, removed by the next write of their
 shard, and pruned by age like the others."""
-SEQUENCE_NUMBER_BYTES = 17
-"""A sequence number (at most 40 decimal digits, DynamoDB Streams API reference, ``StreamRecord``)
-as a big-endian unsigned integer: 10**40 < 2**136."""
-SHARD_TOKEN_BYTES = 9
 
 DEFAULT_CHECKPOINT_RETENTION_SECONDS = DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
 """How long another shard's checkpoint stays on an item: the same bound on redelivery as for an
 empty value item (25 hours, over the template's ``MaximumRecordAgeInSeconds``)."""
 MAX_RECOVERY_ROUNDS = 5
-
-
-@functools.lru_cache(maxsize=1024)
-def checkpoint_attribute(shard_id: str) -> str:
-    """Name of the checkpoint attribute for ``shard_id``: ``c#`` and 12 URL-safe base64
-    characters of a 72-bit BLAKE2b digest of the shard id (14 bytes, against 40 for
-    ``ck#<shardId>``). Two shards writing one item within the checkpoint retention share a name
-    with a probability of about n**2 / 2**73 for n such shards (n = 1,000: 1e-16). Cached: a
-    writer names its shard's checkpoint several times per request."""
-    digest = hashlib.blake2b(shard_id.encode("utf-8"), digest_size=SHARD_TOKEN_BYTES).digest()
-    return CHECKPOINT_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii")
 
 
 def legacy_checkpoint_attribute(shard_id: str) -> str:

@@ -2,7 +2,9 @@
 
 ``exactly-once``
     Aggregate items by :class:`~aggregator.dynamodb.checkpoint.CheckpointWrites`, target
-    rules' items by :class:`~aggregator.dynamodb.targets.TargetCheckpointWrites`.
+    rules' items by :class:`~aggregator.dynamodb.targets.TargetCheckpointWrites`, deleted
+    target items' checkpoints onto their rules' ledgers by
+    :class:`~aggregator.dynamodb.ledger_carries.LedgerCarries`.
 ``window``
     The same, flushed once per tumbling window (by the processor).
 ``at-least-once``
@@ -26,6 +28,7 @@ from aggregator.dynamodb.atleastonce import AtLeastOnceWrites
 from aggregator.dynamodb.checkpoint import CheckpointWrites
 from aggregator.dynamodb.costs import WriteObserver
 from aggregator.dynamodb.expiry import DEFAULT_EMPTY_VALUE_RETENTION_SECONDS
+from aggregator.dynamodb.ledger_carries import LedgerCarries
 from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.targets import (
     TargetAtLeastOnceWrites,
@@ -133,10 +136,16 @@ def make_writer(
         observer,
         routing,
     )
+    carries = (
+        LedgerCarries(parts, (options or WriterOptions()).checkpoint_retention_seconds)
+        if checkpointed
+        else None
+    )
     return BatchWriter(
         parts,
         aggregates,
         targets,
+        carries=carries,
         mode="exactly-once" if checkpointed else mode,
         max_workers=max_workers,
     )

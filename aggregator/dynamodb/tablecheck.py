@@ -283,9 +283,13 @@ def check_table_report(
             table_name, description, _index_spec(layout, "leaderboard index")
         )
 
-    # time buckets with a retention, and value items whose count fell to zero, expire by TTL
+    # time buckets with a retention, value items whose count fell to zero and target rules'
+    # ledger items at zero (aggregator.dynamodb.ledger_carries) expire by TTL
     if any(
-        (r.window is not None and r.window.retention is not None) or r.kind.per_value for r in rules
+        (r.window is not None and r.window.retention is not None)
+        or r.kind.per_value
+        or r.target is not None
+        for r in rules
     ):
         ttl = (
             requests_of(client)
@@ -299,7 +303,8 @@ def check_table_report(
                     "ttl",
                     f"TTL is on {attribute!r}, the layout's TTL attribute is "
                     f"{layout.ttl_attribute!r} (windowed rules expire their buckets with it, "
-                    "min/max/distribution rules their empty value items)",
+                    "min/max/distribution rules their empty value items, target rules their "
+                    "empty ledger items)",
                     f"declare it in the rules: table: {{ttl_attribute: {attribute}}}",
                 )
             )
@@ -309,7 +314,7 @@ def check_table_report(
                     "ttl",
                     f"TTL is {(status or 'DISABLED').lower()}; windowed rules with a retention "
                     "expire their buckets through it, min/max/distribution rules their empty "
-                    "value items",
+                    "value items, target rules their empty ledger items",
                     f"aws dynamodb update-time-to-live --table-name {table_name} "
                     f"--time-to-live-specification Enabled=true,AttributeName="
                     f"{layout.ttl_attribute}",

@@ -25,9 +25,11 @@ When the condition fails, one strongly consistent ``GetItem`` of the key and the
 
 * **no item**: the target does not exist (never written, or deleted). Nothing is written to
   it, ever: the delta goes to the rule's *ledger*, an ordinary aggregate item ``<rule>#<key>``
-  in the aggregates partition, written with the same protocol, and ``missing_targets`` counts
-  it. ``aggregator query list RULE`` lists the ledger: per target key, the sum of the deltas
-  that found no item (likes outliving their post, or unlikes after it).
+  in the aggregates partition, written with the same protocol (whose value at zero expires
+  after the checkpoint retention: :func:`~aggregator.dynamodb.ledger_carries.ledger_delta`),
+  and ``missing_targets`` counts it. ``aggregator query list RULE`` lists the ledger: per
+  target key, the sum of the deltas that found no item (likes outliving their post, or unlikes
+  after it).
 * **the attribute (or the map) is of another type** (``likeTally = "lots"``, which ``ADD``
   refuses with a ``ValidationException``; the same read tells): the item cannot hold the sum, so
   the delta goes to the ledger as for a missing item, ``unusable_targets`` counts it, and the
@@ -51,31 +53,74 @@ that do not read the target attribute (or the map, which no rule may read) get `
 = 0`` from it, and a rule that reads the attribute gets the exact change. A re-created item
 starts from what the application writes; a batch retried after the item was deleted and created
 again within the retry may add its records to the new item (its checkpoint went with the old).
+
+After the delete
+----------------
+Deleting the item deletes its map: a batch delivered again afterwards (a Lambda retry, ``run
+--from-start``, a stale redelivery) finds no item, and its deltas go to the ledger, whose own
+checkpoints have never seen the records that reached the item. The map outlives the item in one
+place, the delete's stream record: a ``REMOVE`` whose ``OldImage`` holds it (TTL deletes too;
+the first filter of :mod:`aggregator.deploy.filters` passes every record of an application item,
+on both layouts). In the ``exactly-once`` and ``window`` modes the engine reads it there
+(:mod:`aggregator.core.ledger_carries`) and the writer sets each of the rule's entries on the
+rule's ledger item as the shard's ``c#<token>`` checkpoint, the larger of the ledger's and the
+carried value, before the batch's deltas (:mod:`aggregator.dynamodb.ledger_carries`; in the
+``window`` mode at the ``REMOVE``'s invocation, not at the window's end). A redelivered delta
+that finds no item then meets that checkpoint on the ledger, and the protocol's recovery adds
+only the records after it: those that never reached the item. A carry that fails retries the
+batch from the ``REMOVE`` (or from the first record of a delta aimed at the deleted item in the
+same batch, which is held back with it).
+
+What is promised, exactly:
+
+* **Exact** when the ``REMOVE`` record is processed before the redelivery reaches the ledger:
+  ``run --from-start``, a stale redelivery, and a retried batch that holds the ``REMOVE`` itself
+  (the carry is written before the batch's deltas).
+* **Not** when the redelivery is processed first: within the item's shard's iterator age after
+  the delete (until its ``REMOVE`` is processed), a batch delivered again (a Lambda retry of a
+  batch that wrote the item and failed, with the delete made meanwhile and the ``REMOVE`` not in
+  the retried batch; a batch of another shard delivered again before the item's shard reaches
+  the delete) still adds to the ledger the records of it that reached the item: counted twice.
+* **At-least-once mode** keeps no checkpoints and promises nothing here.
+* **Bounded**: the ledger item carries at most one checkpoint per shard (35 bytes each, as any
+  aggregate item), each with the time it was written on the item, pruned after the checkpoint
+  retention like the ledger's own. A ledger item that only a carry wrote has no value: it
+  expires after the checkpoint retention (its TTL; any later ledger delta removes it, and one
+  that brings the ledger back to 0 sets it again), so it never stays as a zero entry.
+* **Cost**: one ``UpdateItem`` per target rule per deleted item whose map held entries of it
+  (1 WCU); a second one on a conflict (a checkpoint already at or past the carried one, or a
+  value on the ledger), and a read only on an endpoint that does not return the item with a
+  failed condition.
+
+A map the application rewrote in a form the framework does not write (an entry's name or value,
+or the attribute's type) carries nothing: such entries are counted, not dead-lettered
+(:mod:`aggregator.core.ledger_carries`). An item whose key values fit the rule's templates in
+more than one way (a value holding the templates' separator) has no one ledger key: its entries
+carry nothing either.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from aggregator.core.checkpoint_names import rule_token, target_token
 from aggregator.core.engine import BatchDeltas, CoalescedDelta
 from aggregator.core.exceptions import WriteError
 from aggregator.core.layout import TableLayout
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.checkpoint import (
-    CHECKPOINT_PREFIX,
     MAX_RECOVERY_ROUNDS,
     CheckpointWrites,
-    checkpoint_attribute,
     decode_checkpoint,
     sequence_bytes,
 )
 from aggregator.dynamodb.errors import error_code
+from aggregator.dynamodb.ledger_carries import ledger_delta
 from aggregator.dynamodb.sizes import write_units
 from aggregator.dynamodb.updates import Update, prune_update
 from aggregator.dynamodb.write_parts import ItemProtocol, WriteParts
@@ -93,30 +138,6 @@ __all__ = [
 MAX_TARGET_CHECKPOINTS = 16
 """Most entries of the checkpoint map on a target item, across the rules that target it (about 41
 bytes each: an 18-character name, a 21-byte binary value and DynamoDB's per-element overhead)."""
-
-
-RULE_TOKEN_CHARS = 6
-"""Characters of a rule's digest that start its entries' names in a checkpoint map."""
-
-
-def rule_token(rule: str) -> str:
-    """The start of every entry of ``rule`` in a target item's checkpoint map: 6 URL-safe base64
-    characters (36 bits) of a digest of the rule's name, so several target rules can share an
-    item (each has its own checkpoints) and ``drop-rule`` can find one rule's entries."""
-    return checkpoint_attribute(f"rule:{rule}")[len(CHECKPOINT_PREFIX) :][:RULE_TOKEN_CHARS]
-
-
-def target_token(rule: str, shard_id: str) -> str:
-    """The name of a (rule, shard) entry in a target item's checkpoint map: :func:`rule_token`
-    and the 12 characters of :func:`~aggregator.dynamodb.checkpoint.checkpoint_attribute` after
-    ``c#`` (18 characters)."""
-    return rule_token(rule) + checkpoint_attribute(shard_id)[len(CHECKPOINT_PREFIX) :]
-
-
-def _ledger(delta: CoalescedDelta) -> CoalescedDelta:
-    """The delta as a change to the rule's ledger item (``<rule>#<key>`` in the aggregates
-    partition)."""
-    return replace(delta, ref=replace(delta.ref, target=None), target_attribute=None)
 
 
 class TargetItems:
@@ -215,7 +236,7 @@ class TargetItems:
         else:
             stats.missing_targets += 1
         # the ledger's delta has no target attribute: the mode's aggregate-item protocol
-        stats.add(self.ledger.write(_ledger(delta), shard_id, last))
+        stats.add(self.ledger.write(ledger_delta(delta), shard_id, last))
         return stats
 
     def unusable(self, delta: CoalescedDelta, exc: ClientError, stats: WriteStats) -> bool:

@@ -52,6 +52,9 @@ class WriteStats:
         (:mod:`aggregator.dynamodb.targets`).
     target_checkpoints_evicted
         Live checkpoints removed from a full checkpoint map on a target item.
+    ledger_carries
+        Exactly-once and window modes: ledger items of target rules whose checkpoints were
+        raised to those of a deleted target item (:mod:`aggregator.dynamodb.ledger_carries`).
     unusable_targets
         Target deltas whose item holds the target attribute (or the checkpoint map) as another
         type than the update needs (``likeTally = "lots"``): written to the rule's ledger
@@ -93,6 +96,7 @@ class WriteStats:
     missing_targets: int = 0
     target_checkpoints_evicted: int = 0
     unusable_targets: int = 0
+    ledger_carries: int = 0
     dead_letters: int = 0
     dead_letters_compacted: int = 0
     dead_letter_fallbacks: int = 0

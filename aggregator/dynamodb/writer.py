@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aggregator.core.clock import Clock
-from aggregator.core.engine import BatchDeltas, CoalescedDelta
-from aggregator.core.exceptions import ConfigError
+from aggregator.core.engine import BatchDeltas, CoalescedDelta, LedgerCarry
+from aggregator.core.exceptions import ConfigError, WriteError
 from aggregator.core.layout import DEFAULT_LAYOUT, TableLayout
 from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.atleastonce import AtLeastOnceWrites
 from aggregator.dynamodb.costs import WriteObserver
+from aggregator.dynamodb.ledger_carries import LedgerCarries
 from aggregator.dynamodb.routing import ShardRouting
 from aggregator.dynamodb.write_parts import ItemProtocol, WriteParts, WriterOptions
 from aggregator.dynamodb.write_stats import WriteResult, WriteStats
@@ -134,6 +135,11 @@ class BatchWriter:
     targets
         The protocol of target rules' deltas (:mod:`aggregator.dynamodb.targets`), ``None``
         for a writer that refuses them.
+    carries
+        Sets deleted target items' checkpoints on their rules' ledger items
+        (:mod:`aggregator.dynamodb.ledger_carries`), before the batch's deltas; ``None`` (the
+        ``at-least-once`` mode, which keeps no checkpoints): a batch's ledger carries are left
+        out.
     mode
         The write mode's name.
     max_workers
@@ -146,12 +152,14 @@ class BatchWriter:
         aggregates: ItemProtocol,
         targets: ItemProtocol | None = None,
         *,
+        carries: LedgerCarries | None = None,
         mode: str,
         max_workers: int = DEFAULT_MAX_WORKERS,
     ) -> None:
         self.parts = parts
         self.aggregates = aggregates
         self.targets = targets
+        self.carries = carries
         self.mode = mode
         self.max_workers = max_workers
         self._pool = ThreadPoolExecutor(
@@ -217,14 +225,45 @@ class BatchWriter:
             todo.append(place(delta, shard_id))
         return todo
 
+    def _carry(self, batch: BatchDeltas, result: WriteResult, failed_first: list[str]) -> set[str]:
+        """Write the batch's ledger carries (concurrently); returns the sort keys of the ledger
+        items whose carry failed (their target rule's deltas must wait), after adding each
+        failure's ``REMOVE`` record to ``failed_first`` and its error to ``result``."""
+        carries = list(batch.ledger_carries.values())
+        if not carries or self.carries is None:
+            return set()
+        protocol = self.carries
+
+        def run(carry: LedgerCarry) -> tuple[WriteStats, str | None]:
+            try:
+                return protocol.carry(carry), None
+            except (ClientError, BotoCoreError, WriteError) as exc:
+                return WriteStats(failed_items=1), f"{carry.delta.ref.sort_key}: {exc}"
+
+        failed: set[str] = set()
+        for carry, (stats, error) in zip(carries, self._pool.map(run, carries), strict=True):
+            result.stats.add(stats)
+            if error is not None:
+                result.errors.append(error)
+                failed_first.append(carry.sequence_number)
+                failed.add(carry.delta.ref.sort_key)
+        return failed
+
     def apply(self, batch: BatchDeltas, *, shard_id: str | None = None) -> WriteResult:
-        """Apply a batch's coalesced deltas concurrently (``max_workers`` at a time).
+        """Apply a batch's coalesced deltas concurrently (``max_workers`` at a time), after its
+        ledger carries (``batch.ledger_carries``, concurrently too; left out without a
+        ``carries`` part): a redelivered delta that finds its target deleted must meet the
+        carried checkpoints on the ledger. When a carry fails, the deltas aimed at its deleted
+        item are not written either (they could count what reached the item), and the batch is
+        retried from the earlier of the ``REMOVE`` record and their first record.
 
         Returns
         -------
         WriteResult
-            ``retry_from`` is the smallest ``first_sequence_number`` among items that still
-            failed (after throttling retries), ``None`` when every item was written.
+            ``retry_from`` is the smallest of the ``first_sequence_number`` of each item that
+            still failed (after throttling retries) or was held back by a failed carry, and the
+            sequence number of each failed carry's ``REMOVE`` record; ``None`` when everything
+            was written.
 
         Raises
         ------
@@ -234,7 +273,22 @@ class BatchWriter:
         """
         self.check_shard(shard_id)
         result = WriteResult()
+        failed_first: list[str] = []
+        held_back = self._carry(batch, result, failed_first)
         todo = self._todo(batch, shard_id, result.stats)
+        if held_back:
+            kept = []
+            for delta in todo:
+                if delta.target_attribute is not None and delta.ref.sort_key in held_back:
+                    result.stats.failed_items += 1
+                    result.errors.append(
+                        f"{delta.ref.sort_key}: not written: the ledger carry of its deleted "
+                        "target item failed"
+                    )
+                    failed_first.append(delta.first_sequence_number)
+                else:
+                    kept.append(delta)
+            todo = kept
         last = batch.last_sequence_number or ""
         self.parts.membership.load(todo)
 
@@ -247,7 +301,6 @@ class BatchWriter:
             except (ClientError, BotoCoreError) as exc:
                 return WriteStats(failed_items=1), f"{delta.ref.sort_key}: {exc}"
 
-        failed_first: list[str] = []
         for delta, (stats, error) in zip(todo, self._pool.map(run, todo), strict=True):
             result.stats.add(stats)
             if error is not None:

@@ -609,26 +609,16 @@ def _repair_target(
 def target_sort_key(rule: Rule, item: dict[str, Any], layout: TableLayout) -> str | None:
     """The sort key (``<rule>#<key>``) under which ``rule`` counts toward the application item
     ``item`` (DynamoDB JSON) as its target, or ``None`` when no image could target it: each key
-    template's values are read back from the item's key (``KeyTemplate.split_display``), and
+    template's values are read back from the item's key (:meth:`Rule.ledger_key
+    <aggregator.core.rules.Rule.ledger_key>`, which the engine's ledger carries use too), and
     a placeholder in both templates must agree."""
     target = rule.target
     if target is None:
         return None
     texts = [item.get(layout.partition_key, {}).get("S")]
-    templates = [target.partition_key]
     if target.sort_key is not None:
         texts.append(item.get(layout.sort_key, {}).get("S") if layout.sort_key else None)
-        templates.append(target.sort_key)
-    values: dict[str, str] = {}
-    for text, template in zip(texts, templates, strict=True):
-        if not isinstance(text, str):
-            return None
-        try:
-            parts = template.split_display(text)
-        except ValueError:
-            return None
-        for name, value in zip(template.placeholders, parts, strict=True):
-            if values.setdefault(name, value) != value:
-                return None
-    encoded, _ = rule.key.render_values([values[n] for n in rule.key.placeholders])
-    return f"{rule.name}#{encoded}"
+    if not all(isinstance(text, str) for text in texts):
+        return None
+    key = rule.ledger_key([str(text) for text in texts])
+    return None if key is None else f"{rule.name}#{key[0]}"

@@ -216,7 +216,7 @@ class StreamProcessor:
         self._write_dead_letters(batch, outcome, shard_id)
         if self.flush == "window":
             self._window(event, batch, outcome)
-        elif outcome.retry_from is None and batch.deltas:
+        elif outcome.retry_from is None and (batch.deltas or batch.ledger_carries):
             result = self.writer.apply(batch, shard_id=shard_id)
             outcome.write.add(result.stats)
             outcome.errors.extend(result.errors)
@@ -432,6 +432,26 @@ class StreamProcessor:
             ) from exc
 
     def _window(self, event: dict[str, Any], batch: BatchDeltas, outcome: BatchOutcome) -> None:
+        """Window mode: merge the batch into the window's state, and flush it when the window
+        ends (module docstring). The batch's ledger carries are written at once, not kept in
+        the state: a carry's checkpoints concern records that reached a deleted target item,
+        which no later flush of this window can write (the item is gone), so it may come first.
+
+        Raises
+        ------
+        WriteError
+            When a carry or the flush fails (Lambda retries the invocation with the same
+            state).
+        """
+        if batch.ledger_carries:
+            carried = BatchDeltas(ledger_carries=batch.ledger_carries)
+            result = self.writer.apply(carried, shard_id=event.get("shardId"))
+            outcome.write.add(result.stats)
+            if result.retry_from is not None:
+                raise WriteError(
+                    "ledger carry failed; Lambda retries the invocation: "
+                    + "; ".join(result.errors[:3])
+                )
         state = dict(event.get("state") or {})
         pending = merge_batches(decode_batch(state.get(STATE_KEY)), batch)
         encoded = encode_batch(pending)

@@ -124,6 +124,7 @@ def emit_metrics(
         "TargetItemsWritten": w.target_writes,
         "MissingTargets": w.missing_targets,
         "UnusableTargets": w.unusable_targets,
+        "LedgerCarries": w.ledger_carries,
         "TargetCheckpointsEvicted": w.target_checkpoints_evicted,
     }
     for name, value in counts.items():

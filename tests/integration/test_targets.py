@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import re
 import shutil
+import time
 from collections import Counter
 from decimal import Decimal
 
@@ -23,7 +24,9 @@ from aggregator.core.exceptions import QueryError
 from aggregator.core.rules import load_rules
 from aggregator.dev.faults import FaultInjectingClient, RunnerFaults
 from aggregator.dev.runner import StreamRunner
+from aggregator.dynamodb.modes import WriterOptions
 from aggregator.dynamodb.query import AggregateStore
+from aggregator.dynamodb.streams import to_lambda_record
 from aggregator.dynamodb.targets import rule_token
 from aggregator.operations.reconcile import reconcile
 from aggregator.runtime.processor import create_processor
@@ -441,4 +444,133 @@ def test_drop_rule_removes_the_attribute_and_its_checkpoints_and_rebuild_says_wh
     assert result.exit_code == 0, result.output
     for post in ("POST#1", "POST#2"):
         assert set(meta(post)) == {"PK", "SK"}
+    ddb.delete_table(TableName=name)
+
+
+LIKES_ONLY = (
+    "table: {partition_key: PK, sort_key: SK}\n"
+    "rules:\n"
+    "  - name: likes\n"
+    "    match: {SK: {prefix: 'LIKE#'}}\n"
+    "    target: {partition_key: '{PK}', sort_key: META, attribute: likeTally}\n"
+)
+
+
+def test_a_replay_after_the_post_was_deleted_does_not_count_its_likes_again(
+    ddb, dynamodb_local, tmp_path
+):
+    """Issue 35's reproduction: a post with two likes, counted on it; the post deleted; the
+    whole stream delivered again (``run --from-start``). The likes reached the post, so the
+    ledger must not hold them (it held 2 before the delete's checkpoints were carried to it); a
+    like made after the delete, which found no post, stays in the ledger exactly once."""
+    (tmp_path / "rules.yaml").write_text(LIKES_ONLY)
+    rules = load_rules(tmp_path / "rules.yaml")
+    name = "replayed"
+    make_table(ddb, name)
+    common = ["--table", name, "--endpoint-url", dynamodb_local.endpoint_url]
+    cli = CliRunner()
+    meta_key = {"PK": {"S": "POST#x"}, "SK": {"S": "META"}}
+
+    def run(*extra: str) -> None:
+        result = cli.invoke(main, ["run", *common, "-d", str(tmp_path / "rules.yaml"), *extra])
+        assert result.exit_code == 0, result.output
+
+    def ledger() -> dict[str, Decimal]:
+        return {a.key: a.value for a in AggregateStore(ddb, name, rules).list("likes")}
+
+    def ledger_items() -> list[dict]:
+        return [
+            i
+            for i in table_items(ddb, name)
+            if i["PK"]["S"] == "AGGREGATES" and i["SK"]["S"].startswith("likes#")
+        ]
+
+    ddb.put_item(TableName=name, Item={**meta_key, "body": {"S": "hello"}})
+    like(ddb, name, "POST#x", 1)
+    like(ddb, name, "POST#x", 2)
+    run()
+    meta = ddb.get_item(TableName=name, Key=meta_key, ConsistentRead=True)["Item"]
+    assert meta["likeTally"] == {"N": "2"}
+    ddb.delete_item(TableName=name, Key=meta_key)
+    run()
+    run("--from-start")
+    assert ledger().get("POST#x#META", 0) == 0  # 2 before the delete's checkpoints were carried
+    # the delete's REMOVE carried the post's checkpoint to the ledger item, which has no value
+    (item,) = ledger_items()
+    assert "value" not in item and any(a.startswith("c#") for a in item)
+    assert item["rule"] == {"S": "likes"} and item["key"] == {"S": "POST#x#META"}
+    assert int(item["ttl"]["N"]) > time.time() + 24 * 3600  # gone after the retention
+    assert ledger() == {"POST#x#META": 0}
+    # a like after the delete found no post: the ledger's, once, replayed or not
+    like(ddb, name, "POST#x", 3)
+    run()
+    (item,) = ledger_items()
+    assert item["value"] == {"N": "1"} and "ttl" not in item  # a delta removes the TTL
+    run("--from-start")
+    assert ledger() == {"POST#x#META": 1}
+    result = cli.invoke(main, ["query", "list", "likes", *common, "-d", str(tmp_path)])
+    assert result.exit_code == 0 and "POST#x#META │     1" in result.output, result.output
+    ddb.delete_table(TableName=name)
+
+
+def stream_records(streams, arn: str) -> tuple[str, list[dict]]:
+    """Every record of the stream's one shard, in Lambda's shape (DynamoDB Local: one shard)."""
+    (shard,) = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+    iterator = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records: list[dict] = []
+    while iterator:
+        page = streams.get_records(ShardIterator=iterator)
+        records += [to_lambda_record(r, arn) for r in page["Records"]]
+        if not page["Records"]:
+            break
+        iterator = page.get("NextShardIterator")
+    return shard["ShardId"], records
+
+
+def test_a_failed_ledger_carry_holds_back_the_deleted_posts_deltas_and_retries_from_them(
+    ddb, streams, tmp_path
+):
+    """A batch delivered again that holds a post's likes, counted on it before, and its delete:
+    the carry is written before the likes reach the ledger. When it fails (throttled past the
+    retries), the likes aimed at the post wait too, and the batch is retried from the first of
+    them; the retry then counts nothing that reached the post."""
+    (tmp_path / "rules.yaml").write_text(LIKES_ONLY)
+    rules = load_rules(tmp_path / "rules.yaml")
+    name = "carry-fails"
+    arn = make_table(ddb, name)
+    meta_key = {"PK": {"S": "POST#x"}, "SK": {"S": "META"}}
+    ddb.put_item(TableName=name, Item=meta_key)
+    like(ddb, name, "POST#x", 1)
+    like(ddb, name, "POST#x", 2)
+    shard_id, records = stream_records(streams, arn)
+    first = create_processor(rules, ddb, name).process_event(
+        {"Records": records, "shardId": shard_id}
+    )
+    assert first.response["batchItemFailures"] == []
+    assert ddb.get_item(TableName=name, Key=meta_key)["Item"]["likeTally"] == {"N": "2"}
+    ddb.delete_item(TableName=name, Key=meta_key)
+    # the whole stream again, the post's delete in the same batch as its likes
+    _, records = stream_records(streams, arn)
+    assert [r["eventName"] for r in records] == ["INSERT", "INSERT", "INSERT", "MODIFY", "REMOVE"]
+    ledger_key = "likes#POST%23x#META"
+    client = FaultInjectingClient(ddb, layout=rules.layout, throttle={ledger_key: 1})
+    options = WriterOptions(throttle_retries=0, backoff_seconds=0.001)
+    processor = create_processor(rules, client, name, writer_options=options)
+    failed = processor.process_event({"Records": records, "shardId": shard_id})
+    like_1 = records[1]["dynamodb"]["SequenceNumber"]
+    assert failed.response["batchItemFailures"] == [{"itemIdentifier": like_1}]
+    assert failed.write.failed_items == 2  # the carry, and the likes held back with it
+    ledger = {"PK": {"S": "AGGREGATES"}, "SK": {"S": ledger_key}}
+    assert "Item" not in ddb.get_item(TableName=name, Key=ledger, ConsistentRead=True)
+    retried = processor.process_event({"Records": records[1:], "shardId": shard_id})
+    assert retried.response["batchItemFailures"] == []
+    assert retried.write.ledger_carries == 1
+    item = ddb.get_item(TableName=name, Key=ledger, ConsistentRead=True)["Item"]
+    assert "value" not in item  # nothing of the two likes: they reached the post
+    # the carry again (the REMOVE delivered a third time) changes nothing
+    again = processor.process_event({"Records": records[-1:], "shardId": shard_id})
+    assert (again.write.ledger_carries, again.write.already_applied) == (0, 1)
+    assert ddb.get_item(TableName=name, Key=ledger, ConsistentRead=True)["Item"] == item
     ddb.delete_table(TableName=name)

@@ -15,7 +15,7 @@ aggregate (``key``)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -414,6 +414,21 @@ class Rule(BaseModel):
         time)."""
         names = self.match.attributes() | self.key.attributes() | self.delta.attributes()
         return names | ({self.window.time} if self.window else set())
+
+    def ledger_key(self, target: Sequence[str]) -> tuple[str, str] | None:
+        """For a rule with a ``target``: ``(encoded, display)`` of the key under which the rule
+        counts toward the application item whose key values are ``target`` (``(partition
+        key,)`` or ``(partition key, sort key)``, raw text), i.e. the key of its ledger item
+        ``<rule>#<encoded>``: the key templates rendered (as :meth:`contributions` renders
+        them) with the placeholders' values read back from ``target``
+        (:meth:`~aggregator.core.rules.targets.Target.placeholder_values`). ``None`` without a
+        target, or when no image could target that item."""
+        if self.target is None:
+            return None
+        values = self.target.placeholder_values(target)
+        if values is None:
+            return None
+        return self.key.render(values)
 
     def contributions(self, image: Mapping[str, Any] | None) -> list[Contribution]:
         """What one image adds: one :class:`Contribution` (one per granularity for windowed

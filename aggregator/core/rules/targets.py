@@ -19,7 +19,7 @@ leaderboard (rank the target items with a rule that reads the target attribute).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -131,3 +131,25 @@ class Target(BaseModel):
                 )
             out.append(text)
         return tuple(out)
+
+    def placeholder_values(self, values: Sequence[str]) -> dict[str, str] | None:
+        """The placeholders' values that :meth:`render` turns into the item key ``values``
+        (``(partition key,)`` or ``(partition key, sort key)``, raw text): each template's
+        values read back with :meth:`~aggregator.core.rules.keys.KeyTemplate.split_display`;
+        ``None`` when no image could target that item (a value that does not fit its template,
+        or fits it in more than one way, or a placeholder of both templates read two ways)."""
+        templates = [self.partition_key]
+        if self.sort_key is not None:
+            templates.append(self.sort_key)
+        if len(values) != len(templates):
+            return None
+        found: dict[str, str] = {}
+        for text, template in zip(values, templates, strict=True):
+            try:
+                parts = template.split_display(text)
+            except ValueError:
+                return None
+            for name, value in zip(template.placeholders, parts, strict=True):
+                if found.setdefault(name, value) != value:
+                    return None
+        return found

@@ -289,3 +289,30 @@ def test_stream_filters_pass_the_applications_records_and_derived_sources_only(l
     assert not passes(record("AGGREGATOR#DEAD_LETTERS", "s#1#per"))
     assert not passes(record("AGGREGATOR#RUNNER", "arn#s"))
     assert not passes(record("AGGREGATES", "perx#1"))  # another rule sharing the prefix "per"
+
+
+@pytest.mark.parametrize("layout", [DEFAULT_LAYOUT, PK_ONLY], ids=["pk-sk", "pk-only"])
+def test_stream_filters_pass_the_delete_of_a_target_item_with_its_checkpoint_map(layout):
+    """The ``REMOVE`` of an item that a target rule writes carries its checkpoint map to the
+    rule's ledger (aggregator.core.ledger_carries): the first filter must let it through."""
+    target = {"partition_key": "{parent}", "attribute": "n"}
+    if layout.sort_key:
+        target["sort_key"] = "META"
+    rules = RuleSet.of(rule("t", match={"parent": {"exists": True}}, target=target), layout=layout)
+    patterns = [json.loads(f["Pattern"]) for f in filter_criteria(rules)["Filters"]]
+    keys = {layout.partition_key: {"S": "T1"}}
+    if layout.sort_key:
+        keys[layout.sort_key] = {"S": "META"}
+    old = {
+        **keys,
+        "n": {"N": "2"},
+        layout.target_checkpoints_attribute: {"M": {"a": {"B": "AA=="}}},
+    }
+    record = {"dynamodb": {"Keys": keys, "OldImage": old}}
+    assert any(_matches(p, record) for p in patterns)
+    framework = layout.item_fields(layout.aggregates_pk, "t#T1#META")
+    image = {k: {"S": v} for k, v in framework.items()}
+    ledger = {
+        "dynamodb": {"Keys": {k: v for k, v in image.items() if k in keys}, "OldImage": image}
+    }
+    assert not any(_matches(p, ledger) for p in patterns)  # the ledger's own delete does not
