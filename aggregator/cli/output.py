@@ -92,14 +92,20 @@ def aggregate_fields(aggregate: Any) -> Mapping[str, Decimal | None]:
 
 
 def print_aggregates(
-    title: str, aggregates: Sequence[Any], digits: int = DEFAULT_DIGITS, *, buckets: bool = False
+    title: str,
+    aggregates: Sequence[Any],
+    digits: int = DEFAULT_DIGITS,
+    *,
+    buckets: bool = False,
+    empty: str | None = None,
 ) -> None:
     """A table of aggregates: ``#``, ``key`` (with ``buckets``, each one's granularity and
     bucket start too) and a column per field of the rule's kind (``value`` for a sum; ``mean``,
-    ``sum``, ``count`` for a mean; ...), numbers as :func:`column_texts` gives them."""
+    ``sum``, ``count`` for a mean; ...), numbers as :func:`column_texts` gives them; ``empty``
+    (default "no aggregates (nothing counted yet)") when there are none."""
     console.print(f"[bold]{title}[/]")
     if not aggregates:
-        console.print("no aggregates (nothing counted yet)")
+        console.print(empty or "no aggregates (nothing counted yet)", highlight=False)
         return
     names = list(aggregate_fields(aggregates[0]))
     table = Table()

@@ -194,12 +194,19 @@ def _not_found_hint(store: AggregateStore, rule: str, values: tuple[str, ...]) -
 
 
 def _print_rule_aggregates(
-    store: AggregateStore, rule: str, title: str, aggregates: list[Aggregate], digits: int
+    store: AggregateStore,
+    rule: str,
+    title: str,
+    aggregates: list[Aggregate],
+    digits: int,
+    *,
+    empty: str | None = None,
 ) -> None:
     """A table of ``rule``'s aggregates: a column per field of its kind, and for a windowed
-    rule each row's granularity and bucket start in columns of their own."""
+    rule each row's granularity and bucket start in columns of their own (``empty``: what to
+    say instead of a table when there are none)."""
     windowed = store.rules.get(rule).window is not None
-    print_aggregates(title, aggregates, digits, buckets=windowed)
+    print_aggregates(title, aggregates, digits, buckets=windowed, empty=empty)
 
 
 @click.group(short_help="Read aggregates.")
@@ -388,9 +395,11 @@ def query_top(
         _echo_json({**data, "aggregates": [_aggregate_json(a) for a in top]})
         return
     title = f"top {n}: {rule}"
+    empty = None
     if bucket is not None:
         title += f" ({bucket[0]} bucket {bucket[1]})"
-    _print_rule_aggregates(store, rule, title, top, reading.digits)
+        empty = "no aggregates in this bucket"
+    _print_rule_aggregates(store, rule, title, top, reading.digits, empty=empty)
 
 
 def _instant(value: str | None) -> int | None:
@@ -441,12 +450,34 @@ def _range(
         )
     if now is not None and end is not None:
         raise QueryError("give --now or --end with --last, not both (they set the same end)")
+    if last is not None and start is not None:
+        raise QueryError("give --last or --start/--end, not both")
+    if start is not None and end is None:
+        raise QueryError("give --end with --start")
+    if end is not None and start is None and last is None:
+        raise QueryError("--end needs --start (or --last): it ends a range")
     try:
         seconds = None if last is None else parse_duration(last)
     except ValueError as exc:
         raise QueryError(f"--last: {exc}") from None
     end_seconds = _now_instant(now) if now is not None else _instant(end)
-    return {"start": _instant(start), "end": end_seconds, "last": seconds}
+    start_seconds = _instant(start)
+    if start_seconds is not None and end_seconds is not None and end_seconds < start_seconds:
+        raise QueryError(f"--end ({end}) is before --start ({start})")
+    return {"start": start_seconds, "end": end_seconds, "last": seconds}
+
+
+def _need_range(store: AggregateStore, rule: str, window_range: dict[str, int | None]) -> None:
+    """A windowed ``rule`` is read over a range: one line when none was given."""
+    from aggregator.core.exceptions import QueryError
+
+    if store.rules.get(rule).window is not None and all(
+        window_range[name] is None for name in ("start", "last")
+    ):
+        raise QueryError(
+            f"rule {rule!r} counts per time bucket: give a range, --last D (--last 24h) or "
+            "--start T --end T"
+        )
 
 
 def _asked_text(result: Any) -> str | None:
@@ -512,6 +543,7 @@ def query_percentile(
     from aggregator.core.windows import bucket_text
 
     store = reading.store(rule)
+    _need_range(store, rule, window_range)
     result = store.percentiles(rule, _key(values), ps, **window_range)
     if reading.as_json:
         _echo_json(
@@ -643,6 +675,7 @@ def query_window(
     asked_start, asked_end). Buckets are judged expired at the current time, with --now
     too."""
     store = reading.store(rule)
+    _need_range(store, rule, window_range)
     if series is not None:
         _print_series(store, rule, values, series, window_range, reading)
         return
@@ -767,10 +800,12 @@ def _print_series(
         )
     else:
         summary = f"total {number_text(result.total, reading.digits)}"
+    # the sparkline folds at the terminal's width; the summary wraps between words
+    console.print(sparkline(result.headlines()), soft_wrap=False, overflow="fold", markup=False)
     console.print(
-        f"{sparkline(result.headlines())}  "
         f"[{result.start_text}, {result.end_text}): {len(result.buckets)} {result.granularity} "
         f"buckets, {summary}",
+        soft_wrap=False,
         markup=False,
         highlight=False,
     )
@@ -820,26 +855,32 @@ def _print_rolling_top(
             }
         )
         return
-    title = (
-        f"top {n}: {rule}, sums of the {result.granularity} buckets in "
-        f"[{result.start_text}, {result.end_text})"
+    console.print(f"top {n}: {rule}", style="bold", markup=False, highlight=False)
+    console.print(
+        f"sums of the {result.granularity} buckets in [{result.start_text}, {result.end_text})",
+        markup=False,
+        highlight=False,
     )
-    table = Table(title=title, title_justify="left")
-    table.add_column("key")
-    table.add_column("sum", justify="right")
-    texts = column_texts([a.value for a in result.aggregates], reading.digits)
-    for aggregate, text in zip(result.aggregates, texts, strict=True):
-        table.add_row(aggregate.key, text)
-    console.print(table)
+    if result.aggregates:
+        table = Table()
+        table.add_column("key")
+        table.add_column("sum", justify="right")
+        texts = column_texts([a.value for a in result.aggregates], reading.digits)
+        for aggregate, text in zip(result.aggregates, texts, strict=True):
+            table.add_row(aggregate.key, text)
+        console.print(table)
+    else:
+        console.print("no key has a sum other than 0 over the range", highlight=False)
     path = (
         "merged from the buckets' top lists"
         if result.path == "lists"
         else "summed from every aggregate of the rule"
     )
-    console.print(f"{path}; cost: {cost}", markup=False, highlight=False)
+    console.print(path, markup=False, highlight=False)
+    console.print(f"cost: {cost}", markup=False, highlight=False)
     if not result.complete:
         err_console.print(
-            "warning: part of the range is past the rule's retention; its buckets are left out",
+            "warning: the buckets of the range past the rule's retention are left out",
             highlight=False,
         )
 

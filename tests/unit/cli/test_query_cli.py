@@ -317,6 +317,22 @@ def test_end_with_last_still_ends_the_window(stub, defs):
             ["--last", "1h", "--now", "yesterday"],
             "error: --now: bad time: 'yesterday' is not an ISO 8601 time",
         ),
+        # the range options, in the options' words (not the Python API's start/end/last)
+        (
+            [],
+            "error: rule 'events' counts per time bucket: give a range, --last D (--last 24h) "
+            "or --start T --end T",
+        ),
+        (["--start", str(T)], "error: give --end with --start"),
+        (["--end", str(T)], "error: --end needs --start (or --last): it ends a range"),
+        (
+            ["--start", str(T), "--end", str(T + 60), "--last", "1h"],
+            "error: give --last or --start/--end, not both",
+        ),
+        (
+            ["--start", "2013-01-01T06:00:00Z", "--end", "2013-01-01T05:00:00Z"],
+            "error: --end (2013-01-01T05:00:00Z) is before --start (2013-01-01T06:00:00Z)",
+        ),
     ],
 )
 def test_now_errors_are_one_line(stub, defs, args, message):
