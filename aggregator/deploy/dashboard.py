@@ -22,7 +22,8 @@ metric a minute:
 - **Throttles**: Lambda's ``Throttles`` of the function, DynamoDB's ``WriteThrottleEvents`` and
   ``ReadThrottleEvents`` of the table (DynamoDB Developer Guide, "DynamoDB Metrics and
   dimensions") and the writer's ``ThrottleRetries``;
-- **Duration and errors**: Lambda's ``Duration`` (average and maximum) and ``Errors``.
+- **Duration and errors**: Lambda's ``Duration`` (average and maximum, milliseconds, left axis)
+  and ``Errors`` (a count, right axis).
 """
 
 from __future__ import annotations
@@ -50,10 +51,17 @@ def _ours(name: str, **extra: str) -> list[Any]:
     return [METRICS_NAMESPACE, name, *dimensions]
 
 
-def _lambda(name: str, stat: str | None = None) -> list[Any]:
+def _lambda(name: str, stat: str | None = None, *, right: bool = False) -> list[Any]:
+    """A Lambda metric of the function; ``right``: on the widget's right axis (a count
+    beside milliseconds)."""
     metric: list[Any] = ["AWS/Lambda", name, "FunctionName", "${Function}"]
+    options: dict[str, str] = {}
     if stat is not None:
-        metric.append({"stat": stat})
+        options["stat"] = stat
+    if right:
+        options["yAxis"] = "right"
+    if options:
+        metric.append(options)
     return metric
 
 
@@ -103,11 +111,11 @@ def dashboard_widgets(rules: RuleSet) -> list[dict[str, Any]]:
             "Sum",
         ),
         (
-            "Duration (ms) and errors",
+            "Duration (ms, left) and errors (right)",
             [
                 _lambda("Duration", "Average"),
                 _lambda("Duration", "Maximum"),
-                _lambda("Errors", "Sum"),
+                _lambda("Errors", "Sum", right=True),
             ],
             "Average",
         ),

@@ -63,7 +63,7 @@ def run(
 ) -> None:
     """Process the table's stream locally with the same code as the Lambda handler.
 
-    The crossings of rules with thresholds are printed (``event: ...``), or sent to an
+    The crossings of rules with thresholds are printed (lines "event: ..."), or sent to an
     EventBridge bus with --event-bus, as the deployed function sends them."""
     from aggregator.cli.tables import rules_for_table
     from aggregator.dev.runner import PositionStore, RunStats, StreamRunner

@@ -24,7 +24,7 @@ def test_the_widgets_and_a_line_per_rule(tmp_path: Path) -> None:
         "Dead letters",
         "Modelled WCU per rule",
         "Throttles",
-        "Duration (ms) and errors",
+        "Duration (ms, left) and errors (right)",
     ]
     (wcu,) = [w for w in widgets if w["properties"]["title"] == "Modelled WCU per rule"]
     assert wcu["properties"]["metrics"] == [
@@ -32,6 +32,10 @@ def test_the_widgets_and_a_line_per_rule(tmp_path: Path) -> None:
         ["DdbAggregator", "ModelledWCUByRule", "service", "${Service}", "Rule", "views"],
         ["DdbAggregator", "ModelledWCU", "service", "${Service}"],
     ]
+    # a count of errors is not drawn against milliseconds: it has the right axis
+    (duration,) = [w for w in widgets if w["properties"]["title"].startswith("Duration")]
+    axes = {m[1]: m[-1].get("yAxis", "left") for m in duration["properties"]["metrics"]}
+    assert axes == {"Duration": "left", "Errors": "right"}
     # two a row, 12 wide, none overlapping
     assert {(w["x"], w["y"]) for w in widgets} == {(x, y) for x in (0, 12) for y in (0, 6, 12)}
 
