@@ -736,7 +736,10 @@ def test_outputs(template: dict[str, Any]) -> None:
         "LogGroupName": {"Ref": log_group},
         # the backfill on AWS starts it (only where it is created)
         "BackfillStateMachineArn": {"Ref": "BackfillStateMachine"},
+        # the Ref of a dashboard is its name (only with the parameter Dashboard Enabled)
+        "DashboardName": {"Ref": "AggregatorDashboard"},
     }
+    assert template["Outputs"]["DashboardName"]["Condition"] == "CreateDashboard"
     assert template["Outputs"]["BackfillStateMachineArn"]["Condition"] == "CreateBackfill"
 
 
