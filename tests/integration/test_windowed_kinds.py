@@ -258,7 +258,10 @@ def test_kinds_per_hour_and_over_ranges_are_exact_under_backfill_moves_and_fault
         assert f'"count": "{len(delays)}"' in result.stdout
         result = cli.invoke(main, ["query", "percentile", "delay_distribution", "JFK", *common])
         assert result.exit_code == 1
-        assert "counts per time bucket: give a range (last, or start and end)" in result.stderr
+        assert (
+            "counts per time bucket: give a range, --last D (--last 24h) or --start T --end T"
+            in (result.stderr)
+        )
         result = cli.invoke(main, ["query", "histogram", "delay_distribution", "JFK", *common])
         assert result.exit_code == 1 and "keeps its values per time bucket" in result.stderr
     # the stored items equal what the items make them: reconcile finds nothing to repair
