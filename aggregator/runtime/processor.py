@@ -445,13 +445,7 @@ class StreamProcessor:
         """
         if batch.ledger_carries:
             carried = BatchDeltas(ledger_carries=batch.ledger_carries)
-            result = self.writer.apply(carried, shard_id=event.get("shardId"))
-            outcome.write.add(result.stats)
-            if result.retry_from is not None:
-                raise WriteError(
-                    "ledger carry failed; Lambda retries the invocation: "
-                    + "; ".join(result.errors[:3])
-                )
+            self._apply_whole(carried, event, outcome, "ledger carry failed")
         state = dict(event.get("state") or {})
         pending = merge_batches(decode_batch(state.get(STATE_KEY)), batch)
         encoded = encode_batch(pending)
@@ -466,13 +460,7 @@ class StreamProcessor:
                     outcome.expired += len(d.parts)
                     outcome.expired_retractions += sum(1 for _, a in d.parts if a < 0)
         if pending.deltas and flushing:
-            result = self.writer.apply(pending, shard_id=event.get("shardId"))
-            outcome.write.add(result.stats)
-            if result.retry_from is not None:
-                raise WriteError(
-                    "window flush incomplete; Lambda retries the invocation: "
-                    + "; ".join(result.errors[:3])
-                )
+            self._apply_whole(pending, event, outcome, "window flush incomplete")
             outcome.flushed = True
             state.pop(STATE_KEY, None)
         elif pending.deltas:
@@ -480,6 +468,24 @@ class StreamProcessor:
         else:
             state.pop(STATE_KEY, None)
         outcome.response["state"] = state
+
+    def _apply_whole(
+        self, batch: BatchDeltas, event: dict[str, Any], outcome: BatchOutcome, what: str
+    ) -> None:
+        """Window mode: write ``batch`` whole or raise (``what`` and the first three errors),
+        so that Lambda retries the invocation with the same state.
+
+        Raises
+        ------
+        WriteError
+            When part of ``batch`` was not written.
+        """
+        result = self.writer.apply(batch, shard_id=event.get("shardId"))
+        outcome.write.add(result.stats)
+        if result.retry_from is not None:
+            raise WriteError(
+                f"{what}; Lambda retries the invocation: " + "; ".join(result.errors[:3])
+            )
 
     def _log_failures(self, batch: BatchDeltas) -> None:
         if self.logger is None:
