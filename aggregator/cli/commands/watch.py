@@ -475,10 +475,11 @@ def watch_cmd(
     interval: float,
     digits: int,
 ) -> None:
-    """A live view of the aggregates of RULE... (default: every rule), refreshed every
-    --interval seconds while a runner or the deployed function processes the stream: top lists,
-    windowed rules' tops and sparklines over --last, other kinds' fields. Changed values are
-    marked; the footer counts the reads. q or Ctrl-C leaves."""
+    """A live view of the aggregates of RULE... (in the order named; default: every rule),
+    refreshed every --interval seconds while a runner or the deployed function processes the
+    stream: top lists, windowed rules' tops and sparklines over --last (the range summed in
+    each title), other kinds' fields. Changed values are marked; the footer counts the reads.
+    q or Ctrl-C leaves."""
     from rich.live import Live
 
     from aggregator.cli.tables import rules_for_table
