@@ -132,23 +132,27 @@ SPARK_BARS = "▁▂▃▄▅▆▇█"
 
 def sparkline(values: Sequence[Decimal | None]) -> str:
     """One bar per value, scaled from the smallest (``▁``) to the largest (``█``); all equal
-    (or one value) draw the middle bar ``▄``; ``None`` (no value: a mean's empty bucket) a
-    space; an empty sequence, an empty string.
+    (or one value) draw the middle bar ``▄``, unless all are zero (nothing written: a key's
+    buckets that no item reached), which draw the lowest ``▁``; ``None`` (no value: a mean's
+    empty bucket) a space; an empty sequence, an empty string.
 
     Examples
     --------
     >>> sparkline([Decimal(0), Decimal(4), None, Decimal(8)])
     '▁▅ █'
+    >>> sparkline([Decimal(3), Decimal(3)]), sparkline([Decimal(0), Decimal(0)])
+    ('▄▄', '▁▁')
     """
     numbers = [v for v in values if v is not None]
     if not numbers:
         return " " * len(values)
     low, high = min(numbers), max(numbers)
     top = len(SPARK_BARS) - 1
+    flat = SPARK_BARS[0] if high == 0 else SPARK_BARS[3]  # all equal: zero, or some value
     return "".join(
         " "
         if v is None
-        else SPARK_BARS[3]
+        else flat
         if low == high
         else SPARK_BARS[min(top, int((v - low) * len(SPARK_BARS) / (high - low)))]
         for v in values

@@ -191,7 +191,7 @@ def _spark_gaps(values: list[Decimal | None]) -> str:
     return "".join(
         " "
         if v is None
-        else "▄"
+        else ("▁" if high == 0 else "▄")
         if low == high
         else "▁▂▃▄▅▆▇█"[min(7, int((v - low) * 8 / (high - low)))]
         for v in values
@@ -201,6 +201,6 @@ def _spark_gaps(values: list[Decimal | None]) -> str:
 def _spark(values: list[int]) -> str:
     """The sparkline, computed here: eight bars from the smallest value to the largest."""
     low, high = min(values), max(values)
-    if low == high:
-        return "▄" * len(values)
+    if low == high:  # all zero: the lowest bar; another value: the middle one
+        return ("▁" if high == 0 else "▄") * len(values)
     return "".join("▁▂▃▄▅▆▇█"[min(7, (v - low) * 8 // (high - low))] for v in values)

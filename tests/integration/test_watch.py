@@ -4,6 +4,7 @@ cleanly on ``q``, on Ctrl-C and on SIGTERM, restoring the terminal."""
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import signal
@@ -81,7 +82,7 @@ def test_watch_shows_panels_updates_and_leaves_on_q_and_ctrl_c(
 
     view = _watch(name, rules_path, dynamodb_local.endpoint_url)
     view.expect("likes: top 10")
-    view.expect("likes_hourly: top 10 over the last 1h")
+    view.expect(r"likes_hourly: top 10, \[\d\d:\d\dZ, \d\d:\d\dZ\) \(hour buckets\)")
     view.expect(cells("alpha", "2"))
     view.expect("refresh 2")
     # the application writes, a runner processes the stream: the view shows the new values
@@ -93,7 +94,7 @@ def test_watch_shows_panels_updates_and_leaves_on_q_and_ctrl_c(
     view.expect(pexpect.EOF)
     view.close()
     assert view.exitstatus == 0, view.before
-    assert "watched 2 rule(s)" in view.before and "Traceback" not in view.before
+    assert "watched 2 rules: " in view.before and "Traceback" not in view.before
 
     for stop in ("Ctrl-C", "SIGTERM"):
         again = _watch(name, rules_path, dynamodb_local.endpoint_url)
@@ -105,7 +106,7 @@ def test_watch_shows_panels_updates_and_leaves_on_q_and_ctrl_c(
         again.expect(pexpect.EOF)
         again.close()
         assert again.exitstatus == 0, (stop, again.before)
-        assert "watched 2 rule(s)" in again.before and "Traceback" not in again.before
+        assert "watched 2 rules: " in again.before and "Traceback" not in again.before
 
 
 PANEL_RULES = """version: 1
@@ -158,6 +159,76 @@ def test_panels_of_a_windowed_mean_and_a_long_sparkline(ddb, streams, dynamodb_l
         assert dict(row.fields) == {"sum": sum(got), "count": len(got)}
         assert row.value == Context(prec=38).divide(Decimal(sum(got)), len(got))  # 38 digits
     assert [(r.key, r.value) for r in views.rows] == [("a", 80), ("b", 3), ("c", 2)]
+    # the titles give the range summed: the two hours up to the refresh (its second rounded
+    # up), widened out to whole minutes
+    asked_end = math.ceil(snapshot.at)
+    start, end = (asked_end - 2 * 3600) // 60 * 60, math.ceil(asked_end / 60) * 60
+    span = "[{}, {})".format(*(time.strftime("%H:%MZ", time.gmtime(t)) for t in (start, end)))
+    assert views.title == f"views: top 5, {span} (minute buckets)"
+    assert dwell.title == f"dwell: first 5 keys, {span} (mean)"
     # 121 minute buckets over the last two hours: the sparkline draws the last 24
     assert len(views.rows[0].spark) == SPARK_BUCKETS
     assert views.note == f"sparklines: the last {SPARK_BUCKETS} of 121 buckets"
+
+
+def test_watch_piped_named_rules_a_refused_panel_and_errors(
+    ddb, streams, dynamodb_local, tmp_path, monkeypatch
+) -> None:
+    """In process, piped (no terminal): the panels in the order the rules are named, the last
+    view then the summary on a line of its own; a --last of too many buckets is one panel's
+    note; an unknown rule or table is one line and exit 1."""
+    from click.testing import CliRunner
+
+    from aggregator.cli.commands import watch
+    from aggregator.cli.main import main
+
+    rules_path = tmp_path / "rules.yaml"
+    rules_path.write_text(RULES_TEXT, encoding="utf-8")
+    rules = load_rules(rules_path)
+    name = f"watch-piped-{random.randrange(10**9)}"
+    arn = create_table(ddb, name)
+    for i, post in enumerate(["alpha", "alpha", "beta"]):
+        _like(ddb, name, i, post)
+    pipeline(ddb, streams, name, arn, rules=rules).runner.run()
+
+    read = watch.collect
+    calls = []
+
+    def one_refresh(*args, **kwargs):  # the second refresh is Ctrl-C
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(watch, "collect", one_refresh)
+    base = ["--table", name, "-d", str(rules_path), "--endpoint-url", dynamodb_local.endpoint_url]
+    base += ["--interval", "0.2"]
+    runner = CliRunner()
+    shown = runner.invoke(main, ["watch", "likes_hourly", "likes", *base])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    titles = [line for line in lines if ": top 10" in line]
+    assert [t.split(":")[0] for t in titles] == ["likes_hourly", "likes"]
+    assert lines[-2].endswith("(q or Ctrl-C to leave)") and "refresh 1: " in lines[-2]
+    requests = int(lines[-2].split("refresh 1: ")[1].split()[0])
+    assert requests > 0
+    word = "request" if requests == 1 else "requests"
+    assert lines[-1] == f"watched 2 rules: 1 refresh, {requests} read {word}"
+
+    calls.clear()
+    long = runner.invoke(main, ["watch", *base, "--last", "400d"])
+    assert long.exit_code == 0, long.output
+    assert "likes: top 10" in long.output and "alpha" in long.output  # the other panel stays
+    assert (
+        "the range holds 9,601 hour buckets, more than a rolling top reads (1,000); "
+        "watch a shorter --last (at most 41d)"
+    ) in long.output
+
+    unknown = runner.invoke(main, ["watch", "nosuch", *base])
+    assert unknown.exit_code == 1
+    assert unknown.output == (
+        "error: no rule named 'nosuch'; known rules: likes, likes_hourly\n"
+    ), unknown.output
+    no_table = runner.invoke(main, ["watch", *base[:1], "nosuch-table", *base[2:]])
+    assert no_table.exit_code == 1 and len(no_table.output.splitlines()) == 1, no_table.output
+    assert "Traceback" not in no_table.output and "nosuch-table" in no_table.output

@@ -14,10 +14,18 @@ Each refresh reads, per rule (all of them, or those named):
   items, which hold a key's every bucket and value);
 - any other ``sum`` rule: its first ``-n`` keys (``query list``, one page).
 
+A windowed panel's title gives the range summed, ``[start, end)``: ``--last`` widened out to
+the buckets' boundaries, as ``query top --last`` prints it. Panels follow the order of the
+rules named (else the definitions'). A panel whose read is refused (a ``QueryError`` of its own:
+a ``--last`` of more buckets than a rolling top reads) shows why in its place, and the other
+panels stay; a failed request (no table, no region, the endpoint down) ends the view with one
+line, as any command's errors.
+
 So a refresh costs a few requests per panel (counted in the footer), more only for a windowed
 rule without top lists or a rule with many keys listed. Values that changed since the last
-refresh are marked ``▲``/``▼``, new keys ``new``. ``q`` (on a terminal), Ctrl-C or SIGTERM
-leaves, restoring the terminal, with a one-line summary.
+refresh are marked ``▲``/``▼``, new keys ``new``. On a terminal the view fits its height: the
+panels that fit, a line counting the others, and the footer. ``q`` (on a terminal), Ctrl-C or
+SIGTERM leaves, restoring the terminal, with a one-line summary.
 """
 
 from __future__ import annotations
@@ -37,15 +45,19 @@ import click
 
 from aggregator.cli.options import RuleSources, definitions_option, endpoint_option, table_option
 from aggregator.cli.output import column_texts, console, sparkline
+from aggregator.core.exceptions import QueryError
+from aggregator.core.windows import bucket_text
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+    from rich.text import Text
 
-    from aggregator.core.rules import Rule
+    from aggregator.core.rules import Rule, RuleSet
     from aggregator.dynamodb.query import AggregateStore
+    from aggregator.dynamodb.query.ranges import BucketRange
     from aggregator.dynamodb.query.results import Aggregate
 
-__all__ = ["Panel", "Row", "render", "watch_cmd"]
+__all__ = ["FittedView", "Panel", "Row", "chosen_rules", "render", "span_text", "watch_cmd"]
 
 SERIES_KEYS = 3
 """Keys of a windowed rule drawn as a sparkline, each one ``Query``."""
@@ -111,8 +123,8 @@ def render(
     refreshes: int,
     total_requests: int,
 ) -> RenderableType:
-    """The view of ``snapshot``, marking what changed since ``previous`` (pure)."""
-    from rich.console import Group
+    """The view of ``snapshot``, marking what changed since ``previous`` (pure): its panels and
+    the footer, fitted to a terminal's height when shown on one (:class:`FittedView`)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -153,46 +165,189 @@ def render(
         tables.append(table)
     footer = Text(
         f"{time.strftime('%H:%M:%S', time.gmtime(snapshot.at))}Z  refresh {refreshes}: "
-        f"{snapshot.requests} read requests; {total_requests} in all  (q or Ctrl-C to leave)",
+        f"{_counted(snapshot.requests, 'read request')}; {total_requests:,} in all  "
+        "(q or Ctrl-C to leave)",
         style="dim",
     )
-    return Group(*tables, footer)
+    return FittedView(tables, footer)
+
+
+def _counted(number: int, thing: str, things: str | None = None) -> str:
+    """``1 refresh``, ``2 refreshes``: ``number`` (with thousands separators) and the word in
+    its number (``things``, default ``thing`` + ``s``)."""
+    return f"{number:,} {thing if number == 1 else things or thing + 's'}"
+
+
+@dataclass(frozen=True)
+class FittedView:
+    """Panels, then the footer. On a terminal, fitted to its height (rich's
+    ``options.size.height``, the terminal's lines): the panels that fit whole in turn, then a
+    line counting the others, then the footer, which stays in view (when not even the first
+    panel fits, its first lines). Elsewhere (piped, a file), everything."""
+
+    panels: list[RenderableType]
+    footer: Text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.segment import Segment
+        from rich.text import Text
+
+        if not console.is_terminal:
+            yield from self.panels
+            yield self.footer
+            return
+        footer = console.render_lines(self.footer, options, pad=False)
+        rendered = [console.render_lines(p, options, pad=False) for p in self.panels]
+
+        def more(hidden: int) -> Text:
+            return Text(
+                f"{_counted(hidden, 'more panel')}: make the terminal taller, or name fewer rules",
+                style="yellow",
+            )
+
+        # the line counting panels left out, at its longest (every panel left out)
+        more_height = len(console.render_lines(more(len(rendered)), options, pad=False))
+        room = options.size.height - len(footer)
+        shown: list[list[list[Segment]]] = []
+        used = 0
+        for i, lines in enumerate(rendered):
+            after = len(rendered) - i - 1  # panels after this one: a line then counts them
+            if used + len(lines) + (more_height if after else 0) > room:
+                break
+            shown.append(lines)
+            used += len(lines)
+        if not shown and rendered:  # not even the first panel fits: its first lines
+            below = more_height if len(rendered) > 1 else 0
+            shown.append(rendered[0][: max(0, room - below)])
+        for lines in shown:
+            for line in lines:
+                yield from line
+                yield Segment.line()
+        if len(shown) < len(rendered):
+            yield more(len(rendered) - len(shown))
+        yield self.footer
 
 
 def _panel(store: AggregateStore, rule: Rule, n: int, last: int, now: float) -> Panel:
-    """Read one rule's panel (module docstring)."""
+    """Read one rule's panel (module docstring); a :class:`QueryError` of the panel's own (a
+    refused read, not a failed request) is the panel's note.
+
+    Raises
+    ------
+    QueryError
+        When a request failed (its ``__cause__`` is the AWS SDK's error): no table, no access,
+        the endpoint down, throttling past the retries. That ends the view.
+    """
+    try:
+        return _read_panel(store, rule, n, last, now)
+    except QueryError as exc:
+        if _failed_request(exc):
+            raise
+        return Panel(rule.name, rule.name, note=str(exc))
+
+
+def _failed_request(exc: BaseException) -> bool:
+    """Whether ``exc`` wraps an AWS SDK error (through ``raise ... from``, any depth)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    seen: set[int] = set()
+    cause = exc.__cause__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ClientError | BotoCoreError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return False
+
+
+def _read_panel(store: AggregateStore, rule: Rule, n: int, last: int, now: float) -> Panel:
     name = rule.name
     window = rule.window
     if window is not None and rule.kind.ranks:
-        top = store.rolling_top(name, n, last=last, now=now)
+        planned = _ranked_buckets(rule, last, now)
+        label = planned.granularity.label
+        top = store.rolling_top(name, n, granularity=label, last=last, now=now)
         rows = []
         note = ""
         for i, a in enumerate(top.aggregates):
             spark = ""
             if i < SERIES_KEYS:
-                series = store.series(name, a.key, granularity=top.granularity, last=last, now=now)
+                series = store.series(name, a.key, granularity=label, last=last, now=now)
                 spark = sparkline(series.headlines()[-SPARK_BUCKETS:])
                 if len(series.buckets) > SPARK_BUCKETS:
                     note = f"sparklines: the last {SPARK_BUCKETS} of {len(series.buckets)} buckets"
             rows.append(Row(a.key, a.value, spark=spark))
-        title = f"{name}: top {n} over the last {_duration(last)} ({top.granularity} buckets)"
+        title = f"{name}: top {n}, {span_text(top.start, top.end)} ({label} buckets)"
         return Panel(name, title, tuple(rows), note)
     if rule.leaderboard:
         top_now = store.top(name, n)
         return Panel(name, f"{name}: top {n}", tuple(Row(a.key, a.value) for a in top_now))
     headline = rule.kind.headline
     if window is not None:
+        from aggregator.dynamodb.query.ranges import AskedRange
+
+        # the range every key's window sums: --last widened out to the finest buckets
+        (lo, hi), _ = AskedRange(last=last, now=now).covering(window.finest, now)
         # the rule's items are buckets (and a kind's value items) of each key in turn
         keys, note = _first_keys(store.list(name), n)
         rows = []
         for key in keys:
             w = store.window(name, key, last=last, now=now)
             rows.append(_row(key, w.fields, headline, w.value))
-        title = f"{name}: the last {_duration(last)}, first {n} keys ({headline})"
+        title = f"{name}: first {n} keys, {span_text(lo, hi)} ({headline})"
         return Panel(name, title, tuple(rows), note)
     rows = [_row(a.key, a.fields, headline, a.value) for a in _first(store.list(name), n)]
     title = f"{name}: first {n} keys" + ("" if rule.kind.ranks else f" ({headline})")
     return Panel(name, title, tuple(rows))
+
+
+def _ranked_buckets(rule: Rule, last: int, now: float) -> BucketRange:
+    """The buckets a rolling top of ``rule`` sums over the last ``last`` seconds at ``now``:
+    the finest granularity with at most
+    :data:`~aggregator.dynamodb.query.rolling.MAX_ROLLING_BUCKETS` of them (the choice of
+    :meth:`~aggregator.dynamodb.query.AggregateStore.rolling_top`), read nothing.
+
+    Raises
+    ------
+    QueryError
+        When even the coarsest granularity the rule keeps has more buckets over the range,
+        advising the longest ``--last`` that has few enough.
+    """
+    from aggregator.dynamodb.query.ranges import AskedRange, bucket_range
+    from aggregator.dynamodb.query.rolling import MAX_ROLLING_BUCKETS
+
+    window = rule.window
+    assert window is not None  # a rolling top is of a windowed rule
+    coarsest = max(window.granularities, key=lambda g: g.seconds)
+    # --last widens by at most one bucket: MAX - 1 buckets' length always fits
+    longest = _whole_units((MAX_ROLLING_BUCKETS - 1) * coarsest.seconds)
+    asked = AskedRange(last=last, now=now)
+    why = f"watch a shorter --last (at most {longest})"
+    most, what = MAX_ROLLING_BUCKETS, "a rolling top"
+    # refused when even the coarsest buckets are too many; then rolling_top's own choice
+    bucket_range(rule.name, window, coarsest.label, asked, most=most, what=what, why=why)
+    return bucket_range(rule.name, window, None, asked, most=most, what=what, why=why)
+
+
+def span_text(start: int, end: int) -> str:
+    """``[start, end)`` (epoch seconds) as UTC text, as ``query top --last`` prints a range;
+    shorter than a day, as times of day (``[10:00Z, 12:00Z)``; with seconds only when an
+    edge has them).
+
+    Examples
+    --------
+    >>> span_text(1357034400, 1357041600)
+    '[10:00Z, 12:00Z)'
+    >>> span_text(1357034400, 1357120800)
+    '[2013-01-01T10:00:00Z, 2013-01-02T10:00:00Z)'
+    """
+    first, second = bucket_text(start), bucket_text(end)
+    if end - start >= 86_400:
+        return f"[{first}, {second})"
+    first, second = first[11:], second[11:]  # "10:00:00Z"
+    if first.endswith(":00Z") and second.endswith(":00Z"):
+        first, second = first[:-4] + "Z", second[:-4] + "Z"
+    return f"[{first}, {second})"
 
 
 def _row(key: str, fields: Mapping[str, Decimal | None], headline: str, value: Decimal) -> Row:
@@ -228,11 +383,12 @@ def _first(items: Iterator[T], n: int) -> list[T]:
     return out
 
 
-def _duration(seconds: int) -> str:
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600}h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60}m"
+def _whole_units(seconds: int) -> str:
+    """``seconds`` as whole days, hours, minutes or seconds, rounded down to the largest unit it
+    holds one of (``41d`` for 999 hours), as ``--last`` takes it."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
     return f"{seconds}s"
 
 
@@ -319,14 +475,14 @@ def watch_cmd(
     interval: float,
     digits: int,
 ) -> None:
-    """A live view of the aggregates of RULE... (default: every rule), refreshed every
-    --interval seconds while a runner or the deployed function processes the stream: top lists,
-    windowed rules' tops and sparklines over --last, other kinds' fields. Changed values are
-    marked; the footer counts the reads. q or Ctrl-C leaves."""
+    """A live view of the aggregates of RULE... (in the order named; default: every rule),
+    refreshed every --interval seconds while a runner or the deployed function processes the
+    stream: top lists, windowed rules' tops and sparklines over --last (the range summed in
+    each title), other kinds' fields. Changed values are marked; the footer counts the reads.
+    q or Ctrl-C leaves."""
     from rich.live import Live
 
     from aggregator.cli.tables import rules_for_table
-    from aggregator.core.exceptions import QueryError
     from aggregator.core.windows import parse_duration
     from aggregator.dynamodb.query import AggregateStore
 
@@ -335,10 +491,7 @@ def watch_cmd(
     except ValueError as exc:
         raise QueryError(f"--last: {exc}") from None
     client, ruleset = rules_for_table(table_name, definitions, endpoint_url)
-    unknown = [name for name in names if name not in {r.name for r in ruleset}]
-    if unknown:
-        raise QueryError(f"no rule {unknown[0]!r} in the definitions")
-    chosen = [r for r in ruleset if not names or r.name in names]
+    chosen = chosen_rules(ruleset, names)
     store = AggregateStore(client, table_name, ruleset)
     stop = threading.Event()
     refreshes = 0
@@ -369,7 +522,25 @@ def watch_cmd(
         pass
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+    if refreshes and not console.is_terminal:
+        console.line()  # rich ends its last view with a new line only on a terminal
     console.print(
-        f"watched {len(chosen)} rule(s): {refreshes} refreshes, {store.requests} read requests",
+        f"watched {_counted(len(chosen), 'rule')}: {_counted(refreshes, 'refresh', 'refreshes')}, "
+        f"{_counted(store.requests, 'read request')}",
         highlight=False,
     )
+
+
+def chosen_rules(ruleset: RuleSet, names: tuple[str, ...]) -> list[Rule]:
+    """The rules ``names`` in their order (each once), or every rule in the definitions' order
+    when none is named.
+
+    Raises
+    ------
+    RuleError
+        For a name the rule set does not have, listing the rules it has
+        (:meth:`~aggregator.core.rules.RuleSet.get`, as ``query`` says it).
+    """
+    if not names:
+        return list(ruleset)
+    return [ruleset.get(name) for name in dict.fromkeys(names)]

@@ -16,6 +16,10 @@ def test_bars_scale_from_the_smallest_to_the_largest() -> None:
     assert sparkline([Decimal(-3), Decimal(0), Decimal(3)]) == "▁▅█"
     assert sparkline([Decimal("2.5")] * 3) == "▄▄▄"
     assert sparkline([Decimal(7)]) == "▄"
+    assert sparkline([Decimal(-2)] * 2) == "▄▄"
+    # all zero (a key's buckets that nothing reached): the lowest bar, not a level of data
+    assert sparkline([Decimal(0)] * 4) == "▁▁▁▁"
+    assert sparkline([Decimal("0.00"), None, Decimal(0)]) == "▁ ▁"
     assert sparkline([]) == ""
     # no value (a mean's empty bucket): a gap, the others scaled without it
     assert sparkline([None, Decimal(2), None, Decimal(4)]) == " ▁ █"
@@ -28,7 +32,7 @@ def test_order_is_kept_and_the_ends_are_the_extremes(numbers: list[int]) -> None
     line = sparkline([Decimal(n) for n in numbers])
     assert len(line) == len(numbers)
     if min(numbers) == max(numbers):
-        assert set(line) == {"▄"}
+        assert set(line) == ({"▁"} if numbers[0] == 0 else {"▄"})
         return
     rank = [SPARK_BARS.index(c) for c in line]
     for a, b, ra, rb in zip(numbers, numbers[1:], rank, rank[1:], strict=False):
