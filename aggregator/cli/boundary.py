@@ -41,7 +41,7 @@ from botocore.exceptions import (
 )
 from rich.text import Text
 
-from aggregator.cli.clients import META_CLIENTS, is_loopback
+from aggregator.cli.clients import META_CLIENTS, SERVICE_NAMES, is_loopback
 from aggregator.cli.options import META_TABLE
 from aggregator.cli.output import err_console
 from aggregator.core.exceptions import AggregatorError
@@ -153,8 +153,18 @@ def _describe_client_error(exc: ClientError, meta: Mapping[str, Any]) -> str:
 
 
 def _describe_botocore_error(exc: BotoCoreError) -> str:
+    """One line for botocore's ``exc``, naming the service whose client or call failed: the one
+    :func:`~aggregator.cli.clients.make_client` noted in ``kwargs["service_name"]`` (an
+    EventBridge client of ``run --event-bus``), else DynamoDB."""
     text = bound(str(exc), MESSAGE_CHARS)
+    service = SERVICE_NAMES.get(str(exc.kwargs.get("service_name")), "DynamoDB")
+    events = service == SERVICE_NAMES["events"]
     if isinstance(exc, NoRegionError):
+        if events:
+            return (
+                "no AWS region for EventBridge: set AWS_REGION (the event bus's region), or "
+                "AGGREGATOR_EVENTS_ENDPOINT_URL for another endpoint"
+            )
         return "no AWS region: set AWS_REGION or pass --endpoint-url for DynamoDB Local"
     if isinstance(exc, NoCredentialsError):
         return (
@@ -166,18 +176,20 @@ def _describe_botocore_error(exc: BotoCoreError) -> str:
     if isinstance(exc, BotoConnectionError | HTTPClientError):
         url = str(exc.kwargs.get("endpoint_url") or "(unknown endpoint)")
         host = urlsplit(url).hostname or ""
-        advice = (
-            "is DynamoDB Local running? (aggregator local --port <port> starts it)"
-            if is_loopback(host)
-            else "check the network (DNS, proxy) and the region"
-        )
+        if not is_loopback(host):
+            advice = "check the network (DNS, proxy) and the region"
+        elif events:
+            advice = "is an EventBridge endpoint running there? (AGGREGATOR_EVENTS_ENDPOINT_URL)"
+        else:
+            advice = "is DynamoDB Local running? (aggregator local --port <port> starts it)"
+        where = f"the {service} endpoint {url}"
         if isinstance(exc, ConnectTimeoutError):
-            return f"cannot reach the DynamoDB endpoint {url} (connect timeout): {advice}"
+            return f"cannot reach {where} (connect timeout): {advice}"
         if isinstance(exc, EndpointConnectionError):
-            return f"cannot reach the DynamoDB endpoint {url}: {advice}"
+            return f"cannot reach {where}: {advice}"
         if isinstance(exc, ReadTimeoutError):
-            return f"no answer from the DynamoDB endpoint {url} in time, after retries: {advice}"
-        return f"connection to the DynamoDB endpoint {url} failed ({text}): {advice}"
+            return f"no answer from {where} in time, after retries: {advice}"
+        return f"connection to {where} failed ({text}): {advice}"
     if isinstance(exc, ParamValidationError):
         report = str(exc.kwargs.get("report") or text)
         return f"invalid request parameters: {bound('; '.join(report.splitlines()), MESSAGE_CHARS)}"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 from urllib.parse import urlsplit
 
 import click
-from botocore.exceptions import EndpointConnectionError
+from botocore.exceptions import EndpointConnectionError, NoRegionError
 
 from aggregator.core.exceptions import ConfigError
 from aggregator.core.text import quote
@@ -31,6 +31,17 @@ DEFAULT_MAX_ATTEMPTS = 10
 ``AWS_MAX_ATTEMPTS`` (total attempts) overrides it."""
 CONNECT_TIMEOUT_SECONDS = 5
 """Seconds to wait for a TCP connection to the endpoint (botocore's default is 60)."""
+
+
+SERVICE_NAMES: dict[str, str] = {
+    "dynamodb": "DynamoDB",
+    "dynamodbstreams": "DynamoDB Streams",
+    "events": "EventBridge",
+}
+"""Each service :func:`make_client` makes clients of, as messages name it. A client that cannot
+be made (no region, a loopback endpoint nothing listens on) raises botocore's error with the
+service in its ``kwargs["service_name"]``, so the error line names the service whose client
+failed (:func:`aggregator.cli.boundary.describe_error`)."""
 
 
 META_CLIENTS = "aggregator.clients"
@@ -67,9 +78,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _check_local_endpoint(endpoint_url: str) -> None:
+def _check_local_endpoint(endpoint_url: str, service: str) -> None:
     """Fail at once when ``endpoint_url`` is a loopback address nothing listens on (a stopped
-    DynamoDB Local) instead of after every retry; other hosts are left to botocore."""
+    DynamoDB Local) instead of after every retry; other hosts are left to botocore. The error
+    names ``service`` (``kwargs["service_name"]``)."""
     parts = urlsplit(endpoint_url)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -81,7 +93,9 @@ def _check_local_endpoint(endpoint_url: str) -> None:
         with socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_SECONDS):
             pass
     except OSError as exc:
-        raise EndpointConnectionError(endpoint_url=endpoint_url, error=exc) from exc
+        raise EndpointConnectionError(
+            endpoint_url=endpoint_url, error=exc, service_name=service
+        ) from exc
 
 
 def _remember_client(service: str, client: BaseClient) -> None:
@@ -129,9 +143,10 @@ def make_client(
     ------
     botocore.exceptions.NoRegionError
         Without ``endpoint_url`` when neither ``region``, ``AWS_REGION``, ``AWS_DEFAULT_REGION``
-        nor the AWS config profile names a region.
+        nor the AWS config profile names a region; ``kwargs["service_name"]`` is ``service``.
     botocore.exceptions.EndpointConnectionError
-        When ``endpoint_url`` is a loopback address nothing listens on.
+        When ``endpoint_url`` is a loopback address nothing listens on;
+        ``kwargs["service_name"]`` is ``service``.
     ConfigError
         When ``AWS_MAX_ATTEMPTS`` is not a whole number of at least 1.
     ValueError
@@ -152,19 +167,22 @@ def make_client(
         ),
     }
     if endpoint_url:
-        _check_local_endpoint(endpoint_url)
+        _check_local_endpoint(endpoint_url, service)
         kwargs["region_name"] = kwargs["region_name"] or "us-east-1"
         session = boto3.session.Session()
         if session.get_credentials() is None:
             kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
-    if service == "events":  # threshold events (run --event-bus): not a DynamoDB client
-        return boto3.client("events", **kwargs)
-    client: DynamoDBClient | DynamoDBStreamsClient
-    if service == "dynamodb":
-        client = boto3.client("dynamodb", **kwargs)
-    elif service == "dynamodbstreams":
-        client = boto3.client("dynamodbstreams", **kwargs)
-    else:  # the overloads name the services; anything else is a programming error
-        raise ValueError(f"make_client: no client for service {service!r}")
+    try:
+        if service == "events":  # threshold events (run --event-bus): not a DynamoDB client
+            return boto3.client("events", **kwargs)
+        client: DynamoDBClient | DynamoDBStreamsClient
+        if service == "dynamodb":
+            client = boto3.client("dynamodb", **kwargs)
+        elif service == "dynamodbstreams":
+            client = boto3.client("dynamodbstreams", **kwargs)
+        else:  # the overloads name the services; anything else is a programming error
+            raise ValueError(f"make_client: no client for service {service!r}")
+    except NoRegionError as exc:
+        raise NoRegionError(service_name=service) from exc
     _remember_client(service, client)
     return client

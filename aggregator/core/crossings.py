@@ -16,12 +16,14 @@ The promise, per threshold and aggregate (one key; with a window, one time bucke
 * a record delivered again (a retried batch, a duplicate delivery) gives the same crossing with
   the same :func:`event_id`, so the events are *at least once per crossing*, and consumers drop
   duplicates by that id;
-* an ``INSERT`` has no old value: it enters each condition its new value meets and leaves none
-  (a ``below: 5`` whose bucket's first write is 7 gives nothing, one whose first write is 2
-  enters), so an aggregate item's crossings of one threshold alternate, entered first; a
-  ``REMOVE`` (a time bucket's TTL, ``drop-rule``) is not a change of the value and gives
-  nothing; a time bucket past its retention when the record is read gives nothing either (its
-  item may already be deleted);
+* an ``INSERT`` (the aggregate's first write) has no old value: it enters each condition its
+  new value meets and leaves none (a ``below: 5`` whose bucket's first write is 7 gives nothing,
+  one whose first write is 2, or 0, enters), and its crossings say so (``old_value`` ``None``),
+  so an aggregate item's crossings of one threshold alternate, entered first; a ``REMOVE`` (a
+  time bucket's TTL, ``drop-rule``) is not a change of the value and gives nothing; a time
+  bucket past its retention when the record is read gives nothing either (its item may already
+  be deleted);
+* a threshold with a ``granularity`` is crossed by the time buckets of that granularity only;
 * values that never reach the table (an aggregate that no record ever writes, such as an hour
   with no event at all) give nothing: crossings are changes of stored aggregates, not a clock.
 
@@ -70,7 +72,8 @@ class Crossing:
     entered
         ``True`` when the condition started to hold, ``False`` when it stopped.
     old_value, new_value
-        The aggregate's value before and after the write (0 before an ``INSERT``).
+        The aggregate's value before and after the write; ``old_value`` is ``None`` for its
+        first write (an ``INSERT``: the item did not exist).
     partition, sort_key
         The aggregate item's key values (text).
     sequence_number
@@ -87,7 +90,7 @@ class Crossing:
     threshold: str
     condition: str
     entered: bool
-    old_value: Decimal
+    old_value: Decimal | None
     new_value: Decimal
     partition: str
     sort_key: str
@@ -107,9 +110,7 @@ def event_id(table_name: str, crossing: Crossing) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def _value(image: Mapping[str, Mapping[str, str]] | None, attribute: str) -> Decimal:
-    if image is None:
-        return Decimal(0)
+def _value(image: Mapping[str, Mapping[str, str]], attribute: str) -> Decimal:
     raw = image.get(attribute)
     return Decimal(0) if raw is None or "N" not in raw else Decimal(raw["N"])
 
@@ -157,7 +158,8 @@ def record_crossings(
         ttl = new.get(layout.ttl_attribute, {}).get("N")
         if ttl is not None and Decimal(ttl) <= Decimal(str(now)):
             return [], True
-    before = _value(old, layout.value_attribute)
+    # an INSERT: no value before the item existed, nothing held (module docstring)
+    before = None if old is None else _value(old, layout.value_attribute)
     after = _value(new, layout.value_attribute)
     if before == after:
         return [], False
@@ -165,10 +167,9 @@ def record_crossings(
     partition = layout.partition_of(record.keys) or ""
     out: list[Crossing] = []
     for threshold in rule.thresholds:
-        if not threshold.applies_to(key):
+        if not threshold.applies_to(key, granularity):
             continue
-        # an INSERT: nothing held before the item existed (module docstring)
-        was = old is not None and threshold.holds(before)
+        was = before is not None and threshold.holds(before)
         now_holds = threshold.holds(after)
         if was == now_holds:
             continue

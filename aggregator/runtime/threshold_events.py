@@ -9,15 +9,17 @@ Each crossing becomes one event on the bus ``bus_name``: source ``ddb-aggregator
      "sequence_number": "4000000000001234567890"}
 
 plus ``granularity`` and ``bucket`` for a windowed rule's time bucket. Numbers are decimal text,
-exactly as stored. ``id`` (:func:`~aggregator.core.crossings.event_id`) is the same on every
-delivery of the record: EventBridge gives each ``PutEvents`` entry an id of its own, so
-consumers drop duplicates by ``detail.id``.
+exactly as stored; ``old_value`` is ``null`` for the aggregate's first write (its item's
+``INSERT``: there was no value before it). ``id`` (:func:`~aggregator.core.crossings.event_id`)
+is the same on every delivery of the record: EventBridge gives each ``PutEvents`` entry an id
+of its own, so consumers drop duplicates by ``detail.id``.
 
 ``PutEvents`` takes at most 10 entries a request (Amazon EventBridge API Reference,
 "PutEvents": ``Entries``, 1 to 10 items; a request's entries total at most 256 KB, and each
 entry here is under 2 KB: a rule name, a key of at most 1,024 bytes, numbers of at most 38
-digits). A request can fail as a whole (an exception) or per entry (``FailedEntryCount``, an
-``ErrorCode`` on the entry: Amazon EventBridge User Guide, "Sending events with PutEvents").
+significant digits, at most 170 characters written out). A request can fail as a whole (an
+exception) or per entry (``FailedEntryCount``, an ``ErrorCode`` on the entry: Amazon
+EventBridge User Guide, "Sending events with PutEvents").
 :meth:`ThresholdEvents.send` sends in stream order and stops at the first failure: the caller
 asks Lambda to deliver the batch again from the failed crossing's record
 (:class:`~aggregator.runtime.processor.StreamProcessor`), which sends it and the ones after it
@@ -79,7 +81,8 @@ class SendResult:
 
 
 def event_detail(table_name: str, crossing: Crossing) -> dict[str, Any]:
-    """The event's ``detail`` (module docstring)."""
+    """The event's ``detail`` (module docstring): a JSON object, ``old_value`` ``None``
+    (``null``) for the aggregate's first write."""
     detail: dict[str, Any] = {
         "id": event_id(table_name, crossing),
         "table": table_name,
@@ -89,7 +92,7 @@ def event_detail(table_name: str, crossing: Crossing) -> dict[str, Any]:
         "threshold": crossing.threshold,
         "condition": crossing.condition,
         "entered": crossing.entered,
-        "old_value": str(crossing.old_value),
+        "old_value": None if crossing.old_value is None else str(crossing.old_value),
         "new_value": str(crossing.new_value),
         "sequence_number": crossing.sequence_number,
     }

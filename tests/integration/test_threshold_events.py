@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import tempfile
 import time
 from collections import Counter
@@ -47,9 +48,10 @@ rules:
   - name: likes_per_hour
     match: {kind: like}
     key: "{post}"
-    window: {time: at, unit: epoch_seconds, granularities: [hour], retention: 48h}
+    window: {time: at, unit: epoch_seconds, granularities: [hour, 600], retention: 48h}
     thresholds:
-      - {name: busy-hour, above: 2}
+      - {name: busy-hour, above: 2, granularity: hour}
+      - {name: busy-10m, above: 3, granularity: 600}
 """
 _RULES_FILE = Path(tempfile.mkdtemp(prefix="thresholds-")) / "rules.yaml"
 _RULES_FILE.write_text(RULES_TEXT, encoding="utf-8")
@@ -77,31 +79,43 @@ class FlakyEvents:
 
 def _expected(writes: list[tuple[str, int, int]], hour0: int) -> Counter[tuple[Any, ...]]:
     """Every crossing the writes make, computed from the counts alone (each write is its own
-    batch's): ``(rule, key, bucket, threshold, entered, old, new)``."""
-    lines = {  # (rule, threshold) -> (holds(value), keys)
-        ("likes_per_post", "popular"): (lambda v: v >= 3, None),
-        ("likes_per_post", "quiet"): (lambda v: v < 2, {"p1"}),
-        ("likes_per_hour", "busy-hour"): (lambda v: v >= 2, None),
+    batch's): ``(rule, key, granularity, bucket, threshold, entered, old, new)``, ``old``
+    ``None`` for an aggregate's first write."""
+    lines = {  # (rule, threshold) -> (holds(value), keys, granularity)
+        ("likes_per_post", "popular"): (lambda v: v >= 3, None, None),
+        ("likes_per_post", "quiet"): (lambda v: v < 2, {"p1"}, None),
+        ("likes_per_hour", "busy-hour"): (lambda v: v >= 2, None, "hour"),
+        ("likes_per_hour", "busy-10m"): (lambda v: v >= 3, None, "600s"),
     }
-    counts: Counter[tuple[str, str, Any]] = Counter()
-    written: set[tuple[str, str, Any]] = set()  # aggregates with an item (after their INSERT)
+    counts: Counter[tuple[str, str, Any, Any]] = Counter()
+    written: set[tuple[str, str, Any, Any]] = set()  # aggregates with an item (after INSERT)
     out: Counter[tuple[Any, ...]] = Counter()
     for post, step, at in writes:
-        for rule, bucket in (
-            ("likes_per_post", None),
-            ("likes_per_hour", time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(at))),
+        ten_minutes = at - at % 600
+        for rule, granularity, bucket in (
+            ("likes_per_post", None, None),
+            ("likes_per_hour", "hour", time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(at))),
+            (
+                "likes_per_hour",
+                "600s",
+                time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(ten_minutes)),
+            ),
         ):
-            old = counts[rule, post, bucket]
+            aggregate = (rule, post, granularity, bucket)
+            old = counts[aggregate]
             new = old + step
-            counts[rule, post, bucket] = new
-            existed = (rule, post, bucket) in written
-            written.add((rule, post, bucket))
-            for (line_rule, name), (holds, keys) in lines.items():
+            counts[aggregate] = new
+            existed = aggregate in written
+            written.add(aggregate)
+            for (line_rule, name), (holds, keys, only) in lines.items():
                 if line_rule != rule or (keys is not None and post not in keys):
+                    continue
+                if only is not None and only != granularity:  # the threshold's buckets only
                     continue
                 # an INSERT enters what its value meets and leaves nothing
                 if (existed and holds(old)) != holds(new):
-                    out[rule, post, bucket, name, holds(new), str(old), str(new)] += 1
+                    before = str(old) if existed else None  # the first write has no old value
+                    out[(*aggregate, name, holds(new), before, str(new))] += 1
     assert hour0  # the buckets are this test's
     return out
 
@@ -115,6 +129,21 @@ def _received(sqs: Any, queue_url: str) -> list[dict[str, Any]]:
         for message in batch:
             events.append(json.loads(message["Body"]))
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+
+def _crossed(details: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """``(rule, granularity, threshold, entered, old, new)`` of each event's detail."""
+    return Counter(
+        (
+            d["rule"],
+            d.get("granularity"),
+            d["threshold"],
+            d["entered"],
+            d["old_value"],
+            d["new_value"],
+        )
+        for d in details
+    )
 
 
 @pytest.fixture
@@ -184,6 +213,9 @@ def test_crossings_up_down_and_back_are_each_one_event_with_ids_stable_across_de
     # p1: "quiet" entered at its INSERT, then 6 crossings up and down
     assert sum(v for k, v in expected.items() if k[0] == "likes_per_post" and k[1] == "p1") == 7
     assert not any(k[1] == "p3" and k[0] == "likes_per_post" for k in expected)
+    # both granularities cross their own threshold, and a first write enters "quiet"
+    assert {k[2] for k in expected if k[0] == "likes_per_hour"} == {"hour", "600s"}
+    assert ("likes_per_post", "p1", None, None, "quiet", True, None, "1") in expected
 
     flaky = FlakyEvents(events_client, fail={2, 5})
     runner = _runner(
@@ -209,6 +241,7 @@ def test_crossings_up_down_and_back_are_each_one_event_with_ids_stable_across_de
         (
             d["rule"],
             d["key"],
+            d.get("granularity"),
             d.get("bucket"),
             d["threshold"],
             d["entered"],
@@ -267,11 +300,16 @@ def test_a_crossing_comes_from_the_aggregates_record_not_from_the_write(
     assert mine
     outcome = processor.process_event(event(mine))
     details = [e["detail"] for e in _received(sqs, queue_url)]
-    assert {(d["rule"], d["threshold"], d["entered"], d["new_value"]) for d in details} == {
-        ("likes_per_post", "popular", True, "4"),
-        ("likes_per_hour", "busy-hour", True, "4"),
-    }
-    assert outcome.threshold_events == 2
+    # each aggregate's first write (4 likes in one batch): no old value; each bucket crosses
+    # its granularity's threshold only
+    assert _crossed(details) == Counter(
+        {
+            ("likes_per_post", None, "popular", True, None, "4"): 1,
+            ("likes_per_hour", "hour", "busy-hour", True, None, "4"): 1,
+            ("likes_per_hour", "600s", "busy-10m", True, None, "4"): 1,
+        }
+    )
+    assert outcome.threshold_events == 3
 
 
 def test_the_lambda_handler_puts_crossings_on_its_configured_bus(
@@ -326,10 +364,114 @@ def test_the_lambda_handler_puts_crossings_on_its_configured_bus(
         assert _received(sqs, queue_url) == []  # written past the line, nothing sent yet
         assert invoke(records("AGGREGATES"))["batchItemFailures"] == []
         details = [e["detail"] for e in _received(sqs, queue_url)]
-        assert {(d["rule"], d["threshold"], d["entered"], d["new_value"]) for d in details} == {
-            ("likes_per_post", "popular", True, "3"),
-            ("likes_per_hour", "busy-hour", True, "3"),
-        }
+        assert _crossed(details) == Counter(
+            {
+                ("likes_per_post", None, "popular", True, None, "3"): 1,
+                ("likes_per_hour", "hour", "busy-hour", True, None, "3"): 1,
+                ("likes_per_hour", "600s", "busy-10m", True, None, "3"): 1,
+            }
+        )
         assert {d["table"] for d in details} == {name}
     finally:
         handler_module.reset()
+
+
+SCORES_TEXT = """
+version: 1
+rules:
+  - name: score
+    key: "{player}"
+    delta: {attribute: points}
+    window: {time: at, unit: epoch_seconds, granularities: [hour, minute]}
+    thresholds:
+      - {name: cold, below: 5}
+      - {name: big_hour, above: 10, granularity: hour}
+"""
+AT = 1_764_313_530  # 2025-11-28T07:05:30Z (no retention: the buckets never expire)
+
+
+def _printed_events(output: str) -> Counter[str]:
+    """The ``event:`` lines of a ``run``, each without its id (checked: 32 hex digits)."""
+    lines = [" ".join(line.split()) for line in output.splitlines() if line.startswith("event:")]
+    assert all(re.fullmatch(r".*, id [0-9a-f]{32}", line) for line in lines), lines
+    return Counter(line.rpartition(", id ")[0] for line in lines)
+
+
+def test_run_prints_a_first_write_and_each_granularitys_own_crossings(
+    dynamodb_local, ddb, tmp_path
+) -> None:
+    """``run`` (no --event-bus) prints each crossing: an aggregate's first write as ``(first
+    write) -> -30``; ``big_hour`` (granularity hour) crossed by the hour bucket only, ``cold``
+    (every granularity) by the hour and the minute bucket."""
+    from click.testing import CliRunner
+
+    from aggregator.cli import main
+
+    name = f"thresholds-{random.randrange(10**9)}"
+    create_table(ddb, name)
+    rules = tmp_path / "scores.yaml"
+    rules.write_text(SCORES_TEXT, encoding="utf-8")
+    args = ["run", "--table", name, "--endpoint-url", dynamodb_local.endpoint_url, "-d", str(rules)]
+    hour = "hour 2025-11-28T07:00:00Z"
+    minute = "minute 2025-11-28T07:05:00Z"
+    put(ddb, name, {"pk": "p1", "sk": "GAME#1", "player": "p1", "points": -30, "at": AT})
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    assert _printed_events(first.output) == Counter(
+        {
+            f"event: score p1 {hour} entered cold (below 5): (first write) -> -30": 1,
+            f"event: score p1 {minute} entered cold (below 5): (first write) -> -30": 1,
+        }
+    )
+    assert "2 threshold events" in " ".join(first.output.split())
+    put(ddb, name, {"pk": "p1", "sk": "GAME#2", "player": "p1", "points": 50, "at": AT})
+    second = CliRunner().invoke(main, args)
+    assert second.exit_code == 0, second.output
+    assert _printed_events(second.output) == Counter(
+        {
+            f"event: score p1 {hour} left cold (below 5): -30 -> 20": 1,
+            f"event: score p1 {hour} entered big_hour (above 10): -30 -> 20": 1,
+            f"event: score p1 {minute} left cold (below 5): -30 -> 20": 1,
+        }
+    )
+
+
+def test_run_event_bus_errors_name_eventbridge(dynamodb_local, ddb, tmp_path, monkeypatch) -> None:
+    """DynamoDB Local answers; EventBridge cannot be reached, or has no region: one line each,
+    naming EventBridge (not DynamoDB), exit 1."""
+    from click.testing import CliRunner
+
+    from aggregator.cli import main
+    from aggregator.dev.local import find_free_port
+
+    name = f"thresholds-{random.randrange(10**9)}"
+    create_table(ddb, name)
+    rules = tmp_path / "scores.yaml"
+    rules.write_text(SCORES_TEXT, encoding="utf-8")
+    args = ["run", "--table", name, "-d", str(rules), "--event-bus", "mybus"]
+    monkeypatch.setenv("AGGREGATOR_ENDPOINT_URL", dynamodb_local.endpoint_url)
+
+    def error(result: Any) -> str:
+        assert result.exit_code == 1, result.output
+        assert "Traceback" not in result.output
+        (line,) = [line for line in result.stderr.splitlines() if line.strip()]
+        return line
+
+    closed = f"http://127.0.0.1:{find_free_port()}"
+    monkeypatch.setenv("AGGREGATOR_EVENTS_ENDPOINT_URL", closed)
+    assert error(CliRunner().invoke(main, args)) == (
+        f"error: cannot reach the EventBridge endpoint {closed}: is an EventBridge endpoint "
+        "running there? (AGGREGATOR_EVENTS_ENDPOINT_URL)"
+    )
+    # no region anywhere: DynamoDB Local's client takes us-east-1, EventBridge's has none
+    monkeypatch.delenv("AGGREGATOR_EVENTS_ENDPOINT_URL")
+    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    empty = tmp_path / "empty-aws-config"
+    empty.write_text("")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty))
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    assert error(CliRunner().invoke(main, args)) == (
+        "error: no AWS region for EventBridge: set AWS_REGION (the event bus's region), or "
+        "AGGREGATOR_EVENTS_ENDPOINT_URL for another endpoint"
+    )

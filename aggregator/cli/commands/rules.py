@@ -17,7 +17,8 @@ def _rule_summary(r: Any) -> dict[str, Any]:
     """One rule as ``validate`` shows it: ``name``, ``kind`` (with its options), ``key``,
     ``delta``, ``reads`` (the attributes it reads, sorted), ``options`` (leaderboard, target,
     write sharding, TTL policy, source, window, thresholds; text) and ``thresholds`` (each as
-    ``{"name", "condition", "keys"}``, ``keys`` ``None`` for every key)."""
+    ``{"name", "condition", "granularity", "keys"}``, ``granularity`` ``None`` for every
+    granularity, ``keys`` ``None`` for every key)."""
     delta = str(r.delta.constant) if r.delta.constant is not None else f"{{{r.delta.attribute}}}"
     options = []
     if r.leaderboard:
@@ -58,6 +59,7 @@ def _rule_summary(r: Any) -> dict[str, Any]:
             {
                 "name": t.name,
                 "condition": t.condition,
+                "granularity": t.granularity,
                 "keys": None if t.keys is None else [*t.keys],
             }
             for t in r.thresholds
@@ -70,8 +72,10 @@ MAX_KEYS_SHOWN = 5
 
 
 def _threshold_text(t: Any) -> str:
-    """``popular above 1000``, ``quiet below 2 (keys p1, p2)``."""
+    """``popular above 1000``, ``quiet below 2 (keys p1, p2)``, ``hot above 100 per hour``."""
     text = f"{t.name} {t.condition}"
+    if t.granularity is not None:
+        text += f" per {t.granularity}"
     if t.keys is not None:
         shown = ", ".join(t.keys[:MAX_KEYS_SHOWN])
         more = len(t.keys) - MAX_KEYS_SHOWN

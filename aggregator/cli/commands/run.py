@@ -121,7 +121,8 @@ def _events_endpoint() -> str | None:
 
 class _PrintedEvents:
     """Stands for EventBridge in a local run: prints each event's detail as a line, accepts
-    them all (:mod:`aggregator.runtime.threshold_events`)."""
+    them all (:mod:`aggregator.runtime.threshold_events`). The aggregate's first write (no old
+    value) shows as ``(first write) -> 2``."""
 
     def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
         import json
@@ -129,9 +130,10 @@ class _PrintedEvents:
         for entry in Entries:
             d = json.loads(entry["Detail"])
             bucket = f" {d['granularity']} {d['bucket']}" if "bucket" in d else ""
+            old = "(first write)" if d["old_value"] is None else d["old_value"]
             console.print(
                 f"event: {d['rule']} {d['key']}{bucket} {'entered' if d['entered'] else 'left'} "
-                f"{d['threshold']} ({d['condition']}): {d['old_value']} -> {d['new_value']}, "
+                f"{d['threshold']} ({d['condition']}): {old} -> {d['new_value']}, "
                 f"id {d['id']}",
                 highlight=False,
                 markup=False,

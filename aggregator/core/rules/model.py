@@ -15,6 +15,7 @@ aggregate (``key``)::
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Annotated, Any, Literal, NamedTuple
@@ -38,8 +39,13 @@ from aggregator.core.rules.keys import KeyTemplate
 from aggregator.core.rules.targets import Target, target_key_template
 from aggregator.core.rules.thresholds import Threshold
 from aggregator.core.rules.writes import WriteSpec
+from aggregator.core.text import quote
 
-RULE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"
+MAX_RULE_NAME_CHARS = 100
+"""Longest rule name, in characters: the one source of :data:`RULE_NAME_PATTERN` and of the
+message that refuses a name."""
+
+RULE_NAME_PATTERN = rf"^[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_RULE_NAME_CHARS - 1}}}$"
 
 MAX_SORT_KEY_BYTES = 1024
 """Longest sort key DynamoDB accepts, in UTF-8 bytes (DynamoDB Developer Guide, "Service,
@@ -83,10 +89,11 @@ WriteShardsField = Annotated[int | Literal["auto"], PlainValidator(_write_shards
 
 class FieldError(ValueError):
     """A problem found by a whole-rule check that belongs to one field: ``path`` names it
-    (``key``), so messages say ``field 'key'`` rather than ``field '(rule)'``."""
+    (``key``, or the parts of a nested one: ``("thresholds", 0, "granularity")``), so messages
+    say ``field 'key'`` rather than ``field '(rule)'``."""
 
-    def __init__(self, path: str, message: str) -> None:
-        self.parts: tuple[str | int, ...] = (path,)
+    def __init__(self, path: str | tuple[str | int, ...], message: str) -> None:
+        self.parts: tuple[str | int, ...] = (path,) if isinstance(path, str) else path
         self.message = message
         super().__init__(message)
 
@@ -195,7 +202,8 @@ class Rule(BaseModel):
         Optional :class:`~aggregator.core.rules.thresholds.Threshold` list: an EventBridge event
         each time an aggregate's value enters or leaves ``above: X`` or ``below: X``, read from
         the aggregate's own stream record (:mod:`aggregator.core.crossings`). Kind ``sum`` only,
-        no target; names unique within the rule.
+        no target; names unique within the rule; a threshold's ``granularity`` must be one of
+        the rule's ``window`` (every granularity crosses a threshold without one).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -271,11 +279,32 @@ class Rule(BaseModel):
             raise FieldError(
                 "thresholds", f"thresholds need kind sum (a single value), not {self.kind.name!r}"
             )
+        for index, threshold in enumerate(self.thresholds):
+            problem = self._granularity_problem(threshold.granularity)
+            if problem:
+                raise FieldError(("thresholds", index, "granularity"), problem)
         names = [t.name for t in self.thresholds]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise FieldError("thresholds", f"threshold name {twice[0]!r} is given twice")
         return self
+
+    def _granularity_problem(self, label: str | None) -> str | None:
+        """Why a threshold's ``granularity`` ``label`` is not one the rule keeps, or ``None``
+        (``"did you mean"`` the nearest it keeps)."""
+        if label is None:
+            return None
+        if self.window is None:
+            return (
+                f"granularity {quote(label)} needs time buckets: the rule has no window (leave "
+                "granularity out)"
+            )
+        kept = [g.label for g in self.window.granularities]
+        if label in kept:
+            return None
+        close = difflib.get_close_matches(label, kept, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"the rule keeps no granularity {quote(label)} (it keeps {', '.join(kept)}){hint}"
 
     @model_validator(mode="after")
     def _fields_combine(self) -> Rule:

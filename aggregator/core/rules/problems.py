@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from aggregator.core.conditions import ConditionSyntaxError
 from aggregator.core.rules.messages import one_line, rule_name, type_word
-from aggregator.core.rules.model import FieldError, Rule
+from aggregator.core.rules.model import MAX_RULE_NAME_CHARS, FieldError, Rule
+from aggregator.core.rules.thresholds import MAX_THRESHOLD_NAME_CHARS
 from aggregator.core.text import MAX_QUOTED_CHARS, quote
 
 
@@ -122,9 +123,14 @@ def _message(err: Any) -> str:
             f"version {_plain_input(err.get('input'))} is not known; this release reads version 1"
         )
     if kind == "string_pattern_mismatch" and field == "name":
+        # a threshold's name (rules[i].thresholds[j].name) has a limit of its own
+        threshold = len(loc) >= 3 and loc[-3] == "thresholds"
+        what, most = (
+            ("threshold", MAX_THRESHOLD_NAME_CHARS) if threshold else ("rule", MAX_RULE_NAME_CHARS)
+        )
         return (
-            f"{quote(str(err.get('input')))} is not a rule name: start with a letter, then "
-            "letters, digits, '_', '.' or '-', at most 100 characters"
+            f"{quote(str(err.get('input')))} is not a {what} name: start with a letter, then "
+            f"letters, digits, '_', '.' or '-', at most {most} characters"
         )
     return _clean_message(err["msg"])
 

@@ -17,6 +17,7 @@ import boto3
 import click
 import pytest
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     ConnectTimeoutError,
     EndpointConnectionError,
@@ -213,6 +214,76 @@ def test_malformed_endpoint_url(aws_env: dict[str, str]) -> None:
         line = error_line(invoke([*COMMANDS["run"], "--endpoint-url", url]))
         assert line.startswith("error: --endpoint-url: "), line
         assert "is not an http(s) URL with a host; e.g. http://127.0.0.1:8000" in line
+
+
+# -- the EventBridge client of run --event-bus: its errors name EventBridge ---------------------
+
+THRESHOLD_RULES = "version: 1\nrules:\n  - {name: likes, key: '{post}', thresholds: [{above: 3}]}\n"
+
+
+def _thresholded_table(tmp_path: Path) -> list[str]:
+    """A moto table with a stream and a rule file with a threshold: ``run``'s arguments."""
+    create_table(boto3.client("dynamodb"), "game")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(THRESHOLD_RULES, encoding="utf-8")
+    return ["run", "--table", "game", "-d", str(rules), "--event-bus", "mybus"]
+
+
+def test_event_bus_endpoint_down_names_eventbridge(
+    moto_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DynamoDB answers (moto); the EventBridge endpoint is a loopback port nothing listens on."""
+    url = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("AGGREGATOR_EVENTS_ENDPOINT_URL", url)
+    assert error_line(invoke(_thresholded_table(tmp_path))) == (
+        f"error: cannot reach the EventBridge endpoint {url}: is an EventBridge endpoint running "
+        "there? (AGGREGATOR_EVENTS_ENDPOINT_URL)"
+    )
+
+
+def test_event_bus_without_a_region_names_eventbridge(
+    moto_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DynamoDB has its client (moto's, as DynamoDB Local's with its default region); the
+    EventBridge client has no region: the line says EventBridge needs one."""
+    args = _thresholded_table(tmp_path)
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    make = clients.make_client
+
+    def dynamodb_in_us_east_1(service: Any, endpoint_url: Any, region: Any = None) -> Any:
+        # what --endpoint-url gives DynamoDB (us-east-1 by default), not EventBridge
+        return make(service, endpoint_url, region or ("us-east-1" if service != "events" else None))
+
+    monkeypatch.setattr(clients, "make_client", dynamodb_in_us_east_1)
+    assert error_line(invoke(args)) == (
+        "error: no AWS region for EventBridge: set AWS_REGION (the event bus's region), or "
+        "AGGREGATOR_EVENTS_ENDPOINT_URL for another endpoint"
+    )
+
+
+def test_client_errors_name_their_service(aws_env: dict[str, str]) -> None:
+    """make_client's own errors (no region, a loopback endpoint down) name the service."""
+    url = f"http://127.0.0.1:{closed_port()}"
+    for service, region_line, endpoint_line in (
+        (
+            "dynamodb",
+            NO_REGION,
+            f"error: cannot reach the DynamoDB endpoint {url}: is DynamoDB Local running? "
+            "(aggregator local --port <port> starts it)",
+        ),
+        (
+            "events",
+            "error: no AWS region for EventBridge: set AWS_REGION (the event bus's region), or "
+            "AGGREGATOR_EVENTS_ENDPOINT_URL for another endpoint",
+            f"error: cannot reach the EventBridge endpoint {url}: is an EventBridge endpoint "
+            "running there? (AGGREGATOR_EVENTS_ENDPOINT_URL)",
+        ),
+    ):
+        for endpoint, line in ((None, region_line), (url, endpoint_line)):
+            with pytest.raises(BotoCoreError) as info:
+                make_client(service, endpoint)  # type: ignore[call-overload]
+            message, code = describe_error(info.value)
+            assert (f"error: {message}", code) == (line, 1)
 
 
 # -- table missing (moto) ------------------------------------------------------------------------

@@ -717,8 +717,10 @@ def test_validate_shows_each_rules_thresholds(tmp_path, monkeypatch):
         "      - {name: popular, above: 1000}\n"
         "      - {name: quiet, below: 2, keys: [p1, '[b]']}\n"
         "  - name: hourly\n    key: '[bold]{post}'\n"
-        "    window: {time: at, unit: epoch_seconds, granularities: [hour], retention: 2h}\n"
-        "    thresholds: [{above: 3.50, keys: [1, 2, 3, 4, 5, 6, 7]}]\n"
+        "    window: {time: at, unit: epoch_seconds, granularities: [hour, minute], "
+        "retention: 2h}\n"
+        "    thresholds: [{above: 3.50, keys: [1, 2, 3, 4, 5, 6, 7]}, "
+        "{name: hot, above: 9, granularity: hour, keys: [p1]}]\n"
         "  - {name: plain, key: '{post}', leaderboard: true}\n"
     )
     import rich.console
@@ -738,7 +740,8 @@ def test_validate_shows_each_rules_thresholds(tmp_path, monkeypatch):
     assert cells["likes"][-1] == "thresholds popular above 1000, quiet below 2 (keys p1, [b])"
     assert cells["hourly"][1] == "[bold]{post}"
     assert cells["hourly"][-1] == (
-        "per hour of at, kept 2h; thresholds above-3.5 above 3.5 (keys 1, 2, 3, 4, 5 and 2 more)"
+        "per hour+minute of at, kept 2h; thresholds above-3.5 above 3.5 (keys 1, 2, 3, 4, 5 "
+        "and 2 more), hot above 9 per hour (keys p1)"
     )
     assert cells["plain"][-1] == "leaderboard"
     shown = CliRunner().invoke(main, ["validate", "--json", str(path)])
@@ -746,11 +749,17 @@ def test_validate_shows_each_rules_thresholds(tmp_path, monkeypatch):
 
     rules = {r["name"]: r for r in json.loads(shown.stdout)["rules"]}
     assert rules["likes"]["thresholds"] == [
-        {"name": "popular", "condition": "above 1000", "keys": None},
-        {"name": "quiet", "condition": "below 2", "keys": ["p1", "[b]"]},
+        {"name": "popular", "condition": "above 1000", "granularity": None, "keys": None},
+        {"name": "quiet", "condition": "below 2", "granularity": None, "keys": ["p1", "[b]"]},
     ]
     assert rules["hourly"]["thresholds"] == [
-        {"name": "above-3.5", "condition": "above 3.5", "keys": [str(k) for k in range(1, 8)]}
+        {
+            "name": "above-3.5",
+            "condition": "above 3.5",
+            "granularity": None,
+            "keys": [str(k) for k in range(1, 8)],
+        },
+        {"name": "hot", "condition": "above 9", "granularity": "hour", "keys": ["p1"]},
     ]
     assert rules["plain"]["thresholds"] == []
 
