@@ -502,7 +502,12 @@ def watch_cmd(
 
     previous_handler = signal.signal(signal.SIGTERM, on_term)
     try:
-        with _keys(stop), Live(console=console, auto_refresh=False, transient=False) as live:
+        # FittedView fits a terminal's height itself; Live must not crop it again (elsewhere,
+        # piped, Live would cut at the height rich assumes, 25 lines)
+        view = Live(
+            console=console, auto_refresh=False, transient=False, vertical_overflow="visible"
+        )
+        with _keys(stop), view as live:
             while not stop.is_set():
                 snapshot = collect(store, chosen, n, last_seconds)
                 refreshes += 1
