@@ -501,6 +501,11 @@ def test_a_replay_after_the_post_was_deleted_does_not_count_its_likes_again(
     assert item["rule"] == {"S": "likes"} and item["key"] == {"S": "POST#x#META"}
     assert int(item["ttl"]["N"]) > time.time() + 24 * 3600  # gone after the retention
     assert ledger() == {"POST#x#META": 0}
+    # the ledger as people read it: nothing, and says why (not "nothing counted yet")
+    for command in ("list", "histogram"):
+        shown = cli.invoke(main, ["query", command, "likes", *common, "-d", str(tmp_path)])
+        assert shown.exit_code == 0, shown.output
+        assert "every delta found its target item" in shown.output, shown.output
     # a like after the delete found no post: the ledger's, once, replayed or not
     like(ddb, name, "POST#x", 3)
     run()

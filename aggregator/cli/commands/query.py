@@ -278,7 +278,12 @@ def query_list(rule: str, reading: _Reading) -> None:
             "items themselves: query get)"
         )
         _print_rule_aggregates(
-            store, rule, title, [a for a in aggregates if a.value], reading.digits
+            store,
+            rule,
+            title,
+            [a for a in aggregates if a.value],
+            reading.digits,
+            empty="none: every delta found its target item",
         )
         return
     _print_rule_aggregates(store, rule, rule, aggregates, reading.digits)
@@ -618,7 +623,9 @@ def query_histogram(rule: str, values: tuple[str, ...], reading: _Reading) -> No
             {"rule": rule, "rows": [{first: str(r.value), second: str(r.count)} for r in rows]}
         )
         return
-    table = Table(title=f"{rule} ({store.requests} request(s))", title_justify="left")
+    target = store.rules.get(rule).target
+    what = f"{rule}: deltas that found no target item" if target is not None else rule
+    table = Table(title=f"{what} ({store.requests} request(s))", title_justify="left")
     table.add_column(first, justify="right" if derived else "left")
     table.add_column(second, justify="right")
     table.add_column("")
@@ -626,7 +633,12 @@ def query_histogram(rule: str, values: tuple[str, ...], reading: _Reading) -> No
         if values:  # a distribution's key: perhaps not the key meant
             _print_no_values(store, rule, values)
             return
-        console.print(f"{rule}: no aggregates (nothing counted yet)", highlight=False)
+        console.print(
+            f"{rule}: none, every delta found its target item"
+            if target is not None
+            else f"{rule}: no aggregates (nothing counted yet)",
+            highlight=False,
+        )
         return
     peak = max((r.count for r in rows), default=0)
     numbers = [r.value for r in rows if isinstance(r.value, Decimal)]

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     show_default=True,
     help="Continue from the shard positions kept in the table, or read the stream from its start "
     "(delivering every record again; the positions it reaches are kept, so the next run "
-    "continues from them)",
+    "continues from them). With target rules, let a plain run process deleted targets first "
+    "(docs: rules/targets)",
 )
 def run(
     table_name: str,
