@@ -345,6 +345,15 @@ def test_a_tally_that_is_not_a_number_goes_to_the_ledger_and_never_blocks_the_sh
     ):
         store.get("likes", "POST#2")
     assert store.get("likes", "POST#1#META").value == 2  # the key as list shows it, too
+    # a checkpoint map the application overwrote with text reads as such, not as a tally of 0
+    ddb.put_item(
+        TableName=name,
+        Item={"PK": {"S": "POST#9"}, "SK": {"S": "META"}, "aggregator_checkpoints": {"S": "x"}},
+    )
+    with pytest.raises(
+        QueryError, match="aggregator_checkpoints of the target item POST#9#META is not a map"
+    ):
+        store.get("likes", "POST#9")
     # the application fixes the item: reconcile --repair restores the tally, once
     ddb.update_item(
         TableName=name,

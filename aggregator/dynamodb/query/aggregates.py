@@ -116,12 +116,24 @@ def target_item(reader: StoreReader, rule: str, key: KeyArgument) -> Aggregate |
         "get_item",
         Key=reader.layout.target_key(item_key),
         ConsistentRead=True,
-        ProjectionExpression="#pk, #a",
-        ExpressionAttributeNames={"#pk": reader.layout.partition_key, "#a": target.attribute},
+        ProjectionExpression="#pk, #a, #m",
+        ExpressionAttributeNames={
+            "#pk": reader.layout.partition_key,
+            "#a": target.attribute,
+            "#m": reader.layout.target_checkpoints_attribute,
+        },
     )
     item = response.get("Item")
     if item is None:
         return None
+    checkpoints = item.get(reader.layout.target_checkpoints_attribute)
+    if checkpoints is not None and "M" not in checkpoints:
+        raise QueryError(
+            f"rule {rule!r}: {reader.layout.target_checkpoints_attribute} of the target item "
+            f"{display} is not a map ({next(iter(checkpoints))}); the handler keeps its deltas "
+            "in the rule's ledger until it is: remove that attribute, then run aggregator "
+            "reconcile --repair"
+        )
     held = item.get(target.attribute, {"N": "0"})
     if "N" not in held:
         raise QueryError(
