@@ -577,7 +577,8 @@ def _repair_target(
     ref: AggregateRef | None,
 ) -> str:
     """``ADD`` the difference to the target attribute, on condition that the item exists and its
-    attribute and checkpoint map are as read (absent, when no row was read)."""
+    attribute and checkpoint map are as read (absent, when no row was read); a status saying
+    what to fix instead when either has a type the update cannot take."""
     layout = checker.layout
     target = checker.targets[rule].target
     assert target is not None
@@ -587,9 +588,14 @@ def _repair_target(
         key = layout.target_key(ref.target)
     else:
         return "moving"
+    item = row[2] if row is not None else {}
+    # an attribute the application gave another type: ADD would be refused (ValidationException)
+    if "N" not in item.get(target.attribute, {"N": "0"}):
+        return f"{target.attribute} is not a number: fix the item"
+    if "M" not in item.get(layout.target_checkpoints_attribute, {"M": {}}):
+        return f"{layout.target_checkpoints_attribute} is not a map: fix the item"
     update = Update().add(target.attribute, subtract(expected[0], stored[0]))
     update = update.where_exists(layout.partition_key)
-    item = row[2] if row is not None else {}
     for attribute in (target.attribute, layout.target_checkpoints_attribute):
         if attribute in item:
             update = update.where_equals(attribute, item[attribute])

@@ -354,6 +354,12 @@ def test_a_tally_that_is_not_a_number_goes_to_the_ledger_and_never_blocks_the_sh
         QueryError, match="aggregator_checkpoints of the target item POST#9#META is not a map"
     ):
         store.get("likes", "POST#9")
+    ddb.delete_item(TableName=name, Key={"PK": {"S": "POST#9"}, "SK": {"S": "META"}})
+    # reconcile --repair cannot ADD to text: it says what to fix (it failed with
+    # "UpdateItem failed (ValidationException)", naming no item)
+    report = reconcile(rules, ddb, name, rule_names=["likes"], repair=True, settle_seconds=0)
+    statuses = {d.key: d.status for d in report.drifts}
+    assert statuses["POST#2#META"] == "likeTally is not a number: fix the item"
     # the application fixes the item: reconcile --repair restores the tally, once
     ddb.update_item(
         TableName=name,
