@@ -216,6 +216,8 @@ def test_watch_piped_named_rules_a_refused_panel_and_errors(
     assert lines[-1] == f"watched 2 rules: 1 refresh, {requests} read {word}"
 
     calls.clear()
+    # wide enough for the note on one line (the shared console's width is set at import)
+    monkeypatch.setattr(watch.console, "width", 200)
     long = runner.invoke(main, ["watch", *base, "--last", "400d"])
     assert long.exit_code == 0, long.output
     assert "likes: top 10" in long.output and "alpha" in long.output  # the other panel stays
