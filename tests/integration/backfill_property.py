@@ -14,7 +14,7 @@ Each scenario, on DynamoDB Local:
 
 Expected (computed here, independently of the engine): every rule over the final items, plus,
 for rules with ``ttl_deletes: keep``, the items TTL-deleted after the backfill fenced the stream.
-``AGGREGATOR_BACKFILL_EXAMPLES`` scenarios (default 20; make soak 400), run as two halves in two
+``AGGREGATOR_BACKFILL_EXAMPLES`` scenarios (default 16, as make test runs them; make soak 400), run as two halves in two
 test files (test_backfill_property_a.py and _b.py) so that pytest-xdist (``--dist loadfile``) can
 run them on both workers, each on a DynamoDB Local of its own.
 """
@@ -50,8 +50,8 @@ from tests.integration.harness import (
 )
 from tests.integration.test_property import mark_ttl
 
-EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "20"))
-PARTS = 10
+EXAMPLES = int(os.environ.get("AGGREGATOR_BACKFILL_EXAMPLES", "16"))
+PARTS = 8
 """Parts per half (each a test of its own)."""
 SOAK = EXAMPLES > 100
 """More scenarios than CI runs: each part gets a DynamoDB Local of its own."""
