@@ -7,8 +7,7 @@ One ``UpdateItem`` per target item and batch, as for aggregate items::
 
     ADD <attribute> :delta  SET <map>.<shard token> = :checkpoint
     condition  attribute_exists(<partition key>)
-               AND ((attribute_exists(<map>.<token>) AND <map>.<token> < :first)
-                    OR (attribute_not_exists(<map>.<token>) AND size(<map>) < :max_entries))
+               AND attribute_exists(<map>.<token>) AND <map>.<token> < :first
 
 ``<map>`` is the one attribute the framework keeps on the item (``table:
 target_checkpoints_attribute``, default ``aggregator_checkpoints``): a map from a (rule, shard)
@@ -36,8 +35,12 @@ When the condition fails, one strongly consistent ``GetItem`` of the key and the
   shard moves on. Once the application fixes the attribute, ``aggregator reconcile --repair``
   brings the item's sum back.
 * **no map yet** (the item's first write): ``SET <map> = {token: checkpoint}`` with the
-  ``ADD``, on condition ``attribute_not_exists(<map>)``. DynamoDB refuses a ``SET`` of a path
-  inside a missing map (``ValidationException``), hence this one extra request per item.
+  ``ADD``, on condition ``attribute_not_exists(<map>)``, starting from the ledger's checkpoint
+  (below, "First write of a shard"). DynamoDB refuses a ``SET`` of a path inside a missing map
+  (``ValidationException``), hence this one extra request per item.
+* **no entry of this (rule, shard)** (the shard's first write of the item): the ``ADD`` with
+  ``SET <map>.<token>``, on condition ``attribute_not_exists(<map>.<token>) AND size(<map>) <
+  :max_entries``, starting from the ledger's checkpoint (below).
 * **the shard's checkpoint is at or past the batch's first record**: an earlier attempt applied
   part of the batch; the rest is added on condition that the checkpoint is still what was read.
 * **the map is full** (:data:`MAX_TARGET_CHECKPOINTS` entries, none of this shard): entries older
@@ -51,8 +54,29 @@ When the condition fails, one strongly consistent ``GetItem`` of the key and the
 The framework's write comes back on the stream as a ``MODIFY`` of the application item: rules
 that do not read the target attribute (or the map, which no rule may read) get ``c(new) - c(old)
 = 0`` from it, and a rule that reads the attribute gets the exact change. A re-created item
-starts from what the application writes; a batch retried after the item was deleted and created
-again within the retry may add its records to the new item (its checkpoint went with the old).
+starts from what the application writes (below).
+
+First write of a shard
+----------------------
+An item with no entry of the (rule, shard) (no map, or a map without it: a new item, a
+re-created one, or a shard that never wrote it) may still meet records of the shard that are
+accounted for elsewhere: in the rule's ledger (they found no item, before it was created or
+after an earlier item of the key was deleted) or, through a carry (below), on a deleted item of
+the same key. The ledger item's ``c#<shard token>`` says up to which record that holds: on this
+path only, one strongly consistent ``GetItem`` of the ledger item projects it (and its old
+format, :meth:`TargetItems.ledger_checkpoint`). When it is at or past the delta's first record,
+the delta is recomputed from the records after it, as the protocol's recovery does, and the
+entry is written as the larger of the batch's last record and the ledger's checkpoint, with an
+``ADD 0`` when nothing is left (so the shard's next batches take the steady path). A record
+accounted for in the ledger, or carried, is thus never added to the item too: a re-created post
+gets none of the likes counted on the deleted one when they are delivered again (``run
+--from-start``), and likes that went to the ledger before the post existed stay there only.
+
+Cost: once per target item and (rule, shard), the steady-state update's condition fails (1 WCU,
+charged), then the map's read, the ledger's read (1 RCU each: strongly consistent, small
+items), and the write; later batches of the shard take the steady path, with nothing more. As
+exact as the carries: a redelivery processed before the delete's ``REMOVE`` finds a ledger
+checkpoint that does not yet hold the old item's (below, "not").
 
 After the delete
 ----------------
