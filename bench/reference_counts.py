@@ -12,9 +12,9 @@ batches of 100. Every like and unlike counts as a like event.
 WCU per like event = (the application's writes + everything the aggregator writes) / events: the
 application's as DynamoDB Local reports them (sized by item), the aggregator's as its modelled
 WCU (reported for writes that succeeded, sized from the item for those whose condition failed,
-which DynamoDB charges too). The aggregator's reads (one ``GetItem`` per target item's first
-write) are listed apart, in RCU. The run checks each post's ``likeTally`` against its number of
-``LIKE#`` items.
+which DynamoDB charges too). The aggregator's reads (two ``GetItem`` per target item's first
+write of a shard: its map and the ledger's checkpoint) are listed apart, in RCU. The run checks
+each post's ``likeTally`` against its number of ``LIKE#`` items.
 
     .venv/bin/python -m bench.reference_counts          # about 30 s on 2 cores
 """

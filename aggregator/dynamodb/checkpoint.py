@@ -78,6 +78,7 @@ __all__ = [
     "is_checkpoint_attribute",
     "legacy_checkpoint_attribute",
     "parse_checkpoint",
+    "shard_applied_to",
 ]
 
 LEGACY_CHECKPOINT_PREFIX = "ck#"
@@ -181,6 +182,14 @@ class _Checkpoints:
                 except ValueError:
                     continue
         return max(found) if found else None
+
+
+def shard_applied_to(item: Mapping[str, Any], shard_id: str) -> str | None:
+    """The 40-digit sequence number up to which ``item`` (DynamoDB JSON, as read) includes the
+    records of ``shard_id``, by its checkpoint in either format; ``None`` without one."""
+    return _Checkpoints(
+        item.get(checkpoint_attribute(shard_id)), item.get(legacy_checkpoint_attribute(shard_id))
+    ).applied_to()
 
 
 class CheckpointWrites:

@@ -7,8 +7,7 @@ One ``UpdateItem`` per target item and batch, as for aggregate items::
 
     ADD <attribute> :delta  SET <map>.<shard token> = :checkpoint
     condition  attribute_exists(<partition key>)
-               AND ((attribute_exists(<map>.<token>) AND <map>.<token> < :first)
-                    OR (attribute_not_exists(<map>.<token>) AND size(<map>) < :max_entries))
+               AND attribute_exists(<map>.<token>) AND <map>.<token> < :first
 
 ``<map>`` is the one attribute the framework keeps on the item (``table:
 target_checkpoints_attribute``, default ``aggregator_checkpoints``): a map from a (rule, shard)
@@ -36,8 +35,12 @@ When the condition fails, one strongly consistent ``GetItem`` of the key and the
   shard moves on. Once the application fixes the attribute, ``aggregator reconcile --repair``
   brings the item's sum back.
 * **no map yet** (the item's first write): ``SET <map> = {token: checkpoint}`` with the
-  ``ADD``, on condition ``attribute_not_exists(<map>)``. DynamoDB refuses a ``SET`` of a path
-  inside a missing map (``ValidationException``), hence this one extra request per item.
+  ``ADD``, on condition ``attribute_not_exists(<map>)``, starting from the ledger's checkpoint
+  (below, "First write of a shard"). DynamoDB refuses a ``SET`` of a path inside a missing map
+  (``ValidationException``), hence this one extra request per item.
+* **no entry of this (rule, shard)** (the shard's first write of the item): the ``ADD`` with
+  ``SET <map>.<token>``, on condition ``attribute_not_exists(<map>.<token>) AND size(<map>) <
+  :max_entries``, starting from the ledger's checkpoint (below).
 * **the shard's checkpoint is at or past the batch's first record**: an earlier attempt applied
   part of the batch; the rest is added on condition that the checkpoint is still what was read.
 * **the map is full** (:data:`MAX_TARGET_CHECKPOINTS` entries, none of this shard): entries older
@@ -51,8 +54,29 @@ When the condition fails, one strongly consistent ``GetItem`` of the key and the
 The framework's write comes back on the stream as a ``MODIFY`` of the application item: rules
 that do not read the target attribute (or the map, which no rule may read) get ``c(new) - c(old)
 = 0`` from it, and a rule that reads the attribute gets the exact change. A re-created item
-starts from what the application writes; a batch retried after the item was deleted and created
-again within the retry may add its records to the new item (its checkpoint went with the old).
+starts from what the application writes (below).
+
+First write of a shard
+----------------------
+An item with no entry of the (rule, shard) (no map, or a map without it: a new item, a
+re-created one, or a shard that never wrote it) may still meet records of the shard that are
+accounted for elsewhere: in the rule's ledger (they found no item, before it was created or
+after an earlier item of the key was deleted) or, through a carry (below), on a deleted item of
+the same key. The ledger item's ``c#<shard token>`` says up to which record that holds: on this
+path only, one strongly consistent ``GetItem`` of the ledger item projects it (and its old
+format, :meth:`TargetItems.ledger_checkpoint`). When it is at or past the delta's first record,
+the delta is recomputed from the records after it, as the protocol's recovery does, and the
+entry is written as the larger of the batch's last record and the ledger's checkpoint, with an
+``ADD 0`` when nothing is left (so the shard's next batches take the steady path). A record
+accounted for in the ledger, or carried, is thus never added to the item too: a re-created post
+gets none of the likes counted on the deleted one when they are delivered again (``run
+--from-start``), and likes that went to the ledger before the post existed stay there only.
+
+Cost: once per target item and (rule, shard), the steady-state update's condition fails (1 WCU,
+charged), then the map's read, the ledger's read (1 RCU each: strongly consistent, small
+items), and the write; later batches of the shard take the steady path, with nothing more. As
+exact as the carries: a redelivery processed before the delete's ``REMOVE`` finds a ledger
+checkpoint that does not yet hold the old item's (below, "not").
 
 After the delete
 ----------------
@@ -102,7 +126,7 @@ carry nothing either.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -116,8 +140,12 @@ from aggregator.core.records import pad_sequence_number
 from aggregator.dynamodb.checkpoint import (
     MAX_RECOVERY_ROUNDS,
     CheckpointWrites,
+    checkpoint_attribute,
     decode_checkpoint,
+    encode_checkpoint,
+    legacy_checkpoint_attribute,
     sequence_bytes,
+    shard_applied_to,
 )
 from aggregator.dynamodb.errors import error_code
 from aggregator.dynamodb.ledger_carries import ledger_delta
@@ -134,6 +162,17 @@ __all__ = [
     "rule_token",
     "target_token",
 ]
+
+
+class _NoEntry:
+    """The attempt that writes the shard's first entry on the item: on condition that the entry
+    is still missing and the map has room (:data:`NO_ENTRY`)."""
+
+
+NO_ENTRY = _NoEntry()
+Expected = dict[str, Any] | None | _NoEntry
+"""What an attempt's condition expects of the shard's entry: below the batch's first record
+(``None``), missing (:data:`NO_ENTRY`), or still the value read (recovery)."""
 
 MAX_TARGET_CHECKPOINTS = 16
 """Most entries of the checkpoint map on a target item, across the rules that target it (about 41
@@ -218,6 +257,34 @@ class TargetItems:
             return False, None
         found = item.get(self.layout.target_checkpoints_attribute)
         return True, (dict(found["M"]) if found and "M" in found else None)
+
+    def ledger_checkpoint(
+        self, delta: CoalescedDelta, shard_id: str, stats: WriteStats
+    ) -> str | None:
+        """The 40-digit sequence number up to which the rule's ledger item for ``delta``'s
+        target accounts for ``shard_id``'s records (its ``c#<shard token>``, written by the
+        ledger's own deltas or by a carry), ``None`` without one: one strongly consistent
+        ``GetItem`` of the ledger item projecting that checkpoint (and its old format), made
+        only for a target item's first write of a shard (module docstring, "First write of a
+        shard")."""
+        requests = self.parts.requests
+        names = {
+            "#ck": checkpoint_attribute(shard_id),
+            "#legacy": legacy_checkpoint_attribute(shard_id),
+        }
+        response = requests.call(
+            "get_item",
+            {
+                "TableName": requests.table_name,
+                "Key": requests.key(ledger_delta(delta)),
+                "ConsistentRead": True,
+                "ProjectionExpression": ", ".join(names),
+                "ExpressionAttributeNames": names,
+                "ReturnConsumedCapacity": "TOTAL",
+            },
+            stats,
+        )
+        return shard_applied_to(response.get("Item") or {}, shard_id)
 
     def to_ledger(
         self,
@@ -356,20 +423,38 @@ class TargetCheckpointWrites:
         amount: Decimal,
         entry: tuple[str, str],
         checkpoint: Mapping[str, Any],
-        expected: dict[str, Any] | None,
+        expected: Expected,
     ) -> Update:
         """The conditional ``ADD`` of ``amount`` that sets the shard's entry (module docstring):
-        on condition that the entry is below the batch's first record or missing with room in
-        the map, or (``expected``, in recovery) still what was read."""
+        on condition that the entry is below the batch's first record (``expected`` ``None``:
+        the steady state), or missing with room in the map (:data:`NO_ENTRY`: the shard's first
+        write, after the ledger was read), or (in recovery) still the value read."""
         update = Update().add(str(delta.target_attribute), amount).set(entry, dict(checkpoint))
         update = update.where_exists(self.items.layout.partition_key)
+        if isinstance(expected, _NoEntry):
+            return update.where_missing(entry).where_size_below(entry[0], MAX_TARGET_CHECKPOINTS)
         if expected is not None:
             return update.where_equals(entry, expected)
         first = {"B": sequence_bytes(delta.first_sequence_number)}
-        return update.where_any(
-            Update().where_exists(entry).where_below(entry, first),
-            Update().where_missing(entry).where_size_below(entry[0], MAX_TARGET_CHECKPOINTS),
-        )
+        return update.where_exists(entry).where_below(entry, first)
+
+    def _first_write(
+        self, delta: CoalescedDelta, shard_id: str, last: str, stats: WriteStats
+    ) -> tuple[Decimal, dict[str, Any]]:
+        """``(amount, checkpoint)`` of the item's first write of the shard: the records after
+        the ledger's checkpoint of the shard and ``max(last, that checkpoint)`` when it is at or
+        past the batch's first record, else the whole delta and ``last`` (module docstring,
+        "First write of a shard")."""
+        checkpoint = {"B": self.checkpoints.checkpoint_value(last)}
+        accounted = self.items.ledger_checkpoint(delta, shard_id, stats)
+        if accounted is None or accounted < pad_sequence_number(delta.first_sequence_number):
+            return delta.amount, checkpoint
+        stats.conditional_recoveries += 1
+        if accounted > pad_sequence_number(last):
+            checkpoint = {"B": encode_checkpoint(accounted, self.items.parts.clock())}
+        if not any(pad_sequence_number(s) > accounted for s, _ in delta.parts):
+            stats.already_applied += 1  # in the ledger, or carried: only the entry is written
+        return delta.amount_after(accounted), checkpoint
 
     def write(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:
         """Write ``delta`` to its target item exactly once (or to its ledger).
@@ -386,9 +471,16 @@ class TargetCheckpointWrites:
         stats = WriteStats()
         token = target_token(delta.ref.rule, shard_id)
         entry = (items.layout.target_checkpoints_attribute, token)
-        checkpoint = {"B": self.checkpoints.checkpoint_value(last)}
+        checkpoint: dict[str, Any] = {"B": self.checkpoints.checkpoint_value(last)}
         amount = delta.amount
-        expected: dict[str, Any] | None = None  # the shard's entry as read, in recovery
+        expected: Expected = None  # the steady state: the shard's entry below the first record
+        first_write: list[tuple[Decimal, dict[str, Any]]] = []  # the ledger read, at most once
+
+        def seeded() -> tuple[Decimal, dict[str, Any]]:
+            if not first_write:
+                first_write.append(self._first_write(delta, shard_id, last, stats))
+            return first_write[0]
+
         for _ in range(MAX_RECOVERY_ROUNDS + 2):
             update = self._update(delta, amount, entry, checkpoint, expected)
             try:
@@ -399,11 +491,11 @@ class TargetCheckpointWrites:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
                 stats.modelled_wcu += items.units(delta)  # a failed write is charged
-                attempt = (expected, amount)
-                following = self._recover(delta, shard_id, last, token, checkpoint, attempt, stats)
+                attempt = (expected, amount, checkpoint)
+                following = self._recover(delta, shard_id, last, token, attempt, seeded, stats)
                 if following is None:
                     return stats
-                expected, amount = following
+                expected, amount, checkpoint = following
                 continue
             items.written(delta, response, stats)
             return stats
@@ -418,21 +510,23 @@ class TargetCheckpointWrites:
         shard_id: str,
         last: str,
         token: str,
-        checkpoint: Mapping[str, Any],
-        attempt: tuple[dict[str, Any] | None, Decimal],
+        attempt: tuple[Expected, Decimal, dict[str, Any]],
+        seeded: Callable[[], tuple[Decimal, dict[str, Any]]],
         stats: WriteStats,
-    ) -> tuple[dict[str, Any] | None, Decimal] | None:
-        """After the condition of ``attempt`` (its expected entry and amount) failed, read the
-        map and act on why (module docstring): ``None`` when the delta is done with (written,
-        already in the item, or in the ledger), else the next attempt's ``(expected entry,
-        amount)``."""
+    ) -> tuple[Expected, Decimal, dict[str, Any]] | None:
+        """After the condition of ``attempt`` (its expected entry, amount and checkpoint)
+        failed, read the map and act on why (module docstring): ``None`` when the delta is done
+        with (written, already in the item, or in the ledger), else the next attempt's
+        ``(expected entry, amount, checkpoint)``. ``seeded`` gives the amount and checkpoint of
+        the shard's first write on the item (reading the ledger's checkpoint once)."""
         items = self.items
-        expected, amount = attempt
+        _, _, checkpoint = attempt
         exists, entries = items.read_map(delta, stats)
         if not exists:
             items.to_ledger(delta, shard_id, last, stats)
             return None
         if entries is None:
+            amount, checkpoint = seeded()
             try:
                 if self._create_map(delta, amount, token, checkpoint, stats):
                     return None
@@ -441,7 +535,7 @@ class TargetCheckpointWrites:
                     raise
                 items.to_ledger(delta, shard_id, last, stats, unusable=True)
                 return None
-            return expected, amount
+            return NO_ENTRY, amount, checkpoint  # a map appeared meanwhile (or the item went)
         own = entries.get(token)
         if own is not None:
             applied_to, _ = decode_checkpoint(own.get("B"))
@@ -449,10 +543,11 @@ class TargetCheckpointWrites:
             if not any(pad_sequence_number(s) > applied_to for s, _ in delta.parts):
                 stats.already_applied += 1
                 return None
-            return dict(own), delta.amount_after(applied_to)
+            return dict(own), delta.amount_after(applied_to), checkpoint
+        amount, checkpoint = seeded()
         if len(entries) >= MAX_TARGET_CHECKPOINTS:
             self._make_room(delta, entries, stats)
-        return None, delta.amount
+        return NO_ENTRY, amount, checkpoint
 
     def _create_map(
         self,

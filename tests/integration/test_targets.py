@@ -533,6 +533,93 @@ def test_a_replay_after_the_post_was_deleted_does_not_count_its_likes_again(
     ddb.delete_table(TableName=name)
 
 
+def _cli_run(tmp_path, name: str, endpoint: str):
+    """``aggregator run`` of ``rules.yaml`` in ``tmp_path`` on table ``name`` (extra options)."""
+    cli = CliRunner()
+    common = ["--table", name, "--endpoint-url", endpoint, "-d", str(tmp_path / "rules.yaml")]
+
+    def run(*extra: str) -> None:
+        result = cli.invoke(main, ["run", *common, *extra])
+        assert result.exit_code == 0, result.output
+
+    return run
+
+
+def test_a_re_created_post_does_not_get_the_likes_counted_on_the_deleted_one(
+    ddb, dynamodb_local, tmp_path
+):
+    """A post with two likes, counted on it; the post deleted (its checkpoint carried to the
+    ledger) and created again with no tally; the whole stream delivered again. The new post's
+    first write of the shard reads the ledger's checkpoint: the two likes are accounted for
+    (on the old post), so the new post gets 0 of them, not 2; a like made afterwards counts."""
+    (tmp_path / "rules.yaml").write_text(LIKES_ONLY)
+    rules = load_rules(tmp_path / "rules.yaml")
+    name = "recreated"
+    make_table(ddb, name)
+    run = _cli_run(tmp_path, name, dynamodb_local.endpoint_url)
+    meta_key = {"PK": {"S": "POST#x"}, "SK": {"S": "META"}}
+
+    def tally() -> Decimal | None:
+        item = ddb.get_item(TableName=name, Key=meta_key, ConsistentRead=True)["Item"]
+        return Decimal(item["likeTally"]["N"]) if "likeTally" in item else None
+
+    ddb.put_item(TableName=name, Item={**meta_key, "body": {"S": "hello"}})
+    like(ddb, name, "POST#x", 1)
+    like(ddb, name, "POST#x", 2)
+    run()
+    assert tally() == 2
+    ddb.delete_item(TableName=name, Key=meta_key)
+    run()
+    ddb.put_item(TableName=name, Item={**meta_key, "body": {"S": "again"}})
+    run()
+    assert tally() is None  # nothing new for it: the application's item as written
+    run("--from-start")
+    assert tally() == 0  # 2 before; the entry seeded from the ledger is written with ADD 0
+    ledger = {a.key: a.value for a in AggregateStore(ddb, name, rules).list("likes")}
+    assert ledger.get("POST#x#META", 0) == 0
+    like(ddb, name, "POST#x", 3)
+    run()
+    run("--from-start")
+    assert tally() == 1
+    ddb.delete_table(TableName=name)
+
+
+def test_likes_in_the_ledger_before_the_post_existed_are_not_added_to_it_when_delivered_again(
+    ddb, dynamodb_local, tmp_path
+):
+    """Two likes of a post not created yet go to the ledger; the post is then created, and the
+    stream delivered again before any new batch of the shard wrote the post. The post's first
+    write of the shard meets the ledger's checkpoint: the likes stay in the ledger only (2),
+    the post gets none of them; a later like reaches the post once."""
+    (tmp_path / "rules.yaml").write_text(LIKES_ONLY)
+    rules = load_rules(tmp_path / "rules.yaml")
+    name = "early-likes"
+    make_table(ddb, name)
+    run = _cli_run(tmp_path, name, dynamodb_local.endpoint_url)
+    meta_key = {"PK": {"S": "POST#y"}, "SK": {"S": "META"}}
+
+    def tally() -> Decimal | None:
+        item = ddb.get_item(TableName=name, Key=meta_key, ConsistentRead=True)["Item"]
+        return Decimal(item["likeTally"]["N"]) if "likeTally" in item else None
+
+    def ledger() -> dict[str, Decimal]:
+        return {a.key: a.value for a in AggregateStore(ddb, name, rules).list("likes")}
+
+    like(ddb, name, "POST#y", 1)
+    like(ddb, name, "POST#y", 2)
+    run()
+    assert ledger() == {"POST#y#META": 2}
+    ddb.put_item(TableName=name, Item=meta_key)
+    run("--from-start")
+    assert tally() == 0  # 2 before: counted in the ledger and on the post
+    assert ledger() == {"POST#y#META": 2}
+    like(ddb, name, "POST#y", 3)
+    run()
+    run("--from-start")
+    assert tally() == 1 and ledger() == {"POST#y#META": 2}
+    ddb.delete_table(TableName=name)
+
+
 def stream_records(streams, arn: str) -> tuple[str, list[dict]]:
     """Every record of the stream's one shard, in Lambda's shape (DynamoDB Local: one shard)."""
     (shard,) = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
