@@ -14,9 +14,9 @@ Each scenario, on DynamoDB Local:
 
 Expected (computed here, independently of the engine): every rule over the final items, plus,
 for rules with ``ttl_deletes: keep``, the items TTL-deleted after the backfill fenced the stream.
-``AGGREGATOR_BACKFILL_EXAMPLES`` scenarios (default 16, as make test runs them; make soak 400), run as two halves in two
-test files (test_backfill_property_a.py and _b.py) so that pytest-xdist (``--dist loadfile``) can
-run them on both workers, each on a DynamoDB Local of its own.
+``AGGREGATOR_BACKFILL_EXAMPLES`` scenarios (default 16, as make test runs them; make soak 400),
+run as two halves in two test files (test_backfill_property_a.py and _b.py) so that pytest-xdist
+(``--dist loadfile``) can run them on both workers, each on a DynamoDB Local of its own.
 """
 
 from __future__ import annotations
