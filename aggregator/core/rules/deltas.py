@@ -5,34 +5,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from aggregator.core.conditions import MISSING, dynamodb_number_problem
+from aggregator.core.conditions import MISSING
 from aggregator.core.exceptions import EvaluationError, FailureCause
-from aggregator.core.rules.messages import plain_number, type_word
+from aggregator.core.rules.messages import plain_number, rule_decimal, type_word
 from aggregator.core.text import quote
 
 
 def _to_decimal(value: Any) -> Decimal:
-    if isinstance(value, bool):
-        raise ValueError("expected a number, got a boolean")
-    if isinstance(value, int | float | str | Decimal):
-        try:
-            number = Decimal(str(value))
-        except InvalidOperation:
-            raise ValueError(
-                f"expected a number, got {quote(value)}{_attribute_hint(value)}"
-            ) from None
-        if not number.is_finite():
-            raise ValueError(f"expected a finite number, got {quote(value)}")
-        problem = dynamodb_number_problem(number)
-        if problem:
-            raise ValueError(problem)
-        return number
-    raise ValueError(f"expected a number, got {type(value).__name__}")
+    """A delta's constant (:func:`~aggregator.core.rules.messages.rule_decimal`; a word that
+    could name an attribute gets the hint to sum that attribute)."""
+    return rule_decimal(value, lambda v: f"{quote(v)}{_attribute_hint(v)}")
 
 
 _ATTRIBUTE_LIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,99}")

@@ -4,8 +4,8 @@ modules of :mod:`aggregator.core.rules`."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from decimal import Decimal
+from collections.abc import Callable, Iterable
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from aggregator.core.text import MAX_QUOTED_CHARS, MAX_REASON_CHARS, quote
@@ -68,3 +68,36 @@ def unencodable(text: str) -> str | None:
             "that UTF-8 cannot encode"
         )
     return None
+
+
+def rule_decimal(value: Any, got: Callable[[Any], str] | None = None) -> Decimal:
+    """A number of a rule file (a delta's constant, a threshold's line) as an exact ``Decimal``
+    DynamoDB can hold: a YAML number, a Python ``int`` or ``float`` (its shortest text) or
+    numeric text (``"1000"``).
+
+    Raises
+    ------
+    ValueError
+        One line: ``expected a number, got <got(value)>`` (default :func:`type_word`) for a
+        boolean (``a boolean``), text that is not a number or anything else; ``expected a
+        finite number``; or a number DynamoDB cannot hold (more than 38 significant digits, a
+        magnitude over 9.9999999999999999999999999999999999999E+125 or under 1E-130: DynamoDB
+        Developer Guide, "Supported data types and naming rules", *Number*).
+    """
+    from aggregator.core.conditions import dynamodb_number_problem
+
+    describe = type_word if got is None else got
+    if isinstance(value, bool):
+        raise ValueError("expected a number, got a boolean")
+    if not isinstance(value, int | float | str | Decimal):
+        raise ValueError(f"expected a number, got {type_word(value)}")
+    try:
+        number = value if isinstance(value, Decimal) else Decimal(str(value).strip())
+    except InvalidOperation:
+        raise ValueError(f"expected a number, got {describe(value)}") from None
+    if not number.is_finite():
+        raise ValueError(f"expected a finite number, got {plain_number(number)}")
+    problem = dynamodb_number_problem(number)
+    if problem:
+        raise ValueError(problem)
+    return number

@@ -35,15 +35,14 @@ number (:func:`plain_decimal`: ``1000``, ``2.5``).
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from aggregator.core.conditions import dynamodb_number_problem
 from aggregator.core.exceptions import EvaluationError
 from aggregator.core.rules.keys import format_key_value
-from aggregator.core.rules.messages import plain_number, type_word
+from aggregator.core.rules.messages import rule_decimal, type_word
 from aggregator.core.text import quote
 from aggregator.core.windows import Granularity
 
@@ -88,23 +87,7 @@ def line_number(value: Any) -> Decimal:
     Traceback (most recent call last):
     ValueError: expected a number, got a boolean
     """
-    if isinstance(value, bool):
-        raise ValueError("expected a number, got a boolean")
-    if isinstance(value, int | float):
-        value = Decimal(str(value))
-    elif isinstance(value, str):
-        try:
-            value = Decimal(value.strip())
-        except InvalidOperation:
-            raise ValueError(f"expected a number, got {type_word(value)}") from None
-    if not isinstance(value, Decimal):
-        raise ValueError(f"expected a number, got {type_word(value)}")
-    if not value.is_finite():
-        raise ValueError(f"expected a finite number, got {plain_number(value)}")
-    problem = dynamodb_number_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
+    return rule_decimal(value)
 
 
 def plain_decimal(number: Decimal) -> str:
