@@ -77,7 +77,7 @@ _SERVER_CODES = frozenset(
 )
 
 
-def _aws_cause(exc: BaseException) -> ClientError | BotoCoreError | None:
+def aws_cause(exc: BaseException) -> ClientError | BotoCoreError | None:
     """The AWS SDK error ``exc`` is, or wraps through ``raise ... from`` (``__cause__``, any
     depth), if any. An error merely raised while another was handled (``__context__``) is not
     taken as wrapping it: its own message is the deliberate one. The request client's wrappers
@@ -217,7 +217,7 @@ def describe_error(exc: BaseException, meta: Mapping[str, Any] | None = None) ->
         ``internal error: <type>: <message>`` and 2.
     """
     meta = meta or {}
-    cause = _aws_cause(exc)
+    cause = aws_cause(exc)
     if isinstance(cause, ClientError):
         return _describe_client_error(cause, meta), EXIT_ERROR
     if isinstance(cause, BotoCoreError):

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
+from aggregator.cli.boundary import aws_cause
 from aggregator.cli.options import RuleSources, definitions_option, endpoint_option, table_option
 from aggregator.cli.output import column_texts, console, sparkline
 from aggregator.core.exceptions import QueryError
@@ -241,23 +242,9 @@ def _panel(store: AggregateStore, rule: Rule, n: int, last: int, now: float) -> 
     try:
         return _read_panel(store, rule, n, last, now)
     except QueryError as exc:
-        if _failed_request(exc):
+        if aws_cause(exc) is not None:  # a failed request ends the view (boundary: one line)
             raise
         return Panel(rule.name, rule.name, note=str(exc))
-
-
-def _failed_request(exc: BaseException) -> bool:
-    """Whether ``exc`` wraps an AWS SDK error (through ``raise ... from``, any depth)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    seen: set[int] = set()
-    cause = exc.__cause__
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, ClientError | BotoCoreError):
-            return True
-        seen.add(id(cause))
-        cause = cause.__cause__
-    return False
 
 
 def _read_panel(store: AggregateStore, rule: Rule, n: int, last: int, now: float) -> Panel:
