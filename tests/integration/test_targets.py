@@ -545,6 +545,12 @@ def _cli_run(tmp_path, name: str, endpoint: str):
     return run
 
 
+def _tally(ddb, name: str, key: dict) -> Decimal | None:
+    """The post's ``likeTally`` (read strongly consistently), ``None`` while it has none."""
+    item = ddb.get_item(TableName=name, Key=key, ConsistentRead=True)["Item"]
+    return Decimal(item["likeTally"]["N"]) if "likeTally" in item else None
+
+
 def test_a_re_created_post_does_not_get_the_likes_counted_on_the_deleted_one(
     ddb, dynamodb_local, tmp_path
 ):
@@ -560,8 +566,7 @@ def test_a_re_created_post_does_not_get_the_likes_counted_on_the_deleted_one(
     meta_key = {"PK": {"S": "POST#x"}, "SK": {"S": "META"}}
 
     def tally() -> Decimal | None:
-        item = ddb.get_item(TableName=name, Key=meta_key, ConsistentRead=True)["Item"]
-        return Decimal(item["likeTally"]["N"]) if "likeTally" in item else None
+        return _tally(ddb, name, meta_key)
 
     ddb.put_item(TableName=name, Item={**meta_key, "body": {"S": "hello"}})
     like(ddb, name, "POST#x", 1)
@@ -599,8 +604,7 @@ def test_likes_in_the_ledger_before_the_post_existed_are_not_added_to_it_when_de
     meta_key = {"PK": {"S": "POST#y"}, "SK": {"S": "META"}}
 
     def tally() -> Decimal | None:
-        item = ddb.get_item(TableName=name, Key=meta_key, ConsistentRead=True)["Item"]
-        return Decimal(item["likeTally"]["N"]) if "likeTally" in item else None
+        return _tally(ddb, name, meta_key)
 
     def ledger() -> dict[str, Decimal]:
         return {a.key: a.value for a in AggregateStore(ddb, name, rules).list("likes")}
