@@ -53,13 +53,13 @@ def _like(ddb, table: str, i: int, post: str) -> None:
     )
 
 
-def _watch(table: str, rules: Path, endpoint_url: str) -> pexpect.spawn:
+def _watch(table: str, rules: Path, endpoint_url: str, interval: str = "0.3") -> pexpect.spawn:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGGREGATOR_")}
     env.update(TERM="xterm", COLUMNS="120", LINES="40")
     args = ["watch", "--table", table, "-d", str(rules), "--endpoint-url", endpoint_url]
     return pexpect.spawn(
         str(AGGREGATOR),
-        [*args, "--interval", "0.3"],
+        [*args, "--interval", interval],
         env=env,
         dimensions=(40, 120),
         encoding="utf-8",
@@ -97,13 +97,14 @@ def test_watch_shows_panels_updates_and_leaves_on_q_and_ctrl_c(
     assert "watched 2 rules: " in view.before and "Traceback" not in view.before
 
     for stop in ("Ctrl-C", "SIGTERM"):
-        again = _watch(name, rules_path, dynamodb_local.endpoint_url)
+        # a long interval: leaving does not wait for the next refresh
+        again = _watch(name, rules_path, dynamodb_local.endpoint_url, interval="600")
         again.expect(cells("beta", "5"))
         if stop == "Ctrl-C":
             again.sendintr()
         else:
             again.kill(signal.SIGTERM)
-        again.expect(pexpect.EOF)
+        again.expect(pexpect.EOF, timeout=15)
         again.close()
         assert again.exitstatus == 0, (stop, again.before)
         assert "watched 2 rules: " in again.before and "Traceback" not in again.before

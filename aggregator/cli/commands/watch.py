@@ -403,6 +403,8 @@ def _keys(stop: threading.Event) -> Iterator[None]:
     tty.setcbreak(fd)
 
     def read() -> None:
+        # signals go to the main thread, waking its wait at once (not after --interval)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         while not stop.is_set():
             ready, _, _ = select.select([fd], [], [], 0.1)
             # os.read, not sys.stdin: a q typed with other keys must not wait in a buffer
@@ -484,10 +486,18 @@ def watch_cmd(
     refreshes = 0
     previous: Snapshot | None = None
 
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # leave as Ctrl-C does: the terminal restored, the summary
+    def on_signal(signum: int, frame: object) -> None:
+        # Ctrl-C and SIGTERM end the loop at its next wait (at most one read later), the
+        # terminal restored and the summary printed. Setting the event cannot be lost: an
+        # exception raised here can be, when the handler runs inside a finalizer (Python prints
+        # "Exception ignored" and goes on). A second signal leaves without waiting for the read.
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
 
-    previous_handler = signal.signal(signal.SIGTERM, on_term)
+    previous_handlers = {
+        signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         # FittedView fits a terminal's height itself; Live must not crop it again (elsewhere,
         # piped, Live would cut at the height rich assumes, 25 lines)
@@ -513,7 +523,8 @@ def watch_cmd(
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
     if refreshes and not console.is_terminal:
         console.line()  # rich ends its last view with a new line only on a terminal
     console.print(
