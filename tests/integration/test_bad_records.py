@@ -98,7 +98,7 @@ def mutate(record: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[st
 def noise(n: int, seed: int) -> str:
     """Incompressible text (zlib gains little on it)."""
     rng = random.Random(seed)
-    return "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(n))
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=n))
 
 
 @dataclass

@@ -61,7 +61,7 @@ def failure(record, *, rule_name="r", cause=FailureCause.INVALID_VALUE, seq="5")
 
 def noise(n: int) -> str:
     rng = random.Random(n)
-    return "".join(rng.choice(string.ascii_letters) for _ in range(n))
+    return "".join(rng.choices(string.ascii_letters, k=n))
 
 
 def big_record(text: str) -> dict:
