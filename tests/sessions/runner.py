@@ -314,7 +314,9 @@ class Session:
         out = self.files / f"background-{len(self.background)}.out"
         with open(out, "wb") as sink:
             process = subprocess.Popen(
-                ["bash", "-c", self.runnable(script)],
+                # SIGINT back to its default first: a shell ignores the signals it was started
+                # with ignored (a suite run as a background job is), and Ctrl-C must stop this
+                [sys.executable, "-c", _DEFAULT_SIGINT_EXEC, self.runnable(script)],
                 cwd=cwd.strip() or self.workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -345,6 +347,13 @@ class Session:
         if self.shell.stdin is not None:
             self.shell.stdin.close()
         _stop(self.shell, signal.SIGTERM)
+
+
+_DEFAULT_SIGINT_EXEC = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp('bash', ['bash', '-c', sys.argv[1]])"
+)
+"""Run ``bash -c ARGV[1]`` with SIGINT at its default action (``python -c`` this, the script)."""
 
 
 def _stop(process: subprocess.Popen[Any], sig: signal.Signals) -> None:
