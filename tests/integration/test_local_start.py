@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aggregator.core.exceptions import DynamoDBLocalError
-from aggregator.dev.local import DynamoDBLocal
+from aggregator.dev.local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +25,7 @@ def port_is_closed(port: int) -> bool:
 
 
 def test_start_create_put_get_stop() -> None:
-    ddb = DynamoDBLocal(install_dir=INSTALL_DIR)
+    ddb = DynamoDBLocal(install_dir=INSTALL_DIR, jvm_options=SHORT_LIVED_JVM_OPTIONS)
     with ddb:
         assert ddb.is_running
         port = ddb.port
@@ -69,7 +69,7 @@ def test_start_create_put_get_stop() -> None:
 
 
 def test_restart_loses_in_memory_data() -> None:
-    ddb = DynamoDBLocal(install_dir=INSTALL_DIR)
+    ddb = DynamoDBLocal(install_dir=INSTALL_DIR, jvm_options=SHORT_LIVED_JVM_OPTIONS)
     with ddb:
         ddb.client().create_table(
             TableName="tmp",
@@ -97,13 +97,17 @@ def test_early_exit_reports_log_tail(tmp_path: Path) -> None:
 def test_relative_install_dir_and_default_port(monkeypatch: pytest.MonkeyPatch) -> None:
     # java runs with cwd=install_dir, so a relative install_dir must be made absolute first
     monkeypatch.chdir(INSTALL_DIR.parent)
-    with DynamoDBLocal(install_dir=Path(INSTALL_DIR.name)) as ddb:
+    with DynamoDBLocal(
+        install_dir=Path(INSTALL_DIR.name), jvm_options=SHORT_LIVED_JVM_OPTIONS
+    ) as ddb:
         assert ddb.client().list_tables()["TableNames"] == []
 
 
 def test_startup_timeout_stops_the_process() -> None:
     # far shorter than any JVM start (a warm one took under 0.3 s here)
-    ddb = DynamoDBLocal(install_dir=INSTALL_DIR, startup_timeout=0.01)
+    ddb = DynamoDBLocal(
+        install_dir=INSTALL_DIR, startup_timeout=0.01, jvm_options=SHORT_LIVED_JVM_OPTIONS
+    )
     with pytest.raises(DynamoDBLocalError, match="not ready on port"):
         ddb.start()
     assert not ddb.is_running
