@@ -18,8 +18,7 @@ from aggregator.cli.commands.demo import _wait_for_a_stop_signal
 from aggregator.dev import demo as demo_module
 from tests.conftest import ROOT
 
-# about 110 flights: on the test process's shared DynamoDB Local (tests/conftest.py)
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_dynamodb_local]
 
 
 def test_demo_names_its_table_and_prints_queries_that_work(dynamodb_local, monkeypatch):
