@@ -487,10 +487,11 @@ def watch_cmd(
     previous: Snapshot | None = None
 
     def on_signal(signum: int, frame: object) -> None:
-        # Ctrl-C and SIGTERM end the loop at its next wait (at most one read later), the
-        # terminal restored and the summary printed. Setting the event cannot be lost: an
-        # exception raised here can be, when the handler runs inside a finalizer (Python prints
-        # "Exception ignored" and goes on). A second signal leaves without waiting for the read.
+        # Ctrl-C and SIGTERM end the loop (at most one read later), the terminal restored and
+        # the summary printed. Installed for SIGINT too: Python leaves SIGINT ignored in a
+        # process started with it ignored (a background job's child; a CI job's may be), and
+        # Ctrl-C was then lost. Setting the event also cannot be lost in a finalizer, as an
+        # exception raised here can. A second signal leaves without waiting for the read.
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
