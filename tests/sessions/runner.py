@@ -58,6 +58,8 @@ from typing import Any
 from sybil import Document, Example, Region
 from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, FencedCodeBlockLexer
 
+from aggregator.dev.local import SHORT_LIVED_JVM_OPTIONS
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 UPDATE_VARIABLE = "AGGREGATOR_UPDATE_SESSIONS"
@@ -584,5 +586,8 @@ def session_environment(endpoint_url: str) -> dict[str, str]:
         AGGREGATOR_ENDPOINT_URL=endpoint_url,
         AGGREGATOR_DYNAMODB_LOCAL_DIR=os.environ.get("AGGREGATOR_DYNAMODB_LOCAL_DIR")
         or str(ROOT / ".cache" / "dynamodb-local"),
+        # a DynamoDB Local a session starts (`aggregator local`) runs as the suite's do (the JVM
+        # reads this itself; its note "Picked up JAVA_TOOL_OPTIONS" goes to the server's log)
+        JAVA_TOOL_OPTIONS=" ".join(SHORT_LIVED_JVM_OPTIONS),
     )
     return env
