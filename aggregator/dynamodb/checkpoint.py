@@ -276,18 +276,8 @@ class CheckpointWrites:
         item = error_response.get("Item")
         if item is None:  # endpoints that do not return the item on a failed condition
             requests = self.parts.requests
-            response = requests.call(
-                "get_item",
-                {
-                    "TableName": requests.table_name,
-                    "Key": requests.key(delta),
-                    "ConsistentRead": True,
-                    "ProjectionExpression": "#ck, #legacy",  # a projection, not an update
-                    "ExpressionAttributeNames": {"#ck": ck, "#legacy": legacy},
-                },
-                stats,
-            )
-            item = response.get("Item") or {}
+            names = {"#ck": ck, "#legacy": legacy}
+            item = requests.read_projected(requests.key(delta), names, stats) or {}
         return _Checkpoints(item.get(ck), item.get(legacy))
 
     def write(self, delta: CoalescedDelta, shard_id: str | None, last: str) -> WriteStats:

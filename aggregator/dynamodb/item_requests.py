@@ -85,6 +85,36 @@ class ItemRequests:
         """
         return self.requests.send(operation, counts=_StatsCounts(stats), **request)
 
+    def read_projected(
+        self,
+        key: dict[str, Any],
+        names: dict[str, str],
+        stats: WriteStats,
+        *,
+        capacity: bool = False,
+    ) -> dict[str, Any] | None:
+        """One strongly consistent ``GetItem`` of the item at ``key`` projecting the attributes
+        ``names`` (``{placeholder: attribute name}``; a projection, not the whole item); the
+        item as read (DynamoDB JSON, those attributes only) or ``None`` when there is none.
+        ``capacity`` asks for the ``ConsumedCapacity`` (counted by :meth:`call`).
+
+        Raises
+        ------
+        aggregator.dynamodb.errors.AwsRequestError
+            As :meth:`call`.
+        """
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": key,
+            "ConsistentRead": True,
+            "ProjectionExpression": ", ".join(names),
+            "ExpressionAttributeNames": names,
+        }
+        if capacity:
+            request["ReturnConsumedCapacity"] = "TOTAL"
+        item: dict[str, Any] | None = self.call("get_item", request, stats).get("Item")
+        return item
+
     def send_update(self, delta: CoalescedDelta, update: Update, stats: WriteStats) -> None:
         """One ``UpdateItem`` of ``update`` on ``delta``'s item.
 

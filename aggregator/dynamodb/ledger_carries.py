@@ -172,18 +172,7 @@ class LedgerCarries:
         requests = self.parts.requests
         projected = [requests.layout.value_attribute, *names]
         placeholders = {f"#a{i}": name for i, name in enumerate(projected)}
-        response = requests.call(
-            "get_item",
-            {
-                "TableName": requests.table_name,
-                "Key": requests.key(delta),
-                "ConsistentRead": True,
-                "ProjectionExpression": ", ".join(placeholders),
-                "ExpressionAttributeNames": placeholders,
-            },
-            stats,
-        )
-        return dict(response.get("Item") or {})
+        return requests.read_projected(requests.key(delta), placeholders, stats) or {}
 
 
 def _behind(wanted: Mapping[str, bytes], held: Mapping[str, Any]) -> dict[str, bytes]:

@@ -231,19 +231,7 @@ class TargetItems:
         self, delta: CoalescedDelta, names: dict[str, str], stats: WriteStats, *, capacity: bool
     ) -> dict[str, Any] | None:
         """The target item's ``names`` (placeholders), read strongly consistently."""
-        request: dict[str, Any] = {
-            "TableName": self.parts.requests.table_name,
-            "Key": self.key(delta),
-            "ConsistentRead": True,
-            "ProjectionExpression": ", ".join(names),
-            "ExpressionAttributeNames": names,
-        }
-        if capacity:
-            request["ReturnConsumedCapacity"] = "TOTAL"
-        item: dict[str, Any] | None = self.parts.requests.call("get_item", request, stats).get(
-            "Item"
-        )
-        return item
+        return self.parts.requests.read_projected(self.key(delta), names, stats, capacity=capacity)
 
     def read_map(
         self, delta: CoalescedDelta, stats: WriteStats
@@ -272,19 +260,10 @@ class TargetItems:
             "#ck": checkpoint_attribute(shard_id),
             "#legacy": legacy_checkpoint_attribute(shard_id),
         }
-        response = requests.call(
-            "get_item",
-            {
-                "TableName": requests.table_name,
-                "Key": requests.key(ledger_delta(delta)),
-                "ConsistentRead": True,
-                "ProjectionExpression": ", ".join(names),
-                "ExpressionAttributeNames": names,
-                "ReturnConsumedCapacity": "TOTAL",
-            },
-            stats,
+        item = requests.read_projected(
+            requests.key(ledger_delta(delta)), names, stats, capacity=True
         )
-        return shard_applied_to(response.get("Item") or {}, shard_id)
+        return shard_applied_to(item or {}, shard_id)
 
     def to_ledger(
         self,
