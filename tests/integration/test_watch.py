@@ -17,6 +17,7 @@ import pexpect
 import pytest
 
 from aggregator.core.rules import load_rules
+from aggregator.dev.runner import StreamRunner
 from aggregator.dynamodb.table import create_table
 from tests.integration.harness import pipeline, put
 
@@ -67,18 +68,24 @@ def _watch(table: str, rules: Path, endpoint_url: str, interval: str = "0.3") ->
     )
 
 
-def test_watch_shows_panels_updates_and_leaves_on_q_and_ctrl_c(
-    ddb, streams, dynamodb_local, tmp_path
-) -> None:
+def _liked_table(ddb, streams, tmp_path: Path, prefix: str) -> tuple[str, Path, StreamRunner]:
+    """A table of :data:`RULES_TEXT`'s rules (written to ``tmp_path``) with likes alpha 2 and
+    beta 1, processed: ``(table name, rules file, the runner)``."""
     rules_path = tmp_path / "rules.yaml"
     rules_path.write_text(RULES_TEXT, encoding="utf-8")
-    rules = load_rules(rules_path)
-    name = f"watch-{random.randrange(10**9)}"
+    name = f"{prefix}-{random.randrange(10**9)}"
     arn = create_table(ddb, name)
     for i, post in enumerate(["alpha", "alpha", "beta"]):
         _like(ddb, name, i, post)
-    runner = pipeline(ddb, streams, name, arn, rules=rules).runner
+    runner = pipeline(ddb, streams, name, arn, rules=load_rules(rules_path)).runner
     runner.run()
+    return name, rules_path, runner
+
+
+def test_watch_shows_panels_updates_and_leaves_on_q_and_ctrl_c(
+    ddb, streams, dynamodb_local, tmp_path
+) -> None:
+    name, rules_path, runner = _liked_table(ddb, streams, tmp_path, "watch")
 
     view = _watch(name, rules_path, dynamodb_local.endpoint_url)
     view.expect("likes: top 10")
@@ -184,14 +191,7 @@ def test_watch_piped_named_rules_a_refused_panel_and_errors(
     from aggregator.cli.commands import watch
     from aggregator.cli.main import main
 
-    rules_path = tmp_path / "rules.yaml"
-    rules_path.write_text(RULES_TEXT, encoding="utf-8")
-    rules = load_rules(rules_path)
-    name = f"watch-piped-{random.randrange(10**9)}"
-    arn = create_table(ddb, name)
-    for i, post in enumerate(["alpha", "alpha", "beta"]):
-        _like(ddb, name, i, post)
-    pipeline(ddb, streams, name, arn, rules=rules).runner.run()
+    name, rules_path, _ = _liked_table(ddb, streams, tmp_path, "watch-piped")
 
     read = watch.collect
     calls = []
